@@ -1,0 +1,102 @@
+"""The error hierarchy: one root, typed by layer.
+
+Every error cairn raises on purpose derives from :class:`CairnError`, so callers can
+catch "anything cairn refused" in one place and the CLI can turn it into a clear message
+and a non-zero exit. Errors carry their facts as attributes (not only in the message) and
+round-trip through JSON via :meth:`CairnError.to_dict`, because they cross process
+boundaries (worker → orchestrator → API).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+class CairnError(Exception):
+    """Root of every error cairn raises deliberately."""
+
+    code = "cairn_error"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": str(self)}
+
+
+@dataclass(frozen=True)
+class DefinitionFault:
+    """One problem in a workflow definition: where it is and what is wrong.
+
+    ``code`` is stable (tests and tools match on it); ``message`` is for people.
+    ``node`` is ``None`` for faults of the workflow as a whole.
+    """
+
+    code: str
+    message: str
+    node: str | None = None
+
+    def __str__(self) -> str:
+        where = f"node {self.node!r}" if self.node is not None else "workflow"
+        return f"{where}: {self.message} [{self.code}]"
+
+
+class WorkflowDefinitionError(CairnError):
+    """A definition failed validation. ``faults`` lists every problem found, not the first."""
+
+    code = "invalid_definition"
+
+    def __init__(self, faults: list[DefinitionFault], source: str | None = None) -> None:
+        self.faults = list(faults)
+        self.source = source
+        head = f"{source}: " if source else ""
+        lines = "\n".join(f"  - {fault}" for fault in self.faults)
+        super().__init__(f"{head}{len(self.faults)} problem(s) in workflow definition:\n{lines}")
+
+    @property
+    def codes(self) -> list[str]:
+        return [fault.code for fault in self.faults]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "faults": [asdict(fault) for fault in self.faults]}
+
+
+class IllegalTransition(CairnError):
+    """A state change that the transition table does not allow. Nothing was changed."""
+
+    code = "illegal_transition"
+
+    def __init__(
+        self, machine: str, subject: str, current: str, target: str, why: str = ""
+    ) -> None:
+        self.machine = machine
+        self.subject = subject
+        self.current = current
+        self.target = target
+        detail = f": {why}" if why else ""
+        super().__init__(f"{machine} {subject}: {current} -> {target} is not allowed{detail}")
+
+
+class EventRejected(CairnError):
+    """An event the run cannot accept in its current state (e.g. a signal nobody waits for).
+
+    Like :class:`IllegalTransition`, it is raised before anything is written.
+    """
+
+    code = "event_rejected"
+
+
+class UnknownSignal(EventRejected):
+    code = "unknown_signal"
+
+
+class NotWaiting(EventRejected):
+    code = "not_waiting"
+
+
+class UnknownNode(EventRejected):
+    code = "unknown_node"
+
+
+class ConfigError(CairnError):
+    """Settings that cannot be used (unknown ``CAIRN_*`` variables, bad values)."""
+
+    code = "config_error"

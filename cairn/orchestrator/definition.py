@@ -1,0 +1,271 @@
+"""The compiled workflow model: what the YAML/JSON form and the Python builder both become.
+
+A definition is immutable and already validated (see :mod:`cairn.orchestrator.loader`):
+the decider and the workers can rely on every target existing, every handler being
+importable, every loop being bounded. Durations are :class:`~datetime.timedelta`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+from cairn.orchestrator.statuses import RunStatus
+
+
+@dataclass(frozen=True, eq=False)
+class Ref:
+    """A reference to a handler, guard or compensation as ``"package.module:attribute"``.
+
+    Equality is by path: the same definition loaded from a file and built in Python
+    compares equal. ``target`` is the imported object once resolved.
+    """
+
+    path: str
+    target: Callable[..., Any] | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Ref) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def __repr__(self) -> str:
+        return f"Ref({self.path!r})"
+
+    def resolve(self) -> Callable[..., Any]:
+        """The callable, importing it on first use."""
+        if self.target is not None:
+            return self.target
+        target = import_ref(self.path)
+        object.__setattr__(self, "target", target)
+        return target
+
+
+def import_ref(path: str) -> Callable[..., Any]:
+    """Import ``"module:attr.attr"``; raise ImportError/AttributeError/TypeError on failure."""
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ImportError(f"{path!r} is not of the form 'package.module:function'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"{path!r} is not callable")
+    return obj  # type: ignore[no-any-return]
+
+
+def ref_path_of(obj: Callable[..., Any]) -> str:
+    """The import path a worker in another process would use to find ``obj``."""
+    return f"{obj.__module__}:{obj.__qualname__}"
+
+
+class ErrorClass(StrEnum):
+    """How a failure should be answered. See ``docs/definitions.md``."""
+
+    TRANSIENT = "transient"  # retry: network blips, rate limits, timeouts
+    PERMANENT = "permanent"  # fail now (or take the fallback edge): bad input, 4xx
+    BUSINESS = "business"  # a rule said no: take the business edge
+
+
+class Jitter(StrEnum):
+    FULL = "full"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``attempts`` counts every try including the first: 1 means no retry."""
+
+    attempts: int = 1
+    backoff: timedelta = timedelta(seconds=1)
+    max_delay: timedelta = timedelta(minutes=5)
+    deadline: timedelta | None = None
+    jitter: Jitter = Jitter.FULL
+
+    def ceiling(self, attempt: int) -> timedelta:
+        """The backoff cap before the retry that follows failed ``attempt`` (1-based)."""
+        exponent = min(attempt - 1, 62)  # beyond this the cap is max_delay anyway
+        seconds = self.backoff.total_seconds() * 2.0**exponent
+        return timedelta(seconds=min(self.max_delay.total_seconds(), seconds))
+
+
+NO_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A conditional edge: ``guard(state)`` returns a label; ``cases`` maps labels to nodes."""
+
+    guard: Ref
+    cases: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Route:
+    """A routing table: look ``state[key]`` up in ``table``, else go to ``default``."""
+
+    key: str
+    table: Mapping[str, str]
+    default: str
+
+
+class JoinPolicyKind(StrEnum):
+    ALL = "all"
+    QUORUM = "quorum"
+    CRITICAL = "critical"
+
+
+class JoinRest(StrEnum):
+    """What happens to branches still running when a quorum is reached."""
+
+    CANCEL = "cancel"
+    FINISH = "finish"
+
+
+@dataclass(frozen=True)
+class Join:
+    policy: JoinPolicyKind = JoinPolicyKind.ALL
+    k: int | None = None
+    critical: tuple[str, ...] = ()
+    timeout: timedelta | None = None
+    rest: JoinRest = JoinRest.CANCEL
+
+
+@dataclass(frozen=True)
+class Node:
+    """Fields every kind of node shares."""
+
+    id: str
+    max_visits: int | None = None
+    retry: RetryPolicy = NO_RETRY
+    on_error: Mapping[ErrorClass, str] = field(default_factory=dict)
+    compensate: Ref | None = None
+    # How long one execution may take (a wait: how long it waits for a decision).
+    timeout: timedelta | None = None
+    # What a parallel branch contributes when it fails or times out and the join
+    # accepts that (critical policy, join timeout).
+    default: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    kind = "node"
+
+    def targets(self) -> Iterator[tuple[str, str]]:
+        """Every (label, target node) edge that leaves this node."""
+        for error_class, target in self.on_error.items():
+            yield f"failed:{error_class.value}", target
+
+
+@dataclass(frozen=True)
+class TaskNode(Node):
+    """Runs ``handler`` (if any), then follows ``next``, ``branch`` or ``route``.
+
+    A task with none of the three is a parallel branch: its continuation is its join.
+    """
+
+    handler: Ref | None = None
+    next: str | None = None
+    branch: Branch | None = None
+    route: Route | None = None
+
+    kind = "task"
+
+    def targets(self) -> Iterator[tuple[str, str]]:
+        if self.next is not None:
+            yield "succeeded", self.next
+        if self.branch is not None:
+            for label, target in self.branch.cases.items():
+                yield f"case:{label}", target
+        if self.route is not None:
+            for value, target in self.route.table.items():
+                yield f"route:{value}", target
+            yield "route:default", self.route.default
+        yield from super().targets()
+
+
+@dataclass(frozen=True)
+class WaitNode(Node):
+    """Holds the run (no worker, no lease, no message) until a signal or the timeout."""
+
+    signals: Mapping[str, str] = field(default_factory=dict)
+    on_timeout: str = ""  # where the run goes when ``timeout`` passes with no decision
+
+    kind = "wait"
+
+    def targets(self) -> Iterator[tuple[str, str]]:
+        for name, target in self.signals.items():
+            yield f"signal:{name}", target
+        yield "timeout", self.on_timeout
+        yield from super().targets()
+
+
+@dataclass(frozen=True)
+class ParallelNode(Node):
+    """Fans out to ``branches``; the join (kept in the run state) decides when to go on."""
+
+    branches: tuple[str, ...] = ()
+    join: Join = field(default_factory=Join)
+    next: str = ""
+
+    kind = "parallel"
+
+    def targets(self) -> Iterator[tuple[str, str]]:
+        for branch in self.branches:
+            yield "fan_out", branch
+        yield "joined", self.next
+        yield from super().targets()
+
+
+@dataclass(frozen=True)
+class EndNode(Node):
+    status: RunStatus = RunStatus.SUCCEEDED
+
+    kind = "end"
+
+
+AnyNode = TaskNode | WaitNode | ParallelNode | EndNode
+
+DEFAULT_CANCEL_TIMEOUT = timedelta(minutes=5)
+
+END_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+@dataclass(frozen=True)
+class WorkflowDefinition:
+    name: str
+    version: int
+    start: str
+    nodes: Mapping[str, AnyNode]
+    description: str = ""
+    # Workflow-wide bound for every node without its own max_visits.
+    max_visits: int | None = None
+    compensate_on_cancel: bool = False
+    # How long a cancelled run waits for running nodes to stop before detaching them.
+    cancel_timeout: timedelta = DEFAULT_CANCEL_TIMEOUT
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def node(self, node_id: str) -> AnyNode:
+        return self.nodes[node_id]
+
+    def visit_limit(self, node_id: str) -> int | None:
+        own = self.nodes[node_id].max_visits
+        return own if own is not None else self.max_visits
+
+    @cached_property
+    def branch_parents(self) -> Mapping[str, str]:
+        """Branch node id -> the parallel node that fans out to it."""
+        return {
+            branch: node.id
+            for node in self.nodes.values()
+            if isinstance(node, ParallelNode)
+            for branch in node.branches
+        }

@@ -1,0 +1,145 @@
+"""What happens to a run: the decider's inputs and the entries of the event log.
+
+Events are facts with a timestamp ``at`` (seconds since the epoch) taken by whoever
+records them — the decider never reads a clock. They are JSON on the wire:
+:func:`event_to_dict` and :func:`event_from_dict` are the only (de)serialisers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from cairn.errors import EventRejected
+from cairn.orchestrator.definition import ErrorClass
+
+
+class Phase(StrEnum):
+    """A node runs its handler (``run``) or, when the run is rolled back, its compensation."""
+
+    RUN = "run"
+    COMPENSATE = "compensate"
+
+
+@dataclass(frozen=True)
+class Event:
+    at: float
+    type: ClassVar[str] = "event"
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    input: Mapping[str, Any] = field(default_factory=dict)
+    type: ClassVar[str] = "run_started"
+
+
+@dataclass(frozen=True)
+class NodeSucceeded(Event):
+    node: str = ""
+    iteration: int = 1
+    attempt: int = 1
+    output: Mapping[str, Any] | None = None
+    phase: Phase = Phase.RUN
+    type: ClassVar[str] = "node_succeeded"
+
+
+@dataclass(frozen=True)
+class NodeFailed(Event):
+    node: str = ""
+    iteration: int = 1
+    attempt: int = 1
+    error_class: ErrorClass = ErrorClass.PERMANENT
+    message: str = ""
+    phase: Phase = Phase.RUN
+    type: ClassVar[str] = "node_failed"
+
+
+@dataclass(frozen=True)
+class NodeCancelled(Event):
+    """A worker stopped a node at a safe point after being asked to."""
+
+    node: str = ""
+    iteration: int = 1
+    attempt: int = 1
+    phase: Phase = Phase.RUN
+    type: ClassVar[str] = "node_cancelled"
+
+
+@dataclass(frozen=True)
+class SignalReceived(Event):
+    """A decision from outside (a human's approval, a webhook).
+
+    ``signal_id`` makes delivery idempotent. ``wait`` and ``iteration``, when given, name
+    the exact wait being answered, so a late second decision is refused instead of
+    answering a later visit of the same wait.
+    """
+
+    name: str = ""
+    signal_id: str = ""
+    payload: Mapping[str, Any] | None = None
+    actor: str | None = None
+    wait: str | None = None
+    iteration: int | None = None
+    type: ClassVar[str] = "signal_received"
+
+
+@dataclass(frozen=True)
+class TimerFired(Event):
+    timer_id: str = ""
+    type: ClassVar[str] = "timer_fired"
+
+
+@dataclass(frozen=True)
+class CancelRequested(Event):
+    reason: str = ""
+    actor: str | None = None
+    type: ClassVar[str] = "cancel_requested"
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        RunStarted,
+        NodeSucceeded,
+        NodeFailed,
+        NodeCancelled,
+        SignalReceived,
+        TimerFired,
+        CancelRequested,
+    )
+}
+
+_ENUM_FIELDS: dict[str, type[StrEnum]] = {"phase": Phase, "error_class": ErrorClass}
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    data: dict[str, Any] = {"type": event.type}
+    for item in fields(event):
+        value = getattr(event, item.name)
+        data[item.name] = dict(value) if isinstance(value, Mapping) else value
+    return data
+
+
+def event_from_dict(data: Mapping[str, Any]) -> Event:
+    """Rebuild an event; unknown types and fields are refused with :class:`EventRejected`."""
+    kind = data.get("type")
+    cls = EVENT_TYPES.get(str(kind))
+    if cls is None:
+        raise EventRejected(f"unknown event type {kind!r}; known: {sorted(EVENT_TYPES)}")
+    names = {item.name for item in fields(cls)}
+    unknown = set(data) - names - {"type"}
+    if unknown:
+        raise EventRejected(f"{kind} has no field(s) {sorted(unknown)}")
+    kwargs: dict[str, Any] = {}
+    for name in names & set(data):
+        value = data[name]
+        enum = _ENUM_FIELDS.get(name)
+        try:
+            kwargs[name] = enum(value) if enum is not None else value
+        except ValueError as exc:
+            raise EventRejected(f"{kind}.{name}: {exc}") from exc
+    if "at" not in kwargs:
+        raise EventRejected(f"{kind} needs 'at'")
+    return cls(**kwargs)

@@ -1,0 +1,555 @@
+"""Compile the declarative form (a mapping, YAML or JSON) into a :class:`WorkflowDefinition`.
+
+Parsing never stops at the first problem: every fault in the shape is collected, then
+the graph checks of :mod:`cairn.orchestrator.validation` run on whatever parsed, and one
+:class:`~cairn.errors.WorkflowDefinitionError` reports all of them. Unknown keys are
+kept in ``extra`` (the file form is a contract that may grow), never an error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cairn.durations import parse_duration
+from cairn.errors import DefinitionFault, WorkflowDefinitionError
+from cairn.orchestrator.definition import (
+    DEFAULT_CANCEL_TIMEOUT,
+    END_STATUSES,
+    NO_RETRY,
+    AnyNode,
+    Branch,
+    EndNode,
+    ErrorClass,
+    Jitter,
+    Join,
+    JoinPolicyKind,
+    JoinRest,
+    ParallelNode,
+    Ref,
+    RetryPolicy,
+    Route,
+    TaskNode,
+    WaitNode,
+    WorkflowDefinition,
+    import_ref,
+    ref_path_of,
+)
+from cairn.orchestrator.statuses import RunStatus
+from cairn.orchestrator.validation import validate_graph
+
+NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+KIND_KEYS = ("end", "wait", "parallel")
+EDGE_KEYS = ("next", "branch", "route")
+COMMON_KEYS = {"max_visits", "retry", "on_error", "compensate", "timeout", "default"}
+TASK_KEYS = COMMON_KEYS | {"handler", *EDGE_KEYS}
+WAIT_KEYS = COMMON_KEYS | {"wait"}
+PARALLEL_KEYS = COMMON_KEYS | {"parallel", "join", "next"}
+END_KEYS = {"end"}
+TOP_KEYS = {
+    "name",
+    "version",
+    "start",
+    "nodes",
+    "description",
+    "max_visits",
+    "compensate_on_cancel",
+    "cancel_timeout",
+}
+
+
+def load_definition(
+    spec: object, *, source: str | None = None, resolve: bool = True
+) -> WorkflowDefinition:
+    """Compile a definition mapping; raise :class:`WorkflowDefinitionError` with every fault.
+
+    ``resolve`` imports every handler, guard and compensation now, so a definition that
+    loads is one a worker can run. Turn it off only to inspect a definition whose code is
+    not installed here (``cairn describe``).
+    """
+    faults: list[DefinitionFault] = []
+    if isinstance(spec, ParsedSpec):
+        faults, spec = list(spec.faults), spec.data
+    parser = _Parser(resolve=resolve, faults=faults)
+    definition = parser.workflow(spec)
+    if definition is not None:
+        parser.faults.extend(validate_graph(definition))
+    if parser.faults:
+        raise WorkflowDefinitionError(parser.faults, source=source)
+    assert definition is not None
+    return definition
+
+
+def load_file(path: str | Path, *, resolve: bool = True) -> WorkflowDefinition:
+    """Load a ``.yaml``/``.yml``/``.json`` definition file. Duplicate keys are faults."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    return load_definition(
+        parse_text(text, path.suffix, source=str(path)), source=str(path), resolve=resolve
+    )
+
+
+def parse_text(text: str, suffix: str = ".yaml", *, source: str | None = None) -> Any:
+    """Parse definition text, reporting duplicate keys (YAML and JSON both drop them silently).
+
+    Duplicates come back inside a :class:`ParsedSpec` so that they join the other faults
+    instead of hiding them.
+    """
+    is_json = suffix.lower() == ".json"
+    try:
+        data = json.loads(text) if is_json else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        kind = "JSON" if is_json else "YAML"
+        raise WorkflowDefinitionError(
+            [DefinitionFault("syntax", f"not valid {kind}: {exc}")], source=source
+        ) from exc
+    try:  # JSON is (near enough) YAML, so one composer finds duplicates in both
+        duplicates = list(_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), ()))
+    except yaml.YAMLError:
+        duplicates = []
+    return ParsedSpec(data, duplicates) if duplicates else data
+
+
+class ParsedSpec:
+    """Parsed data plus the faults found while parsing it (duplicate keys)."""
+
+    def __init__(self, data: Any, faults: list[DefinitionFault]) -> None:
+        self.data = data
+        self.faults = faults
+
+
+def _duplicate_keys(node: yaml.Node | None, path: tuple[str, ...]) -> Iterator[DefinitionFault]:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            if key in seen:
+                owner = key if path == ("nodes",) else (path[1] if path[:1] == ("nodes",) else None)
+                where = ".".join(path) or "the top level"
+                yield DefinitionFault(
+                    "duplicate_name", f"{key!r} is defined more than once in {where}", owner
+                )
+            seen.add(key)
+            yield from _duplicate_keys(value_node, (*path, key))
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            yield from _duplicate_keys(item, path)
+
+
+class _Parser:
+    """Turns a raw mapping into model objects, recording a fault for each bad field.
+
+    Each method returns ``None`` (or a safe placeholder) for what it cannot parse, so one
+    bad field never hides the faults in the rest of the definition.
+    """
+
+    def __init__(self, *, resolve: bool, faults: list[DefinitionFault]) -> None:
+        self.resolve = resolve
+        self.faults = faults
+
+    def fault(self, code: str, message: str, node: str | None = None) -> None:
+        self.faults.append(DefinitionFault(code, message, node))
+
+    # -- the workflow -------------------------------------------------------------------
+
+    def workflow(self, spec: object) -> WorkflowDefinition | None:
+        if not isinstance(spec, Mapping):
+            self.fault("not_a_mapping", f"a definition is a mapping, got {type(spec).__name__}")
+            return None
+        name = spec.get("name")
+        if not isinstance(name, str) or not NAME_PATTERN.match(name):
+            self.fault("bad_name", f"'name' must be an identifier-like string, got {name!r}")
+            name = "<unnamed>"
+        version = spec.get("version")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            self.fault("bad_version", f"'version' must be a positive integer, got {version!r}")
+            version = 0
+        start = spec.get("start")
+        if not isinstance(start, str) or not start:
+            self.fault("missing_start", f"'start' must name the first node, got {start!r}")
+            start = ""
+        raw_nodes = spec.get("nodes")
+        if not isinstance(raw_nodes, Mapping) or not raw_nodes:
+            self.fault("no_nodes", "'nodes' must be a non-empty mapping of node id to node")
+            raw_nodes = {}
+        nodes: dict[str, AnyNode] = {}
+        for raw_id, raw in raw_nodes.items():
+            node_id = str(raw_id)
+            if not NAME_PATTERN.match(node_id):
+                self.fault("bad_name", f"node id {node_id!r} is not identifier-like", node_id)
+            node = self.node(node_id, raw)
+            if node is not None:
+                nodes[node_id] = node
+        max_visits = self.positive_int(spec.get("max_visits"), "max_visits", None)
+        compensate_on_cancel = spec.get("compensate_on_cancel", False)
+        if not isinstance(compensate_on_cancel, bool):
+            self.fault("bad_value", "'compensate_on_cancel' must be true or false")
+            compensate_on_cancel = False
+        description = spec.get("description", "")
+        cancel_timeout = self.duration(spec.get("cancel_timeout"), None, "cancel_timeout")
+        return WorkflowDefinition(
+            name=name,
+            version=version,
+            start=start,
+            nodes=nodes,
+            description=str(description or ""),
+            max_visits=max_visits,
+            compensate_on_cancel=compensate_on_cancel,
+            cancel_timeout=cancel_timeout or DEFAULT_CANCEL_TIMEOUT,
+            extra={k: v for k, v in spec.items() if k not in TOP_KEYS},
+        )
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def node(self, node_id: str, raw: object) -> AnyNode | None:
+        if not isinstance(raw, Mapping):
+            self.fault("not_a_mapping", f"a node is a mapping, got {type(raw).__name__}", node_id)
+            return None
+        kinds = [key for key in KIND_KEYS if key in raw]
+        has_task_keys = "handler" in raw or "branch" in raw or "route" in raw
+        if has_task_keys or ("next" in raw and "parallel" not in raw):
+            kinds.append("task")
+        if len(kinds) > 1:
+            self.fault(
+                "ambiguous_node",
+                f"a node is exactly one of handler/edges, wait, parallel or end; this one has "
+                f"{' and '.join(kinds)}",
+                node_id,
+            )
+            return None
+        if not kinds:
+            self.fault(
+                "empty_node",
+                "a node needs a handler, an edge (next/branch/route), wait, parallel or end",
+                node_id,
+            )
+            return None
+        kind = kinds[0]
+        if kind == "end":
+            return self.end_node(node_id, raw)
+        common = self.common(node_id, raw)
+        if kind == "wait":
+            return self.wait_node(node_id, raw, common)
+        if kind == "parallel":
+            return self.parallel_node(node_id, raw, common)
+        return self.task_node(node_id, raw, common)
+
+    def common(self, node_id: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+        on_error: dict[ErrorClass, str] = {}
+        raw_on_error = raw.get("on_error", {})
+        if not isinstance(raw_on_error, Mapping):
+            self.fault("bad_value", "'on_error' maps error classes to nodes", node_id)
+            raw_on_error = {}
+        for error_class, target in raw_on_error.items():
+            try:
+                on_error[ErrorClass(error_class)] = self.target(target, node_id, "on_error")
+            except ValueError:
+                known = ", ".join(c.value for c in ErrorClass)
+                self.fault(
+                    "bad_value", f"on_error class {error_class!r} is not one of {known}", node_id
+                )
+        default = raw.get("default")
+        if default is not None and not isinstance(default, Mapping):
+            self.fault("bad_value", "'default' must be a mapping merged into the state", node_id)
+            default = None
+        return {
+            "max_visits": self.positive_int(raw.get("max_visits"), "max_visits", node_id),
+            "retry": self.retry(node_id, raw.get("retry")),
+            "on_error": on_error,
+            "compensate": self.ref(raw.get("compensate"), node_id, "compensate"),
+            "timeout": self.duration(raw.get("timeout"), node_id, "timeout"),
+            "default": default,
+        }
+
+    def task_node(self, node_id: str, raw: Mapping[str, Any], common: dict[str, Any]) -> TaskNode:
+        edges = [key for key in EDGE_KEYS if key in raw]
+        if len(edges) > 1:
+            self.fault(
+                "conflicting_edges", f"use one of next, branch or route, not {edges}", node_id
+            )
+        next_node = self.target(raw["next"], node_id, "next") if "next" in raw else None
+        return TaskNode(
+            id=node_id,
+            handler=self.ref(raw.get("handler"), node_id, "handler"),
+            next=next_node,
+            branch=self.branch(node_id, raw["branch"]) if "branch" in raw else None,
+            route=self.route(node_id, raw["route"]) if "route" in raw else None,
+            extra={k: v for k, v in raw.items() if k not in TASK_KEYS},
+            **common,
+        )
+
+    def branch(self, node_id: str, raw: object) -> Branch | None:
+        if not isinstance(raw, Mapping):
+            self.fault("bad_value", "'branch' is a mapping with 'guard' and 'cases'", node_id)
+            return None
+        guard = self.ref(raw.get("guard"), node_id, "guard")
+        if guard is None:
+            self.fault("missing_guard", "'branch' needs a 'guard' (module:function)", node_id)
+        cases = self.label_map(node_id, raw.get("cases"), "cases")
+        if guard is None or cases is None:
+            return None
+        return Branch(guard=guard, cases=cases)
+
+    def route(self, node_id: str, raw: object) -> Route | None:
+        if not isinstance(raw, Mapping):
+            self.fault(
+                "bad_value", "'route' is a mapping with 'key', 'table' and 'default'", node_id
+            )
+            return None
+        key = raw.get("key")
+        if not isinstance(key, str) or not key:
+            self.fault("bad_value", "'route.key' must name a state field", node_id)
+        table = self.label_map(node_id, raw.get("table"), "table")
+        default = raw.get("default")
+        if default is None:
+            self.fault(
+                "route_without_default",
+                "a routing table needs a 'default' target for values not in the table",
+                node_id,
+            )
+        if not isinstance(key, str) or table is None or default is None:
+            return None
+        return Route(key=key, table=table, default=self.target(default, node_id, "default"))
+
+    def wait_node(self, node_id: str, raw: Mapping[str, Any], common: dict[str, Any]) -> WaitNode:
+        spec = raw["wait"]
+        if not isinstance(spec, Mapping):
+            self.fault(
+                "bad_value", "'wait' is a mapping with 'signals', 'timeout', 'on_timeout'", node_id
+            )
+            spec = {}
+        signals = self.label_map(node_id, spec.get("signals"), "signals") or {}
+        timeout = self.duration(spec.get("timeout"), node_id, "wait.timeout") or common["timeout"]
+        on_timeout = spec.get("on_timeout")
+        if timeout is None or on_timeout is None:
+            missing = " and ".join(
+                key
+                for key, value in (("timeout", timeout), ("on_timeout", on_timeout))
+                if value is None
+            )
+            self.fault(
+                "wait_without_timeout",
+                f"a wait must say how long it waits and where it goes then (missing {missing})",
+                node_id,
+            )
+        common["timeout"] = timeout
+        extra = {k: v for k, v in raw.items() if k not in WAIT_KEYS}
+        extra.update(
+            {
+                f"wait.{k}": v
+                for k, v in spec.items()
+                if k not in {"signals", "timeout", "on_timeout"}
+            }
+        )
+        return WaitNode(
+            id=node_id,
+            signals=signals,
+            on_timeout=self.target(on_timeout, node_id, "on_timeout") if on_timeout else "",
+            extra=extra,
+            **common,
+        )
+
+    def parallel_node(
+        self, node_id: str, raw: Mapping[str, Any], common: dict[str, Any]
+    ) -> ParallelNode:
+        branches_raw = raw["parallel"]
+        branches: list[str] = []
+        if not isinstance(branches_raw, list) or not branches_raw:
+            self.fault("bad_value", "'parallel' is a non-empty list of branch nodes", node_id)
+        else:
+            for branch in branches_raw:
+                name = str(branch)
+                if name in branches:
+                    self.fault("duplicate_name", f"branch {name!r} is listed twice", node_id)
+                    continue
+                branches.append(name)
+        join = self.join(node_id, raw.get("join", {}), branches)
+        next_node = raw.get("next")
+        if next_node is None:
+            self.fault(
+                "missing_next",
+                "a parallel node needs 'next': where the run goes after the join",
+                node_id,
+            )
+        return ParallelNode(
+            id=node_id,
+            branches=tuple(branches),
+            join=join,
+            next=self.target(next_node, node_id, "next") if next_node is not None else "",
+            extra={k: v for k, v in raw.items() if k not in PARALLEL_KEYS},
+            **common,
+        )
+
+    def join(self, node_id: str, raw: object, branches: list[str]) -> Join:
+        if not isinstance(raw, Mapping):
+            self.fault(
+                "bad_value", "'join' is a mapping with 'policy' (all, quorum, critical)", node_id
+            )
+            return Join()
+        try:
+            policy = JoinPolicyKind(raw.get("policy", "all"))
+        except ValueError:
+            known = ", ".join(p.value for p in JoinPolicyKind)
+            self.fault(
+                "bad_value", f"join policy {raw.get('policy')!r} is not one of {known}", node_id
+            )
+            policy = JoinPolicyKind.ALL
+        k = raw.get("k")
+        if policy is JoinPolicyKind.QUORUM:
+            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(branches):
+                self.fault(
+                    "quorum_out_of_range",
+                    f"quorum k must be an integer from 1 to {len(branches)} (the number of "
+                    f"branches), got {k!r}",
+                    node_id,
+                )
+                k = None
+        elif k is not None:
+            self.fault("bad_value", "'k' only applies to the quorum policy", node_id)
+            k = None
+        critical_raw = raw.get("critical", [])
+        critical: tuple[str, ...] = ()
+        if not isinstance(critical_raw, list):
+            self.fault("bad_value", "'critical' is a list of branch names", node_id)
+        else:
+            critical = tuple(str(name) for name in critical_raw)
+        if policy is JoinPolicyKind.CRITICAL and not critical:
+            self.fault(
+                "bad_value", "the critical policy needs a non-empty 'critical' list", node_id
+            )
+        for name in critical:
+            if name not in branches:
+                self.fault(
+                    "join_unknown_branch",
+                    f"critical branch {name!r} is not one of this node's branches",
+                    node_id,
+                )
+        try:
+            rest = JoinRest(raw.get("rest", "cancel"))
+        except ValueError:
+            self.fault("bad_value", "'rest' is 'cancel' or 'finish'", node_id)
+            rest = JoinRest.CANCEL
+        return Join(
+            policy=policy,
+            k=k,
+            critical=critical,
+            timeout=self.duration(raw.get("timeout"), node_id, "join.timeout"),
+            rest=rest,
+        )
+
+    def end_node(self, node_id: str, raw: Mapping[str, Any]) -> EndNode:
+        value = raw["end"]
+        try:
+            status = RunStatus(value)
+            if status not in END_STATUSES:
+                raise ValueError(value)
+        except ValueError:
+            known = ", ".join(s.value for s in END_STATUSES)
+            self.fault("bad_value", f"'end' must be one of {known}, got {value!r}", node_id)
+            status = RunStatus.FAILED
+        extra = {k: v for k, v in raw.items() if k not in END_KEYS}
+        return EndNode(id=node_id, status=status, extra=extra)
+
+    # -- fields -------------------------------------------------------------------------
+
+    def retry(self, node_id: str, raw: object) -> RetryPolicy:
+        if raw is None:
+            return NO_RETRY
+        if not isinstance(raw, Mapping):
+            self.fault(
+                "bad_value", "'retry' is a mapping (attempts, backoff, max_delay, ...)", node_id
+            )
+            return NO_RETRY
+        attempts = self.positive_int(raw.get("attempts", 1), "retry.attempts", node_id) or 1
+        backoff = self.duration(raw.get("backoff", 1), node_id, "retry.backoff")
+        max_delay = self.duration(raw.get("max_delay", 300), node_id, "retry.max_delay")
+        deadline = self.duration(raw.get("deadline"), node_id, "retry.deadline")
+        try:
+            jitter = Jitter(raw.get("jitter", "full"))
+        except ValueError:
+            self.fault("bad_value", "'retry.jitter' is 'full' or 'none'", node_id)
+            jitter = Jitter.FULL
+        return RetryPolicy(
+            attempts=attempts,
+            backoff=backoff or NO_RETRY.backoff,
+            max_delay=max_delay or NO_RETRY.max_delay,
+            deadline=deadline,
+            jitter=jitter,
+        )
+
+    def ref(self, raw: object, node_id: str, what: str) -> Ref | None:
+        if raw is None:
+            return None
+        if callable(raw):
+            path = ref_path_of(raw)
+            try:
+                found = import_ref(path)
+            except (ImportError, AttributeError, TypeError):
+                found = None
+            if found is not raw:
+                self.fault(
+                    "unresolved_import",
+                    f"{what} {path!r} cannot be imported by name (a lambda or nested "
+                    "function?); workers in other processes find code by import path",
+                    node_id,
+                )
+            return Ref(path, raw)
+        if not isinstance(raw, str):
+            self.fault(
+                "bad_value", f"{what} must be 'package.module:function', got {raw!r}", node_id
+            )
+            return None
+        if not self.resolve:
+            return Ref(raw)
+        try:
+            return Ref(raw, import_ref(raw))
+        except Exception as exc:  # any import-time failure is the definition's fault
+            self.fault("unresolved_import", f"{what} {raw!r} cannot be imported: {exc}", node_id)
+            return Ref(raw)
+
+    def duration(self, raw: object, node_id: str | None, what: str) -> timedelta | None:
+        if raw is None:
+            return None
+        try:
+            return parse_duration(raw)
+        except ValueError as exc:
+            self.fault("bad_duration", f"{what}: {exc}", node_id)
+            return None
+
+    def positive_int(self, raw: object, what: str, node_id: str | None) -> int | None:
+        if raw is None:
+            return None
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+            self.fault("bad_value", f"'{what}' must be a positive integer, got {raw!r}", node_id)
+            return None
+        return raw
+
+    def target(self, raw: object, node_id: str, what: str) -> str:
+        if not isinstance(raw, str) or not raw:
+            self.fault("bad_value", f"{what} must name a node, got {raw!r}", node_id)
+            return ""
+        return raw
+
+    def label_map(self, node_id: str, raw: object, what: str) -> dict[str, str] | None:
+        """A mapping of labels to target nodes (branch cases, route table, wait signals)."""
+        if not isinstance(raw, Mapping) or not raw:
+            self.fault(
+                "bad_value", f"'{what}' must be a non-empty mapping of label to node", node_id
+            )
+            return None
+        return {
+            _label(key): self.target(value, node_id, f"{what}.{key}") for key, value in raw.items()
+        }
+
+
+def _label(key: object) -> str:
+    """YAML reads an unquoted ``true:`` as a bool; a guard's ``True`` means the same label."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key)

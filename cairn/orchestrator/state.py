@@ -1,0 +1,206 @@
+"""The run state the decider folds events into: plain data, JSON-serialisable.
+
+Node, join, timer and compensation entries are frozen; the decider replaces them rather
+than mutating them, so :meth:`RunState.copy` only needs to copy the containers and a
+decision never changes the state it was given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from cairn.orchestrator.events import Phase
+from cairn.orchestrator.statuses import NodeStatus, RunStatus
+
+STATE_FORMAT = 1
+
+
+class BranchOutcome(StrEnum):
+    PENDING = "pending"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEFAULTED = "defaulted"  # failed or timed out, and contributes its declared default
+    CANCELLED = "cancelled"
+
+
+class TimerKind(StrEnum):
+    RETRY = "retry"
+    WAIT = "wait"
+    NODE_TIMEOUT = "node_timeout"
+    JOIN_TIMEOUT = "join_timeout"
+    CANCEL = "cancel"
+    COMPENSATION_RETRY = "compensation_retry"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """The latest execution of one node: its key is (run, node, iteration)."""
+
+    node: str
+    iteration: int
+    status: NodeStatus
+    attempt: int = 1
+    first_at: float = 0.0  # when attempt 1 was dispatched: the retry deadline counts from it
+    error_class: str | None = None
+    error: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.status in (NodeStatus.SCHEDULED, NodeStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class JoinState:
+    node: str
+    iteration: int
+    outcomes: Mapping[str, BranchOutcome]
+    outputs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    done: bool = False
+
+    def with_outcome(
+        self, branch: str, outcome: BranchOutcome, output: Mapping[str, Any] | None = None
+    ) -> JoinState:
+        outputs = dict(self.outputs)
+        if output is not None:
+            outputs[branch] = output
+        return replace(self, outcomes={**self.outcomes, branch: outcome}, outputs=outputs)
+
+
+@dataclass(frozen=True)
+class TimerState:
+    timer_id: str
+    kind: TimerKind
+    due_at: float
+    node: str | None = None
+    iteration: int | None = None
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class CompletedStep:
+    """A succeeded execution whose node declares a compensation (the saga's undo stack)."""
+
+    node: str
+    iteration: int
+
+
+@dataclass(frozen=True)
+class Compensation:
+    """Compensations still to run, last-completed first; ``current`` is in flight."""
+
+    pending: tuple[CompletedStep, ...]
+    final_status: RunStatus
+    reason: str | None
+    current: NodeState | None = None
+
+
+@dataclass
+class RunState:
+    run_id: str
+    workflow: str
+    version: int
+    status: RunStatus = RunStatus.PENDING
+    vars: dict[str, Any] = field(default_factory=dict)
+    nodes: dict[str, NodeState] = field(default_factory=dict)
+    visits: dict[str, int] = field(default_factory=dict)
+    joins: dict[str, JoinState] = field(default_factory=dict)
+    timers: dict[str, TimerState] = field(default_factory=dict)
+    compensable: list[CompletedStep] = field(default_factory=list)
+    compensation: Compensation | None = None
+    signals_seen: list[str] = field(default_factory=list)
+    cancel: dict[str, Any] | None = None
+    reason: str | None = None
+    steps: int = 0
+    started_at: float | None = None
+    updated_at: float | None = None
+
+    def copy(self) -> RunState:
+        return replace(
+            self,
+            vars=dict(self.vars),
+            nodes=dict(self.nodes),
+            visits=dict(self.visits),
+            joins=dict(self.joins),
+            timers=dict(self.timers),
+            compensable=list(self.compensable),
+            signals_seen=list(self.signals_seen),
+            cancel=dict(self.cancel) if self.cancel is not None else None,
+        )
+
+    @property
+    def active_nodes(self) -> list[NodeState]:
+        """Executions a worker may be running now."""
+        return [state for state in self.nodes.values() if state.active]
+
+    @property
+    def waiting_on(self) -> NodeState | None:
+        return next((s for s in self.nodes.values() if s.status is NodeStatus.WAITING), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["format"] = STATE_FORMAT
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunState:
+        comp = data.get("compensation")
+        return cls(
+            run_id=data["run_id"],
+            workflow=data["workflow"],
+            version=data["version"],
+            status=RunStatus(data["status"]),
+            vars=dict(data.get("vars", {})),
+            nodes={k: _node(v) for k, v in data.get("nodes", {}).items()},
+            visits=dict(data.get("visits", {})),
+            joins={k: _join(v) for k, v in data.get("joins", {}).items()},
+            timers={k: _timer(v) for k, v in data.get("timers", {}).items()},
+            compensable=[CompletedStep(**step) for step in data.get("compensable", [])],
+            compensation=None
+            if comp is None
+            else Compensation(
+                pending=tuple(CompletedStep(**step) for step in comp["pending"]),
+                final_status=RunStatus(comp["final_status"]),
+                reason=comp.get("reason"),
+                current=_node(comp["current"]) if comp.get("current") else None,
+            ),
+            signals_seen=list(data.get("signals_seen", [])),
+            cancel=data.get("cancel"),
+            reason=data.get("reason"),
+            steps=data.get("steps", 0),
+            started_at=data.get("started_at"),
+            updated_at=data.get("updated_at"),
+        )
+
+
+def _node(data: Mapping[str, Any]) -> NodeState:
+    return NodeState(**{**data, "status": NodeStatus(data["status"])})
+
+
+def _join(data: Mapping[str, Any]) -> JoinState:
+    return JoinState(
+        node=data["node"],
+        iteration=data["iteration"],
+        outcomes={k: BranchOutcome(v) for k, v in data["outcomes"].items()},
+        outputs=dict(data.get("outputs", {})),
+        done=data.get("done", False),
+    )
+
+
+def _timer(data: Mapping[str, Any]) -> TimerState:
+    return TimerState(**{**data, "kind": TimerKind(data["kind"])})
+
+
+__all__ = [
+    "BranchOutcome",
+    "CompletedStep",
+    "Compensation",
+    "JoinState",
+    "NodeState",
+    "Phase",
+    "RunState",
+    "TimerKind",
+    "TimerState",
+]

@@ -1,0 +1,130 @@
+"""Run and node-execution statuses, each with its explicit transition table.
+
+Every status change in cairn goes through :func:`advance_run` or :func:`advance_node`.
+The tables below are the whole truth: a change not listed raises
+:class:`~cairn.errors.IllegalTransition` and the caller has changed nothing yet, because
+both functions are checks that run before any write. The store (a later layer) writes
+the same tables as guarded ``UPDATE ... WHERE status IN (...)`` statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+from cairn.errors import IllegalTransition
+
+
+class RunStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"
+    CANCELLING = "cancelling"
+    COMPENSATING = "compensating"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    COMPENSATED = "compensated"
+    ROLLED_BACK = "rolled_back"
+
+    @property
+    def terminal(self) -> bool:
+        return self in RUN_TERMINAL
+
+
+RUN_TERMINAL = frozenset(
+    {
+        RunStatus.SUCCEEDED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+        RunStatus.COMPENSATED,
+        RunStatus.ROLLED_BACK,
+    }
+)
+
+_R = RunStatus
+RUN_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
+    # A run that fails before its first step (e.g. its start node is over its visit
+    # limit) goes straight to failed; one cancelled before it started has nothing to stop.
+    _R.PENDING: frozenset({_R.RUNNING, _R.WAITING, _R.FAILED, _R.SUCCEEDED, _R.CANCELLED}),
+    _R.RUNNING: frozenset(
+        {_R.WAITING, _R.CANCELLING, _R.COMPENSATING, _R.SUCCEEDED, _R.FAILED, _R.CANCELLED}
+    ),
+    # A wait's signal or timeout may lead straight to an end node.
+    _R.WAITING: frozenset(
+        {_R.RUNNING, _R.CANCELLING, _R.COMPENSATING, _R.SUCCEEDED, _R.FAILED, _R.CANCELLED}
+    ),
+    # Cancelling drains the running nodes, then compensates (if the workflow asks) or ends.
+    _R.CANCELLING: frozenset({_R.COMPENSATING, _R.CANCELLED}),
+    # Compensation ends compensated, cancelled (compensate-on-cancel), or failed when a
+    # compensation itself cannot be carried out.
+    _R.COMPENSATING: frozenset({_R.COMPENSATED, _R.CANCELLED, _R.FAILED, _R.ROLLED_BACK}),
+    _R.SUCCEEDED: frozenset(),
+    _R.FAILED: frozenset(),
+    _R.CANCELLED: frozenset(),
+    _R.COMPENSATED: frozenset(),
+    _R.ROLLED_BACK: frozenset(),
+}
+
+
+class NodeStatus(StrEnum):
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    WAITING = "waiting"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def terminal(self) -> bool:
+        return self in NODE_TERMINAL
+
+
+NODE_TERMINAL = frozenset(
+    {
+        NodeStatus.SUCCEEDED,
+        NodeStatus.FAILED,
+        NodeStatus.CANCELLED,
+        NodeStatus.SKIPPED,
+        NodeStatus.TIMED_OUT,
+    }
+)
+
+_N = NodeStatus
+NODE_TRANSITIONS: Mapping[NodeStatus, frozenset[NodeStatus]] = {
+    # scheduled -> succeeded/failed directly: a worker's claim (scheduled -> running) is
+    # recorded in the idempotency table, and the run's view may learn of it only with
+    # the result, so the run does not pay a commit per claim.
+    _N.SCHEDULED: frozenset(
+        {_N.RUNNING, _N.SUCCEEDED, _N.FAILED, _N.RETRYING, _N.CANCELLED, _N.SKIPPED, _N.TIMED_OUT}
+    ),
+    _N.RUNNING: frozenset({_N.SUCCEEDED, _N.FAILED, _N.RETRYING, _N.CANCELLED, _N.TIMED_OUT}),
+    # A wait node is decided by a signal (succeeded), its timeout, or a cancel.
+    _N.WAITING: frozenset({_N.SUCCEEDED, _N.TIMED_OUT, _N.CANCELLED}),
+    # A retry timer re-dispatches the same key with the next attempt.
+    _N.RETRYING: frozenset({_N.SCHEDULED, _N.CANCELLED}),
+    _N.SUCCEEDED: frozenset(),
+    _N.FAILED: frozenset(),
+    _N.CANCELLED: frozenset(),
+    _N.SKIPPED: frozenset(),
+    _N.TIMED_OUT: frozenset(),
+}
+
+
+def advance_run(subject: str, current: RunStatus, target: RunStatus) -> RunStatus:
+    """Check that a run may move from ``current`` to ``target``; return ``target``."""
+    if target not in RUN_TRANSITIONS[current]:
+        why = "the run is finished" if current.terminal else ""
+        raise IllegalTransition("run", subject, current.value, target.value, why)
+    return target
+
+
+def advance_node(subject: str, current: NodeStatus, target: NodeStatus) -> NodeStatus:
+    """Check that a node execution may move from ``current`` to ``target``; return ``target``."""
+    if target not in NODE_TRANSITIONS[current]:
+        why = "the node execution is finished" if current.terminal else ""
+        raise IllegalTransition("node", subject, current.value, target.value, why)
+    return target

@@ -1,0 +1,134 @@
+"""The workflow's own transition table: every move a run of it can make, enumerated.
+
+Each row is (from, event, guard, to). ``from`` and ``to`` are node ids or pseudo-nodes:
+``(start)`` before the first node and ``(succeeded)``, ``(failed)``, ``(cancelled)``
+for the run's ends. The decider records the moves it makes with the same (from, event,
+to) triples, so a test can check that every move ever made is a row of this table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from cairn.durations import format_duration
+from cairn.orchestrator.decider import START, outcome_node
+from cairn.orchestrator.definition import (
+    EndNode,
+    ErrorClass,
+    JoinPolicyKind,
+    ParallelNode,
+    TaskNode,
+    WaitNode,
+    WorkflowDefinition,
+)
+from cairn.orchestrator.statuses import RunStatus
+
+
+@dataclass(frozen=True)
+class TransitionRow:
+    source: str
+    event: str
+    guard: str
+    target: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def transition_table(definition: WorkflowDefinition) -> list[TransitionRow]:
+    rows = [TransitionRow(START, "started", "", definition.start)]
+    failed = outcome_node(RunStatus.FAILED)
+    for node_id, node in definition.nodes.items():
+        parent = definition.branch_parents.get(node_id)
+        if isinstance(node, EndNode):
+            rows.append(TransitionRow(node_id, "end", "", outcome_node(node.status)))
+            continue
+        if isinstance(node, TaskNode):
+            rows.extend(_task_rows(node))
+        elif isinstance(node, WaitNode):
+            for name, target in node.signals.items():
+                rows.append(TransitionRow(node_id, f"signal:{name}", "", target))
+            timeout = format_duration(node.timeout) if node.timeout else "?"
+            rows.append(
+                TransitionRow(node_id, "timeout", f"no decision within {timeout}", node.on_timeout)
+            )
+        elif isinstance(node, ParallelNode):
+            for branch in node.branches:
+                rows.append(TransitionRow(node_id, "fan_out", "", branch))
+            rows.append(TransitionRow(node_id, "joined", _join_guard(node), node.next))
+        if node.retry.attempts > 1:
+            rows.append(
+                TransitionRow(
+                    node_id, "retry", f"transient failure, attempt < {node.retry.attempts}", node_id
+                )
+            )
+        if parent is not None:
+            rows.append(TransitionRow(node_id, "branch_succeeded", "", parent))
+            rows.append(TransitionRow(node_id, "branch_failed", "", parent))
+        elif not isinstance(node, WaitNode):
+            classes = [ErrorClass.PERMANENT] if isinstance(node, ParallelNode) else list(ErrorClass)
+            for error_class in classes:
+                guard = (
+                    "retries exhausted"
+                    if error_class is ErrorClass.TRANSIENT and node.retry.attempts > 1
+                    else ""
+                )
+                rows.append(
+                    TransitionRow(
+                        node_id,
+                        f"failed:{error_class.value}",
+                        guard,
+                        node.on_error.get(error_class, failed),
+                    )
+                )
+        limit = definition.visit_limit(node_id)
+        if limit is not None:
+            rows.append(TransitionRow(node_id, "visits_exceeded", f"visit > {limit}", failed))
+        if node.compensate is not None:
+            rows.append(
+                TransitionRow(
+                    node_id, "compensate", "a later step failed the run", f"{node.compensate.path}"
+                )
+            )
+    rows.append(TransitionRow("*", "cancel", "", outcome_node(RunStatus.CANCELLED)))
+    return rows
+
+
+def _task_rows(node: TaskNode) -> list[TransitionRow]:
+    rows = []
+    if node.next is not None:
+        rows.append(TransitionRow(node.id, "succeeded", "", node.next))
+    if node.branch is not None:
+        for label, target in node.branch.cases.items():
+            rows.append(
+                TransitionRow(
+                    node.id, f"case:{label}", f"{node.branch.guard.path}(state) == {label}", target
+                )
+            )
+    if node.route is not None:
+        key = node.route.key
+        for value, target in node.route.table.items():
+            rows.append(TransitionRow(node.id, f"route:{value}", f"state.{key} == {value}", target))
+        rows.append(
+            TransitionRow(
+                node.id,
+                "route:default",
+                f"state.{key} not in {sorted(node.route.table)}",
+                node.route.default,
+            )
+        )
+    return rows
+
+
+def _join_guard(node: ParallelNode) -> str:
+    join = node.join
+    if join.policy is JoinPolicyKind.ALL:
+        text = "all branches succeeded"
+    elif join.policy is JoinPolicyKind.QUORUM:
+        text = f"{join.k} of {len(node.branches)} branches succeeded"
+    else:
+        text = f"critical {list(join.critical)} succeeded, the rest finished"
+    if join.timeout is not None:
+        text += f" (or timeout {format_duration(join.timeout)} with defaults)"
+    return text

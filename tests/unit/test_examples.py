@@ -1,0 +1,68 @@
+"""The shipped examples run, through the decider, with their real handlers."""
+
+from __future__ import annotations
+
+import pytest
+
+from cairn.orchestrator.catalog import discover
+from cairn.orchestrator.definition import WorkflowDefinition
+from cairn.orchestrator.loader import load_file
+from cairn.orchestrator.statuses import RunStatus
+from tests.unit.conftest import EXAMPLES
+from tests.unit.driving import Driver
+
+
+def weekly_report() -> WorkflowDefinition:
+    (found,) = discover([str(EXAMPLES / "weekly_report.py")])
+    assert found.definition is not None, found.error
+    return found.definition
+
+
+def test_weekly_report_fans_out_to_three_sub_reports_and_publishes() -> None:
+    driver = Driver(weekly_report())
+    driver.start(week="2026-W47")
+    driver.run("collect")
+    assert sorted(driver.outstanding) == ["sales", "tickets", "traffic"]
+    state = driver.run_to_end()
+    assert state.status is RunStatus.SUCCEEDED
+    assert "Sales: 6945 EUR over 5 days" in state.vars["report"]
+    assert state.vars["published"] == "reports/2026-W47.txt"
+
+
+def test_weekly_report_revises_a_report_without_data_a_bounded_number_of_times() -> None:
+    driver = Driver(weekly_report())
+    driver.start(week="2027-W01")
+    state = driver.run_to_end()
+    assert state.status is RunStatus.SUCCEEDED
+    assert state.visits["compose"] == 3
+    assert state.vars["revision"] == 3
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "thinks"),
+    [("2 + 3", 5, 1), ("2 + 3 * 4 - 5", 15, 3), ("7", 7, 1), ("1 + 1 + 1 + 1 + 1 + 1 + 1", 7, 6)],
+)
+def test_agent_loop_answers_with_the_calculator(question: str, answer: int, thinks: int) -> None:
+    driver = Driver(load_file(EXAMPLES / "agent_loop.yaml"))
+    driver.start(question=question)
+    state = driver.run_to_end()
+    assert state.status is RunStatus.SUCCEEDED
+    assert state.vars["answer"] == answer
+    assert state.visits["think"] == thinks
+    assert state.vars["transcript"][-1]["content"] == f"The answer is {answer}."
+
+
+def test_agent_loop_is_bounded() -> None:
+    driver = Driver(load_file(EXAMPLES / "agent_loop.yaml"))
+    driver.start(question="1 + 1 + 1 + 1 + 1 + 1 + 1 + 1")  # 7 calculations, 6 thinks allowed
+    state = driver.run_to_end()
+    assert state.status is RunStatus.FAILED
+    assert "max_visits" in (state.reason or "")
+
+
+def test_agent_loop_gives_up_on_nonsense() -> None:
+    driver = Driver(load_file(EXAMPLES / "agent_loop.yaml"))
+    driver.start(question="what is love")
+    state = driver.run_to_end()
+    assert state.status is RunStatus.FAILED
+    assert ("think", "route:default", "give_up") in driver.path
