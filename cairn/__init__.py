@@ -3,6 +3,7 @@
 The public surface. Everything else is internal and may change between releases.
 """
 
+from cairn.client import Client, get_run, submit
 from cairn.config import Settings
 from cairn.errors import (
     CairnError,
@@ -31,6 +32,9 @@ __all__ = [
     "load_definition",
     "load_file",
     # running
+    "Client",
+    "get_run",
+    "submit",
     "Decision",
     "NodeStatus",
     "RunState",

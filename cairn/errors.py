@@ -96,6 +96,26 @@ class UnknownNode(EventRejected):
     code = "unknown_node"
 
 
+class StoreError(CairnError):
+    """The database refused or could not do what was asked."""
+
+    code = "store_error"
+
+
+class RunNotFound(CairnError):
+    code = "run_not_found"
+
+
+class UnknownWorkflow(CairnError):
+    code = "unknown_workflow"
+
+
+class InvalidInput(CairnError):
+    """A run's input (or a payload) is not what the definition accepts."""
+
+    code = "invalid_input"
+
+
 class ConfigError(CairnError):
     """Settings that cannot be used (unknown ``CAIRN_*`` variables, bad values)."""
 

@@ -24,7 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 EXIT_INVALID = 2
 
@@ -109,6 +109,9 @@ def _cwd_importable() -> None:
 
 
 def main() -> None:
+    from cairn.cli import processes, runs  # noqa: F401, PLC0415 - register their commands
+
+    _cwd_importable()
     try:
         app()
     except WorkflowDefinitionError as exc:

@@ -14,18 +14,22 @@ import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cairn.errors import ConfigError
 
 ENV_PREFIX = "CAIRN_"
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+class Settings(BaseModel):
+    """Build with :meth:`from_env` (or directly, in tests and embedding code). A plain
+    model rather than pydantic-settings: the mapping given to ``from_env`` is the only
+    source, so settings built for another process never pick up this one's variables."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     home: Path = Field(
         default=Path.home() / ".cairn", description="Where the embedded default keeps its files."
@@ -39,11 +43,47 @@ class Settings(BaseSettings):
     broker_url: str | None = Field(
         default=None, description="Celery broker; unset means an in-process broker."
     )
-    workflows: Annotated[list[str], NoDecode] = Field(
+    workflows: list[str] = Field(
         default_factory=list,
         description="Comma-separated definition files, directories and Python modules.",
     )
     log_level: str = Field(default="INFO", description="Python logging level.")
+    queue: str = Field(default="cairn", description="Celery queue for node tasks.")
+    lease_ttl: float = Field(default=30.0, gt=0, description="Lease time to live, seconds.")
+    heartbeat_interval: float = Field(
+        default=10.0, gt=0, description="Lease renewal period, seconds (at most TTL/3)."
+    )
+    snapshot_every_events: int = Field(
+        default=50, ge=1, description="Write a snapshot after this many events."
+    )
+    snapshot_every_s: float = Field(
+        default=60.0, gt=0, description="...or when the last one is this old, seconds."
+    )
+    snapshot_compress_bytes: int = Field(
+        default=16_384, ge=0, description="Compress snapshots larger than this."
+    )
+    snapshot_keep: int = Field(
+        default=3, ge=1, description="Newest snapshots kept per run by compaction."
+    )
+    max_payload_bytes: int = Field(
+        default=1_048_576, ge=1024, description="Largest input, output or signal payload."
+    )
+    outbox_relay_after: float = Field(
+        default=5.0, gt=0, description="Relay outbox rows unsent for this long, seconds."
+    )
+    recovery_after: float = Field(
+        default=60.0,
+        gt=0,
+        description="Re-dispatch an unfinished node with no lease after this long, seconds.",
+    )
+    scheduler_interval: float = Field(
+        default=0.5, gt=0, description="Seconds between scheduler passes."
+    )
+    visibility_timeout: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Broker redelivery timeout, seconds; longer than any node runs.",
+    )
 
     @field_validator("workflows", mode="before")
     @classmethod
@@ -60,9 +100,19 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown log level {value!r}")
         return level
 
+    @model_validator(mode="after")
+    def _renew_often_enough(self) -> Settings:
+        if self.heartbeat_interval * 3 > self.lease_ttl:
+            raise ValueError(
+                f"heartbeat_interval ({self.heartbeat_interval}s) must be at most a third of "
+                f"lease_ttl ({self.lease_ttl}s): a lease is renewed at least three times per TTL"
+            )
+        return self
+
     @property
     def embedded(self) -> bool:
-        """True when no external service is configured: the laptop default."""
+        """True without a database and a broker: SQLite and in-process execution.
+        (A Redis URL alone only moves leases and heartbeats to Redis.)"""
         return self.database_url is None and self.broker_url is None
 
     @property
@@ -77,9 +127,10 @@ class Settings(BaseSettings):
         unknown = sorted(key for key in environ if key.startswith(ENV_PREFIX) and key not in known)
         if unknown:
             hints = []
-            for key in unknown:
-                close = difflib.get_close_matches(key, sorted(known), n=1)
-                hints.append(f"{key} (did you mean {close[0]}?)" if close else key)
+            names = sorted(name.removeprefix(ENV_PREFIX) for name in known)
+            for key in unknown:  # compare without the shared prefix, which matches everything
+                close = difflib.get_close_matches(key.removeprefix(ENV_PREFIX), names, n=1)
+                hints.append(f"{key} (did you mean {ENV_PREFIX}{close[0]}?)" if close else key)
             raise ConfigError(
                 f"unknown setting(s): {', '.join(hints)}; known: {', '.join(sorted(known))}"
             )
@@ -91,10 +142,7 @@ class Settings(BaseSettings):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{ENV_PREFIX}{'.'.join(map(str, err['loc'])).upper()}: {err['msg']}"
-                for err in exc.errors()
-            )
+            problems = "; ".join(f"{_variable(err['loc'])}: {err['msg']}" for err in exc.errors())
             raise ConfigError(f"invalid settings: {problems}") from exc
 
     def describe(self) -> dict[str, Any]:
@@ -107,13 +155,18 @@ class Settings(BaseSettings):
         return data
 
 
+def _variable(location: tuple[int | str, ...]) -> str:
+    """The variable a validation error is about (a cross-field check has no location)."""
+    return f"{ENV_PREFIX}{location[0]}".upper() if location else "settings"
+
+
 def _mask_password(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in credentials:
+    parts = urlsplit(url)
+    if parts.password is None:
         return url
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}"
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 __all__ = ["ENV_PREFIX", "Settings"]

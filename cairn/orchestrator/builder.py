@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cairn.errors import DefinitionFault
-from cairn.orchestrator.definition import WorkflowDefinition, ref_path_of
-from cairn.orchestrator.loader import ParsedSpec, load_definition
+from cairn.orchestrator.definition import WorkflowDefinition
+from cairn.orchestrator.loader import ParsedSpec, load_definition, plain_spec
 
 Handler = Callable[..., Any] | str
 
@@ -100,16 +100,17 @@ class Workflow:
 
     def to_spec(self) -> dict[str, Any]:
         """The definition in file form, callables written as ``module:function``."""
-        spec: dict[str, Any] = _plain(
-            {
-                "name": self.name,
-                "version": self.version,
-                "start": self.start,
-                **self.options,
-                "nodes": self.nodes,
-            }
-        )
+        spec: dict[str, Any] = plain_spec(self._spec())
         return spec
+
+    def _spec(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "start": self.start,
+            **self.options,
+            "nodes": self.nodes,
+        }
 
     def build(self, *, resolve: bool = True) -> WorkflowDefinition:
         """Validate and compile; raises :class:`~cairn.errors.WorkflowDefinitionError`."""
@@ -125,16 +126,3 @@ class Workflow:
             source=f"workflow {self.name!r}",
             resolve=resolve,
         )
-
-
-def _plain(value: Any) -> Any:
-    if callable(value):
-        return ref_path_of(value)
-    if isinstance(value, Mapping):
-        return {
-            str(k) if not isinstance(k, bool) else str(k).lower(): _plain(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    return value

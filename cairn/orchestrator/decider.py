@@ -174,6 +174,7 @@ class _Step:
         if stale:
             return stale
         self.disarm_node_timers(event.node)
+        self.absorb_context(event)
         output = dict(event.output or {})
         if (
             self.state.status is RunStatus.CANCELLING
@@ -776,6 +777,15 @@ class _Step:
         self.commands.append(Dispatch(current.node, current.iteration, attempt, Phase.COMPENSATE))
 
     # -- helpers ------------------------------------------------------------------------
+
+    def absorb_context(self, event: NodeSucceeded) -> None:
+        """Keep what the handler added to the agent context: it is part of the checkpoint."""
+        self.state.messages.extend(dict(message) for message in event.messages)
+        for name, session in (event.sessions or {}).items():
+            if session is None:
+                self.state.sessions.pop(name, None)
+            else:
+                self.state.sessions[name] = session
 
     @property
     def moving(self) -> bool:

@@ -247,7 +247,11 @@ class WorkflowDefinition:
     compensate_on_cancel: bool = False
     # How long a cancelled run waits for running nodes to stop before detaching them.
     cancel_timeout: timedelta = DEFAULT_CANCEL_TIMEOUT
+    # A JSON Schema the run's input must match (checked at submit).
+    input_schema: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # The definition in file form (callables as import paths): what is registered.
+    spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def key(self) -> str:

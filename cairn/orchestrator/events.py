@@ -42,6 +42,10 @@ class NodeSucceeded(Event):
     attempt: int = 1
     output: Mapping[str, Any] | None = None
     phase: Phase = Phase.RUN
+    # What the handler added to the agent context: messages appended to the history,
+    # and tool sessions created or updated (a session set to None is closed).
+    messages: tuple[Mapping[str, Any], ...] = ()
+    sessions: Mapping[str, Any] | None = None
     type: ClassVar[str] = "node_succeeded"
 
 
@@ -118,7 +122,11 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     data: dict[str, Any] = {"type": event.type}
     for item in fields(event):
         value = getattr(event, item.name)
-        data[item.name] = dict(value) if isinstance(value, Mapping) else value
+        if isinstance(value, Mapping):
+            value = dict(value)
+        elif isinstance(value, tuple):
+            value = [dict(entry) if isinstance(entry, Mapping) else entry for entry in value]
+        data[item.name] = value
     return data
 
 
@@ -136,6 +144,8 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     for name in names & set(data):
         value = data[name]
         enum = _ENUM_FIELDS.get(name)
+        if isinstance(value, list):
+            value = tuple(value)
         try:
             kwargs[name] = enum(value) if enum is not None else value
         except ValueError as exc:

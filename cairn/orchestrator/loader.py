@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from cairn.durations import parse_duration
 from cairn.errors import DefinitionFault, WorkflowDefinitionError
@@ -61,6 +63,7 @@ TOP_KEYS = {
     "max_visits",
     "compensate_on_cancel",
     "cancel_timeout",
+    "input",
 }
 
 
@@ -109,8 +112,11 @@ def parse_text(text: str, suffix: str = ".yaml", *, source: str | None = None) -
         raise WorkflowDefinitionError(
             [DefinitionFault("syntax", f"not valid {kind}: {exc}")], source=source
         ) from exc
-    try:  # JSON is (near enough) YAML, so one composer finds duplicates in both
-        duplicates = list(_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), ()))
+    # JSON is (near enough) YAML, so one composer finds duplicates in both. YAML refuses
+    # tab indentation; in valid JSON a tab can only be whitespace, so it may become a space.
+    composable = text.replace("\t", " ") if is_json else text
+    try:
+        duplicates = list(_duplicate_keys(yaml.compose(composable, Loader=yaml.SafeLoader), ()))
     except yaml.YAMLError:
         duplicates = []
     return ParsedSpec(data, duplicates) if duplicates else data
@@ -193,6 +199,7 @@ class _Parser:
             compensate_on_cancel = False
         description = spec.get("description", "")
         cancel_timeout = self.duration(spec.get("cancel_timeout"), None, "cancel_timeout")
+        input_schema = self.input_schema(spec.get("input"))
         return WorkflowDefinition(
             name=name,
             version=version,
@@ -202,8 +209,23 @@ class _Parser:
             max_visits=max_visits,
             compensate_on_cancel=compensate_on_cancel,
             cancel_timeout=cancel_timeout or DEFAULT_CANCEL_TIMEOUT,
+            input_schema=input_schema,
             extra={k: v for k, v in spec.items() if k not in TOP_KEYS},
+            spec=plain_spec(spec),
         )
+
+    def input_schema(self, raw: object) -> Mapping[str, Any] | None:
+        if raw is None:
+            return None
+        if not isinstance(raw, Mapping):
+            self.fault("bad_input_schema", "'input' must be a JSON Schema (a mapping)")
+            return None
+        try:
+            Draft202012Validator.check_schema(raw)
+        except SchemaError as exc:
+            self.fault("bad_input_schema", f"'input' is not a valid JSON Schema: {exc.message}")
+            return None
+        return dict(raw)
 
     # -- nodes --------------------------------------------------------------------------
 
@@ -546,6 +568,19 @@ class _Parser:
         return {
             _label(key): self.target(value, node_id, f"{what}.{key}") for key, value in raw.items()
         }
+
+
+def plain_spec(value: Any) -> Any:
+    """The spec as plain JSON data: callables become their import paths, labels strings."""
+    if callable(value):
+        return ref_path_of(value)
+    if isinstance(value, Mapping):
+        return {_label(k): plain_spec(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain_spec(item) for item in value]
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
 
 
 def _label(key: object) -> str:

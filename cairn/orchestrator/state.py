@@ -8,14 +8,17 @@ decision never changes the state it was given.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
 from cairn.orchestrator.events import Phase
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 
-STATE_FORMAT = 1
+# The snapshot format. 2 added the agent context (messages, sessions, artifacts).
+# from_dict reads every older format, and keeps fields it does not know (from a newer
+# cairn) in ``extra`` so that writing the state back loses nothing.
+STATE_FORMAT = 2
 
 
 class BranchOutcome(StrEnum):
@@ -104,6 +107,11 @@ class RunState:
     version: int
     status: RunStatus = RunStatus.PENDING
     vars: dict[str, Any] = field(default_factory=dict)
+    # The agent context: the ordered message history, tool sessions (cursors, page
+    # positions, session handles; never raw secrets) and artifact references.
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    sessions: dict[str, Any] = field(default_factory=dict)
+    artifacts: dict[str, Any] = field(default_factory=dict)
     nodes: dict[str, NodeState] = field(default_factory=dict)
     visits: dict[str, int] = field(default_factory=dict)
     joins: dict[str, JoinState] = field(default_factory=dict)
@@ -116,11 +124,15 @@ class RunState:
     steps: int = 0
     started_at: float | None = None
     updated_at: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def copy(self) -> RunState:
         return replace(
             self,
             vars=dict(self.vars),
+            messages=list(self.messages),
+            sessions=dict(self.sessions),
+            artifacts=dict(self.artifacts),
             nodes=dict(self.nodes),
             visits=dict(self.visits),
             joins=dict(self.joins),
@@ -141,18 +153,23 @@ class RunState:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["format"] = STATE_FORMAT
-        return data
+        extra = data.pop("extra")
+        return {**extra, **data, "format": STATE_FORMAT}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunState:
+        """Read a state written by this or any other cairn version (see STATE_FORMAT)."""
         comp = data.get("compensation")
+        known = {f.name for f in fields(cls)} | {"format"}
         return cls(
             run_id=data["run_id"],
             workflow=data["workflow"],
             version=data["version"],
             status=RunStatus(data["status"]),
             vars=dict(data.get("vars", {})),
+            messages=list(data.get("messages", [])),
+            sessions=dict(data.get("sessions", {})),
+            artifacts=dict(data.get("artifacts", {})),
             nodes={k: _node(v) for k, v in data.get("nodes", {}).items()},
             visits=dict(data.get("visits", {})),
             joins={k: _join(v) for k, v in data.get("joins", {}).items()},
@@ -172,6 +189,7 @@ class RunState:
             steps=data.get("steps", 0),
             started_at=data.get("started_at"),
             updated_at=data.get("updated_at"),
+            extra={key: value for key, value in data.items() if key not in known},
         )
 
 

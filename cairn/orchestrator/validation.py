@@ -153,11 +153,13 @@ def _reverse(edges: Mapping[str, list[str]]) -> dict[str, list[str]]:
 def _unbounded_cycles(
     definition: WorkflowDefinition, edges: Mapping[str, list[str]]
 ) -> Iterator[DefinitionFault]:
-    for component in strongly_connected(edges):
-        looped = len(component) > 1 or component[0] in edges.get(component[0], ())
+    """A loop is bounded when it passes a node with a visit limit. Loops that avoid every
+    bounded node are exactly the cycles of the graph with the bounded nodes taken out."""
+    unbounded = {node for node in edges if definition.visit_limit(node) is None}
+    free_edges = {node: [t for t in edges[node] if t in unbounded] for node in unbounded}
+    for component in strongly_connected(free_edges):
+        looped = len(component) > 1 or component[0] in free_edges.get(component[0], ())
         if not looped:
-            continue
-        if any(definition.visit_limit(node_id) is not None for node_id in component):
             continue
         cycle = " -> ".join(component)
         yield DefinitionFault(

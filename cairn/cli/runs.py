@@ -1,0 +1,155 @@
+"""Commands about runs: register, submit, status, events, wait."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from cairn.cli.main import EXIT_INVALID, _cwd_importable, app, err, out
+from cairn.client import Client, WaitTimeout
+from cairn.errors import InvalidInput
+from cairn.orchestrator.statuses import RunStatus
+
+EXIT_FAILED = 1
+EXIT_TIMEOUT = 3
+
+
+@app.command()
+def register(
+    paths: Annotated[list[str], typer.Argument(help="Definition files, .py modules, dirs.")],
+) -> None:
+    """Register workflow definitions (a version, once registered, cannot change)."""
+    _cwd_importable()
+    client = Client()
+    try:
+        for path in paths:
+            for definition in client.register(path):
+                out.print(f"registered {definition.key}")
+    finally:
+        client.close()
+
+
+@app.command()
+def submit(
+    workflow: Annotated[str, typer.Argument(help="Registered workflow name.")],
+    input_json: Annotated[
+        str, typer.Option("--input", help="The run's input, a JSON object.")
+    ] = "{}",
+    request_id: Annotated[
+        str | None, typer.Option(help="Idempotency key: the same id returns the same run.")
+    ] = None,
+) -> None:
+    """Start a run; print its id."""
+    try:
+        payload = json.loads(input_json)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"--input is not JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise InvalidInput("--input must be a JSON object")
+    client = Client()
+    try:
+        print(client.submit(workflow, payload, request_id=request_id))
+    finally:
+        client.close()
+
+
+@app.command()
+def status(
+    run_id: Annotated[str, typer.Argument()],
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Show a run: status, current nodes, node results, reason."""
+    client = Client()
+    try:
+        view = client.runtime.orchestrator.get_run(run_id, with_executions=True)
+    finally:
+        client.close()
+    if as_json:
+        print(json.dumps(view.to_dict(), indent=2, default=str))
+        return
+    out.print(
+        f"[bold]{view.id}[/bold]  {view.workflow}@{view.version}  [bold]{view.status.value}[/bold]"
+    )
+    if view.current:
+        out.print(f"current: {', '.join(view.current)}")
+    if view.reason:
+        out.print(f"reason: {view.reason}", markup=False)
+    table = Table("node", "visit", "phase", "status", "attempt", "duration", "worker")
+    for execution in view.executions:
+        duration = execution["duration_s"]
+        table.add_row(
+            execution["node"],
+            str(execution["iteration"]),
+            execution["phase"],
+            execution["status"],
+            str(execution["attempt"]),
+            f"{duration * 1000:.0f} ms" if duration is not None else "",
+            execution["worker"] or "",
+        )
+    out.print(table)
+
+
+@app.command()
+def events(
+    run_id: Annotated[str, typer.Argument()],
+    after: Annotated[int, typer.Option(help="Only events after this seq.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Print a run's event log."""
+    client = Client()
+    try:
+        history = client.events(run_id, after)
+    finally:
+        client.close()
+    if as_json:
+        print(json.dumps(history, indent=2))
+        return
+    for entry in history:
+        moves = ", ".join(f"{s} -{label}-> {t}" for s, label, t in entry["outcome"]["transitions"])
+        out.print(
+            f"{entry['seq']:>5}  {_clock(entry['at'])}  {entry['type']:<16} "
+            f"{_subject(entry['data'])}  {moves}",
+            markup=False,
+        )
+
+
+@app.command()
+def wait(
+    run_id: Annotated[str, typer.Argument()],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 60.0,
+) -> None:
+    """Wait for a run to finish: exit 0 if it succeeded, 1 if not, 3 on timeout."""
+    client = Client()
+    try:
+        view = client.wait(run_id, timeout)
+    except WaitTimeout as exc:
+        err.print(str(exc), markup=False)
+        raise typer.Exit(EXIT_TIMEOUT) from exc
+    finally:
+        client.close()
+    out.print(
+        f"{view.id} {view.status.value}" + (f": {view.reason}" if view.reason else ""), markup=False
+    )
+    if view.status is not RunStatus.SUCCEEDED:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at * 1000) % 1000:03d}"
+
+
+def _subject(data: dict[str, Any]) -> str:
+    if "node" in data:
+        return f"{data['node']}#{data.get('iteration', 1)}/{data.get('attempt', 1)}"
+    if "name" in data:
+        return f"signal {data['name']}"
+    if "timer_id" in data:
+        return str(data["timer_id"])
+    return ""
+
+
+__all__ = ["EXIT_INVALID"]

@@ -1,0 +1,122 @@
+"""The Python API: submit runs, look at them, wait for them.
+
+    import cairn
+    run_id = cairn.submit("book_flight", {"origin": "BER", "destination": "LIS"})
+    cairn.get_run(run_id).status
+
+The module-level functions use a default :class:`Client` built from ``CAIRN_*`` on first
+use; build your own ``Client(settings)`` to talk to several deployments or in tests.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cairn.config import Settings
+from cairn.errors import CairnError
+from cairn.orchestrator.catalog import discover
+from cairn.orchestrator.definition import WorkflowDefinition
+from cairn.orchestrator.engine import RunView
+from cairn.runtime import Runtime
+
+
+class WaitTimeout(CairnError):
+    code = "wait_timeout"
+
+
+class Client:
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings.from_env()
+        self._runtime: Runtime | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def runtime(self) -> Runtime:
+        with self._lock:
+            if self._runtime is None:
+                self._runtime = Runtime.build(self.settings)
+            return self._runtime
+
+    def register(self, source: WorkflowDefinition | str | Path) -> list[WorkflowDefinition]:
+        """Register a definition, or every definition in a file, module or directory."""
+        if isinstance(source, WorkflowDefinition):
+            definitions = [source]
+        else:
+            definitions = []
+            for found in discover([str(source)]):
+                if found.error is not None:
+                    raise found.error
+                assert found.definition is not None
+                definitions.append(found.definition)
+        for definition in definitions:
+            self.runtime.orchestrator.registry.register(definition)
+        return definitions
+
+    def submit(
+        self,
+        workflow: str,
+        run_input: Mapping[str, Any] | None = None,
+        *,
+        request_id: str | None = None,
+        namespace: str = "default",
+        version: int | None = None,
+    ) -> str:
+        return self.runtime.orchestrator.submit(
+            workflow, run_input, request_id=request_id, namespace=namespace, version=version
+        )
+
+    def get_run(self, run_id: str) -> RunView:
+        return self.runtime.orchestrator.get_run(run_id)
+
+    def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        return self.runtime.orchestrator.events(run_id, after)
+
+    def wait(self, run_id: str, timeout_s: float = 60.0, poll_s: float = 0.2) -> RunView:
+        """Poll until the run is terminal; raise :class:`WaitTimeout` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            view = self.get_run(run_id)
+            if view.status.terminal:
+                return view
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(
+                    f"run {run_id} is still {view.status.value} after {timeout_s:g} s"
+                )
+            time.sleep(poll_s)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._runtime is not None:
+                self._runtime.close()
+                self._runtime = None
+
+
+_default: Client | None = None
+_default_lock = threading.Lock()
+
+
+def default_client() -> Client:
+    global _default  # noqa: PLW0603 - the lazily built client behind the module functions
+    with _default_lock:
+        if _default is None:
+            _default = Client()
+        return _default
+
+
+def submit(
+    workflow: str,
+    run_input: Mapping[str, Any] | None = None,
+    *,
+    request_id: str | None = None,
+    namespace: str = "default",
+) -> str:
+    """Start a run of ``workflow``; the same request id returns the same run."""
+    return default_client().submit(workflow, run_input, request_id=request_id, namespace=namespace)
+
+
+def get_run(run_id: str) -> RunView:
+    return default_client().get_run(run_id)

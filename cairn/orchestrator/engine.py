@@ -1,0 +1,538 @@
+"""The orchestrator's write path: submit a run, and advance it by one event.
+
+Advancing is one transaction: lock the run row, restore its state (latest snapshot +
+later events), apply the event through the decider, append the event, carry out the
+commands that are rows (node executions, outbox messages, timers), write a snapshot if
+one is due, update the run row, commit. Only then are the outbox messages published
+(the fast path); the scheduler's relay publishes what a crash left behind. Persist
+first, then publish — never the other way round.
+
+A worker's result goes through :meth:`Orchestrator.complete`, which records it in the
+idempotency table *in the same transaction* as the advance it causes, so a trivial step
+costs one commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from jsonschema import Draft202012Validator
+
+from cairn.config import Settings
+from cairn.errors import InvalidInput, RunNotFound, StoreError, UnknownWorkflow
+from cairn.orchestrator.commands import (
+    ArmTimer,
+    CancelNode,
+    Command,
+    DetachNode,
+    DisarmTimer,
+    Dispatch,
+    FinishRun,
+)
+from cairn.orchestrator.decider import Decision, decide
+from cairn.orchestrator.definition import WorkflowDefinition
+from cairn.orchestrator.events import Event, Phase, RunStarted, event_from_dict, event_to_dict
+from cairn.orchestrator.loader import load_definition
+from cairn.orchestrator.messages import NodeMessage
+from cairn.orchestrator.state import STATE_FORMAT, RunState
+from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.store.repository import ExecutionKey, Store, Tx, from_epoch, utcnow
+
+log = logging.getLogger(__name__)
+
+AUDIT_ONLY = "audit"  # events with this "type" prefix are history, not decider input
+
+
+class Publisher(Protocol):
+    def publish(self, messages: Sequence[NodeMessage]) -> bool:
+        """Hand messages to the broker; False if they were not taken (left to the relay)."""
+        ...
+
+
+class Registry:
+    """Definitions by (name, version). Registering writes the store; lookups are cached."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._cache: dict[tuple[str, int], WorkflowDefinition] = {}
+        self._lock = threading.Lock()
+
+    def register(self, definition: WorkflowDefinition) -> bool:
+        with self.store.transaction() as tx:
+            created = tx.register_workflow(definition.name, definition.version, definition.spec)
+        with self._lock:
+            self._cache[(definition.name, definition.version)] = definition
+        return created
+
+    def get(
+        self, name: str, version: int | None = None, tx: Tx | None = None
+    ) -> WorkflowDefinition:
+        """The definition; pass ``tx`` when inside a transaction, so the lookup uses it
+        (SQLite has one writer: a second connection would wait for this one)."""
+        if version is not None:
+            cached = self._cache.get((name, version))
+            if cached is not None:
+                return cached
+        if tx is None:
+            with self.store.reading() as reader:
+                found_version, spec = reader.workflow_spec(name, version)
+        else:
+            found_version, spec = tx.workflow_spec(name, version)
+        if not spec:
+            which = f"{name} version {version}" if version is not None else name
+            raise UnknownWorkflow(f"workflow {which} is not registered")
+        cached = self._cache.get((name, found_version))
+        if cached is not None:
+            return cached
+        definition = load_definition(spec, source=f"registered workflow {name}@{found_version}")
+        with self._lock:
+            self._cache[(name, found_version)] = definition
+        return definition
+
+
+class SentMarks:
+    """Outbox ids published but not yet marked sent.
+
+    Marking costs a write; rather than a commit of its own after every publish, the
+    marks ride along with this process's next transaction, or a flush within a second
+    when it is idle. A mark lost in a crash only means the relay publishes that message
+    again, which the workers' idempotency turns into a no-op.
+    """
+
+    def __init__(self) -> None:
+        self._ids: list[int] = []
+        self._lock = threading.Lock()
+
+    def add(self, ids: Iterable[int]) -> None:
+        with self._lock:
+            self._ids.extend(ids)
+
+    def drain(self) -> list[int]:
+        with self._lock:
+            ids, self._ids = self._ids, []
+        return ids
+
+
+@dataclass
+class Completion:
+    """What became of a worker's result."""
+
+    recorded: bool
+    reason: str = ""
+    decision: Decision | None = None
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """The result of one execution, as the worker reports it. The event's time is
+    replaced by the database's clock when it is recorded."""
+
+    event: Event
+    status: NodeStatus
+    result: Mapping[str, Any] | None = None
+    error_class: str | None = None
+    error: str | None = None
+    duration_s: float | None = None
+
+
+@dataclass
+class RunView:
+    """A run as ``cairn status`` and ``cairn.get_run`` show it."""
+
+    id: str
+    workflow: str
+    version: int
+    status: RunStatus
+    namespace: str
+    request_id: str | None
+    current: list[str]
+    reason: str | None
+    last_seq: int
+    created_at: float
+    updated_at: float
+    state: RunState | None = None
+    executions: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        return self.state.vars if self.state is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {key: value for key, value in self.__dict__.items() if key != "state"}
+        data["status"] = self.status.value
+        if self.state is not None:
+            data["vars"] = self.state.vars
+            data["visits"] = self.state.visits
+            data["nodes"] = {name: node.status.value for name, node in self.state.nodes.items()}
+        return data
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        store: Store,
+        publisher: Publisher,
+        settings: Settings,
+        registry: Registry | None = None,
+    ) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.settings = settings
+        self.registry = registry or Registry(store)
+        self.sent = SentMarks()
+
+    # -- submit -------------------------------------------------------------------------
+
+    def submit(
+        self,
+        workflow: str,
+        run_input: Mapping[str, Any] | None = None,
+        *,
+        request_id: str | None = None,
+        namespace: str = "default",
+        version: int | None = None,
+    ) -> str:
+        """Start a run; the same (namespace, request id) returns the same run."""
+        definition = self.registry.get(workflow, version)
+        payload = self.check_input(definition, run_input)
+        if request_id is not None:
+            existing = self._run_for_request(namespace, request_id)
+            if existing is not None:
+                return existing
+        run_id = str(uuid.uuid4())
+        messages: list[NodeMessage] = []
+        with self.store.transaction() as tx:
+            now = tx.now()
+            stamp = from_epoch(now)
+            inserted = tx.insert_run(
+                {
+                    "id": run_id,
+                    "namespace": namespace,
+                    "workflow": definition.name,
+                    "version": definition.version,
+                    "status": RunStatus.PENDING.value,
+                    "input": payload,
+                    "request_id": request_id,
+                    "current": [],
+                    "created_at": stamp,
+                    "updated_at": stamp,
+                }
+            )
+            if not inserted:  # a concurrent submit with the same request id won the race
+                row = tx.run_by_request(namespace, request_id or "")
+                return str(row.id)
+            state = RunState(run_id, definition.name, definition.version)
+            row = tx.run(run_id, lock=True)
+            messages = self._advance(
+                tx, row, definition, state, RunStarted(at=now, input=payload)
+            ).messages
+        self._publish(messages)
+        return run_id
+
+    def check_input(
+        self, definition: WorkflowDefinition, run_input: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        payload = dict(run_input or {})
+        try:
+            size = len(json.dumps(payload).encode())
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"the input is not JSON: {exc}") from exc
+        if size > self.settings.max_payload_bytes:
+            raise InvalidInput(
+                f"the input is {size} bytes; the limit is {self.settings.max_payload_bytes}"
+            )
+        if definition.input_schema is not None:
+            errors = sorted(
+                Draft202012Validator(definition.input_schema).iter_errors(payload),
+                key=lambda error: list(error.path),
+            )
+            if errors:
+                details = "; ".join(
+                    f"{'/'.join(map(str, error.path)) or '(input)'}: {error.message}"
+                    for error in errors
+                )
+                raise InvalidInput(f"input does not match {definition.key}: {details}")
+        return payload
+
+    def _run_for_request(self, namespace: str, request_id: str) -> str | None:
+        with self.store.reading() as tx:
+            row = tx.run_by_request(namespace, request_id)
+        return None if row is None else str(row.id)
+
+    # -- advance ------------------------------------------------------------------------
+
+    def apply(
+        self,
+        run_id: str,
+        make_event: Callable[[float], Event],
+        *,
+        before: Callable[[Tx], bool] | None = None,
+    ) -> Decision | None:
+        """Advance ``run_id`` by the event ``make_event(now)``, in one transaction.
+
+        ``before`` runs first in the same transaction (e.g. claiming a timer); if it
+        returns False, nothing is done.
+        """
+        with self.store.transaction() as tx:
+            row, now = tx.lock_run(run_id)
+            if row is None:
+                raise RunNotFound(f"no run {run_id}")
+            if before is not None and not before(tx):
+                return None
+            definition = self.registry.get(row.workflow, row.version, tx)
+            state = self.restore(tx, row, definition)
+            advanced = self._advance(tx, row, definition, state, make_event(now))
+        self._publish(advanced.messages)
+        return advanced.decision
+
+    def complete(self, message: NodeMessage, outcome: NodeOutcome, worker: str) -> Completion:
+        """Record a worker's result and advance the run with it, in one transaction.
+
+        The first result for an execution wins; a second (a duplicate delivery, a stale
+        worker) is discarded and changes nothing.
+        """
+        key = ExecutionKey(message.run_id, message.node, message.iteration, message.phase.value)
+        try:
+            with self.store.transaction() as tx:
+                recorded = tx.finish_execution(
+                    key,
+                    message.attempt,
+                    {
+                        "status": outcome.status.value,
+                        "result": _jsonable(outcome.result),
+                        "error_class": outcome.error_class,
+                        "error": outcome.error,
+                        "finished_at": utcnow(),
+                        "duration_s": outcome.duration_s,
+                        "worker": worker,
+                    },
+                )
+                if not recorded:
+                    return Completion(
+                        False, f"a result for {key} attempt {message.attempt} is already recorded"
+                    )
+                row, now = tx.lock_run(message.run_id)
+                definition = self.registry.get(row.workflow, row.version, tx)
+                state = self.restore(tx, row, definition)
+                event = replace(outcome.event, at=now)
+                advanced = self._advance(tx, row, definition, state, event)
+                if advanced.decision.ignored:
+                    raise _Discard(advanced.decision)
+        except _Discard as discard:  # the run has moved on: keep nothing of this result
+            return Completion(False, discard.decision.ignored or "", discard.decision)
+        self._publish(advanced.messages)
+        return Completion(True, decision=advanced.decision)
+
+    def restore(
+        self, tx: Tx, row: Any, definition: WorkflowDefinition, upto: int | None = None
+    ) -> RunState:
+        """Latest snapshot (at or before ``upto``) + the events after it."""
+        snapshot = tx.latest_snapshot(row.id, at_or_before=upto)
+        if snapshot is None:
+            state = RunState(row.id, definition.name, definition.version)
+            after = 0
+        else:
+            state, after = RunState.from_dict(snapshot.state), snapshot.seq
+        for event_row in tx.events_after(row.id, after, upto):
+            if event_row.type.startswith(AUDIT_ONLY):
+                continue
+            decision = decide(definition, state, event_from_dict(event_row.data))
+            state = decision.state
+        return state
+
+    @dataclass
+    class _Advanced:
+        decision: Decision
+        messages: list[NodeMessage]
+
+    def _advance(
+        self, tx: Tx, row: Any, definition: WorkflowDefinition, state: RunState, event: Event
+    ) -> Orchestrator._Advanced:
+        decision = decide(definition, state, event)
+        if decision.ignored:
+            return self._Advanced(decision, [])
+        new = decision.state
+        seq = row.last_seq + 1
+        tx.append_event(row.id, seq, event_to_dict(event), _outcome(decision), event.at)
+        messages = self._carry_out(tx, row, definition, new, decision.commands)
+        values: dict[str, Any] = {
+            "status": new.status.value,
+            "last_seq": seq,
+            "updated_at": from_epoch(event.at),
+            "current": sorted(f"{n.node}#{n.iteration}" for n in new.active_nodes),
+            "reason": new.reason,
+        }
+        if new.status.terminal:
+            values["finished_at"] = from_epoch(event.at)
+        if self._snapshot_due(row, new, seq, event.at):
+            tx.write_snapshot(
+                row.id, seq, new.to_dict(), STATE_FORMAT, self.settings.snapshot_compress_bytes
+            )
+            values.update(snapshot_seq=seq, snapshot_at=from_epoch(event.at))
+        tx.update_run(row.id, values)
+        tx.mark_sent(self.sent.drain())
+        return self._Advanced(decision, messages)
+
+    def _snapshot_due(self, row: Any, new: RunState, seq: int, at: float) -> bool:
+        """Snapshots compress the log: every K events, every T seconds, and whenever the
+        run parks (waits) or ends, so that restoring a parked run replays nothing."""
+        if new.status in (RunStatus.WAITING,) or new.status.terminal:
+            return True
+        if seq - row.snapshot_seq >= self.settings.snapshot_every_events:
+            return True
+        last = (row.snapshot_at or row.created_at).timestamp()
+        return bool(at - last >= self.settings.snapshot_every_s)
+
+    def _carry_out(
+        self,
+        tx: Tx,
+        row: Any,
+        definition: WorkflowDefinition,
+        new: RunState,
+        commands: Sequence[Command],
+    ) -> list[NodeMessage]:
+        messages = []
+        for command in commands:
+            if isinstance(command, Dispatch):
+                key = ExecutionKey(row.id, command.node, command.iteration, command.phase.value)
+                tx.schedule_execution(key, command.attempt)
+                message = NodeMessage(
+                    row.id,
+                    definition.name,
+                    definition.version,
+                    command.node,
+                    command.iteration,
+                    command.attempt,
+                    command.phase,
+                )
+                outbox_id = tx.add_outbox(row.id, "node", message.to_dict())
+                messages.append(NodeMessage(**{**message.__dict__, "outbox_id": outbox_id}))
+            elif isinstance(command, ArmTimer):
+                tx.arm_timer(row.id, command.timer_id, command.due_at)
+            elif isinstance(command, DisarmTimer):
+                tx.disarm_timer(row.id, command.timer_id)
+            elif isinstance(command, CancelNode | DetachNode):
+                # The run no longer waits for this execution: a late result must not count.
+                node = new.nodes.get(command.node)
+                if node is not None and not node.active:
+                    key = ExecutionKey(row.id, command.node, command.iteration, Phase.RUN.value)
+                    tx.set_execution_status(key, node.status.value)
+            elif isinstance(command, FinishRun):
+                log.info(
+                    "run %s %s%s",
+                    row.id,
+                    command.status.value,
+                    f": {command.reason}" if command.reason else "",
+                )
+        return messages
+
+    def _publish(self, messages: Sequence[NodeMessage]) -> None:
+        if not messages:
+            return
+        try:
+            taken = self.publisher.publish(messages)
+        except Exception:  # committed already: the relay will publish these
+            log.warning(
+                "publishing %d message(s) failed; the relay will retry",
+                len(messages),
+                exc_info=True,
+            )
+            return
+        if taken:
+            self.sent.add(m.outbox_id for m in messages if m.outbox_id is not None)
+
+    def flush_sent(self) -> None:
+        ids = self.sent.drain()
+        if ids:
+            with self.store.transaction() as tx:
+                tx.mark_sent(ids)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def load(
+        self, run_id: str, upto: int | None = None
+    ) -> tuple[Any, WorkflowDefinition, RunState]:
+        with self.store.reading() as tx:
+            row = tx.run(run_id)
+            if row is None:
+                raise RunNotFound(f"no run {run_id}")
+            definition = self.registry.get(row.workflow, row.version, tx)
+            return row, definition, self.restore(tx, row, definition, upto)
+
+    def get_run(self, run_id: str, *, with_executions: bool = False) -> RunView:
+        row, _definition, state = self.load(run_id)
+        view = RunView(
+            id=row.id,
+            workflow=row.workflow,
+            version=row.version,
+            status=RunStatus(row.status),
+            namespace=row.namespace,
+            request_id=row.request_id,
+            current=list(row.current),
+            reason=row.reason,
+            last_seq=row.last_seq,
+            created_at=row.created_at.timestamp(),
+            updated_at=row.updated_at.timestamp(),
+            state=state,
+        )
+        if with_executions:
+            with self.store.reading() as tx:
+                view.executions = [
+                    {
+                        "node": e.node,
+                        "iteration": e.iteration,
+                        "phase": e.phase,
+                        "status": e.status,
+                        "attempt": e.attempt,
+                        "worker": e.worker,
+                        "duration_s": e.duration_s,
+                        "error": e.error,
+                    }
+                    for e in tx.executions_of(run_id)
+                ]
+        return view
+
+    def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        with self.store.reading() as tx:
+            if tx.run(run_id) is None:
+                raise RunNotFound(f"no run {run_id}")
+            return [
+                {"seq": e.seq, "type": e.type, "at": e.at, "data": e.data, "outcome": e.outcome}
+                for e in tx.events_after(run_id, after)
+            ]
+
+
+class _Discard(Exception):  # control flow: rolls the transaction back
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+
+
+def _outcome(decision: Decision) -> dict[str, Any]:
+    """What the decision did, kept beside its event for people reading the history."""
+    commands = []
+    for command in decision.commands:
+        entry = {"command": type(command).__name__}
+        entry.update(
+            {k: (v.value if hasattr(v, "value") else v) for k, v in command.__dict__.items()}
+        )
+        commands.append(entry)
+    return {
+        "status": decision.state.status.value,
+        "transitions": [[t.source, t.label, t.target] for t in decision.transitions],
+        "commands": commands,
+    }
+
+
+def _jsonable(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        return dict(json.loads(json.dumps(value)))
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"result is not JSON: {exc}") from exc

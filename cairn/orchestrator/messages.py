@@ -1,0 +1,83 @@
+"""The node task's message: what a worker needs to find one execution, as JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from cairn.errors import EventRejected
+from cairn.orchestrator.events import Phase
+
+
+class InvalidMessage(EventRejected):
+    code = "invalid_message"
+
+
+@dataclass(frozen=True)
+class NodeMessage:
+    run_id: str
+    workflow: str
+    version: int
+    node: str
+    iteration: int
+    attempt: int
+    phase: Phase = Phase.RUN
+    outbox_id: int | None = None
+
+    @property
+    def task_name(self) -> str:
+        """What operators see in Flower and logs: the workflow and the node."""
+        suffix = ":compensate" if self.phase is Phase.COMPENSATE else ""
+        return f"{self.workflow}.{self.node}{suffix}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "phase": self.phase.value}
+
+    @classmethod
+    def from_dict(cls, data: object) -> NodeMessage:
+        """Validate a message body from the broker; a malformed one is refused whole."""
+        if not isinstance(data, Mapping):
+            raise InvalidMessage(f"a node message is a JSON object, got {type(data).__name__}")
+        problems = []
+        for name, kind in (("run_id", str), ("workflow", str), ("node", str)):
+            if not isinstance(data.get(name), kind) or not data.get(name):
+                problems.append(f"{name} must be a non-empty string")
+        for name in ("version", "iteration", "attempt"):
+            value = data.get(name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                problems.append(f"{name} must be a positive integer")
+        outbox_id = data.get("outbox_id")
+        if outbox_id is not None and (
+            isinstance(outbox_id, bool) or not isinstance(outbox_id, int)
+        ):
+            problems.append("outbox_id must be an integer")
+        try:
+            phase = Phase(data.get("phase", Phase.RUN.value))
+        except ValueError:
+            problems.append(f"phase must be one of {[p.value for p in Phase]}")
+            phase = Phase.RUN
+        unknown = set(data) - {
+            "run_id",
+            "workflow",
+            "version",
+            "node",
+            "iteration",
+            "attempt",
+            "phase",
+            "outbox_id",
+        }
+        if unknown:
+            problems.append(f"unknown field(s) {sorted(unknown)}")
+        if problems:
+            raise InvalidMessage("invalid node message: " + "; ".join(problems))
+        return cls(
+            data["run_id"],
+            data["workflow"],
+            data["version"],
+            data["node"],
+            data["iteration"],
+            data["attempt"],
+            phase,
+            outbox_id,
+        )

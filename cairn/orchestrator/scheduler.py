@@ -1,0 +1,174 @@
+"""The scheduler: the outbox relay, durable timers, recovery, snapshot compaction.
+
+It never runs handlers; everything it does goes through the orchestrator's normal write
+path, so running it twice, or several schedulers at once, is harmless:
+
+- **relay**: outbox rows a crash left unpublished are claimed with ``FOR UPDATE SKIP
+  LOCKED``, published, and marked sent in the same transaction;
+- **timers**: a due timer is taken (deleted) in the same transaction as the advance
+  it causes, after the run row is locked — so it fires exactly once, late timers
+  included, and a worker advancing the same run is never deadlocked against it;
+- **recovery**: an execution dispatched long ago, unfinished, with no live lease, is
+  published again under the same key (its worker died, or its message was lost);
+- **compaction**: old snapshots are thinned (the event log is kept).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from functools import partial
+
+from cairn.config import Settings
+from cairn.lease.leases import Leases, lease_key
+from cairn.orchestrator.engine import Orchestrator
+from cairn.orchestrator.events import Phase, TimerFired
+from cairn.orchestrator.messages import NodeMessage
+from cairn.store.repository import ExecutionKey, Tx
+
+log = logging.getLogger(__name__)
+
+BATCH = 500
+COMPACT_EVERY_PASSES = 120
+
+
+def _timer_fired(timer_id: str, at: float) -> TimerFired:
+    return TimerFired(at=at, timer_id=timer_id)
+
+
+def _take_timer(run_id: str, timer_id: str, tx: Tx) -> bool:
+    return tx.take_timer(run_id, timer_id)
+
+
+@dataclass
+class PassReport:
+    relayed: int = 0
+    fired: int = 0
+    recovered: int = 0
+    compacted: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.relayed or self.fired or self.recovered or self.compacted)
+
+
+@dataclass
+class Scheduler:
+    orchestrator: Orchestrator
+    leases: Leases
+    settings: Settings
+    relay_after: float | None = None  # seconds; default from settings
+    _passes: int = field(default=0, init=False)
+
+    def run_once(self) -> PassReport:
+        report = PassReport(
+            relayed=self.relay(), fired=self.fire_timers(), recovered=self.recover()
+        )
+        self._passes += 1
+        if self._passes % COMPACT_EVERY_PASSES == 0:
+            report.compacted = self.compact()
+        self.orchestrator.flush_sent()
+        return report
+
+    def run_forever(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                report = self.run_once()
+            except Exception:  # a database or broker outage: keep going, it will pass
+                log.exception("scheduler pass failed")
+                report = PassReport()
+            if not report:
+                stop.wait(self.settings.scheduler_interval)
+
+    def relay(self) -> int:
+        relay_after = (
+            self.relay_after if self.relay_after is not None else self.settings.outbox_relay_after
+        )
+        store = self.orchestrator.store
+        with store.transaction() as tx:
+            rows = tx.claim_unsent(tx.now() - relay_after, BATCH)
+            if not rows:
+                return 0
+            messages = [
+                NodeMessage(
+                    **{**row.payload, "phase": Phase(row.payload["phase"]), "outbox_id": row.id}
+                )
+                for row in rows
+            ]
+            if not self.orchestrator.publisher.publish(messages):
+                return 0
+            tx.mark_sent([row.id for row in rows])
+        log.info("relayed %d unsent message(s)", len(rows))
+        return len(rows)
+
+    def fire_timers(self) -> int:
+        with self.orchestrator.store.reading() as tx:
+            due = tx.due_timers(tx.now(), BATCH)
+        fired = 0
+        for timer in due:
+            decision = self.orchestrator.apply(
+                timer.run_id,
+                partial(_timer_fired, timer.timer_id),
+                before=partial(_take_timer, timer.run_id, timer.timer_id),
+            )
+            if decision is not None:
+                fired += 1
+        return fired
+
+    def recover(self) -> int:
+        store = self.orchestrator.store
+        with store.reading() as tx:
+            stalled = tx.stalled_executions(tx.now() - self.settings.recovery_after, BATCH)
+        recovered = 0
+        for execution in stalled:
+            if self.leases.held(
+                lease_key(execution.run_id, execution.node, execution.iteration, execution.phase)
+            ):
+                continue  # a live worker holds it
+            key = ExecutionKey(
+                execution.run_id, execution.node, execution.iteration, execution.phase
+            )
+            with store.transaction() as tx:
+                if not tx.touch_execution(key, execution.attempt):
+                    continue  # it finished meanwhile
+                run = tx.run(execution.run_id)
+            message = NodeMessage(
+                execution.run_id,
+                run.workflow,
+                run.version,
+                execution.node,
+                execution.iteration,
+                execution.attempt,
+                Phase(execution.phase),
+            )
+            self.orchestrator.publisher.publish([message])
+            log.warning(
+                "recovered %s attempt %d: no lease, no result; dispatched again",
+                key,
+                execution.attempt,
+            )
+            recovered += 1
+        return recovered
+
+    def compact(self) -> int:
+        """Keep the newest snapshots of each run, and one per stretch of older history, so
+        that state at any seq replays a bounded number of events."""
+        keep_newest = self.settings.snapshot_keep
+        stretch = 10 * self.settings.snapshot_every_events
+        store = self.orchestrator.store
+        with store.reading() as tx:
+            crowded = tx.runs_with_snapshots_over(keep_newest, BATCH)
+        deleted = 0
+        for run_id in crowded:
+            with store.transaction() as tx:
+                seqs = tx.snapshot_seqs(run_id)
+                old = seqs[:-keep_newest]
+                kept_stretches: set[int] = set()
+                doomed = []
+                for seq in old:
+                    if seq // stretch in kept_stretches:
+                        doomed.append(seq)
+                    else:
+                        kept_stretches.add(seq // stretch)
+                deleted += tx.delete_snapshots(run_id, doomed)
+        return deleted

@@ -1,0 +1,66 @@
+"""Engines and migrations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+# A constant key for pg_advisory_xact_lock: concurrent `cairn db upgrade` runs queue up
+# behind each other instead of racing to create the same tables.
+MIGRATION_LOCK_KEY = 0x6361_6972_6E  # "cairn"
+
+
+def normalise_url(url: str) -> str:
+    """``postgresql://`` means psycopg 3 here (SQLAlchemy would pick psycopg2)."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def make_engine(url: str, *, pool_size: int = 5) -> Engine:
+    url = normalise_url(url)
+    if url.startswith("sqlite"):
+        path = make_url(url).database
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url, poolclass=NullPool, connect_args={"check_same_thread": False, "timeout": 30}
+        )
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
+    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
+    # WAL lets readers run beside the single writer; busy_timeout waits out the writer.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate to ``revision``. Safe to run twice, and concurrently on PostgreSQL."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+            )
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()

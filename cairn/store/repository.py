@@ -1,0 +1,515 @@
+"""Queries, grouped by the transaction that runs them.
+
+:class:`Store` owns the engine; :meth:`Store.transaction` yields a :class:`Tx` whose
+methods are the only SQL in cairn. Every status change is a guarded write
+(``UPDATE ... WHERE status IN (...)``) whose row count is checked by the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    and_,
+    delete,
+    event,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from cairn.errors import StoreError
+from cairn.store.schema import (
+    EventRow,
+    NodeExecutionRow,
+    OutboxRow,
+    RunRow,
+    SnapshotRow,
+    TimerRow,
+    WorkflowRow,
+)
+
+runs = cast(Table, RunRow.__table__)
+events = cast(Table, EventRow.__table__)
+snapshots = cast(Table, SnapshotRow.__table__)
+executions = cast(Table, NodeExecutionRow.__table__)
+outbox = cast(Table, OutboxRow.__table__)
+timers = cast(Table, TimerRow.__table__)
+workflows = cast(Table, WorkflowRow.__table__)
+
+ACTIVE_EXECUTION = ("scheduled", "running")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def from_epoch(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def spec_digest(spec: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    seq: int
+    format: int
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ExecutionKey:
+    run_id: str
+    node: str
+    iteration: int
+    phase: str
+
+    def where(self) -> Any:
+        return and_(
+            executions.c.run_id == self.run_id,
+            executions.c.node == self.node,
+            executions.c.iteration == self.iteration,
+            executions.c.phase == self.phase,
+        )
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.node}#{self.iteration}/{self.phase}"
+
+
+def encode_snapshot(state: Mapping[str, Any], compress_over_bytes: int) -> tuple[str, bytes]:
+    body = json.dumps(state, separators=(",", ":")).encode()
+    if len(body) > compress_over_bytes:
+        return "json+zlib", zlib.compress(body, 6)
+    return "json", body
+
+
+def decode_snapshot(codec: str, body: bytes) -> dict[str, Any]:
+    if codec == "json+zlib":
+        body = zlib.decompress(body)
+    elif codec != "json":
+        raise StoreError(f"unknown snapshot codec {codec!r}")
+    data: dict[str, Any] = json.loads(body)
+    return data
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        if self.dialect == "sqlite":
+            _serialise_sqlite_writers(engine)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self.engine.begin() as connection:
+            yield Tx(connection, self.dialect)
+
+    @contextmanager
+    def reading(self) -> Iterator[Tx]:
+        """A read-only transaction (on SQLite a deferred one, which writers do not block)."""
+        with self.engine.connect() as plain:
+            connection = plain.execution_options(cairn_read_only=True)
+            yield Tx(connection, self.dialect)
+            connection.rollback()
+
+
+def _serialise_sqlite_writers(engine: Engine) -> None:
+    """SQLite: take the write lock at BEGIN (BEGIN IMMEDIATE), so that two transactions
+    never both read and then deadlock upgrading to write; busy_timeout queues them."""
+
+    @event.listens_for(engine, "connect")
+    def _autocommit_driver(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection: Connection) -> None:
+        read_only = connection.get_execution_options().get("cairn_read_only", False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+class Tx:
+    """One database transaction (or a read-only connection)."""
+
+    def __init__(self, connection: Connection, dialect: str) -> None:
+        self.connection = connection
+        self.dialect = dialect
+
+    def _insert(self, table: Any) -> Any:
+        return postgresql.insert(table) if self.dialect == "postgresql" else sqlite.insert(table)
+
+    def now(self) -> float:
+        """Seconds since the epoch by the database's clock: the one clock all processes share."""
+        if self.dialect == "postgresql":
+            value = self.connection.execute(select(func.extract("epoch", func.clock_timestamp())))
+            return float(value.scalar_one())
+        return utcnow().timestamp()
+
+    # -- workflows ----------------------------------------------------------------------
+
+    def register_workflow(self, name: str, version: int, spec: Mapping[str, Any]) -> bool:
+        """Insert a definition; True if new. A different spec under a taken (name, version)
+        raises: a version is immutable once runs may have pinned it."""
+        digest = spec_digest(spec)
+        stmt = (
+            self._insert(workflows)
+            .values(
+                name=name, version=version, digest=digest, spec=dict(spec), registered_at=utcnow()
+            )
+            .on_conflict_do_nothing()
+        )
+        if self.connection.execute(stmt).rowcount:
+            return True
+        existing = self.connection.execute(
+            select(workflows.c.digest).where(
+                workflows.c.name == name, workflows.c.version == version
+            )
+        ).scalar_one()
+        if existing != digest:
+            raise StoreError(
+                f"workflow {name} version {version} is already registered with a "
+                "different definition; register the change as a new version"
+            )
+        return False
+
+    def workflow_spec(self, name: str, version: int | None = None) -> tuple[int, dict[str, Any]]:
+        query = select(workflows.c.version, workflows.c.spec).where(workflows.c.name == name)
+        if version is not None:
+            query = query.where(workflows.c.version == version)
+        row = self.connection.execute(query.order_by(workflows.c.version.desc()).limit(1)).first()
+        if row is None:
+            return 0, {}
+        return row.version, dict(row.spec)
+
+    def workflow_versions(self) -> list[tuple[str, int]]:
+        rows = self.connection.execute(
+            select(workflows.c.name, workflows.c.version).order_by(
+                workflows.c.name, workflows.c.version
+            )
+        )
+        return [(row.name, row.version) for row in rows]
+
+    # -- runs ---------------------------------------------------------------------------
+
+    def insert_run(self, values: Mapping[str, Any]) -> bool:
+        """Insert a run; False if its (namespace, request id) already exists."""
+        stmt = self._insert(runs).values(**values).on_conflict_do_nothing()
+        return bool(self.connection.execute(stmt).rowcount)
+
+    def run_by_request(self, namespace: str, request_id: str) -> Any:
+        return self.connection.execute(
+            select(runs).where(runs.c.namespace == namespace, runs.c.request_id == request_id)
+        ).first()
+
+    def lock_run(self, run_id: str) -> tuple[Any, float]:
+        """Lock the run row for this transaction; also read the database clock, in the same
+        round trip, so that every event's time comes from one clock."""
+        if self.dialect != "postgresql":
+            return self.run(run_id, lock=True), utcnow().timestamp()
+        clock = func.extract("epoch", func.clock_timestamp()).label("db_now")
+        row = self.connection.execute(
+            select(runs, clock).where(runs.c.id == run_id).with_for_update(of=runs)
+        ).first()
+        return row, (float(row.db_now) if row is not None else 0.0)
+
+    def run(self, run_id: str, *, lock: bool = False) -> Any:
+        query = select(runs).where(runs.c.id == run_id)
+        if lock:
+            query = query.with_for_update()
+        return self.connection.execute(query).first()
+
+    def update_run(self, run_id: str, values: Mapping[str, Any]) -> None:
+        self.connection.execute(update(runs).where(runs.c.id == run_id).values(**values))
+
+    def list_runs(
+        self, *, status: str | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[Any]:
+        query = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
+        if status:
+            query = query.where(runs.c.status == status)
+        if workflow:
+            query = query.where(runs.c.workflow == workflow)
+        return list(self.connection.execute(query))
+
+    # -- events and snapshots -----------------------------------------------------------
+
+    def append_event(
+        self, run_id: str, seq: int, data: Mapping[str, Any], outcome: Mapping[str, Any], at: float
+    ) -> None:
+        self.connection.execute(
+            insert(events).values(
+                run_id=run_id,
+                seq=seq,
+                type=data["type"],
+                data=dict(data),
+                outcome=dict(outcome),
+                at=at,
+            )
+        )
+
+    def events_after(self, run_id: str, seq: int, upto: int | None = None) -> list[Any]:
+        query = select(
+            events.c.seq, events.c.type, events.c.data, events.c.outcome, events.c.at
+        ).where(events.c.run_id == run_id, events.c.seq > seq)
+        if upto is not None:
+            query = query.where(events.c.seq <= upto)
+        return list(self.connection.execute(query.order_by(events.c.seq)))
+
+    def write_snapshot(
+        self,
+        run_id: str,
+        seq: int,
+        state: Mapping[str, Any],
+        state_format: int,
+        compress_over_bytes: int,
+    ) -> None:
+        codec, body = encode_snapshot(state, compress_over_bytes)
+        self.connection.execute(
+            self._insert(snapshots)
+            .values(
+                run_id=run_id,
+                seq=seq,
+                format=state_format,
+                codec=codec,
+                body=body,
+                created_at=utcnow(),
+            )
+            .on_conflict_do_nothing()
+        )
+
+    def latest_snapshot(self, run_id: str, at_or_before: int | None = None) -> Snapshot | None:
+        query = select(
+            snapshots.c.seq, snapshots.c.format, snapshots.c.codec, snapshots.c.body
+        ).where(snapshots.c.run_id == run_id)
+        if at_or_before is not None:
+            query = query.where(snapshots.c.seq <= at_or_before)
+        row = self.connection.execute(query.order_by(snapshots.c.seq.desc()).limit(1)).first()
+        if row is None:
+            return None
+        return Snapshot(row.seq, row.format, decode_snapshot(row.codec, bytes(row.body)))
+
+    def snapshot_seqs(self, run_id: str) -> list[int]:
+        return list(
+            self.connection.execute(
+                select(snapshots.c.seq)
+                .where(snapshots.c.run_id == run_id)
+                .order_by(snapshots.c.seq)
+            ).scalars()
+        )
+
+    def runs_with_snapshots_over(self, count: int, limit: int) -> list[str]:
+        return list(
+            self.connection.execute(
+                select(snapshots.c.run_id)
+                .group_by(snapshots.c.run_id)
+                .having(func.count() > count)
+                .limit(limit)
+            ).scalars()
+        )
+
+    def delete_snapshots(self, run_id: str, seqs: Sequence[int]) -> int:
+        if not seqs:
+            return 0
+        return int(
+            self.connection.execute(
+                delete(snapshots).where(
+                    snapshots.c.run_id == run_id, snapshots.c.seq.in_(list(seqs))
+                )
+            ).rowcount
+        )
+
+    # -- node executions (the idempotency table) ----------------------------------------
+
+    def schedule_execution(self, key: ExecutionKey, attempt: int) -> None:
+        """Record a dispatch: a new key, or the next attempt of a key that is retrying."""
+        now = utcnow()
+        stmt = self._insert(executions).values(
+            run_id=key.run_id,
+            node=key.node,
+            iteration=key.iteration,
+            phase=key.phase,
+            status="scheduled",
+            attempt=attempt,
+            dispatched_at=now,
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["run_id", "node", "iteration", "phase"],
+            set_={
+                "status": "scheduled",
+                "attempt": attempt,
+                "dispatched_at": now,
+                "finished_at": None,
+                "error_class": None,
+                "error": None,
+            },
+        )
+        self.connection.execute(stmt)
+
+    def execution(self, key: ExecutionKey) -> Any:
+        return self.connection.execute(select(executions).where(key.where())).first()
+
+    def finish_execution(self, key: ExecutionKey, attempt: int, values: Mapping[str, Any]) -> bool:
+        """The first result for (key, attempt) wins; False means it was already recorded."""
+        stmt = (
+            update(executions)
+            .where(
+                key.where(),
+                executions.c.attempt == attempt,
+                executions.c.status.in_(ACTIVE_EXECUTION),
+            )
+            .values(**values)
+        )
+        return bool(self.connection.execute(stmt).rowcount)
+
+    def set_execution_status(self, key: ExecutionKey, status: str) -> None:
+        self.connection.execute(
+            update(executions)
+            .where(key.where(), executions.c.status.in_(ACTIVE_EXECUTION))
+            .values(status=status, finished_at=utcnow())
+        )
+
+    def executions_of(self, run_id: str) -> list[Any]:
+        return list(
+            self.connection.execute(
+                select(executions)
+                .where(executions.c.run_id == run_id)
+                .order_by(executions.c.dispatched_at)
+            )
+        )
+
+    def stalled_executions(self, older_than: float, limit: int) -> list[Any]:
+        """Dispatched, unfinished executions last (re)published before ``older_than``."""
+        return list(
+            self.connection.execute(
+                select(executions)
+                .where(
+                    executions.c.status.in_(ACTIVE_EXECUTION),
+                    executions.c.dispatched_at < from_epoch(older_than),
+                )
+                .order_by(executions.c.dispatched_at)
+                .limit(limit)
+            )
+        )
+
+    def touch_execution(self, key: ExecutionKey, attempt: int) -> bool:
+        return bool(
+            self.connection.execute(
+                update(executions)
+                .where(
+                    key.where(),
+                    executions.c.attempt == attempt,
+                    executions.c.status.in_(ACTIVE_EXECUTION),
+                )
+                .values(dispatched_at=utcnow())
+            ).rowcount
+        )
+
+    # -- outbox -------------------------------------------------------------------------
+
+    def add_outbox(self, run_id: str, topic: str, payload: Mapping[str, Any]) -> int:
+        return int(
+            self.connection.execute(
+                insert(outbox)
+                .values(run_id=run_id, topic=topic, payload=dict(payload), created_at=utcnow())
+                .returning(outbox.c.id)
+            ).scalar_one()
+        )
+
+    def claim_unsent(self, older_than: float, limit: int) -> list[Any]:
+        """Unsent rows, locked; rows another relay holds are skipped, not waited for."""
+        query = (
+            select(outbox)
+            .where(
+                outbox.c.sent_at.is_(None),
+                outbox.c.created_at < from_epoch(older_than),
+            )
+            .order_by(outbox.c.id)
+            .limit(limit)
+        )
+        if self.dialect == "postgresql":
+            query = query.with_for_update(skip_locked=True)
+        return list(self.connection.execute(query))
+
+    def mark_sent(self, ids: Sequence[int]) -> None:
+        if ids:
+            self.connection.execute(
+                update(outbox)
+                .where(outbox.c.id.in_(list(ids)), outbox.c.sent_at.is_(None))
+                .values(sent_at=utcnow(), publishes=outbox.c.publishes + 1)
+            )
+
+    def purge_sent(self, older_than: float, limit: int = 10_000) -> int:
+        ids = select(outbox.c.id).where(outbox.c.sent_at < from_epoch(older_than)).limit(limit)
+        return int(
+            self.connection.execute(
+                delete(outbox).where(outbox.c.id.in_(ids.scalar_subquery()))
+            ).rowcount
+        )
+
+    # -- timers -------------------------------------------------------------------------
+
+    def arm_timer(self, run_id: str, timer_id: str, due_at: float) -> None:
+        stmt = self._insert(timers).values(
+            run_id=run_id, timer_id=timer_id, due_at=from_epoch(due_at), fired_at=None
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["run_id", "timer_id"],
+            set_={"due_at": from_epoch(due_at), "fired_at": None},
+        )
+        self.connection.execute(stmt)
+
+    def disarm_timer(self, run_id: str, timer_id: str) -> None:
+        self.connection.execute(
+            delete(timers).where(timers.c.run_id == run_id, timers.c.timer_id == timer_id)
+        )
+
+    def due_timers(self, now: float, limit: int) -> list[Any]:
+        return list(
+            self.connection.execute(
+                select(timers.c.run_id, timers.c.timer_id)
+                .where(
+                    timers.c.fired_at.is_(None),
+                    timers.c.due_at <= from_epoch(now),
+                )
+                .order_by(timers.c.due_at)
+                .limit(limit)
+            )
+        )
+
+    def take_timer(self, run_id: str, timer_id: str) -> bool:
+        """Mark a due timer fired; False if another scheduler (or a disarm) got there first."""
+        return bool(
+            self.connection.execute(
+                delete(timers).where(
+                    timers.c.run_id == run_id,
+                    timers.c.timer_id == timer_id,
+                    timers.c.fired_at.is_(None),
+                )
+            ).rowcount
+        )
+
+    def timers_of(self, run_id: str) -> list[Any]:
+        return list(self.connection.execute(select(timers).where(timers.c.run_id == run_id)))
+
+    def pending_counts(self) -> dict[str, int]:
+        unsent = self.connection.execute(
+            select(func.count()).select_from(outbox).where(outbox.c.sent_at.is_(None))
+        ).scalar_one()
+        pending_timers = self.connection.execute(
+            select(func.count()).select_from(timers).where(or_(timers.c.fired_at.is_(None)))
+        ).scalar_one()
+        return {"outbox_unsent": int(unsent), "timers_pending": int(pending_timers)}

@@ -1,0 +1,170 @@
+"""The tables. Alembic migrations (``cairn/store/migrations``) are the schema's source of
+truth in every database; these models mirror them for queries, and a test checks that
+the two never drift apart.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# JSONB on PostgreSQL (indexable, compact), plain JSON text on SQLite.
+Json = JSON().with_variant(JSONB(), "postgresql")
+# BIGSERIAL on PostgreSQL; SQLite only auto-increments an INTEGER PRIMARY KEY.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class WorkflowRow(Base):
+    """A registered definition. (name, version) is immutable once registered."""
+
+    __tablename__ = "workflows"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(Json)
+    registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("namespace", "request_id"),
+        Index("ix_runs_status_updated_at", "status", "updated_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(100), server_default="default")
+    workflow: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(20))
+    input: Mapped[dict[str, Any]] = mapped_column(Json)
+    request_id: Mapped[str | None] = mapped_column(String(200))
+    last_seq: Mapped[int] = mapped_column(Integer, server_default="0")
+    snapshot_seq: Mapped[int] = mapped_column(Integer, server_default="0")
+    snapshot_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    current: Mapped[list[str]] = mapped_column(Json)  # active node executions, for display
+    reason: Mapped[str | None] = mapped_column(Text)
+    parent_run_id: Mapped[str | None] = mapped_column(String(36))
+    fork_seq: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class EventRow(Base):
+    """The append-only log: the decider's inputs, with what each decision did."""
+
+    __tablename__ = "events"
+    __table_args__ = (UniqueConstraint("run_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(36))
+    seq: Mapped[int] = mapped_column(Integer)
+    type: Mapped[str] = mapped_column(String(50))
+    data: Mapped[dict[str, Any]] = mapped_column(Json)
+    outcome: Mapped[dict[str, Any]] = mapped_column(Json)
+    at: Mapped[float] = mapped_column(Float)
+
+
+class SnapshotRow(Base):
+    __tablename__ = "snapshots"
+
+    run_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    format: Mapped[int] = mapped_column(Integer)
+    codec: Mapped[str] = mapped_column(String(20))  # "json" or "json+zlib"
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class NodeExecutionRow(Base):
+    """The idempotency table: one row per (run, node, iteration, phase); the first
+    result recorded for a key is the result."""
+
+    __tablename__ = "node_executions"
+    __table_args__ = (Index("ix_node_executions_status_dispatched_at", "status", "dispatched_at"),)
+
+    run_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    iteration: Mapped[int] = mapped_column(Integer, primary_key=True)
+    phase: Mapped[str] = mapped_column(String(20), primary_key=True)
+    status: Mapped[str] = mapped_column(String(20))
+    attempt: Mapped[int] = mapped_column(Integer)
+    worker: Mapped[str | None] = mapped_column(String(200))
+    dispatched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    duration_s: Mapped[float | None] = mapped_column(Float)
+    result: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    error_class: Mapped[str | None] = mapped_column(String(20))
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class OutboxRow(Base):
+    """Messages committed with the decision that caused them, published after commit."""
+
+    __tablename__ = "outbox"
+    __table_args__ = (
+        Index(
+            "ix_outbox_unsent",
+            "created_at",
+            postgresql_where=text("sent_at IS NULL"),
+            sqlite_where=text("sent_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(36))
+    topic: Mapped[str] = mapped_column(String(50))
+    payload: Mapped[dict[str, Any]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    publishes: Mapped[int] = mapped_column(Integer, server_default="0")
+
+
+class TimerRow(Base):
+    """Durable timers: retries, wait timeouts, node and join timeouts, cancel timeouts."""
+
+    __tablename__ = "timers"
+    __table_args__ = (
+        Index(
+            "ix_timers_due",
+            "due_at",
+            postgresql_where=text("fired_at IS NULL"),
+            sqlite_where=text("fired_at IS NULL"),
+        ),
+    )
+
+    run_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    timer_id: Mapped[str] = mapped_column(String(300), primary_key=True)
+    due_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    fired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

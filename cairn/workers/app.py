@@ -1,0 +1,136 @@
+"""The Celery app: built from settings by :func:`make_celery`, configured for safety.
+
+The broker is a doorbell, not a database: messages may be lost or duplicated, and
+PostgreSQL decides what counts. So: JSON only (pickle would be remote code execution),
+late acks with reject-on-worker-lost (a task dies → its message comes back), prefetch 1
+(a long node does not sit on queued work), no result backend (results live in
+PostgreSQL), and a visibility timeout — set the same in every place Celery reads it —
+longer than any node runs.
+
+``celery -A cairn.workers.app worker`` finds the app through the module attribute
+``app``, built from ``CAIRN_*`` on first access rather than at import.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_process_init, worker_process_shutdown
+
+from cairn.config import Settings
+from cairn.orchestrator.messages import NodeMessage
+
+log = logging.getLogger(__name__)
+
+NODE_TASK = "cairn.node"
+
+
+def make_celery(settings: Settings) -> Celery:
+    if settings.broker_url is None:
+        raise ValueError(
+            "make_celery needs CAIRN_BROKER_URL; without it cairn runs nodes in-process"
+        )
+    app = Celery("cairn", broker=settings.broker_url, set_as_current=False)
+    transport = {"visibility_timeout": settings.visibility_timeout}
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        event_serializer="json",
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        result_backend=None,
+        task_default_queue=settings.queue,
+        task_create_missing_queues=True,
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        visibility_timeout=settings.visibility_timeout,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+    )
+    app.cairn_settings = settings
+
+    @app.task(name=NODE_TASK, ignore_result=True)
+    def run_node(message: dict[str, Any]) -> str:
+        return str(_process_runtime(app).runner.run(message).value)
+
+    return app
+
+
+class CeleryPublisher:
+    def __init__(self, app: Celery, queue: str) -> None:
+        self.app = app
+        self.queue = queue
+
+    def publish(self, messages: Sequence[NodeMessage]) -> bool:
+        with self.app.producer_or_acquire() as producer:
+            for message in messages:
+                self.app.send_task(
+                    NODE_TASK,
+                    args=[message.to_dict()],
+                    queue=self.queue,
+                    shadow=message.task_name,
+                    producer=producer,
+                )
+        return True
+
+
+# -- one runtime per worker process, built after the fork ---------------------------------
+
+_runtimes: dict[int, Any] = {}
+_lock = threading.Lock()
+
+
+def _process_runtime(app: Celery) -> Any:
+    from cairn.runtime import Runtime  # noqa: PLC0415 - runtime imports this module
+
+    key = id(app)
+    runtime = _runtimes.get(key)
+    if runtime is None:
+        with _lock:
+            runtime = _runtimes.get(key)
+            if runtime is None:
+                runtime = Runtime.build(
+                    app.cairn_settings,
+                    celery_app=app,
+                    worker=f"{socket.gethostname()}:{os.getpid()}",
+                )
+                _runtimes[key] = runtime
+    return runtime
+
+
+@worker_process_init.connect
+def _forget_parent_runtimes(**_kwargs: Any) -> None:
+    # Connections opened before the fork belong to the parent.
+    _runtimes.clear()
+
+
+@worker_process_shutdown.connect
+def _close_runtimes(**_kwargs: Any) -> None:
+    for runtime in list(_runtimes.values()):
+        runtime.close()
+    _runtimes.clear()
+
+
+_default: Celery | None = None
+
+
+def __getattr__(name: str) -> Any:
+    global _default  # noqa: PLW0603 - the lazily built app for `celery -A`
+    if name == "app":
+        if _default is None:
+            _default = make_celery(Settings.from_env())
+        return _default
+    raise AttributeError(name)

@@ -1,0 +1,94 @@
+"""The step context: what a handler sees of the run, and how it reports back."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from cairn.orchestrator.state import RunState
+
+log = logging.getLogger("cairn.handler")
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: float
+    total: float | None
+    message: str
+
+
+class StepContext:
+    """Passed to every handler as ``ctx``.
+
+    ``ctx.state`` is a read-only view of the run state (return a dict to change it).
+    ``ctx.messages`` is the agent's ordered message history: append to it.
+    ``ctx.sessions`` holds tool session state (cursors, page positions, session handles —
+    never raw secrets): set or update entries; set one to ``None`` to close it.
+    Both are saved with the step's result and restored on any later step or recovery.
+    """
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        workflow: str,
+        node: str,
+        iteration: int,
+        attempt: int,
+        phase: str,
+        state: RunState,
+        on_progress: Callable[[Progress], None] | None = None,
+        lease_valid: Callable[[], bool] | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.workflow = workflow
+        self.node = node
+        self.iteration = iteration
+        self.attempt = attempt
+        self.phase = phase
+        self._vars = copy.deepcopy(state.vars)
+        self.state: Mapping[str, Any] = MappingProxyType(self._vars)
+        self.messages: list[dict[str, Any]] = copy.deepcopy(state.messages)
+        self.sessions: dict[str, Any] = copy.deepcopy(state.sessions)
+        self._messages_before = len(state.messages)
+        self._sessions_before = copy.deepcopy(state.sessions)
+        self._on_progress = on_progress
+        self._lease_valid = lease_valid
+        self.last_progress: Progress | None = None
+        self.log = logging.LoggerAdapter(
+            log, {"run_id": run_id, "node": node, "iteration": iteration, "attempt": attempt}
+        )
+
+    def progress(self, done: float, total: float | None = None, message: str = "") -> None:
+        """Report progress (e.g. 3 of 10 pages); shown by ``cairn status``."""
+        self.last_progress = Progress(done, total, message)
+        if self._on_progress is not None:
+            self._on_progress(self.last_progress)
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once this worker may no longer be the node's holder: stop at a safe point;
+        nothing this execution returns will be committed."""
+        return self._lease_valid is not None and not self._lease_valid()
+
+    def handler_state(self) -> dict[str, Any]:
+        """A private copy of the state for the handler's ``state`` argument."""
+        return copy.deepcopy(self._vars)
+
+    def added_messages(self) -> tuple[dict[str, Any], ...]:
+        return tuple(self.messages[self._messages_before :])
+
+    def changed_sessions(self) -> dict[str, Any]:
+        changed: dict[str, Any] = {
+            name: value
+            for name, value in self.sessions.items()
+            if self._sessions_before.get(name) != value
+        }
+        for name in self._sessions_before:
+            if name not in self.sessions:
+                changed[name] = None
+        return changed

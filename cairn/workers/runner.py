@@ -1,0 +1,210 @@
+"""Executing one node message: the worker's half of the write path.
+
+1. Skip what is already done: the idempotency row finished, a newer attempt exists, or
+   the run ended. A run being cancelled turns a queued node into a no-op.
+2. Take the lease; keep it alive with a heartbeat while the handler runs.
+3. Run the handler on the restored state with a step context.
+4. Commit the result and the run's next step in one transaction, unless the lease was
+   lost meanwhile (a newer holder may exist; PostgreSQL would refuse the second result
+   anyway, but a worker that knows it is stale does not even try).
+5. Release the lease (token-checked).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from cairn.config import Settings
+from cairn.errors import CairnError, UnknownNode
+from cairn.lease.heartbeat import Heartbeat
+from cairn.lease.leases import Leases, lease_key
+from cairn.orchestrator.definition import ErrorClass, TaskNode
+from cairn.orchestrator.engine import NodeOutcome, Orchestrator
+from cairn.orchestrator.events import NodeCancelled, NodeFailed, NodeSucceeded, Phase
+from cairn.orchestrator.messages import InvalidMessage, NodeMessage
+from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.store.repository import ACTIVE_EXECUTION, ExecutionKey
+from cairn.workers.classify import classify
+from cairn.workers.context import StepContext
+
+log = logging.getLogger(__name__)
+
+
+class Handled(StrEnum):
+    COMMITTED = "committed"
+    DISCARDED = "discarded"  # ran, but the result was not the first for its key
+    DUPLICATE = "duplicate"  # already finished, or superseded by a newer attempt
+    RUN_FINISHED = "run_finished"
+    CANCELLED = "cancelled"
+    LEASE_HELD = "lease_held"  # another worker holds the node now
+    LEASE_LOST = "lease_lost"
+    REJECTED = "rejected"  # the message itself is invalid
+
+
+@dataclass
+class NodeRunner:
+    orchestrator: Orchestrator
+    leases: Leases
+    settings: Settings
+    worker: str
+
+    def run(self, body: Any) -> Handled:
+        try:
+            message = NodeMessage.from_dict(body)
+            return self._run(message)
+        except (InvalidMessage, UnknownNode) as exc:
+            log.error("rejected node message %s: %s", _short(body), exc)
+            return Handled.REJECTED
+
+    def _run(self, message: NodeMessage) -> Handled:
+        orchestrator = self.orchestrator
+        key = ExecutionKey(message.run_id, message.node, message.iteration, message.phase.value)
+        with orchestrator.store.reading() as tx:
+            execution = tx.execution(key)
+            run = tx.run(message.run_id)
+        if execution is None or run is None:
+            raise InvalidMessage(f"no execution {key} was ever dispatched")
+        if run.workflow != message.workflow or run.version != message.version:
+            raise InvalidMessage(
+                f"{key} belongs to {run.workflow}@{run.version}, "
+                f"not {message.workflow}@{message.version}"
+            )
+        if execution.status not in ACTIVE_EXECUTION or execution.attempt != message.attempt:
+            return Handled.DUPLICATE
+        status = RunStatus(run.status)
+        if status.terminal:
+            return Handled.RUN_FINISHED
+        if status is RunStatus.CANCELLING and message.phase is Phase.RUN:
+            event = NodeCancelled(
+                at=0.0, node=message.node, iteration=message.iteration, attempt=message.attempt
+            )
+            orchestrator.complete(message, NodeOutcome(event, NodeStatus.CANCELLED), self.worker)
+            return Handled.CANCELLED
+        definition = orchestrator.registry.get(message.workflow, message.version)
+        node = definition.nodes.get(message.node)
+        if node is None:
+            raise UnknownNode(f"{definition.key} has no node {message.node!r}")
+        ref = (
+            node.compensate
+            if message.phase is Phase.COMPENSATE
+            else (node.handler if isinstance(node, TaskNode) else None)
+        )
+        if ref is None:
+            raise InvalidMessage(
+                f"{definition.key} node {message.node!r} has nothing to run "
+                f"in phase {message.phase.value}"
+            )
+
+        lease = self.leases.acquire(
+            lease_key(message.run_id, message.node, message.iteration, message.phase.value),
+            self.settings.lease_ttl,
+        )
+        if lease is None:
+            return Handled.LEASE_HELD
+        try:
+            with Heartbeat(self.leases, lease, self.settings.heartbeat_interval) as heartbeat:
+                _row, _definition, state = orchestrator.load(message.run_id)
+                ctx = StepContext(
+                    run_id=message.run_id,
+                    workflow=message.workflow,
+                    node=message.node,
+                    iteration=message.iteration,
+                    attempt=message.attempt,
+                    phase=message.phase.value,
+                    state=state,
+                    lease_valid=lambda: heartbeat.valid,
+                )
+                outcome = self._execute(ref.resolve(), ctx, message)
+                if not heartbeat.valid:
+                    log.warning("lease lost while running %s; not committing", key)
+                    return Handled.LEASE_LOST
+                completion = orchestrator.complete(message, outcome, self.worker)
+        finally:
+            try:
+                self.leases.release(lease)
+            except Exception:  # the lease expires on its own
+                log.warning("releasing %s failed", lease.key, exc_info=True)
+        if not completion.recorded:
+            log.info("result of %s discarded: %s", key, completion.reason)
+            return Handled.DISCARDED
+        return Handled.COMMITTED
+
+    def _execute(self, handler: Any, ctx: StepContext, message: NodeMessage) -> NodeOutcome:
+        node, iteration, attempt, phase = (
+            message.node,
+            message.iteration,
+            message.attempt,
+            message.phase,
+        )
+        started = time.perf_counter()
+        try:
+            output = self._check_output(handler(ctx, ctx.handler_state()))
+        except Exception as exc:
+            duration = time.perf_counter() - started
+            error_class = classify(exc)
+            text = f"{type(exc).__name__}: {exc}"
+            ctx.log.warning("handler failed (%s): %s", error_class.value, text)
+            failed = NodeFailed(
+                at=0.0,
+                node=node,
+                iteration=iteration,
+                attempt=attempt,
+                error_class=error_class,
+                message=text,
+                phase=phase,
+            )
+            return NodeOutcome(
+                failed,
+                NodeStatus.FAILED,
+                error_class=error_class.value,
+                error=traceback.format_exc(limit=20),
+                duration_s=duration,
+            )
+        duration = time.perf_counter() - started
+        succeeded = NodeSucceeded(
+            at=0.0,
+            node=node,
+            iteration=iteration,
+            attempt=attempt,
+            output=output,
+            phase=phase,
+            messages=ctx.added_messages(),
+            sessions=ctx.changed_sessions() or None,
+        )
+        return NodeOutcome(succeeded, NodeStatus.SUCCEEDED, result=output, duration_s=duration)
+
+    def _check_output(self, output: Any) -> dict[str, Any]:
+        if output is None:
+            return {}
+        if not isinstance(output, dict):
+            raise _OutputError(
+                f"a handler returns a dict (merged into the state) or None, "
+                f"not {type(output).__name__}"
+            )
+        try:
+            size = len(json.dumps(output).encode())
+        except (TypeError, ValueError) as exc:
+            raise _OutputError(f"the handler's output is not JSON: {exc}") from exc
+        if size > self.settings.max_payload_bytes:
+            raise _OutputError(
+                f"the handler's output is {size} bytes; the limit is "
+                f"{self.settings.max_payload_bytes} (store large data as an "
+                "artifact and return its reference)"
+            )
+        return output
+
+
+class _OutputError(CairnError):
+    code = "bad_output"
+    error_class = ErrorClass.PERMANENT.value
+
+
+def _short(body: Any) -> str:
+    text = repr(body)
+    return text if len(text) < 300 else text[:300] + "..."

@@ -1,0 +1,335 @@
+"""The ``cairn`` command line: validate, describe, config (in process and as the real script)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cairn.cli.main import app, main
+from cairn.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BROKEN = "tests/fixtures/broken.yaml"
+BROKEN_CODES = [
+    "unknown_target",
+    "unresolved_import",
+    "unreachable",
+    "no_path_to_end",
+    "wait_without_timeout",
+    "join_unknown_branch",
+    "join_non_branch",
+    "quorum_out_of_range",
+    "route_without_default",
+    "duplicate_name",
+    "unbounded_cycle",
+    "bad_duration",
+]
+
+UNINSTALLED_YAML = """\
+name: elsewhere
+version: 3
+start: fetch
+nodes:
+  fetch: {handler: "not_installed_here.tasks:fetch", next: check}
+  check: {handler: "not_installed_here.tasks:check",
+          branch: {guard: "not_installed_here.tasks:ok", cases: {"true": done, "false": fetch}},
+          max_visits: 4}
+  done:  {end: succeeded}
+"""
+
+
+@pytest.fixture(autouse=True)
+def at_repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run every command from the repo root with no CAIRN_* settings, restoring sys.path."""
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for key in list(os.environ):
+        if key.startswith("CAIRN_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def example_paths() -> list[str]:
+    return sorted(glob.glob("examples/*"))
+
+
+def flat(text: str) -> str:
+    """Rich wraps long lines at the console width; compare text with whitespace collapsed."""
+    return " ".join(text.split())
+
+
+def clean_env() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if not key.startswith("CAIRN_")}
+
+
+# -- validate ----------------------------------------------------------------------------
+
+
+def test_validate_examples(runner: CliRunner) -> None:
+    paths = example_paths()
+    assert "examples/book_flight.yaml" in paths
+    result = runner.invoke(app, ["validate", *paths])
+    assert result.exit_code == 0, result.output
+    ok_lines = [line for line in result.stdout.splitlines() if line.startswith("ok")]
+    keys = {line.split()[1] for line in ok_lines}
+    assert keys == {"book_flight@1", "agent_loop@1", "weekly_report@1"}
+    assert "examples/book_flight.yaml" in result.stdout
+    assert "examples/weekly_report.py:weekly_report" in result.stdout
+    assert "fail" not in result.output
+
+
+def test_validate_broken_exits_2_and_names_every_fault(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["validate", BROKEN])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stdout == ""
+    assert f"fail {BROKEN}" in result.stderr
+    for code in BROKEN_CODES:
+        assert f"[{code}]" in result.stderr, code
+    assert "1 of 1 definition(s) invalid" in result.stderr
+
+
+def test_validate_reports_good_and_bad_together(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["validate", "examples/book_flight.yaml", BROKEN])
+    assert result.exit_code == 2
+    assert "ok   book_flight@1" in result.stdout
+    assert "1 of 2 definition(s) invalid" in result.stderr
+
+
+def test_validate_missing_file_exits_2(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["validate", "examples/no_such_workflow.yaml"])
+    assert result.exit_code == 2
+    assert "examples/no_such_workflow.yaml" in result.stderr
+    assert "[unreadable]" in flat(result.stderr)
+
+
+def test_validate_missing_module_exits_2(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["validate", "no_such_module_for_cairn_tests"])
+    assert result.exit_code == 2
+    assert "[import_failed]" in flat(result.stderr)
+
+
+def test_validate_nothing_found_exits_2(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["validate", "examples/flights.py"])
+    assert result.exit_code == 2
+    assert "no workflow definitions found" in result.stderr
+
+
+def test_validate_needs_a_path(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["validate"])
+    assert result.exit_code != 0
+
+
+# -- describe ----------------------------------------------------------------------------
+
+
+def test_describe_json(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["describe", "examples/book_flight.yaml", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["workflow"] == "book_flight"
+    assert payload["version"] == 1
+    assert payload["start"] == "search"
+    assert payload["nodes"]["approval"] == {"kind": "wait", "timeout": "24h"}
+    assert payload["nodes"]["reserve"]["retry_attempts"] == 5
+    assert payload["nodes"]["done"] == {"kind": "end", "status": "succeeded"}
+    moves = {(t["source"], t["event"], t["target"]) for t in payload["transitions"]}
+    assert ("price_check", "case:true", "reserve") in moves
+    assert ("price_check", "case:false", "approval") in moves
+    assert ("approval", "timeout", "escalate") in moves
+    assert ("approval", "signal:approve", "reserve") in moves
+    assert ("approval", "signal:reject", "rejected") in moves
+    assert ("reserve", "failed:permanent", "rejected") in moves
+    assert ("triage", "route:default", "done") in moves
+    assert ("notify", "fan_out", "email") in moves
+    assert ("(start)", "started", "search") in moves
+    for row in payload["transitions"]:
+        assert set(row) == {"source", "event", "guard", "target"}
+
+
+def test_describe_mermaid(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["describe", "examples/book_flight.yaml", "--format", "mermaid"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("flowchart TD")
+    assert '"signal:approve"' in result.stdout
+    assert "approval" in result.stdout
+
+
+def test_describe_table(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["describe", "examples/book_flight.yaml"])
+    assert result.exit_code == 0, result.output
+    assert "book_flight@1" in result.stdout
+    assert "signal:approve" in result.stdout
+    assert "case:true" in result.stdout
+
+
+def test_describe_short_format_option(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["describe", "examples/agent_loop.yaml", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["workflow"] == "agent_loop"
+
+
+def test_describe_python_module(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["describe", "examples/weekly_report.py", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["workflow"] == "weekly_report"
+    moves = {(t["source"], t["event"], t["target"]) for t in payload["transitions"]}
+    assert ("review", "case:false", "compose") in moves
+
+
+def test_describe_unknown_format_is_a_usage_error(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["describe", "examples/book_flight.yaml", "--format", "dot"])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+
+
+def test_describe_broken_exits_2(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["describe", BROKEN])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "[unbounded_cycle]" in flat(result.stderr)
+
+
+def test_describe_no_resolve_for_code_not_installed_here(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "elsewhere.yaml"
+    path.write_text(UNINSTALLED_YAML, encoding="utf-8")
+
+    resolved = runner.invoke(app, ["describe", str(path), "--format", "json"])
+    assert resolved.exit_code == 2
+    assert "[unresolved_import]" in flat(resolved.stderr)
+
+    result = runner.invoke(app, ["describe", str(path), "--no-resolve", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["workflow"] == "elsewhere"
+    assert payload["nodes"]["fetch"]["handler"] == "not_installed_here.tasks:fetch"
+    moves = {(t["source"], t["event"], t["target"]) for t in payload["transitions"]}
+    assert ("check", "case:false", "fetch") in moves
+
+
+def test_describe_no_resolve_still_validates_the_graph(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "elsewhere.yaml"
+    path.write_text(UNINSTALLED_YAML.replace("next: check", "next: nowhere"), encoding="utf-8")
+    result = runner.invoke(app, ["describe", str(path), "--no-resolve"])
+    assert result.exit_code == 2
+    assert "[unknown_target]" in flat(result.stderr)
+    assert "[unresolved_import]" not in flat(result.stderr)
+
+
+# -- config ------------------------------------------------------------------------------
+
+
+def test_config_prints_effective_settings(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["config"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["effective_database_url"].startswith("sqlite:///")
+    assert payload["effective_database_url"].endswith("cairn.db")
+    assert payload["database_url"] is None
+    assert payload["log_level"] == "INFO"
+
+
+def test_config_masks_passwords(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_DATABASE_URL", "postgresql://cairn:hunter2@db:5432/cairn")
+    result = runner.invoke(app, ["config"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["effective_database_url"] == "postgresql://cairn:***@db:5432/cairn"
+    assert "hunter2" not in result.output
+
+
+def test_config_unknown_variable_raises_config_error_in_app(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CAIRN_DATABSE_URL", "postgresql://localhost/cairn")
+    result = runner.invoke(app, ["config"])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, ConfigError)
+    assert "did you mean CAIRN_DATABASE_URL?" in str(result.exception)
+
+
+def test_main_turns_config_error_into_a_clean_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CAIRN_DATABSE_URL", "postgresql://localhost/cairn")
+    monkeypatch.setattr(sys, "argv", ["cairn", "config"])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = flat(captured.err)
+    assert err.startswith("error: unknown setting(s): CAIRN_DATABSE_URL")
+    assert "(did you mean CAIRN_DATABASE_URL?)" in err
+    assert "Traceback" not in captured.err
+
+
+def test_main_exits_0_on_success(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["cairn", "config"])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code in (0, None)
+    assert "effective_database_url" in json.loads(capsys.readouterr().out)
+
+
+# -- the installed console script ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cairn_script() -> str:
+    path = shutil.which("cairn")
+    assert path is not None, "the cairn console script is not installed (pip install -e .)"
+    return path
+
+
+def run_script(
+    script: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [script, *args],
+        cwd=REPO_ROOT,
+        env=clean_env() if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_console_script_validates_examples(cairn_script: str) -> None:
+    result = run_script(cairn_script, "validate", *example_paths())
+    assert result.returncode == 0, result.stderr
+    for key in ("book_flight@1", "agent_loop@1", "weekly_report@1"):
+        assert re.search(rf"^ok\s+{re.escape(key)}\s", result.stdout, re.MULTILINE), key
+
+
+def test_console_script_rejects_broken(cairn_script: str) -> None:
+    result = run_script(cairn_script, "validate", BROKEN)
+    assert result.returncode == 2
+    for code in BROKEN_CODES:
+        assert f"[{code}]" in result.stderr, code
+
+
+def test_console_script_config_typo(cairn_script: str) -> None:
+    env = {**clean_env(), "CAIRN_DATABSE_URL": "postgresql://localhost/cairn"}
+    result = run_script(cairn_script, "config", env=env)
+    assert result.returncode == 2
+    assert "did you mean CAIRN_DATABASE_URL?" in flat(result.stderr)
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
