@@ -1,11 +1,14 @@
 PYTHON ?= python3
 
-.PHONY: install test lint format check
+.PHONY: install services test lint format check
 
 install:  ## install cairn and everything its tests and linters need
 	$(PYTHON) -m pip install -e ".[dev]"
 
-test:  ## the whole test suite (what CI runs)
+services:  ## start PostgreSQL and Redis if they are not running
+	bash scripts/services.sh
+
+test: services  ## the whole test suite (what CI runs)
 	$(PYTHON) -m pytest
 
 lint:  ## ruff (lint + format check) and mypy

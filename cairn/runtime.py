@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from cairn import faults
 from cairn.config import Settings
 from cairn.lease.leases import Leases, MemoryLeases, RedisLeases
 from cairn.orchestrator.catalog import discover
@@ -52,6 +53,7 @@ class Runtime:
         concurrency: int = 2,
         migrate: bool | None = None,
     ) -> Runtime:
+        faults.arm(settings.fault_points)
         engine = make_engine(settings.effective_database_url)
         if migrate if migrate is not None else settings.database_url is None:
             upgrade(engine)  # the embedded database migrates itself; servers use `cairn db`

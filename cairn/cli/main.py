@@ -109,7 +109,7 @@ def _cwd_importable() -> None:
 
 
 def main() -> None:
-    from cairn.cli import processes, runs  # noqa: F401, PLC0415 - register their commands
+    from cairn.cli import demo, processes, runs  # noqa: F401, PLC0415 - register commands
 
     _cwd_importable()
     try:

@@ -79,13 +79,17 @@ class Settings(BaseModel):
     scheduler_interval: float = Field(
         default=0.5, gt=0, description="Seconds between scheduler passes."
     )
+    fault_points: list[str] = Field(
+        default_factory=list,
+        description="Tests only: comma-separated fault points where the process kills itself.",
+    )
     visibility_timeout: float = Field(
         default=3600.0,
         gt=0,
         description="Broker redelivery timeout, seconds; longer than any node runs.",
     )
 
-    @field_validator("workflows", mode="before")
+    @field_validator("workflows", "fault_points", mode="before")
     @classmethod
     def _split_paths(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -50,7 +50,9 @@ def _discover_one(location: str, *, resolve: bool) -> Iterator[Found]:
         yield from _from_file(path, resolve=resolve)
     elif path.suffix == ".py":
         yield from _from_module(lambda: _import_path(path), str(path))
-    elif path.exists() or "/" in location or path.suffix:
+    elif not path.exists() and all(part.isidentifier() for part in location.split(".")):
+        yield from _from_module(lambda: importlib.import_module(location), location)
+    else:
         yield _failure(
             location,
             "not_a_definition",
@@ -58,8 +60,6 @@ def _discover_one(location: str, *, resolve: bool) -> Iterator[Found]:
             if path.exists()
             else f"{location}: no such file",
         )
-    else:
-        yield from _from_module(lambda: importlib.import_module(location), location)
 
 
 def _from_file(path: Path, *, resolve: bool) -> Iterator[Found]:

@@ -26,6 +26,7 @@ from jsonschema import Draft202012Validator
 
 from cairn.config import Settings
 from cairn.errors import InvalidInput, RunNotFound, StoreError, UnknownWorkflow
+from cairn.faults import fault_point
 from cairn.orchestrator.commands import (
     ArmTimer,
     CancelNode,
@@ -291,11 +292,18 @@ class Orchestrator:
         self._publish(advanced.messages)
         return advanced.decision
 
-    def complete(self, message: NodeMessage, outcome: NodeOutcome, worker: str) -> Completion:
+    def complete(
+        self,
+        message: NodeMessage,
+        outcome: NodeOutcome,
+        worker: str,
+        known: tuple[int, RunState] | None = None,
+    ) -> Completion:
         """Record a worker's result and advance the run with it, in one transaction.
 
         The first result for an execution wins; a second (a duplicate delivery, a stale
-        worker) is discarded and changes nothing.
+        worker) is discarded and changes nothing. ``known`` is the (seq, state) the worker
+        restored before running: if the run has not moved since, it is not read again.
         """
         key = ExecutionKey(message.run_id, message.node, message.iteration, message.phase.value)
         try:
@@ -319,7 +327,10 @@ class Orchestrator:
                     )
                 row, now = tx.lock_run(message.run_id)
                 definition = self.registry.get(row.workflow, row.version, tx)
-                state = self.restore(tx, row, definition)
+                if known is not None and known[0] == row.last_seq:
+                    state = known[1]
+                else:
+                    state = self.restore(tx, row, definition)
                 event = replace(outcome.event, at=now)
                 advanced = self._advance(tx, row, definition, state, event)
                 if advanced.decision.ignored:
@@ -435,6 +446,7 @@ class Orchestrator:
     def _publish(self, messages: Sequence[NodeMessage]) -> None:
         if not messages:
             return
+        fault_point("publish.after_commit")
         try:
             taken = self.publisher.publish(messages)
         except Exception:  # committed already: the relay will publish these

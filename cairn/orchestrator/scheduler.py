@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from cairn.config import Settings
+from cairn.faults import fault_point
 from cairn.lease.leases import Leases, lease_key
 from cairn.orchestrator.engine import Orchestrator
 from cairn.orchestrator.events import Phase, TimerFired
@@ -85,6 +86,9 @@ class Scheduler:
             self.relay_after if self.relay_after is not None else self.settings.outbox_relay_after
         )
         store = self.orchestrator.store
+        with store.reading() as tx:  # an idle pass costs no commit
+            if not tx.has_unsent(tx.now() - relay_after):
+                return 0
         with store.transaction() as tx:
             rows = tx.claim_unsent(tx.now() - relay_after, BATCH)
             if not rows:
@@ -97,6 +101,7 @@ class Scheduler:
             ]
             if not self.orchestrator.publisher.publish(messages):
                 return 0
+            fault_point("relay.after_publish")
             tx.mark_sent([row.id for row in rows])
         log.info("relayed %d unsent message(s)", len(rows))
         return len(rows)

@@ -429,6 +429,16 @@ class Tx:
             ).scalar_one()
         )
 
+    def has_unsent(self, older_than: float) -> bool:
+        return (
+            self.connection.execute(
+                select(outbox.c.id)
+                .where(outbox.c.sent_at.is_(None), outbox.c.created_at < from_epoch(older_than))
+                .limit(1)
+            ).first()
+            is not None
+        )
+
     def claim_unsent(self, older_than: float, limit: int) -> list[Any]:
         """Unsent rows, locked; rows another relay holds are skipped, not waited for."""
         query = (

@@ -22,6 +22,7 @@ from typing import Any
 
 from cairn.config import Settings
 from cairn.errors import CairnError, UnknownNode
+from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeat
 from cairn.lease.leases import Leases, lease_key
 from cairn.orchestrator.definition import ErrorClass, TaskNode
@@ -65,28 +66,33 @@ class NodeRunner:
     def _run(self, message: NodeMessage) -> Handled:
         orchestrator = self.orchestrator
         key = ExecutionKey(message.run_id, message.node, message.iteration, message.phase.value)
-        with orchestrator.store.reading() as tx:
+        with orchestrator.store.reading() as tx:  # one read transaction for every check
             execution = tx.execution(key)
             run = tx.run(message.run_id)
-        if execution is None or run is None:
-            raise InvalidMessage(f"no execution {key} was ever dispatched")
-        if run.workflow != message.workflow or run.version != message.version:
-            raise InvalidMessage(
-                f"{key} belongs to {run.workflow}@{run.version}, "
-                f"not {message.workflow}@{message.version}"
+            if execution is None or run is None:
+                raise InvalidMessage(f"no execution {key} was ever dispatched")
+            if run.workflow != message.workflow or run.version != message.version:
+                raise InvalidMessage(
+                    f"{key} belongs to {run.workflow}@{run.version}, "
+                    f"not {message.workflow}@{message.version}"
+                )
+            if execution.status not in ACTIVE_EXECUTION or execution.attempt != message.attempt:
+                return Handled.DUPLICATE
+            status = RunStatus(run.status)
+            if status.terminal:
+                return Handled.RUN_FINISHED
+            definition = orchestrator.registry.get(message.workflow, message.version, tx)
+            state = (
+                None
+                if status is RunStatus.CANCELLING
+                else orchestrator.restore(tx, run, definition)
             )
-        if execution.status not in ACTIVE_EXECUTION or execution.attempt != message.attempt:
-            return Handled.DUPLICATE
-        status = RunStatus(run.status)
-        if status.terminal:
-            return Handled.RUN_FINISHED
-        if status is RunStatus.CANCELLING and message.phase is Phase.RUN:
+        if state is None and message.phase is Phase.RUN:
             event = NodeCancelled(
                 at=0.0, node=message.node, iteration=message.iteration, attempt=message.attempt
             )
             orchestrator.complete(message, NodeOutcome(event, NodeStatus.CANCELLED), self.worker)
             return Handled.CANCELLED
-        definition = orchestrator.registry.get(message.workflow, message.version)
         node = definition.nodes.get(message.node)
         if node is None:
             raise UnknownNode(f"{definition.key} has no node {message.node!r}")
@@ -100,6 +106,8 @@ class NodeRunner:
                 f"{definition.key} node {message.node!r} has nothing to run "
                 f"in phase {message.phase.value}"
             )
+        if state is None:  # a compensation while cancelling: it needs the state too
+            _row, _definition, state = orchestrator.load(message.run_id)
 
         lease = self.leases.acquire(
             lease_key(message.run_id, message.node, message.iteration, message.phase.value),
@@ -109,7 +117,6 @@ class NodeRunner:
             return Handled.LEASE_HELD
         try:
             with Heartbeat(self.leases, lease, self.settings.heartbeat_interval) as heartbeat:
-                _row, _definition, state = orchestrator.load(message.run_id)
                 ctx = StepContext(
                     run_id=message.run_id,
                     workflow=message.workflow,
@@ -124,7 +131,10 @@ class NodeRunner:
                 if not heartbeat.valid:
                     log.warning("lease lost while running %s; not committing", key)
                     return Handled.LEASE_LOST
-                completion = orchestrator.complete(message, outcome, self.worker)
+                completion = orchestrator.complete(
+                    message, outcome, self.worker, known=(run.last_seq, state)
+                )
+                fault_point("complete.after_commit")
         finally:
             try:
                 self.leases.release(lease)

@@ -1,0 +1,1 @@
+"""Benchmarks: figures printed against a baseline measured in the same run. Not tests."""

@@ -1,0 +1,240 @@
+"""Throughput and cost of a 10-step chain: cairn on PostgreSQL + Redis + Celery vs a plain
+Celery chain of the same ten trivial tasks, measured in the same run.
+
+    python -m bench.chain --runs 200
+
+Prints runs/s, steps/s, per-step latency p50/p99 and PostgreSQL commits per step (from
+pg_stat_database deltas), for both, and the ratios. Needs PostgreSQL and Redis
+(`bash scripts/services.sh`). Both systems get two worker processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import defaultdict
+from itertools import pairwise
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from celery import chain
+
+ROOT = Path(__file__).resolve().parents[1]
+PG_ADMIN = os.environ.get("CAIRN_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS = os.environ.get("CAIRN_TEST_REDIS", "redis://127.0.0.1:6379")
+STEPS = 10
+
+
+@dataclass
+class Figures:
+    name: str
+    runs: int
+    seconds: float
+    step_latencies_s: list[float]
+    commits: int | None = None
+
+    @property
+    def runs_per_s(self) -> float:
+        return self.runs / self.seconds
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.runs * STEPS / self.seconds
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.step_latencies_s)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    def row(self) -> str:
+        commits = f"{self.commits / (self.runs * STEPS):.2f}" if self.commits is not None else "-"
+        return (
+            f"{self.name:<22} {self.runs_per_s:>8.1f} {self.steps_per_s:>9.1f} "
+            f"{self.percentile(0.5):>9.2f} {self.percentile(0.99):>9.2f} {commits:>14}"
+        )
+
+
+def admin() -> psycopg.Connection[Any]:
+    return psycopg.connect(PG_ADMIN, autocommit=True)
+
+
+def commits(database: str) -> int:
+    with admin() as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (database,)
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def bench_cairn(runs: int, concurrency: int, workdir: Path) -> Figures:
+    from cairn.client import Client  # noqa: PLC0415
+    from cairn.config import Settings  # noqa: PLC0415
+    from cairn.store.database import make_engine, upgrade  # noqa: PLC0415
+
+    database = f"cairn_bench_{uuid.uuid4().hex[:8]}"
+    with admin() as conn:
+        conn.execute(f'CREATE DATABASE "{database}"')
+    url = f"{PG_ADMIN.rpartition('/')[0]}/{database}"
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    for db in (14, 15):
+        redis.Redis.from_url(f"{REDIS}/{db}").flushdb()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.update(
+        {
+            "CAIRN_DATABASE_URL": url,
+            "CAIRN_BROKER_URL": f"{REDIS}/14",
+            "CAIRN_REDIS_URL": f"{REDIS}/15",
+            "CAIRN_WORKFLOWS": "bench.workflows",
+            "CAIRN_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
+    worker = spawn(
+        [sys.executable, "-m", "cairn.cli", "worker", f"--concurrency={concurrency}"],
+        env,
+        workdir / "cairn-worker.log",
+    )
+    scheduler = spawn(
+        [sys.executable, "-m", "cairn.cli", "scheduler"], env, workdir / "cairn-scheduler.log"
+    )
+    client = Client(settings)
+    try:
+        warm = client.submit("bench_chain10", {})
+        client.wait(warm, 60)
+        time.sleep(1.5)
+        before = commits(database)
+        started = time.perf_counter()
+        run_ids = [client.submit("bench_chain10", {}) for _ in range(runs)]
+        for run_id in run_ids:
+            view = client.wait(run_id, 600, poll_s=0.05)
+            assert view.status.value == "succeeded", view
+        elapsed = time.perf_counter() - started
+        time.sleep(1.5)  # let the statistics catch up
+        after = commits(database)
+        latencies = []
+        for run_id in run_ids:
+            times = [event["at"] for event in client.events(run_id)]
+            latencies.extend(b - a for a, b in pairwise(times))
+    finally:
+        client.close()
+        stop(worker)
+        stop(scheduler)
+        with admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    return Figures("cairn (durable)", runs, elapsed, latencies, after - before)
+
+
+def bench_celery(runs: int, concurrency: int, workdir: Path) -> Figures:
+    broker, marks_url = f"{REDIS}/12", f"{REDIS}/13"
+    for url in (broker, marks_url):
+        redis.Redis.from_url(url).flushdb()
+    env = {
+        **os.environ,
+        "BENCH_BROKER_URL": broker,
+        "BENCH_MARKS_URL": marks_url,
+        "PYTHONPATH": str(ROOT),
+    }
+    os.environ.update(BENCH_BROKER_URL=broker, BENCH_MARKS_URL=marks_url)
+    from bench.workflows import baseline, step  # noqa: PLC0415
+
+    baseline.conf.broker_url = broker
+    worker = spawn(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "bench.workflows:baseline",
+            "worker",
+            f"--concurrency={concurrency}",
+            "--loglevel=WARNING",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        env,
+        workdir / "celery-worker.log",
+    )
+    marks = redis.Redis.from_url(marks_url)
+    try:
+        chain(step.si(-1, i) for i in range(STEPS)).apply_async()
+        _wait_marks(marks, STEPS)
+        marks.delete("bench:marks")
+        started = time.perf_counter()
+        submitted = {}
+        for run in range(runs):
+            submitted[run] = time.time()
+            chain(step.si(run, i) for i in range(STEPS)).apply_async()
+        _wait_marks(marks, runs * STEPS)
+        elapsed = time.perf_counter() - started
+        finished: dict[int, list[float]] = defaultdict(list)
+        for raw in marks.lrange("bench:marks", 0, -1):
+            run, _index, at = raw.decode().split()
+            finished[int(run)].append(float(at))
+        latencies = []
+        for run, marks_of_run in finished.items():
+            ordered = sorted([submitted[run], *marks_of_run])
+            latencies.extend(b - a for a, b in pairwise(ordered))
+    finally:
+        stop(worker)
+    return Figures("plain Celery chain", runs, elapsed, latencies)
+
+
+def _wait_marks(marks: redis.Redis[bytes], count: int, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while marks.llen("bench:marks") < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {marks.llen('bench:marks')} of {count} steps finished")
+        time.sleep(0.01)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=2)
+    args = parser.parse_args()
+    workdir = Path(os.environ.get("BENCH_WORKDIR", "/tmp/cairn-bench"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    celery_figures = bench_celery(args.runs, args.concurrency, workdir)
+    cairn_figures = bench_cairn(args.runs, args.concurrency, workdir)
+    print(f"\n{args.runs} runs x {STEPS} trivial steps, {args.concurrency} worker processes each\n")
+    print(f"{'':<22} {'runs/s':>8} {'steps/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'commits/step':>14}")
+    print(celery_figures.row())
+    print(cairn_figures.row())
+    ratio = cairn_figures.steps_per_s / celery_figures.steps_per_s
+    print(
+        f"\ncairn / plain Celery steps/s: {ratio:.2f}x  (target >= 0.5x; "
+        f"commits/step target <= 1.5)"
+    )
+
+
+if __name__ == "__main__":
+    main()

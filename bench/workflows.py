@@ -1,0 +1,48 @@
+"""The benchmark's workflow and the plain Celery baseline's tasks."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+
+from cairn.orchestrator.builder import Workflow
+
+STEPS = 10
+
+
+def noop(ctx: Any, state: dict[str, Any]) -> None:
+    return None
+
+
+chain10 = Workflow("bench_chain10", version=1)
+for _index in range(1, STEPS + 1):
+    chain10.task(f"s{_index}", noop, next=f"s{_index + 1}" if _index < STEPS else "done")
+chain10.end("done")
+
+# -- the baseline: the same ten trivial tasks as a plain Celery chain (no durability) ----
+
+baseline = Celery(
+    "bench_baseline", broker=os.environ.get("BENCH_BROKER_URL", "memory://"), set_as_current=False
+)
+baseline.conf.update(
+    task_serializer="json",
+    accept_content=["json"],
+    task_ignore_result=True,
+    worker_prefetch_multiplier=1,
+    task_acks_late=True,
+    worker_hijack_root_logger=False,
+)
+_marks: redis.Redis[bytes] | None = None
+
+
+@baseline.task(name="bench.step", ignore_result=True)
+def step(run: int, index: int) -> None:
+    """A trivial step that notes when it finished (one Redis RPUSH, for the latencies)."""
+    global _marks  # noqa: PLW0603 - one connection per worker process
+    if _marks is None:
+        _marks = redis.Redis.from_url(os.environ["BENCH_MARKS_URL"])
+    _marks.rpush("bench:marks", f"{run} {index} {time.time()}")

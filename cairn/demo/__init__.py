@@ -1,0 +1,1 @@
+"""``cairn demo``: a sequential agent skill run on the embedded default, crashed and resumed."""

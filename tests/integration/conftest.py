@@ -1,0 +1,230 @@
+"""Real services for integration tests: PostgreSQL, Redis, and cairn's own processes.
+
+Each test gets its own database, cloned from a template migrated once per session, and
+its own pair of Redis logical databases (broker, leases). Workers and schedulers run as
+subprocesses in their own process groups, so a test can SIGKILL or SIGSTOP them like an
+operator's worst day, and teardown always reaps them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from cairn.client import Client
+from cairn.config import Settings
+from cairn.orchestrator.engine import RunView
+from cairn.store.database import make_engine, upgrade
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / "tests" / "integration" / "workflows"
+PG_ADMIN = os.environ.get("CAIRN_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS = os.environ.get("CAIRN_TEST_REDIS", "redis://127.0.0.1:6379")
+
+_redis_slots = itertools.count()
+
+
+def _admin() -> psycopg.Connection[Any]:
+    return psycopg.connect(PG_ADMIN, autocommit=True)
+
+
+def _db_url(name: str) -> str:
+    base, _, _ = PG_ADMIN.rpartition("/")
+    return f"{base}/{name}"
+
+
+def _drop(name: str) -> None:
+    with _admin() as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    name = f"cairn_tmpl_{os.getpid()}"
+    _drop(name)
+    with _admin() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    engine = make_engine(_db_url(name))
+    upgrade(engine)
+    engine.dispose()
+    yield name
+    _drop(name)
+
+
+@pytest.fixture
+def database_url(pg_template: str) -> Iterator[str]:
+    name = f"cairn_t_{uuid.uuid4().hex[:12]}"
+    with _admin() as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    yield _db_url(name)
+    _drop(name)
+
+
+@pytest.fixture
+def redis_urls() -> Iterator[tuple[str, str]]:
+    """(broker, leases): a pair of logical databases no other test uses at the same time."""
+    slot = next(_redis_slots) % 7 + 1
+    urls = (f"{REDIS}/{2 * slot}", f"{REDIS}/{2 * slot + 1}")
+    for url in urls:
+        redis.Redis.from_url(url).flushdb()
+    yield urls
+    for url in urls:
+        redis.Redis.from_url(url).flushdb()
+
+
+@dataclass
+class Cluster:
+    """A cairn deployment for one test: settings, processes, and the handlers' ledger."""
+
+    settings: Settings
+    env: dict[str, str]
+    logs: Path
+    ledger: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _client: Client | None = None
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.settings)
+        return self._client
+
+    def spawn(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        name = f"{args[0]}-{len(self.processes)}"
+        with open(self.logs / f"{name}.log", "wb") as log:  # the child keeps its own copy
+            process = subprocess.Popen(
+                [sys.executable, "-m", "cairn.cli", *args],
+                cwd=ROOT,
+                env={**self.env, **(env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        process.log_path = self.logs / f"{name}.log"  # type: ignore[attr-defined]
+        self.processes.append(process)
+        return process
+
+    def worker(self, concurrency: int = 2, **env: str) -> subprocess.Popen[bytes]:
+        return self.spawn("worker", f"--concurrency={concurrency}", env=env)
+
+    def scheduler(self, **env: str) -> subprocess.Popen[bytes]:
+        return self.spawn("scheduler", env=env)
+
+    @staticmethod
+    def signal(process: subprocess.Popen[bytes], signum: int) -> None:
+        """Signal the whole process group (a Celery worker is a parent and its children)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signum)
+
+    def kill(self, process: subprocess.Popen[bytes]) -> None:
+        self.signal(process, signal.SIGKILL)
+        process.wait(timeout=10)
+
+    def submit(self, workflow: str, run_input: dict[str, Any] | None = None, **kwargs: Any) -> str:
+        return self.client.submit(
+            workflow, {"ledger": str(self.ledger), **(run_input or {})}, **kwargs
+        )
+
+    def wait(self, run_id: str, timeout_s: float = 60.0) -> RunView:
+        return self.client.wait(run_id, timeout_s, poll_s=0.1)
+
+    def executions(self) -> Counter[tuple[str, str, int]]:
+        """How often each (run, node, iteration) ran, by the handlers' own ledger."""
+        counts: Counter[tuple[str, str, int]] = Counter()
+        if self.ledger.exists():
+            for line in self.ledger.read_text().splitlines():
+                run_id, node, iteration, _attempt, _what, _pid = line.split()
+                counts[(run_id, node, int(iteration))] += 1
+        return counts
+
+    def wait_for(
+        self, condition: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition"
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if condition():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}\n{self.log_tails()}")
+
+    def log_tails(self, lines: int = 30) -> str:
+        parts = []
+        for process in self.processes:
+            path: Path = process.log_path  # type: ignore[attr-defined]
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                parts.append(f"--- {path.name} ---\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                self.signal(process, signal.SIGCONT)
+                self.signal(process, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.signal(process, signal.SIGKILL)
+                process.wait(timeout=5)
+        if self._client is not None:
+            self._client.close()
+
+
+FAST = {
+    "CAIRN_LEASE_TTL": "2",
+    "CAIRN_HEARTBEAT_INTERVAL": "0.5",
+    "CAIRN_RECOVERY_AFTER": "2",
+    "CAIRN_OUTBOX_RELAY_AFTER": "1",
+    "CAIRN_SCHEDULER_INTERVAL": "0.1",
+}
+
+
+@pytest.fixture
+def cluster(
+    database_url: str, redis_urls: tuple[str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
+    broker, leases = redis_urls
+    env = {key: value for key, value in os.environ.items() if not key.startswith("CAIRN_")}
+    env.update(FAST)
+    env.update(
+        {
+            "CAIRN_DATABASE_URL": database_url,
+            "CAIRN_BROKER_URL": broker,
+            "CAIRN_REDIS_URL": leases,
+            "CAIRN_WORKFLOWS": str(WORKFLOWS),
+            "CAIRN_HOME": str(tmp_path / "home"),
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    cluster = Cluster(settings, env, logs, tmp_path / "ledger.txt")
+    yield cluster
+    cluster.stop()
+    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+        print(cluster.log_tails(60))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

@@ -1,0 +1,54 @@
+"""Handlers for the integration workflows. They keep their own ledger — a file the test
+reads — so that "executed exactly once" is counted by the handler, not by cairn."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+
+def _record(ctx: Any, state: dict[str, Any], what: str) -> None:
+    path = state.get("ledger")
+    if not path:
+        return
+    line = f"{ctx.run_id} {ctx.node} {ctx.iteration} {ctx.attempt} {what} {os.getpid()}\n"
+    with open(path, "a", encoding="utf-8") as ledger:
+        ledger.write(line)
+        ledger.flush()
+        os.fsync(ledger.fileno())
+
+
+def _runs_before(ctx: Any, state: dict[str, Any]) -> int:
+    path = state.get("ledger")
+    if not path or not os.path.exists(path):
+        return 0
+    prefix = f"{ctx.run_id} {ctx.node} {ctx.iteration} "
+    with open(path, encoding="utf-8") as ledger:
+        return sum(line.startswith(prefix) for line in ledger)
+
+
+def step(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """One step of a chain: record the execution, maybe dawdle, return a marker.
+
+    ``state["slow"][node]`` seconds are spent on the node's first execution only, so a
+    test can kill a worker mid-node and see the re-execution finish promptly.
+    """
+    first = _runs_before(ctx, state) == 0
+    _record(ctx, state, "start")
+    delay = float((state.get("slow") or {}).get(ctx.node, 0)) if first else 0.0
+    deadline = time.monotonic() + delay
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    ctx.messages.append({"role": "tool", "content": f"{ctx.node} done"})
+    return {ctx.node: ctx.iteration, "last": ctx.node}
+
+
+def is_even(state: dict[str, Any]) -> bool:
+    return int(state.get("number", 0)) % 2 == 0
+
+
+def countdown(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """A loop body that asks to stop looping on its second visit."""
+    _record(ctx, state, "start")
+    return {"kind": "plain" if ctx.iteration >= 2 else "loop", "loops": ctx.iteration}

@@ -1,0 +1,144 @@
+"""Durable execution on real PostgreSQL, Redis and Celery workers in subprocesses."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from cairn.orchestrator.events import Phase
+from cairn.orchestrator.messages import NodeMessage
+from cairn.orchestrator.statuses import RunStatus
+from cairn.workers.app import CeleryPublisher, make_celery
+from tests.integration.conftest import Cluster
+
+CHAIN = [f"n{i}" for i in range(1, 11)]
+
+
+def test_a_ten_node_run_succeeds_each_node_once(cluster: Cluster) -> None:
+    cluster.worker()
+    run_id = cluster.submit("chain10")
+    view = cluster.wait(run_id)
+    assert view.status is RunStatus.SUCCEEDED, cluster.log_tails()
+    assert view.result is not None and view.result["last"] == "n10"
+    counts = cluster.executions()
+    assert {node: counts[(run_id, node, 1)] for node in CHAIN} == dict.fromkeys(CHAIN, 1)
+    history = cluster.client.events(run_id)
+    assert [e["type"] for e in history] == ["run_started"] + ["node_succeeded"] * 10
+    assert [e["seq"] for e in history] == list(range(1, 12))
+    state = cluster.client.get_run(run_id).state
+    assert state is not None and len(state.messages) == 10  # the agent context was kept
+
+
+def test_branches_routes_and_bounded_loops_run_end_to_end(cluster: Cluster) -> None:
+    cluster.worker()
+    odd = cluster.submit("branchy", {"number": 3, "kind": "loop"})
+    even = cluster.submit("branchy", {"number": 4, "kind": "plain"})
+    odd_view, even_view = cluster.wait(odd), cluster.wait(even)
+    assert odd_view.status is RunStatus.SUCCEEDED, cluster.log_tails()
+    assert even_view.status is RunStatus.SUCCEEDED
+    assert odd_view.state is not None and odd_view.state.visits == {
+        "start": 1,
+        "odd": 1,
+        "route": 3,
+        "again": 2,
+        "done": 1,
+    }
+    assert even_view.state is not None and "odd" not in even_view.state.visits
+
+
+def test_kill_9_of_the_worker_mid_node_resumes_and_runs_finished_nodes_once(
+    cluster: Cluster,
+) -> None:
+    worker = cluster.worker()
+    cluster.scheduler()
+    run_id = cluster.submit("chain10", {"slow": {"n5": 30}})
+    cluster.wait_for(lambda: cluster.executions()[(run_id, "n5", 1)] == 1, 30, "n5 to start")
+    cluster.kill(worker)  # SIGKILL, mid-node, holding the lease
+    cluster.worker()
+    # The lease dies with its TTL; the scheduler finds n5 unfinished and dispatches it
+    # again (the handler only dawdles on a node's first execution).
+    view = cluster.wait(run_id, timeout_s=30)
+    assert view.status is RunStatus.SUCCEEDED, cluster.log_tails()
+    counts = cluster.executions()
+    assert counts[(run_id, "n5", 1)] == 2  # the killed node ran again, once
+    assert {n: counts[(run_id, n, 1)] for n in CHAIN if n != "n5"} == {
+        n: 1 for n in CHAIN if n != "n5"
+    }
+
+
+def test_the_same_request_id_returns_one_run(cluster: Cluster) -> None:
+    first = cluster.submit("chain10", request_id="order-42")
+    second = cluster.submit("chain10", request_id="order-42")
+    other = cluster.submit("chain10", request_id="order-43")
+    assert first == second != other
+    with cluster.client.runtime.store.reading() as tx:
+        assert len(tx.list_runs(workflow="chain10")) == 2
+
+
+def test_a_stopped_worker_does_not_block_the_run(cluster: Cluster) -> None:
+    """SIGSTOP past the lease: another worker takes the node; nothing commits twice."""
+    stopped = cluster.worker(concurrency=1)
+    cluster.scheduler()
+    run_id = cluster.submit("chain10", {"slow": {"n3": 1.5}})
+    cluster.wait_for(lambda: cluster.executions()[(run_id, "n3", 1)] == 1, 30, "n3 to start")
+    cluster.signal(stopped, signal.SIGSTOP)
+    cluster.worker(concurrency=1)
+    view = cluster.wait(run_id, timeout_s=60)
+    assert view.status is RunStatus.SUCCEEDED, cluster.log_tails()
+    cluster.signal(stopped, signal.SIGCONT)
+    time.sleep(2.5)  # let the stale worker finish n3 and try to commit
+    with cluster.client.runtime.store.reading() as tx:
+        executions = {(e.node, e.iteration): e for e in tx.executions_of(run_id)}
+    assert all(e.status == "succeeded" for e in executions.values())
+    assert cluster.client.get_run(run_id).last_seq == 11  # no second result was appended
+
+
+def test_kill_9_of_the_scheduler_mid_relay_loses_nothing_and_duplicates_nothing(
+    cluster: Cluster,
+) -> None:
+    # Three submits that crash right after their commit, before publishing: their first
+    # messages exist only in the outbox.
+    runs = []
+    for index in range(3):
+        submitter = cluster.spawn(
+            "submit",
+            "chain10",
+            "--input",
+            f'{{"ledger": "{cluster.ledger}"}}',
+            "--request-id",
+            f"crash-{index}",
+            env={"CAIRN_FAULT_POINTS": "publish.after_commit"},
+        )
+        assert submitter.wait(timeout=30) == -signal.SIGKILL
+        runs.append(cluster.client.submit("chain10", request_id=f"crash-{index}"))
+    cluster.worker()
+    # The first scheduler publishes the batch, then dies before marking it sent.
+    doomed = cluster.scheduler(CAIRN_FAULT_POINTS="relay.after_publish")
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    cluster.scheduler()  # relays the same rows again: duplicates on the broker
+    for run_id in runs:
+        assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
+    counts = cluster.executions()
+    assert all(counts[(run_id, node, 1)] == 1 for run_id in runs for node in CHAIN), counts
+
+
+def test_a_message_delivered_twice_executes_the_node_once(cluster: Cluster) -> None:
+    cluster.worker(concurrency=2)
+    cluster.worker(concurrency=1)
+    publisher = CeleryPublisher(make_celery(cluster.settings), cluster.settings.queue)
+    run_id = cluster.submit("chain10", {"slow": {"n1": 1.0}})
+
+    def message(node: str) -> NodeMessage:
+        return NodeMessage(run_id, "chain10", 1, node, 1, 1, Phase.RUN)
+
+    publisher.publish([message("n1"), message("n1")])  # while n1 is queued or running
+    assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
+    publisher.publish([message(node) for node in CHAIN])  # after everything finished
+    time.sleep(1.0)
+    counts = cluster.executions()
+    assert {node: counts[(run_id, node, 1)] for node in CHAIN} == dict.fromkeys(CHAIN, 1)
+    assert cluster.client.get_run(run_id).last_seq == 11
+    logs = cluster.log_tails(lines=500)
+    assert logs.count("'committed'") == 10
+    # n1 went out three times (the run's own and two copies), then every node once more
+    assert logs.count("'duplicate'") + logs.count("'lease_held'") == 12
