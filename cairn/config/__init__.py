@@ -62,6 +62,11 @@ class Settings(BaseModel):
     snapshot_compress_bytes: int = Field(
         default=16_384, ge=0, description="Compress snapshots larger than this."
     )
+    state_cache_bytes: int = Field(
+        default=65_536,
+        ge=0,
+        description="Cache a run's current state on its row up to this size (0: never).",
+    )
     snapshot_keep: int = Field(
         default=3, ge=1, description="Newest snapshots kept per run by compaction."
     )

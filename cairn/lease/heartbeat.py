@@ -1,10 +1,14 @@
-"""Keeping a lease alive while a handler runs.
+"""Keeping leases alive while handlers run.
 
-A daemon thread renews the lease every ``interval_s``. When a renewal fails (the token
-no longer matches, or Redis cannot be reached until the lease's own deadline has
-passed), ``lost`` is set: the step context exposes it as ``ctx.lease_lost`` and the
-worker does not commit. The worker also keeps a monotonic deadline of its own, so it
-stops believing in a lease it could not renew in time even if Redis never answers.
+One daemon thread per process (:class:`Heartbeats`) renews every lease this process
+holds, each at its own interval. Starting a thread per step would cost more than the
+step; the thread also idles without cost when nothing is held.
+
+When a renewal fails (the token no longer matches, or Redis cannot be reached until the
+lease's own deadline has passed), the lease is marked lost: the step context exposes it
+as ``ctx.lease_lost`` and the worker does not commit. Each beat also keeps a monotonic
+deadline of its own, so a worker stops believing in a lease it could not renew in time
+even if Redis never answers.
 """
 
 from __future__ import annotations
@@ -12,48 +16,79 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass, field
 
 from cairn.lease.leases import Lease, Leases
 
 log = logging.getLogger(__name__)
 
 
-class Heartbeat:
-    def __init__(self, leases: Leases, lease: Lease, interval_s: float) -> None:
-        self.leases = leases
-        self.lease = lease
-        self.interval_s = interval_s
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._deadline = time.monotonic() + lease.ttl_s
-        self._thread = threading.Thread(
-            target=self._run, name=f"heartbeat {lease.key}", daemon=True
-        )
+@dataclass
+class Beat:
+    """One held lease, as the heartbeat thread keeps it."""
 
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.interval_s + 1)
+    lease: Lease
+    interval_s: float
+    deadline: float  # monotonic: past it, this process no longer trusts the lease
+    next_renewal: float
+    lost: threading.Event = field(default_factory=threading.Event)
 
     @property
     def valid(self) -> bool:
         """Still the holder, as far as this process can know."""
-        return not self.lost.is_set() and time.monotonic() < self._deadline
+        return not self.lost.is_set() and time.monotonic() < self.deadline
+
+
+class Heartbeats:
+    def __init__(self, leases: Leases) -> None:
+        self.leases = leases
+        self._beats: dict[str, Beat] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def hold(self, lease: Lease, interval_s: float) -> Beat:
+        now = time.monotonic()
+        beat = Beat(lease, interval_s, deadline=now + lease.ttl_s, next_renewal=now + interval_s)
+        with self._wake:
+            self._beats[lease.key] = beat
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="cairn-heartbeats", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+        return beat
+
+    def drop(self, beat: Beat) -> None:
+        with self._lock:
+            if self._beats.get(beat.lease.key) is beat:
+                del self._beats[beat.lease.key]
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            asked_at = time.monotonic()  # the new TTL runs from the request, not the reply
-            try:
-                renewed = self.leases.renew(self.lease)
-            except Exception:  # Redis down: keep trying until our own deadline passes
-                log.warning("lease renewal failed for %s", self.lease.key, exc_info=True)
-                renewed = False
-                if time.monotonic() < self._deadline:
+        while True:
+            with self._wake:
+                now = time.monotonic()
+                due = [b for b in self._beats.values() if b.next_renewal <= now]
+                if not due:
+                    upcoming = min((b.next_renewal for b in self._beats.values()), default=None)
+                    self._wake.wait(None if upcoming is None else upcoming - now)
                     continue
-            if not renewed:
-                self.lost.set()
+            for beat in due:
+                self._renew(beat)
+
+    def _renew(self, beat: Beat) -> None:
+        asked_at = time.monotonic()  # the new TTL runs from the request, not the reply
+        beat.next_renewal = asked_at + beat.interval_s
+        try:
+            renewed = self.leases.renew(beat.lease)
+        except Exception:  # Redis down: keep trying until our own deadline passes
+            log.warning("lease renewal failed for %s", beat.lease.key, exc_info=True)
+            if asked_at < beat.deadline:
                 return
-            self._deadline = asked_at + self.lease.ttl_s
+            renewed = False
+        if renewed:
+            beat.deadline = asked_at + beat.lease.ttl_s
+        else:
+            beat.lost.set()
+            self.drop(beat)

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from jsonschema import Draft202012Validator
 
 from cairn.config import Settings
-from cairn.errors import InvalidInput, RunNotFound, StoreError, UnknownWorkflow
+from cairn.errors import InvalidInput, RunNotFound, UnknownWorkflow
 from cairn.faults import fault_point
 from cairn.orchestrator.commands import (
     ArmTimer,
@@ -308,12 +308,12 @@ class Orchestrator:
         key = ExecutionKey(message.run_id, message.node, message.iteration, message.phase.value)
         try:
             with self.store.transaction() as tx:
-                recorded = tx.finish_execution(
+                row, now = tx.finish_and_lock(
                     key,
                     message.attempt,
                     {
                         "status": outcome.status.value,
-                        "result": _jsonable(outcome.result),
+                        "result": dict(outcome.result) if outcome.result is not None else None,
                         "error_class": outcome.error_class,
                         "error": outcome.error,
                         "finished_at": utcnow(),
@@ -321,11 +321,10 @@ class Orchestrator:
                         "worker": worker,
                     },
                 )
-                if not recorded:
+                if row is None:
                     return Completion(
                         False, f"a result for {key} attempt {message.attempt} is already recorded"
                     )
-                row, now = tx.lock_run(message.run_id)
                 definition = self.registry.get(row.workflow, row.version, tx)
                 if known is not None and known[0] == row.last_seq:
                     state = known[1]
@@ -343,7 +342,14 @@ class Orchestrator:
     def restore(
         self, tx: Tx, row: Any, definition: WorkflowDefinition, upto: int | None = None
     ) -> RunState:
-        """Latest snapshot (at or before ``upto``) + the events after it."""
+        """The run's state after event ``upto`` (default: its latest).
+
+        The latest is cached on the run row; any other (or an uncached one) is the latest
+        snapshot at or before ``upto`` plus the events after it, replayed.
+        """
+        upto = row.last_seq if upto is None else upto
+        if upto == row.last_seq and row.state is not None:
+            return RunState.from_dict(row.state)
         snapshot = tx.latest_snapshot(row.id, at_or_before=upto)
         if snapshot is None:
             state = RunState(row.id, definition.name, definition.version)
@@ -370,7 +376,6 @@ class Orchestrator:
             return self._Advanced(decision, [])
         new = decision.state
         seq = row.last_seq + 1
-        tx.append_event(row.id, seq, event_to_dict(event), _outcome(decision), event.at)
         messages = self._carry_out(tx, row, definition, new, decision.commands)
         values: dict[str, Any] = {
             "status": new.status.value,
@@ -381,13 +386,26 @@ class Orchestrator:
         }
         if new.status.terminal:
             values["finished_at"] = from_epoch(event.at)
+        data = new.to_dict()
+        cacheable = (
+            self.settings.state_cache_bytes > 0
+            and len(json.dumps(data, separators=(",", ":"))) <= self.settings.state_cache_bytes
+        )
+        values["state"] = data if cacheable else None
         if self._snapshot_due(row, new, seq, event.at):
             tx.write_snapshot(
-                row.id, seq, new.to_dict(), STATE_FORMAT, self.settings.snapshot_compress_bytes
+                row.id, seq, data, STATE_FORMAT, self.settings.snapshot_compress_bytes
             )
             values.update(snapshot_seq=seq, snapshot_at=from_epoch(event.at))
-        tx.update_run(row.id, values)
-        tx.mark_sent(self.sent.drain())
+        tx.record_step(
+            row.id,
+            seq,
+            event=event_to_dict(event),
+            outcome=_outcome(decision),
+            at=event.at,
+            run_values=values,
+            sent=self.sent.drain(),
+        )
         return self._Advanced(decision, messages)
 
     def _snapshot_due(self, row: Any, new: RunState, seq: int, at: float) -> bool:
@@ -412,7 +430,6 @@ class Orchestrator:
         for command in commands:
             if isinstance(command, Dispatch):
                 key = ExecutionKey(row.id, command.node, command.iteration, command.phase.value)
-                tx.schedule_execution(key, command.attempt)
                 message = NodeMessage(
                     row.id,
                     definition.name,
@@ -422,8 +439,8 @@ class Orchestrator:
                     command.attempt,
                     command.phase,
                 )
-                outbox_id = tx.add_outbox(row.id, "node", message.to_dict())
-                messages.append(NodeMessage(**{**message.__dict__, "outbox_id": outbox_id}))
+                outbox_id = tx.dispatch(key, command.attempt, message.to_dict())
+                messages.append(replace(message, outbox_id=outbox_id))
             elif isinstance(command, ArmTimer):
                 tx.arm_timer(row.id, command.timer_id, command.due_at)
             elif isinstance(command, DisarmTimer):
@@ -539,12 +556,3 @@ def _outcome(decision: Decision) -> dict[str, Any]:
         "transitions": [[t.source, t.label, t.target] for t in decision.transitions],
         "commands": commands,
     }
-
-
-def _jsonable(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    try:
-        return dict(json.loads(json.dumps(value)))
-    except (TypeError, ValueError) as exc:
-        raise StoreError(f"result is not JSON: {exc}") from exc

@@ -8,7 +8,7 @@ decision never changes the state it was given.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
@@ -152,9 +152,48 @@ class RunState:
         return next((s for s in self.nodes.values() if s.status is NodeStatus.WAITING), None)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        extra = data.pop("extra")
-        return {**extra, **data, "format": STATE_FORMAT}
+        """JSON-ready data (written on every step: kept cheaper than dataclasses.asdict)."""
+        compensation = self.compensation
+        return {
+            **self.extra,
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "version": self.version,
+            "status": self.status.value,
+            "vars": self.vars,
+            "messages": self.messages,
+            "sessions": self.sessions,
+            "artifacts": self.artifacts,
+            "nodes": {name: _plain(node) for name, node in self.nodes.items()},
+            "visits": self.visits,
+            "joins": {
+                name: {
+                    "node": join.node,
+                    "iteration": join.iteration,
+                    "outcomes": {b: o.value for b, o in join.outcomes.items()},
+                    "outputs": dict(join.outputs),
+                    "done": join.done,
+                }
+                for name, join in self.joins.items()
+            },
+            "timers": {name: _plain(timer) for name, timer in self.timers.items()},
+            "compensable": [_plain(step) for step in self.compensable],
+            "compensation": None
+            if compensation is None
+            else {
+                "pending": [_plain(step) for step in compensation.pending],
+                "final_status": compensation.final_status.value,
+                "reason": compensation.reason,
+                "current": None if compensation.current is None else _plain(compensation.current),
+            },
+            "signals_seen": self.signals_seen,
+            "cancel": self.cancel,
+            "reason": self.reason,
+            "steps": self.steps,
+            "started_at": self.started_at,
+            "updated_at": self.updated_at,
+            "format": STATE_FORMAT,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunState:
@@ -191,6 +230,14 @@ class RunState:
             updated_at=data.get("updated_at"),
             extra={key: value for key, value in data.items() if key not in known},
         )
+
+
+def _plain(entry: Any) -> dict[str, Any]:
+    """A flat frozen entry (node, timer, step) as a dict, enums as their values."""
+    return {
+        name: (value.value if isinstance(value, StrEnum) else value)
+        for name, value in entry.__dict__.items()
+    }
 
 
 def _node(data: Mapping[str, Any]) -> NodeState:

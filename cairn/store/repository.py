@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from cairn.errors import StoreError
+from cairn.store import fastpath
 from cairn.store.schema import (
     EventRow,
     NodeExecutionRow,
@@ -87,6 +88,14 @@ class ExecutionKey:
             executions.c.phase == self.phase,
         )
 
+    def params(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "node": self.node,
+            "iteration": self.iteration,
+            "phase": self.phase,
+        }
+
     def __str__(self) -> str:
         return f"{self.run_id}/{self.node}#{self.iteration}/{self.phase}"
 
@@ -121,7 +130,8 @@ class Store:
 
     @contextmanager
     def reading(self) -> Iterator[Tx]:
-        """A read-only transaction (on SQLite a deferred one, which writers do not block)."""
+        """A read-only transaction, ended by a rollback: reads never count as commits
+        (on SQLite a deferred transaction, which the writer does not block)."""
         with self.engine.connect() as plain:
             connection = plain.execution_options(cairn_read_only=True)
             yield Tx(connection, self.dialect)
@@ -151,6 +161,10 @@ class Tx:
 
     def _insert(self, table: Any) -> Any:
         return postgresql.insert(table) if self.dialect == "postgresql" else sqlite.insert(table)
+
+    def _driver(self) -> Any:
+        """The psycopg connection under this transaction (see cairn.store.fastpath)."""
+        return self.connection.connection.driver_connection
 
     def now(self) -> float:
         """Seconds since the epoch by the database's clock: the one clock all processes share."""
@@ -234,6 +248,46 @@ class Tx:
 
     def update_run(self, run_id: str, values: Mapping[str, Any]) -> None:
         self.connection.execute(update(runs).where(runs.c.id == run_id).values(**values))
+
+    def record_step(
+        self,
+        run_id: str,
+        seq: int,
+        *,
+        event: Mapping[str, Any],
+        outcome: Mapping[str, Any],
+        at: float,
+        run_values: Mapping[str, Any],
+        sent: Sequence[int],
+    ) -> None:
+        """Append event ``seq``, update the run row, and mark published messages sent:
+        one statement on PostgreSQL (data-modifying CTEs), three elsewhere."""
+        if self.dialect == "postgresql":
+            fastpath.record_step(
+                self._driver(),
+                run_id,
+                seq=seq,
+                event=event,
+                outcome=outcome,
+                at=at,
+                run=run_values,
+                sent=sent,
+            )
+            return
+        append = insert(events).values(
+            run_id=run_id,
+            seq=seq,
+            type=event["type"],
+            data=dict(event),
+            outcome=dict(outcome),
+            at=at,
+        )
+        advance = update(runs).where(runs.c.id == run_id).values(**run_values)
+        mark = self._mark_sent_statement(sent) if sent else None
+        self.connection.execute(append)
+        self.connection.execute(advance)
+        if mark is not None:
+            self.connection.execute(mark)
 
     def list_runs(
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 100
@@ -334,8 +388,7 @@ class Tx:
 
     # -- node executions (the idempotency table) ----------------------------------------
 
-    def schedule_execution(self, key: ExecutionKey, attempt: int) -> None:
-        """Record a dispatch: a new key, or the next attempt of a key that is retrying."""
+    def _schedule_statement(self, key: ExecutionKey, attempt: int) -> Any:
         now = utcnow()
         stmt = self._insert(executions).values(
             run_id=key.run_id,
@@ -346,7 +399,7 @@ class Tx:
             attempt=attempt,
             dispatched_at=now,
         )
-        stmt = stmt.on_conflict_do_update(
+        return stmt.on_conflict_do_update(
             index_elements=["run_id", "node", "iteration", "phase"],
             set_={
                 "status": "scheduled",
@@ -357,7 +410,62 @@ class Tx:
                 "error": None,
             },
         )
-        self.connection.execute(stmt)
+
+    def dispatch(self, key: ExecutionKey, attempt: int, payload: Mapping[str, Any]) -> int:
+        """Record a dispatch — a new key, or the next attempt of a key that is retrying —
+        and its outbox message; return the message's id. One statement on PostgreSQL."""
+        schedule = self._schedule_statement(key, attempt)
+        message = (
+            insert(outbox)
+            .values(run_id=key.run_id, topic="node", payload=dict(payload), created_at=utcnow())
+            .returning(outbox.c.id)
+        )
+        if self.dialect == "postgresql":
+            return int(
+                self.connection.execute(message.add_cte(schedule.cte("scheduled"))).scalar_one()
+            )
+        self.connection.execute(schedule)
+        return int(self.connection.execute(message).scalar_one())
+
+    def execution_and_run(self, key: ExecutionKey) -> tuple[Any, Any]:
+        """The execution's status and its run (with the cached state), in one statement."""
+        if self.dialect == "postgresql":
+            row = fastpath.execution_and_run(self._driver(), key.params())
+            return (row, row) if row is not None else (None, self.run(key.run_id))
+        query = (
+            select(
+                executions.c.status.label("execution_status"),
+                executions.c.attempt.label("execution_attempt"),
+                runs,
+            )
+            .join(runs, runs.c.id == executions.c.run_id)
+            .where(key.where())
+        )
+        row = self.connection.execute(query).first()
+        if row is None:
+            return None, self.run(key.run_id)
+        return row, row
+
+    def finish_and_lock(
+        self, key: ExecutionKey, attempt: int, values: Mapping[str, Any]
+    ) -> tuple[Any, float]:
+        """Record the first result for (key, attempt) and lock its run, in one round trip
+        on PostgreSQL. Returns (None, 0) if a result was already recorded."""
+        finish = (
+            update(executions)
+            .where(
+                key.where(),
+                executions.c.attempt == attempt,
+                executions.c.status.in_(ACTIVE_EXECUTION),
+            )
+            .values(**values)
+        )
+        if self.dialect == "postgresql":
+            row = fastpath.finish_and_lock(self._driver(), key.params(), attempt, values)
+            return (row, float(row.db_now)) if row is not None else (None, 0.0)
+        if not self.connection.execute(finish).rowcount:
+            return None, 0.0
+        return self.lock_run(key.run_id)
 
     def execution(self, key: ExecutionKey) -> Any:
         return self.connection.execute(select(executions).where(key.where())).first()
@@ -420,15 +528,6 @@ class Tx:
 
     # -- outbox -------------------------------------------------------------------------
 
-    def add_outbox(self, run_id: str, topic: str, payload: Mapping[str, Any]) -> int:
-        return int(
-            self.connection.execute(
-                insert(outbox)
-                .values(run_id=run_id, topic=topic, payload=dict(payload), created_at=utcnow())
-                .returning(outbox.c.id)
-            ).scalar_one()
-        )
-
     def has_unsent(self, older_than: float) -> bool:
         return (
             self.connection.execute(
@@ -454,13 +553,23 @@ class Tx:
             query = query.with_for_update(skip_locked=True)
         return list(self.connection.execute(query))
 
+    def _mark_sent_statement(self, ids: Sequence[int]) -> Any:
+        # PostgreSQL: one array parameter, so the SQL text (and its prepared plan) does not
+        # change with the number of ids.
+        chosen = (
+            outbox.c.id == func.any(postgresql.array(list(ids)))
+            if self.dialect == "postgresql"
+            else outbox.c.id.in_(list(ids))
+        )
+        return (
+            update(outbox)
+            .where(chosen, outbox.c.sent_at.is_(None))
+            .values(sent_at=utcnow(), publishes=outbox.c.publishes + 1)
+        )
+
     def mark_sent(self, ids: Sequence[int]) -> None:
         if ids:
-            self.connection.execute(
-                update(outbox)
-                .where(outbox.c.id.in_(list(ids)), outbox.c.sent_at.is_(None))
-                .values(sent_at=utcnow(), publishes=outbox.c.publishes + 1)
-            )
+            self.connection.execute(self._mark_sent_statement(ids))
 
     def purge_sent(self, older_than: float, limit: int = 10_000) -> int:
         ids = select(outbox.c.id).where(outbox.c.sent_at < from_epoch(older_than)).limit(limit)

@@ -73,6 +73,8 @@ class RunRow(Base):
     snapshot_seq: Mapped[int] = mapped_column(Integer, server_default="0")
     snapshot_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     current: Mapped[list[str]] = mapped_column(Json)  # active node executions, for display
+    # The state as of last_seq (see migration 0002); None when too large to cache.
+    state: Mapped[dict[str, Any] | None] = mapped_column(Json)
     reason: Mapped[str | None] = mapped_column(Text)
     parent_run_id: Mapped[str | None] = mapped_column(String(36))
     fork_seq: Mapped[int | None] = mapped_column(Integer)

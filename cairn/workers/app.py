@@ -57,7 +57,6 @@ def make_celery(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         worker_send_task_events=True,
-        task_send_sent_event=True,
         worker_cancel_long_running_tasks_on_connection_loss=True,
     )
     app.cairn_settings = settings

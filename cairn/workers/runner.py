@@ -16,14 +16,14 @@ import json
 import logging
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from cairn.config import Settings
 from cairn.errors import CairnError, UnknownNode
 from cairn.faults import fault_point
-from cairn.lease.heartbeat import Heartbeat
+from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.leases import Leases, lease_key
 from cairn.orchestrator.definition import ErrorClass, TaskNode
 from cairn.orchestrator.engine import NodeOutcome, Orchestrator
@@ -54,6 +54,10 @@ class NodeRunner:
     leases: Leases
     settings: Settings
     worker: str
+    heartbeats: Heartbeats = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.heartbeats = Heartbeats(self.leases)
 
     def run(self, body: Any) -> Handled:
         try:
@@ -66,9 +70,8 @@ class NodeRunner:
     def _run(self, message: NodeMessage) -> Handled:
         orchestrator = self.orchestrator
         key = ExecutionKey(message.run_id, message.node, message.iteration, message.phase.value)
-        with orchestrator.store.reading() as tx:  # one read transaction for every check
-            execution = tx.execution(key)
-            run = tx.run(message.run_id)
+        with orchestrator.store.reading() as tx:
+            execution, run = tx.execution_and_run(key)
             if execution is None or run is None:
                 raise InvalidMessage(f"no execution {key} was ever dispatched")
             if run.workflow != message.workflow or run.version != message.version:
@@ -76,7 +79,10 @@ class NodeRunner:
                     f"{key} belongs to {run.workflow}@{run.version}, "
                     f"not {message.workflow}@{message.version}"
                 )
-            if execution.status not in ACTIVE_EXECUTION or execution.attempt != message.attempt:
+            if (
+                execution.execution_status not in ACTIVE_EXECUTION
+                or execution.execution_attempt != message.attempt
+            ):
                 return Handled.DUPLICATE
             status = RunStatus(run.status)
             if status.terminal:
@@ -115,27 +121,28 @@ class NodeRunner:
         )
         if lease is None:
             return Handled.LEASE_HELD
+        beat = self.heartbeats.hold(lease, self.settings.heartbeat_interval)
         try:
-            with Heartbeat(self.leases, lease, self.settings.heartbeat_interval) as heartbeat:
-                ctx = StepContext(
-                    run_id=message.run_id,
-                    workflow=message.workflow,
-                    node=message.node,
-                    iteration=message.iteration,
-                    attempt=message.attempt,
-                    phase=message.phase.value,
-                    state=state,
-                    lease_valid=lambda: heartbeat.valid,
-                )
-                outcome = self._execute(ref.resolve(), ctx, message)
-                if not heartbeat.valid:
-                    log.warning("lease lost while running %s; not committing", key)
-                    return Handled.LEASE_LOST
-                completion = orchestrator.complete(
-                    message, outcome, self.worker, known=(run.last_seq, state)
-                )
-                fault_point("complete.after_commit")
+            ctx = StepContext(
+                run_id=message.run_id,
+                workflow=message.workflow,
+                node=message.node,
+                iteration=message.iteration,
+                attempt=message.attempt,
+                phase=message.phase.value,
+                state=state,
+                lease_valid=lambda: beat.valid,
+            )
+            outcome = self._execute(ref.resolve(), ctx, message)
+            if not beat.valid:
+                log.warning("lease lost while running %s; not committing", key)
+                return Handled.LEASE_LOST
+            completion = orchestrator.complete(
+                message, outcome, self.worker, known=(run.last_seq, state)
+            )
+            fault_point("complete.after_commit")
         finally:
+            self.heartbeats.drop(beat)
             try:
                 self.leases.release(lease)
             except Exception:  # the lease expires on its own

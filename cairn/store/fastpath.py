@@ -1,0 +1,139 @@
+"""The step's statements on PostgreSQL, as plain SQL on the psycopg connection.
+
+A trivial step runs four statements; built through SQLAlchemy Core each costs more
+Python than the round trip it makes (bench/chain.py measured it). These are the same
+statements as the portable versions in :mod:`cairn.store.repository`, written once as
+constant SQL — so psycopg prepares them on the server after a few uses — and executed in
+the caller's SQLAlchemy transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from psycopg import Connection
+from psycopg.rows import namedtuple_row
+from psycopg.types.json import Jsonb
+
+EXECUTION_AND_RUN = """
+SELECT e.status AS execution_status, e.attempt AS execution_attempt, r.*
+FROM node_executions e JOIN runs r ON r.id = e.run_id
+WHERE e.run_id = %(run_id)s AND e.node = %(node)s AND e.iteration = %(iteration)s
+  AND e.phase = %(phase)s
+"""
+
+FINISH_AND_LOCK = """
+WITH done AS (
+  UPDATE node_executions
+  SET status = %(status)s, result = %(result)s, error_class = %(error_class)s,
+      error = %(error)s, finished_at = now(), duration_s = %(duration_s)s, worker = %(worker)s
+  WHERE run_id = %(run_id)s AND node = %(node)s AND iteration = %(iteration)s
+    AND phase = %(phase)s AND attempt = %(attempt)s AND status IN ('scheduled', 'running')
+  RETURNING run_id
+)
+SELECT r.*, extract(epoch FROM clock_timestamp())::float8 AS db_now
+FROM runs r WHERE r.id IN (SELECT run_id FROM done)
+FOR UPDATE OF r
+"""
+
+DISPATCH = """
+WITH scheduled AS (
+  INSERT INTO node_executions (run_id, node, iteration, phase, status, attempt, dispatched_at)
+  VALUES (%(run_id)s, %(node)s, %(iteration)s, %(phase)s, 'scheduled', %(attempt)s, now())
+  ON CONFLICT (run_id, node, iteration, phase) DO UPDATE
+  SET status = 'scheduled', attempt = EXCLUDED.attempt, dispatched_at = EXCLUDED.dispatched_at,
+      finished_at = NULL, error_class = NULL, error = NULL
+)
+INSERT INTO outbox (run_id, topic, payload, created_at)
+VALUES (%(run_id)s, 'node', %(payload)s, now())
+RETURNING id
+"""
+
+RECORD_STEP = """
+WITH appended AS (
+  INSERT INTO events (run_id, seq, type, data, outcome, at)
+  VALUES (%(run_id)s, %(seq)s, %(type)s, %(data)s, %(outcome)s, %(at)s)
+), sent AS (
+  UPDATE outbox SET sent_at = now(), publishes = publishes + 1
+  WHERE id = ANY(%(sent)s::bigint[]) AND sent_at IS NULL
+)
+UPDATE runs
+SET status = %(status)s, last_seq = %(last_seq)s, updated_at = %(updated_at)s,
+    current = %(current)s, reason = %(reason)s, state = %(state)s,
+    finished_at = coalesce(%(finished_at)s::timestamptz, finished_at),
+    snapshot_seq = coalesce(%(snapshot_seq)s::integer, snapshot_seq),
+    snapshot_at = coalesce(%(snapshot_at)s::timestamptz, snapshot_at)
+WHERE id = %(run_id)s
+"""
+
+
+def execution_and_run(connection: Connection[Any], key: Mapping[str, Any]) -> Any:
+    with connection.cursor(row_factory=namedtuple_row) as cursor:
+        return cursor.execute(EXECUTION_AND_RUN, key).fetchone()
+
+
+def finish_and_lock(
+    connection: Connection[Any], key: Mapping[str, Any], attempt: int, values: Mapping[str, Any]
+) -> Any:
+    params = {
+        **key,
+        "attempt": attempt,
+        "status": values["status"],
+        "result": _json(values.get("result")),
+        "error_class": values.get("error_class"),
+        "error": values.get("error"),
+        "duration_s": values.get("duration_s"),
+        "worker": values.get("worker"),
+    }
+    with connection.cursor(row_factory=namedtuple_row) as cursor:
+        return cursor.execute(FINISH_AND_LOCK, params).fetchone()
+
+
+def dispatch(
+    connection: Connection[Any], key: Mapping[str, Any], attempt: int, payload: Mapping[str, Any]
+) -> int:
+    with connection.cursor() as cursor:
+        row = cursor.execute(
+            DISPATCH, {**key, "attempt": attempt, "payload": Jsonb(dict(payload))}
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def record_step(
+    connection: Connection[Any],
+    run_id: str,
+    *,
+    seq: int,
+    event: Mapping[str, Any],
+    outcome: Mapping[str, Any],
+    at: float,
+    run: Mapping[str, Any],
+    sent: Sequence[int],
+) -> None:
+    connection.execute(
+        RECORD_STEP,
+        {
+            "run_id": run_id,
+            "seq": seq,
+            "type": event["type"],
+            "data": Jsonb(dict(event)),
+            "outcome": Jsonb(dict(outcome)),
+            "at": at,
+            "sent": list(sent),
+            "status": run["status"],
+            "last_seq": run["last_seq"],
+            "updated_at": run["updated_at"],
+            "current": Jsonb(run["current"]),
+            "reason": run.get("reason"),
+            "state": _json(run.get("state")),
+            "finished_at": run.get("finished_at"),
+            "snapshot_seq": run.get("snapshot_seq"),
+            "snapshot_at": run.get("snapshot_at"),
+        },
+    )
+
+
+def _json(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
