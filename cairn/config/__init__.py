@@ -111,7 +111,7 @@ class Settings(BaseModel):
 
     @model_validator(mode="after")
     def _renew_often_enough(self) -> Settings:
-        if self.heartbeat_interval * 3 > self.lease_ttl:
+        if self.heartbeat_interval * 3 > self.lease_ttl * (1 + 1e-9):  # 0.2 * 3 > 0.6 in floats
             raise ValueError(
                 f"heartbeat_interval ({self.heartbeat_interval}s) must be at most a third of "
                 f"lease_ttl ({self.lease_ttl}s): a lease is renewed at least three times per TTL"
