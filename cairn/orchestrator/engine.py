@@ -376,7 +376,7 @@ class Orchestrator:
             return self._Advanced(decision, [])
         new = decision.state
         seq = row.last_seq + 1
-        messages = self._carry_out(tx, row, definition, new, decision.commands)
+        dispatches = self._carry_out(tx, row, definition, new, decision.commands)
         values: dict[str, Any] = {
             "status": new.status.value,
             "last_seq": seq,
@@ -397,15 +397,19 @@ class Orchestrator:
                 row.id, seq, data, STATE_FORMAT, self.settings.snapshot_compress_bytes
             )
             values.update(snapshot_seq=seq, snapshot_at=from_epoch(event.at))
-        tx.record_step(
+        outbox_ids = tx.write_step(
             row.id,
             seq,
+            dispatches=[
+                (message.key, message.attempt, message.to_dict()) for message in dispatches
+            ],
             event=event_to_dict(event),
             outcome=_outcome(decision),
             at=event.at,
             run_values=values,
             sent=self.sent.drain(),
         )
+        messages = [replace(m, outbox_id=i) for m, i in zip(dispatches, outbox_ids, strict=True)]
         return self._Advanced(decision, messages)
 
     def _snapshot_due(self, row: Any, new: RunState, seq: int, at: float) -> bool:
@@ -426,21 +430,22 @@ class Orchestrator:
         new: RunState,
         commands: Sequence[Command],
     ) -> list[NodeMessage]:
+        """Carry out the commands that are rows; return the dispatches' messages, whose
+        rows :meth:`Tx.write_step` writes with the event."""
         messages = []
         for command in commands:
             if isinstance(command, Dispatch):
-                key = ExecutionKey(row.id, command.node, command.iteration, command.phase.value)
-                message = NodeMessage(
-                    row.id,
-                    definition.name,
-                    definition.version,
-                    command.node,
-                    command.iteration,
-                    command.attempt,
-                    command.phase,
+                messages.append(
+                    NodeMessage(
+                        row.id,
+                        definition.name,
+                        definition.version,
+                        command.node,
+                        command.iteration,
+                        command.attempt,
+                        command.phase,
+                    )
                 )
-                outbox_id = tx.dispatch(key, command.attempt, message.to_dict())
-                messages.append(replace(message, outbox_id=outbox_id))
             elif isinstance(command, ArmTimer):
                 tx.arm_timer(row.id, command.timer_id, command.due_at)
             elif isinstance(command, DisarmTimer):

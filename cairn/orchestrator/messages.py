@@ -8,6 +8,7 @@ from typing import Any
 
 from cairn.errors import EventRejected
 from cairn.orchestrator.events import Phase
+from cairn.store.repository import ExecutionKey
 
 
 class InvalidMessage(EventRejected):
@@ -24,6 +25,10 @@ class NodeMessage:
     attempt: int
     phase: Phase = Phase.RUN
     outbox_id: int | None = None
+
+    @property
+    def key(self) -> ExecutionKey:
+        return ExecutionKey(self.run_id, self.node, self.iteration, self.phase.value)
 
     @property
     def task_name(self) -> str:

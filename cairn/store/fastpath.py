@@ -3,8 +3,8 @@
 A trivial step runs four statements; built through SQLAlchemy Core each costs more
 Python than the round trip it makes (bench/chain.py measured it). These are the same
 statements as the portable versions in :mod:`cairn.store.repository`, written once as
-constant SQL — so psycopg prepares them on the server after a few uses — and executed in
-the caller's SQLAlchemy transaction.
+constant SQL and executed in the caller's SQLAlchemy transaction, in psycopg's pipeline
+mode: a step's reads travel with their BEGIN, and all its writes in one round trip.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ WHERE id = %(run_id)s
 
 
 def execution_and_run(connection: Connection[Any], key: Mapping[str, Any]) -> Any:
-    with connection.cursor(row_factory=namedtuple_row) as cursor:
+    # In a pipeline, the BEGIN psycopg issues first travels with the query.
+    with connection.pipeline(), connection.cursor(row_factory=namedtuple_row) as cursor:
         return cursor.execute(EXECUTION_AND_RUN, key).fetchone()
 
 
@@ -86,53 +87,57 @@ def finish_and_lock(
         "duration_s": values.get("duration_s"),
         "worker": values.get("worker"),
     }
-    with connection.cursor(row_factory=namedtuple_row) as cursor:
+    with connection.pipeline(), connection.cursor(row_factory=namedtuple_row) as cursor:
         return cursor.execute(FINISH_AND_LOCK, params).fetchone()
 
 
-def dispatch(
-    connection: Connection[Any], key: Mapping[str, Any], attempt: int, payload: Mapping[str, Any]
-) -> int:
-    with connection.cursor() as cursor:
-        row = cursor.execute(
-            DISPATCH, {**key, "attempt": attempt, "payload": Jsonb(dict(payload))}
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def record_step(
+def write_step(
     connection: Connection[Any],
     run_id: str,
     *,
     seq: int,
+    dispatches: Sequence[tuple[Mapping[str, Any], int, Mapping[str, Any]]],
     event: Mapping[str, Any],
     outcome: Mapping[str, Any],
     at: float,
     run: Mapping[str, Any],
     sent: Sequence[int],
-) -> None:
-    connection.execute(
-        RECORD_STEP,
-        {
-            "run_id": run_id,
-            "seq": seq,
-            "type": event["type"],
-            "data": Jsonb(dict(event)),
-            "outcome": Jsonb(dict(outcome)),
-            "at": at,
-            "sent": list(sent),
-            "status": run["status"],
-            "last_seq": run["last_seq"],
-            "updated_at": run["updated_at"],
-            "current": Jsonb(run["current"]),
-            "reason": run.get("reason"),
-            "state": _json(run.get("state")),
-            "finished_at": run.get("finished_at"),
-            "snapshot_seq": run.get("snapshot_seq"),
-            "snapshot_at": run.get("snapshot_at"),
-        },
-    )
+) -> list[int]:
+    """Every write of a step, pipelined: one round trip for all of them."""
+    with connection.pipeline():
+        cursors = []
+        for key, attempt, payload in dispatches:
+            cursor = connection.cursor()
+            cursor.execute(DISPATCH, {**key, "attempt": attempt, "payload": Jsonb(dict(payload))})
+            cursors.append(cursor)
+        connection.execute(
+            RECORD_STEP,
+            {
+                "run_id": run_id,
+                "seq": seq,
+                "type": event["type"],
+                "data": Jsonb(dict(event)),
+                "outcome": Jsonb(dict(outcome)),
+                "at": at,
+                "sent": list(sent),
+                "status": run["status"],
+                "last_seq": run["last_seq"],
+                "updated_at": run["updated_at"],
+                "current": Jsonb(run["current"]),
+                "reason": run.get("reason"),
+                "state": _json(run.get("state")),
+                "finished_at": run.get("finished_at"),
+                "snapshot_seq": run.get("snapshot_seq"),
+                "snapshot_at": run.get("snapshot_at"),
+            },
+        )
+    ids = []
+    for cursor in cursors:
+        row = cursor.fetchone()
+        assert row is not None
+        ids.append(int(row[0]))
+        cursor.close()
+    return ids
 
 
 def _json(value: Any) -> Jsonb | None:

@@ -249,45 +249,65 @@ class Tx:
     def update_run(self, run_id: str, values: Mapping[str, Any]) -> None:
         self.connection.execute(update(runs).where(runs.c.id == run_id).values(**values))
 
-    def record_step(
+    def write_step(
         self,
         run_id: str,
         seq: int,
         *,
+        dispatches: Sequence[tuple[ExecutionKey, int, Mapping[str, Any]]],
         event: Mapping[str, Any],
         outcome: Mapping[str, Any],
         at: float,
         run_values: Mapping[str, Any],
         sent: Sequence[int],
-    ) -> None:
-        """Append event ``seq``, update the run row, and mark published messages sent:
-        one statement on PostgreSQL (data-modifying CTEs), three elsewhere."""
+    ) -> list[int]:
+        """Write what a decision produced: each dispatch (its idempotency row and outbox
+        message), event ``seq``, the run row, and published messages marked sent. Returns
+        the outbox ids. On PostgreSQL: one round trip (see cairn.store.fastpath)."""
         if self.dialect == "postgresql":
-            fastpath.record_step(
+            return fastpath.write_step(
                 self._driver(),
                 run_id,
                 seq=seq,
+                dispatches=[
+                    (key.params(), attempt, payload) for key, attempt, payload in dispatches
+                ],
                 event=event,
                 outcome=outcome,
                 at=at,
                 run=run_values,
                 sent=sent,
             )
-            return
-        append = insert(events).values(
-            run_id=run_id,
-            seq=seq,
-            type=event["type"],
-            data=dict(event),
-            outcome=dict(outcome),
-            at=at,
+        ids = []
+        for key, attempt, payload in dispatches:
+            self.connection.execute(self._schedule_statement(key, attempt))
+            ids.append(
+                int(
+                    self.connection.execute(
+                        insert(outbox)
+                        .values(
+                            run_id=key.run_id,
+                            topic="node",
+                            payload=dict(payload),
+                            created_at=utcnow(),
+                        )
+                        .returning(outbox.c.id)
+                    ).scalar_one()
+                )
+            )
+        self.connection.execute(
+            insert(events).values(
+                run_id=run_id,
+                seq=seq,
+                type=event["type"],
+                data=dict(event),
+                outcome=dict(outcome),
+                at=at,
+            )
         )
-        advance = update(runs).where(runs.c.id == run_id).values(**run_values)
-        mark = self._mark_sent_statement(sent) if sent else None
-        self.connection.execute(append)
-        self.connection.execute(advance)
-        if mark is not None:
-            self.connection.execute(mark)
+        self.connection.execute(update(runs).where(runs.c.id == run_id).values(**run_values))
+        self.mark_sent(sent)
+        return ids
 
     def list_runs(
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 100
@@ -410,22 +430,6 @@ class Tx:
                 "error": None,
             },
         )
-
-    def dispatch(self, key: ExecutionKey, attempt: int, payload: Mapping[str, Any]) -> int:
-        """Record a dispatch — a new key, or the next attempt of a key that is retrying —
-        and its outbox message; return the message's id. One statement on PostgreSQL."""
-        schedule = self._schedule_statement(key, attempt)
-        message = (
-            insert(outbox)
-            .values(run_id=key.run_id, topic="node", payload=dict(payload), created_at=utcnow())
-            .returning(outbox.c.id)
-        )
-        if self.dialect == "postgresql":
-            return int(
-                self.connection.execute(message.add_cte(schedule.cte("scheduled"))).scalar_one()
-            )
-        self.connection.execute(schedule)
-        return int(self.connection.execute(message).scalar_one())
 
     def execution_and_run(self, key: ExecutionKey) -> tuple[Any, Any]:
         """The execution's status and its run (with the cached state), in one statement."""
