@@ -43,6 +43,7 @@ from cairn.orchestrator.loader import load_definition
 from cairn.orchestrator.messages import NodeMessage
 from cairn.orchestrator.state import STATE_FORMAT, RunState
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.payloads import storable_json
 from cairn.store.repository import ExecutionKey, Store, Tx, from_epoch, utcnow
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ class Orchestrator:
     def submit(
         self,
         workflow: str,
-        run_input: Mapping[str, Any] | None = None,
+        run_input: object = None,
         *,
         request_id: str | None = None,
         namespace: str = "default",
@@ -236,18 +237,15 @@ class Orchestrator:
         self._publish(messages)
         return run_id
 
-    def check_input(
-        self, definition: WorkflowDefinition, run_input: Mapping[str, Any] | None
-    ) -> dict[str, Any]:
-        payload = dict(run_input or {})
-        try:
-            size = len(json.dumps(payload).encode())
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"the input is not JSON: {exc}") from exc
-        if size > self.settings.max_payload_bytes:
-            raise InvalidInput(
-                f"the input is {size} bytes; the limit is {self.settings.max_payload_bytes}"
-            )
+    def check_input(self, definition: WorkflowDefinition, run_input: object) -> dict[str, Any]:
+        """The input as it will be stored: a JSON object PostgreSQL can hold, within the
+        size limit, matching the definition's schema; otherwise :class:`InvalidInput`."""
+        if run_input is None:
+            run_input = {}
+        if not isinstance(run_input, Mapping):
+            raise InvalidInput(f"the input must be a JSON object, not {type(run_input).__name__}")
+        payload = dict(run_input)
+        storable_json(payload, what="the input", limit_bytes=self.settings.max_payload_bytes)
         if definition.input_schema is not None:
             errors = sorted(
                 Draft202012Validator(definition.input_schema).iter_errors(payload),

@@ -8,6 +8,7 @@ from typing import Any
 
 from cairn.errors import EventRejected
 from cairn.orchestrator.events import Phase
+from cairn.payloads import storable_text
 from cairn.store.repository import ExecutionKey
 
 
@@ -45,9 +46,10 @@ class NodeMessage:
         if not isinstance(data, Mapping):
             raise InvalidMessage(f"a node message is a JSON object, got {type(data).__name__}")
         problems = []
-        for name, kind in (("run_id", str), ("workflow", str), ("node", str)):
-            if not isinstance(data.get(name), kind) or not data.get(name):
-                problems.append(f"{name} must be a non-empty string")
+        for name in ("run_id", "workflow", "node"):
+            value = data.get(name)
+            if not isinstance(value, str) or not value or not storable_text(value):
+                problems.append(f"{name} must be a non-empty string of valid text")
         for name in ("version", "iteration", "attempt"):
             value = data.get(name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

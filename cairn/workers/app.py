@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery
+from celery.exceptions import InvalidTaskError
 from celery.signals import worker_process_init, worker_process_shutdown
+from celery.worker.strategy import default as default_strategy
 
 from cairn.config import Settings
 from cairn.orchestrator.messages import NodeMessage
@@ -61,11 +63,36 @@ def make_celery(settings: Settings) -> Celery:
     )
     app.cairn_settings = settings
 
-    @app.task(name=NODE_TASK, ignore_result=True)
+    @app.task(name=NODE_TASK, ignore_result=True, Strategy="cairn.workers.app:checked_strategy")
     def run_node(message: dict[str, Any]) -> str:
         return str(_process_runtime(app).runner.run(message).value)
 
     return app
+
+
+def checked_strategy(task: Any, app: Celery, consumer: Any, **kwargs: Any) -> Any:
+    """Celery's message strategy, refusing a body that is not a task call first.
+
+    Celery expects ``[args, kwargs, embed]``; other JSON (an object, null, a string) makes
+    the consumer raise an error that Celery treats as unrecoverable: the worker exits and
+    the message goes back to the queue to kill the next one. Raising InvalidTaskError
+    instead makes Celery log the message and reject it.
+    """
+    handle = default_strategy(task, app, consumer, **kwargs)
+
+    def checked(message: Any, body: Any, *args: Any, **kw: Any) -> Any:
+        payload = message.payload if body is None else body
+        if not (
+            isinstance(payload, list | tuple)
+            and len(payload) == 3
+            and isinstance(payload[0], list | tuple)
+            and isinstance(payload[1], dict)
+            and isinstance(payload[2], dict | type(None))
+        ):
+            raise InvalidTaskError(f"not a task call ([args, kwargs, embed]): {payload!r:.200}")
+        return handle(message, body, *args, **kw)
+
+    return checked
 
 
 class CeleryPublisher:

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import traceback
@@ -21,7 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from cairn.config import Settings
-from cairn.errors import CairnError, UnknownNode
+from cairn.errors import CairnError, InvalidInput, UnknownNode
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.leases import Leases, lease_key
@@ -30,6 +29,7 @@ from cairn.orchestrator.engine import NodeOutcome, Orchestrator
 from cairn.orchestrator.events import NodeCancelled, NodeFailed, NodeSucceeded, Phase
 from cairn.orchestrator.messages import InvalidMessage, NodeMessage
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.payloads import storable_json
 from cairn.store.repository import ACTIVE_EXECUTION, ExecutionKey
 from cairn.workers.classify import classify
 from cairn.workers.context import StepContext
@@ -205,15 +205,15 @@ class NodeRunner:
                 f"not {type(output).__name__}"
             )
         try:
-            size = len(json.dumps(output).encode())
-        except (TypeError, ValueError) as exc:
-            raise _OutputError(f"the handler's output is not JSON: {exc}") from exc
-        if size > self.settings.max_payload_bytes:
-            raise _OutputError(
-                f"the handler's output is {size} bytes; the limit is "
-                f"{self.settings.max_payload_bytes} (store large data as an "
-                "artifact and return its reference)"
+            storable_json(
+                output, what="the handler's output", limit_bytes=self.settings.max_payload_bytes
             )
+        except InvalidInput as exc:
+            raise _OutputError(
+                f"{exc} (store large data as an artifact and return its reference)"
+                if "limit" in str(exc)
+                else str(exc)
+            ) from exc
         return output
 
 

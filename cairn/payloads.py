@@ -1,0 +1,41 @@
+"""What may cross cairn's boundaries as data: JSON that PostgreSQL can store, within a size.
+
+``json.dumps`` alone is not enough: it accepts NaN and Infinity (not JSON), and strings
+with NUL characters or lone surrogates, which JSONB refuses. Checking here turns each of
+those into a clear, typed error before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cairn.errors import InvalidInput
+
+
+def storable_json(value: Any, *, what: str, limit_bytes: int) -> bytes:
+    """``value`` as UTF-8 JSON; raise :class:`InvalidInput` naming ``what`` otherwise."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} is not JSON: {exc}") from exc
+    if "\\u0000" in text:
+        raise InvalidInput(f"{what} contains a NUL character, which cannot be stored")
+    try:
+        encoded = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{what} contains text that is not valid Unicode: {exc.reason}") from exc
+    if len(encoded) > limit_bytes:
+        raise InvalidInput(f"{what} is {len(encoded)} bytes; the limit is {limit_bytes}")
+    return encoded
+
+
+def storable_text(value: str) -> bool:
+    """Whether a string can be stored as PostgreSQL text."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
