@@ -78,7 +78,7 @@ def demo(
                 if view.status.terminal:
                     break
                 if killed_during is None and _started(ledger, kill_at):
-                    time.sleep(0.3 * pace)
+                    time.sleep(0.1)  # well inside the step, whatever the pace
                     os.killpg(worker.pid, signal.SIGKILL)
                     worker.wait()
                     killed_during = kill_at

@@ -69,9 +69,13 @@ WHERE id = %(run_id)s
 
 
 def execution_and_run(connection: Connection[Any], key: Mapping[str, Any]) -> Any:
-    # In a pipeline, the BEGIN psycopg issues first travels with the query.
-    with connection.pipeline(), connection.cursor(row_factory=namedtuple_row) as cursor:
-        return cursor.execute(EXECUTION_AND_RUN, key).fetchone()
+    """A read in one round trip: BEGIN, the query and its ROLLBACK travel together (a
+    read-only transaction that ends in a rollback is not a commit)."""
+    with connection.cursor(row_factory=namedtuple_row) as cursor:
+        with connection.pipeline():
+            cursor.execute(EXECUTION_AND_RUN, key)
+            connection.rollback()
+        return cursor.fetchone()
 
 
 def finish_and_lock(
@@ -103,7 +107,11 @@ def write_step(
     run: Mapping[str, Any],
     sent: Sequence[int],
 ) -> list[int]:
-    """Every write of a step, pipelined: one round trip for all of them."""
+    """Every write of a step and the COMMIT, pipelined: one round trip for all of them.
+
+    It ends the transaction, so it must be the transaction's last statement; the caller's
+    SQLAlchemy commit then finds nothing left to do.
+    """
     with connection.pipeline():
         cursors = []
         for key, attempt, payload in dispatches:
@@ -131,6 +139,7 @@ def write_step(
                 "snapshot_at": run.get("snapshot_at"),
             },
         )
+        connection.commit()
     ids = []
     for cursor in cursors:
         row = cursor.fetchone()

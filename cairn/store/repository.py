@@ -262,8 +262,9 @@ class Tx:
         sent: Sequence[int],
     ) -> list[int]:
         """Write what a decision produced: each dispatch (its idempotency row and outbox
-        message), event ``seq``, the run row, and published messages marked sent. Returns
-        the outbox ids. On PostgreSQL: one round trip (see cairn.store.fastpath)."""
+        message), event ``seq``, the run row, and published messages marked sent; return
+        the outbox ids. This is the last statement of its transaction: on PostgreSQL it
+        commits in the same round trip (see cairn.store.fastpath)."""
         if self.dialect == "postgresql":
             return fastpath.write_step(
                 self._driver(),

@@ -26,7 +26,7 @@ def test_demo_kills_its_worker_and_resumes_without_rerunning_finished_steps(tmp_
             "--pace",
             "0.3",
             "--kill-at",
-            "outline",
+            "draft",
         ],
         cwd=tmp_path,
         env=env,
@@ -40,8 +40,8 @@ def test_demo_kills_its_worker_and_resumes_without_rerunning_finished_steps(tmp_
     executions = Counter(
         line.split()[0] for line in (tmp_path / "executions.log").read_text().splitlines()
     )
-    assert executions["outline"] == 2  # in flight when the worker was killed
-    assert {step: executions[step] for step in STEPS if step != "outline"} == {
-        step: 1 for step in STEPS if step != "outline"
+    assert executions["draft"] == 2  # in flight when the worker was killed
+    assert {step: executions[step] for step in STEPS if step != "draft"} == {
+        step: 1 for step in STEPS if step != "draft"
     }
     assert "skipped: its result was already recorded" in result.stdout
