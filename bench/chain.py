@@ -113,7 +113,7 @@ def bench_cairn(runs: int, concurrency: int, workdir: Path) -> Figures:
             "CAIRN_BROKER_URL": f"{REDIS}/14",
             "CAIRN_REDIS_URL": f"{REDIS}/15",
             "CAIRN_WORKFLOWS": "bench.workflows",
-            "CAIRN_LOG_LEVEL": "WARNING",
+            "CAIRN_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
             "PYTHONPATH": str(ROOT),
         }
     )
