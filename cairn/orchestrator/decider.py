@@ -393,7 +393,9 @@ class _Step:
             self.set_run(RunStatus.WAITING)
         elif isinstance(node, ParallelNode):
             self.set_run(RunStatus.RUNNING)
-            state.nodes[node_id] = NodeState(node_id, visits, NodeStatus.RUNNING, first_at=self.at)
+            state.nodes[node_id] = NodeState(
+                node_id, visits, NodeStatus.RUNNING, first_at=self.at, dispatched=False
+            )
             state.joins[node_id] = JoinState(
                 node_id, visits, dict.fromkeys(node.branches, BranchOutcome.PENDING)
             )
@@ -842,7 +844,7 @@ class _Step:
             self.commands.append(
                 CancelNode(current.node, current.iteration, current.attempt, reason)
             )
-        if current.active or current.status in (NodeStatus.RETRYING, NodeStatus.WAITING):
+        if not current.status.terminal:
             self.set_node(current, NodeStatus.CANCELLED)
         self.disarm_node_timers(current.node)
 

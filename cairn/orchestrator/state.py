@@ -49,10 +49,14 @@ class NodeState:
     first_at: float = 0.0  # when attempt 1 was dispatched: the retry deadline counts from it
     error_class: str | None = None
     error: str | None = None
+    # False for a parallel node: it "runs" while its branches do, but no worker executes
+    # it, so nothing is ever dispatched, cancelled or awaited under its key.
+    dispatched: bool = True
 
     @property
     def active(self) -> bool:
-        return self.status in (NodeStatus.SCHEDULED, NodeStatus.RUNNING)
+        """An execution a worker may be running now."""
+        return self.dispatched and self.status in (NodeStatus.SCHEDULED, NodeStatus.RUNNING)
 
 
 @dataclass(frozen=True)

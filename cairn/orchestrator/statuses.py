@@ -44,9 +44,13 @@ RUN_TERMINAL = frozenset(
 
 _R = RunStatus
 RUN_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
-    # A run that fails before its first step (e.g. its start node is over its visit
-    # limit) goes straight to failed; one cancelled before it started has nothing to stop.
-    _R.PENDING: frozenset({_R.RUNNING, _R.WAITING, _R.FAILED, _R.SUCCEEDED, _R.CANCELLED}),
+    # One decision may pass through nodes without handlers, so a run's first decision can
+    # end anywhere its first dispatch-free path leads: a wait, an end, or a failure (with
+    # compensation, if a handler-less node on the way declared one). A run cancelled before
+    # it started has nothing to stop.
+    _R.PENDING: frozenset(
+        {_R.RUNNING, _R.WAITING, _R.FAILED, _R.SUCCEEDED, _R.CANCELLED, _R.COMPENSATING}
+    ),
     _R.RUNNING: frozenset(
         {_R.WAITING, _R.CANCELLING, _R.COMPENSATING, _R.SUCCEEDED, _R.FAILED, _R.CANCELLED}
     ),
