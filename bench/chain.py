@@ -213,8 +213,9 @@ def _wait_finished(url: str, run_ids: list[str], timeout_s: float = 600) -> None
     deadline = time.monotonic() + timeout_s
     with psycopg.connect(url) as conn:  # each poll ends in a rollback: not a commit
         while True:
-            row = conn.execute("SELECT count(*) FROM runs WHERE id = ANY(%s) AND finished_at IS "
-                               "NULL", (run_ids,)).fetchone()
+            row = conn.execute(
+                "SELECT count(*) FROM runs WHERE id = ANY(%s) AND finished_at IS NULL", (run_ids,)
+            ).fetchone()
             conn.rollback()
             if row is not None and row[0] == 0:
                 return
