@@ -92,7 +92,9 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def bench_cairn(runs: int, concurrency: int, workdir: Path) -> Figures:
+def bench_cairn(
+    runs: int, concurrency: int, workdir: Path, pool: str = "prefork", processes: int = 1
+) -> Figures:
     from cairn.client import Client  # noqa: PLC0415
     from cairn.config import Settings  # noqa: PLC0415
     from cairn.store.database import make_engine, upgrade  # noqa: PLC0415
@@ -118,11 +120,21 @@ def bench_cairn(runs: int, concurrency: int, workdir: Path) -> Figures:
         }
     )
     settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
-    worker = spawn(
-        [sys.executable, "-m", "cairn.cli", "worker", f"--concurrency={concurrency}"],
-        env,
-        workdir / "cairn-worker.log",
-    )
+    workers = [
+        spawn(
+            [
+                sys.executable,
+                "-m",
+                "cairn.cli",
+                "worker",
+                f"--concurrency={concurrency}",
+                f"--pool={pool}",
+            ],
+            env,
+            workdir / f"cairn-worker-{index}.log",
+        )
+        for index in range(processes)
+    ]
     scheduler = spawn(
         [sys.executable, "-m", "cairn.cli", "scheduler"], env, workdir / "cairn-scheduler.log"
     )
@@ -146,14 +158,17 @@ def bench_cairn(runs: int, concurrency: int, workdir: Path) -> Figures:
             latencies.extend(b - a for a, b in pairwise(times))
     finally:
         client.close()
-        stop(worker)
+        for worker in workers:
+            stop(worker)
         stop(scheduler)
         with admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     return Figures("cairn (durable)", runs, elapsed, latencies, after - before)
 
 
-def bench_celery(runs: int, concurrency: int, workdir: Path) -> Figures:
+def bench_celery(
+    runs: int, concurrency: int, workdir: Path, pool: str = "prefork", processes: int = 1
+) -> Figures:
     broker, marks_url = f"{REDIS}/12", f"{REDIS}/13"
     for url in (broker, marks_url):
         redis.Redis.from_url(url).flushdb()
@@ -167,22 +182,27 @@ def bench_celery(runs: int, concurrency: int, workdir: Path) -> Figures:
     from bench.workflows import baseline, step  # noqa: PLC0415
 
     baseline.conf.broker_url = broker
-    worker = spawn(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "bench.workflows:baseline",
-            "worker",
-            f"--concurrency={concurrency}",
-            "--loglevel=WARNING",
-            "--without-gossip",
-            "--without-mingle",
-        ],
-        env,
-        workdir / "celery-worker.log",
-    )
+    workers = [
+        spawn(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "bench.workflows:baseline",
+                "worker",
+                f"--concurrency={concurrency}",
+                f"--pool={pool}",
+                "--loglevel=WARNING",
+                "--without-gossip",
+                "--without-mingle",
+                f"--hostname=baseline{index}@%h",
+            ],
+            env,
+            workdir / f"celery-worker-{index}.log",
+        )
+        for index in range(processes)
+    ]
     marks = redis.Redis.from_url(marks_url)
     try:
         chain(step.si(-1, i) for i in range(STEPS)).apply_async()
@@ -204,7 +224,8 @@ def bench_celery(runs: int, concurrency: int, workdir: Path) -> Figures:
             ordered = sorted([submitted[run], *marks_of_run])
             latencies.extend(b - a for a, b in pairwise(ordered))
     finally:
-        stop(worker)
+        for worker in workers:
+            stop(worker)
     return Figures("plain Celery chain", runs, elapsed, latencies)
 
 
@@ -235,13 +256,26 @@ def _wait_marks(marks: redis.Redis[bytes], count: int, timeout_s: float = 600) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument(
+        "--concurrency", type=int, default=2, help="slots per worker process (prefork: processes)"
+    )
+    parser.add_argument("--pool", choices=["prefork", "threads"], default="prefork")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="worker processes (with --pool threads: two is the fair setup)",
+    )
     args = parser.parse_args()
     workdir = Path(os.environ.get("BENCH_WORKDIR", "/tmp/cairn-bench"))
     workdir.mkdir(parents=True, exist_ok=True)
-    celery_figures = bench_celery(args.runs, args.concurrency, workdir)
-    cairn_figures = bench_cairn(args.runs, args.concurrency, workdir)
-    print(f"\n{args.runs} runs x {STEPS} trivial steps, {args.concurrency} worker processes each\n")
+    setup = (args.runs, args.concurrency, workdir, args.pool, args.processes)
+    celery_figures = bench_celery(*setup)
+    cairn_figures = bench_cairn(*setup)
+    print(
+        f"\n{args.runs} runs x {STEPS} trivial steps; both systems on {args.processes} "
+        f"worker process(es), pool {args.pool}, {args.concurrency} slot(s) each\n"
+    )
     print(f"{'':<22} {'runs/s':>8} {'steps/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'commits/step':>14}")
     print(celery_figures.row())
     print(cairn_figures.row())

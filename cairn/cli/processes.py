@@ -31,6 +31,14 @@ def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
 def worker(
     concurrency: Annotated[int, typer.Option(help="Parallel node executions.")] = 2,
     queues: Annotated[str | None, typer.Option(help="Comma-separated queues.")] = None,
+    pool: Annotated[
+        str,
+        typer.Option(
+            help="Celery pool: prefork (a process per slot; "
+            "isolates crashes) or threads (for I/O-bound "
+            "handlers)."
+        ),
+    ] = "prefork",
 ) -> None:
     """Run a worker: a Celery worker (CAIRN_BROKER_URL set) or, embedded, worker threads
     plus the scheduler in this process."""
