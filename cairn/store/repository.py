@@ -25,7 +25,6 @@ from sqlalchemy import (
     event,
     func,
     insert,
-    or_,
     select,
     update,
 )
@@ -209,14 +208,6 @@ class Tx:
             return 0, {}
         return row.version, dict(row.spec)
 
-    def workflow_versions(self) -> list[tuple[str, int]]:
-        rows = self.connection.execute(
-            select(workflows.c.name, workflows.c.version).order_by(
-                workflows.c.name, workflows.c.version
-            )
-        )
-        return [(row.name, row.version) for row in rows]
-
     # -- runs ---------------------------------------------------------------------------
 
     def insert_run(self, values: Mapping[str, Any]) -> bool:
@@ -245,9 +236,6 @@ class Tx:
         if lock:
             query = query.with_for_update()
         return self.connection.execute(query).first()
-
-    def update_run(self, run_id: str, values: Mapping[str, Any]) -> None:
-        self.connection.execute(update(runs).where(runs.c.id == run_id).values(**values))
 
     def write_step(
         self,
@@ -321,20 +309,6 @@ class Tx:
         return list(self.connection.execute(query))
 
     # -- events and snapshots -----------------------------------------------------------
-
-    def append_event(
-        self, run_id: str, seq: int, data: Mapping[str, Any], outcome: Mapping[str, Any], at: float
-    ) -> None:
-        self.connection.execute(
-            insert(events).values(
-                run_id=run_id,
-                seq=seq,
-                type=data["type"],
-                data=dict(data),
-                outcome=dict(outcome),
-                at=at,
-            )
-        )
 
     def events_after(self, run_id: str, seq: int, upto: int | None = None) -> list[Any]:
         query = select(
@@ -472,22 +446,6 @@ class Tx:
             return None, 0.0
         return self.lock_run(key.run_id)
 
-    def execution(self, key: ExecutionKey) -> Any:
-        return self.connection.execute(select(executions).where(key.where())).first()
-
-    def finish_execution(self, key: ExecutionKey, attempt: int, values: Mapping[str, Any]) -> bool:
-        """The first result for (key, attempt) wins; False means it was already recorded."""
-        stmt = (
-            update(executions)
-            .where(
-                key.where(),
-                executions.c.attempt == attempt,
-                executions.c.status.in_(ACTIVE_EXECUTION),
-            )
-            .values(**values)
-        )
-        return bool(self.connection.execute(stmt).rowcount)
-
     def set_execution_status(self, key: ExecutionKey, status: str) -> None:
         self.connection.execute(
             update(executions)
@@ -576,14 +534,6 @@ class Tx:
         if ids:
             self.connection.execute(self._mark_sent_statement(ids))
 
-    def purge_sent(self, older_than: float, limit: int = 10_000) -> int:
-        ids = select(outbox.c.id).where(outbox.c.sent_at < from_epoch(older_than)).limit(limit)
-        return int(
-            self.connection.execute(
-                delete(outbox).where(outbox.c.id.in_(ids.scalar_subquery()))
-            ).rowcount
-        )
-
     # -- timers -------------------------------------------------------------------------
 
     def arm_timer(self, run_id: str, timer_id: str, due_at: float) -> None:
@@ -625,15 +575,3 @@ class Tx:
                 )
             ).rowcount
         )
-
-    def timers_of(self, run_id: str) -> list[Any]:
-        return list(self.connection.execute(select(timers).where(timers.c.run_id == run_id)))
-
-    def pending_counts(self) -> dict[str, int]:
-        unsent = self.connection.execute(
-            select(func.count()).select_from(outbox).where(outbox.c.sent_at.is_(None))
-        ).scalar_one()
-        pending_timers = self.connection.execute(
-            select(func.count()).select_from(timers).where(or_(timers.c.fired_at.is_(None)))
-        ).scalar_one()
-        return {"outbox_unsent": int(unsent), "timers_pending": int(pending_timers)}
