@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,7 +45,7 @@ from cairn.orchestrator.messages import NodeMessage
 from cairn.orchestrator.state import STATE_FORMAT, RunState
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.payloads import storable_json
-from cairn.store.repository import ExecutionKey, Store, Tx, from_epoch, utcnow
+from cairn.store.repository import ExecutionKey, Store, Tx, encode_snapshot, from_epoch, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,21 @@ class SentMarks:
         with self._lock:
             ids, self._ids = self._ids, []
         return ids
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A run as a worker read it before running a node: the row, the state as of its
+    ``last_seq``, and the database's clock at the read (carried forward by a monotonic
+    clock, so an event's time still comes from the one clock)."""
+
+    row: Any
+    state: RunState
+    db_time: float
+    read_at: float = field(default_factory=time.monotonic)
+
+    def now(self) -> float:
+        return self.db_time + (time.monotonic() - self.read_at)
 
 
 @dataclass
@@ -295,37 +311,30 @@ class Orchestrator:
         message: NodeMessage,
         outcome: NodeOutcome,
         worker: str,
-        known: tuple[int, RunState] | None = None,
+        known: Restored | None = None,
     ) -> Completion:
         """Record a worker's result and advance the run with it, in one transaction.
 
         The first result for an execution wins; a second (a duplicate delivery, a stale
-        worker) is discarded and changes nothing. ``known`` is the (seq, state) the worker
-        restored before running: if the run has not moved since, it is not read again.
+        worker) is discarded and changes nothing. ``known`` is the run as the worker read
+        it before running: if the run has not moved since, the whole completion is one
+        optimistic statement (PostgreSQL); otherwise the run is locked and read again.
         """
-        key = ExecutionKey(message.run_id, message.node, message.iteration, message.phase.value)
+        if known is not None and self.store.dialect == "postgresql":
+            completion = self._complete_optimistically(message, outcome, worker, known)
+            if completion is not None:
+                return completion
+        key = message.key
         try:
             with self.store.transaction() as tx:
-                row, now = tx.finish_and_lock(
-                    key,
-                    message.attempt,
-                    {
-                        "status": outcome.status.value,
-                        "result": dict(outcome.result) if outcome.result is not None else None,
-                        "error_class": outcome.error_class,
-                        "error": outcome.error,
-                        "finished_at": utcnow(),
-                        "duration_s": outcome.duration_s,
-                        "worker": worker,
-                    },
-                )
+                row, now = tx.finish_and_lock(key, message.attempt, _result_values(outcome, worker))
                 if row is None:
                     return Completion(
                         False, f"a result for {key} attempt {message.attempt} is already recorded"
                     )
                 definition = self.registry.get(row.workflow, row.version, tx)
-                if known is not None and known[0] == row.last_seq:
-                    state = known[1]
+                if known is not None and known.row.last_seq == row.last_seq:
+                    state = known.state
                 else:
                     state = self.restore(tx, row, definition)
                 event = replace(outcome.event, at=now)
@@ -336,6 +345,49 @@ class Orchestrator:
             return Completion(False, discard.decision.ignored or "", discard.decision)
         self._publish(advanced.messages)
         return Completion(True, decision=advanced.decision)
+
+    def _complete_optimistically(
+        self, message: NodeMessage, outcome: NodeOutcome, worker: str, known: Restored
+    ) -> Completion | None:
+        """One round trip when the run is where the worker left it and the decision only
+        dispatches; None means: take the locking path."""
+        definition = self.registry.get(message.workflow, message.version)
+        event = replace(outcome.event, at=known.now())
+        decision, plan = self._plan(known.row, definition, known.state, event)
+        if plan is None or plan.row_commands:
+            return None
+        snapshot = None
+        if plan.snapshot is not None:
+            codec, body = encode_snapshot(plan.snapshot, self.settings.snapshot_compress_bytes)
+            snapshot = (STATE_FORMAT, codec, body)
+        sent = self.sent.drain()
+        with self.store.transaction() as tx:
+            checked, finished, ids = tx.complete_step(
+                message.key,
+                attempt=message.attempt,
+                known_seq=known.row.last_seq,
+                result=_result_values(outcome, worker),
+                run=plan.run_values,
+                event=event_to_dict(event),
+                outcome=_outcome(decision),
+                at=event.at,
+                snapshot=snapshot,
+                sent=sent,
+                dispatches=[(m.key, m.attempt, m.to_dict()) for m in plan.dispatches],
+            )
+        if not (checked and finished):
+            self.sent.add(sent)  # nothing was written, the marks included
+            if not checked:
+                return None
+            return Completion(
+                False, f"a result for {message.key} attempt {message.attempt} is already recorded"
+            )
+        messages = [
+            replace(m, outbox_id=ids[(m.node, m.iteration, m.phase.value)]) for m in plan.dispatches
+        ]
+        self._log_finish(message.run_id, decision)
+        self._publish(messages)
+        return Completion(True, decision=decision)
 
     def restore(
         self, tx: Tx, row: Any, definition: WorkflowDefinition, upto: int | None = None
@@ -366,15 +418,26 @@ class Orchestrator:
         decision: Decision
         messages: list[NodeMessage]
 
-    def _advance(
-        self, tx: Tx, row: Any, definition: WorkflowDefinition, state: RunState, event: Event
-    ) -> Orchestrator._Advanced:
+    @dataclass
+    class _Plan:
+        """What one decision writes: computed before any write, carried out by either path."""
+
+        decision: Decision
+        seq: int
+        run_values: dict[str, Any]
+        snapshot: dict[str, Any] | None
+        dispatches: list[NodeMessage]
+        row_commands: Sequence[Command]  # timers and cancellations: rows besides the step's own
+
+    def _plan(
+        self, row: Any, definition: WorkflowDefinition, state: RunState, event: Event
+    ) -> tuple[Decision, Orchestrator._Plan | None]:
+        """Decide, and work out every row the decision writes (None if it was ignored)."""
         decision = decide(definition, state, event)
         if decision.ignored:
-            return self._Advanced(decision, [])
+            return decision, None
         new = decision.state
         seq = row.last_seq + 1
-        dispatches = self._carry_out(tx, row, definition, new, decision.commands)
         values: dict[str, Any] = {
             "status": new.status.value,
             "last_seq": seq,
@@ -390,25 +453,61 @@ class Orchestrator:
             and len(json.dumps(data, separators=(",", ":"))) <= self.settings.state_cache_bytes
         )
         values["state"] = data if cacheable else None
+        snapshot = None
         if self._snapshot_due(row, new, seq, event.at):
-            tx.write_snapshot(
-                row.id, seq, data, STATE_FORMAT, self.settings.snapshot_compress_bytes
-            )
+            snapshot = data
             values.update(snapshot_seq=seq, snapshot_at=from_epoch(event.at))
+        dispatches = [
+            NodeMessage(
+                row.id, definition.name, definition.version, c.node, c.iteration, c.attempt, c.phase
+            )
+            for c in decision.commands
+            if isinstance(c, Dispatch)
+        ]
+        row_commands = [
+            c
+            for c in decision.commands
+            if isinstance(c, ArmTimer | DisarmTimer | CancelNode | DetachNode)
+        ]
+        return decision, self._Plan(decision, seq, values, snapshot, dispatches, row_commands)
+
+    def _advance(
+        self, tx: Tx, row: Any, definition: WorkflowDefinition, state: RunState, event: Event
+    ) -> Orchestrator._Advanced:
+        decision, plan = self._plan(row, definition, state, event)
+        if plan is None:
+            return self._Advanced(decision, [])
+        self._carry_out(tx, row, plan)
+        if plan.snapshot is not None:
+            tx.write_snapshot(
+                row.id, plan.seq, plan.snapshot, STATE_FORMAT, self.settings.snapshot_compress_bytes
+            )
+        self._log_finish(row.id, plan.decision)
         outbox_ids = tx.write_step(
             row.id,
-            seq,
-            dispatches=[
-                (message.key, message.attempt, message.to_dict()) for message in dispatches
-            ],
+            plan.seq,
+            dispatches=[(m.key, m.attempt, m.to_dict()) for m in plan.dispatches],
             event=event_to_dict(event),
-            outcome=_outcome(decision),
+            outcome=_outcome(plan.decision),
             at=event.at,
-            run_values=values,
+            run_values=plan.run_values,
             sent=self.sent.drain(),
         )
-        messages = [replace(m, outbox_id=i) for m, i in zip(dispatches, outbox_ids, strict=True)]
-        return self._Advanced(decision, messages)
+        messages = [
+            replace(m, outbox_id=i) for m, i in zip(plan.dispatches, outbox_ids, strict=True)
+        ]
+        return self._Advanced(plan.decision, messages)
+
+    @staticmethod
+    def _log_finish(run_id: str, decision: Decision) -> None:
+        for command in decision.commands:
+            if isinstance(command, FinishRun):
+                log.info(
+                    "run %s %s%s",
+                    run_id,
+                    command.status.value,
+                    f": {command.reason}" if command.reason else "",
+                )
 
     def _snapshot_due(self, row: Any, new: RunState, seq: int, at: float) -> bool:
         """Snapshots compress the log: every K events, every T seconds, and whenever the
@@ -420,31 +519,11 @@ class Orchestrator:
         last = (row.snapshot_at or row.created_at).timestamp()
         return bool(at - last >= self.settings.snapshot_every_s)
 
-    def _carry_out(
-        self,
-        tx: Tx,
-        row: Any,
-        definition: WorkflowDefinition,
-        new: RunState,
-        commands: Sequence[Command],
-    ) -> list[NodeMessage]:
-        """Carry out the commands that are rows; return the dispatches' messages, whose
-        rows :meth:`Tx.write_step` writes with the event."""
-        messages = []
-        for command in commands:
-            if isinstance(command, Dispatch):
-                messages.append(
-                    NodeMessage(
-                        row.id,
-                        definition.name,
-                        definition.version,
-                        command.node,
-                        command.iteration,
-                        command.attempt,
-                        command.phase,
-                    )
-                )
-            elif isinstance(command, ArmTimer):
+    def _carry_out(self, tx: Tx, row: Any, plan: Orchestrator._Plan) -> None:
+        """The rows a decision changes besides the step's own: timers and cancellations."""
+        new = plan.decision.state
+        for command in plan.row_commands:
+            if isinstance(command, ArmTimer):
                 tx.arm_timer(row.id, command.timer_id, command.due_at)
             elif isinstance(command, DisarmTimer):
                 tx.disarm_timer(row.id, command.timer_id)
@@ -454,14 +533,6 @@ class Orchestrator:
                 if node is not None and not node.active:
                     key = ExecutionKey(row.id, command.node, command.iteration, Phase.RUN.value)
                     tx.set_execution_status(key, node.status.value)
-            elif isinstance(command, FinishRun):
-                log.info(
-                    "run %s %s%s",
-                    row.id,
-                    command.status.value,
-                    f": {command.reason}" if command.reason else "",
-                )
-        return messages
 
     def _publish(self, messages: Sequence[NodeMessage]) -> None:
         if not messages:
@@ -538,6 +609,19 @@ class Orchestrator:
                 {"seq": e.seq, "type": e.type, "at": e.at, "data": e.data, "outcome": e.outcome}
                 for e in tx.events_after(run_id, after)
             ]
+
+
+def _result_values(outcome: NodeOutcome, worker: str) -> dict[str, Any]:
+    """The idempotency row's columns for a worker's result."""
+    return {
+        "status": outcome.status.value,
+        "result": dict(outcome.result) if outcome.result is not None else None,
+        "error_class": outcome.error_class,
+        "error": outcome.error,
+        "finished_at": utcnow(),
+        "duration_s": outcome.duration_s,
+        "worker": worker,
+    }
 
 
 class _Discard(Exception):  # control flow: rolls the transaction back

@@ -425,6 +425,18 @@ class Tx:
             return None, self.run(key.run_id)
         return row, row
 
+    def complete_step(
+        self, key: ExecutionKey, **step: Any
+    ) -> tuple[bool, bool, dict[tuple[str, int, str], int]]:
+        """PostgreSQL only: the optimistic, all-or-nothing completion of a step and its
+        commit (see cairn.store.fastpath.COMPLETE_STEP)."""
+        if self.dialect != "postgresql":
+            raise StoreError("the one-statement completion needs PostgreSQL")
+        step["dispatches"] = [
+            (k.params(), attempt, payload) for k, attempt, payload in step["dispatches"]
+        ]
+        return fastpath.complete_step(self._driver(), key.params(), **step)
+
     def finish_and_lock(
         self, key: ExecutionKey, attempt: int, values: Mapping[str, Any]
     ) -> tuple[Any, float]:

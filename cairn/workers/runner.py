@@ -25,7 +25,7 @@ from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.leases import Leases, lease_key
 from cairn.orchestrator.definition import ErrorClass, TaskNode
-from cairn.orchestrator.engine import NodeOutcome, Orchestrator
+from cairn.orchestrator.engine import NodeOutcome, Orchestrator, Restored
 from cairn.orchestrator.events import NodeCancelled, NodeFailed, NodeSucceeded, Phase
 from cairn.orchestrator.messages import InvalidMessage, NodeMessage
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
@@ -93,6 +93,7 @@ class NodeRunner:
                 if status is RunStatus.CANCELLING
                 else orchestrator.restore(tx, run, definition)
             )
+        db_time = getattr(run, "db_now", None)
         if state is None and message.phase is Phase.RUN:
             event = NodeCancelled(
                 at=0.0, node=message.node, iteration=message.iteration, attempt=message.attempt
@@ -113,7 +114,9 @@ class NodeRunner:
                 f"in phase {message.phase.value}"
             )
         if state is None:  # a compensation while cancelling: it needs the state too
-            _row, _definition, state = orchestrator.load(message.run_id)
+            run, _definition, state = orchestrator.load(message.run_id)
+            db_time = None
+        known = Restored(run, state, db_time if db_time is not None else time.time())
 
         lease = self.leases.acquire(
             lease_key(message.run_id, message.node, message.iteration, message.phase.value),
@@ -137,9 +140,7 @@ class NodeRunner:
             if not beat.valid:
                 log.warning("lease lost while running %s; not committing", key)
                 return Handled.LEASE_LOST
-            completion = orchestrator.complete(
-                message, outcome, self.worker, known=(run.last_seq, state)
-            )
+            completion = orchestrator.complete(message, outcome, self.worker, known=known)
             fault_point("complete.after_commit")
         finally:
             self.heartbeats.drop(beat)
