@@ -13,6 +13,7 @@ longer than any node runs.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -103,12 +104,16 @@ class CeleryPublisher:
     def publish(self, messages: Sequence[NodeMessage]) -> bool:
         with self.app.producer_or_acquire() as producer:
             for message in messages:
+                body = message.to_dict()
+                # argsrepr given: Celery would otherwise saferepr() the arguments per message
                 self.app.send_task(
                     NODE_TASK,
-                    args=[message.to_dict()],
+                    args=[body],
                     queue=self.queue,
                     shadow=message.task_name,
                     producer=producer,
+                    argsrepr=json.dumps([body]),
+                    kwargsrepr="{}",
                 )
         return True
 
