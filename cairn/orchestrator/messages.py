@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from cairn.errors import EventRejected
@@ -38,7 +38,16 @@ class NodeMessage:
         return f"{self.workflow}.{self.node}{suffix}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "phase": self.phase.value}
+        return {
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "version": self.version,
+            "node": self.node,
+            "iteration": self.iteration,
+            "attempt": self.attempt,
+            "phase": self.phase.value,
+            "outbox_id": self.outbox_id,
+        }
 
     @classmethod
     def from_dict(cls, data: object) -> NodeMessage:

@@ -76,8 +76,9 @@ class StepContext:
         return self._lease_valid is not None and not self._lease_valid()
 
     def handler_state(self) -> dict[str, Any]:
-        """A private copy of the state for the handler's ``state`` argument."""
-        return copy.deepcopy(self._vars)
+        """The state for the handler's ``state`` argument: this context's private copy
+        (what the handler changes there reaches the run only through its return value)."""
+        return self._vars
 
     def added_messages(self) -> tuple[dict[str, Any], ...]:
         return tuple(self.messages[self._messages_before :])
