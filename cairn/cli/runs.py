@@ -12,6 +12,7 @@ from rich.table import Table
 from cairn.cli.main import EXIT_INVALID, _cwd_importable, app, err, out
 from cairn.client import Client, WaitTimeout
 from cairn.errors import InvalidInput
+from cairn.lease.leases import lease_key
 from cairn.orchestrator.statuses import RunStatus
 
 EXIT_FAILED = 1
@@ -66,16 +67,18 @@ def status(
     client = Client()
     try:
         view = client.runtime.orchestrator.get_run(run_id, with_executions=True)
+        beats = _heartbeats(client, view)
     finally:
         client.close()
     if as_json:
-        print(json.dumps(view.to_dict(), indent=2, default=str))
+        print(json.dumps({**view.to_dict(), "heartbeats": beats}, indent=2, default=str))
         return
     out.print(
         f"[bold]{view.id}[/bold]  {view.workflow}@{view.version}  [bold]{view.status.value}[/bold]"
     )
-    if view.current:
-        out.print(f"current: {', '.join(view.current)}")
+    interval = client.settings.heartbeat_interval
+    for running, beat in beats.items():
+        out.print(f"{running}: {_liveness(beat, interval)}", markup=False)
     if view.reason:
         out.print(f"reason: {view.reason}", markup=False)
     table = Table("node", "visit", "phase", "status", "attempt", "duration", "worker")
@@ -136,6 +139,47 @@ def wait(
     )
     if view.status is not RunStatus.SUCCEEDED:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _heartbeats(client: Client, view: Any) -> dict[str, dict[str, Any] | None]:
+    """The heartbeat record of every execution the run is waiting for (lossy, in Redis)."""
+    state = view.state
+    if state is None:
+        return {}
+    running = [(n.node, n.iteration, "run") for n in state.active_nodes]
+    current = state.compensation.current if state.compensation else None
+    if current is not None and current.active:
+        running.append((current.node, current.iteration, "compensate"))
+    records = client.runtime.leases.beats(
+        [lease_key(view.id, node, iteration, phase) for node, iteration, phase in running]
+    )
+    return {
+        f"{node}#{iteration}" + ("" if phase == "run" else f" ({phase})"): record
+        for (node, iteration, phase), record in zip(running, records, strict=True)
+    }
+
+
+def _liveness(beat: dict[str, Any] | None, interval_s: float) -> str:
+    if beat is None:
+        return "waiting for a worker (no heartbeat)"
+    age = float(beat["age_s"])
+    where = f"on {beat.get('worker', '?')}"
+    progress = ""
+    if beat.get("done") is not None:
+        total = f"/{beat['total']}" if beat.get("total") not in (None, "None") else ""
+        message = f" {beat['message']}" if beat.get("message") else ""
+        progress = f", {beat['done']}{total}{message}"
+    if age > 3 * interval_s:  # three missed beats
+        return f"suspect: no heartbeat for {_age(age)} (last {where}){progress}"
+    return f"working {where}, last beat {_age(age)} ago{progress}"
+
+
+def _age(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _clock(at: float) -> str:

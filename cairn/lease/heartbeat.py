@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from cairn.lease.leases import Lease, Leases
 
@@ -32,6 +33,7 @@ class Beat:
     deadline: float  # monotonic: past it, this process no longer trusts the lease
     next_renewal: float
     lost: threading.Event = field(default_factory=threading.Event)
+    record: dict[str, Any] = field(default_factory=dict)  # progress, shown by `cairn status`
 
     @property
     def valid(self) -> bool:
@@ -60,6 +62,14 @@ class Heartbeats:
             self._wake.notify()
         return beat
 
+    def progress(self, beat: Beat, **record: Any) -> None:
+        """A milestone: update the heartbeat record now (lossy: a failure only logs)."""
+        beat.record.update({k: v for k, v in record.items() if v is not None})
+        try:
+            self.leases.beat(beat.lease, beat.record)
+        except Exception:
+            log.warning("heartbeat for %s not written", beat.lease.key, exc_info=True)
+
     def drop(self, beat: Beat) -> None:
         with self._lock:
             if self._beats.get(beat.lease.key) is beat:
@@ -81,7 +91,7 @@ class Heartbeats:
         asked_at = time.monotonic()  # the new TTL runs from the request, not the reply
         beat.next_renewal = asked_at + beat.interval_s
         try:
-            renewed = self.leases.renew(beat.lease)
+            renewed = self.leases.renew(beat.lease, beat.record)
         except Exception:  # Redis down: keep trying until our own deadline passes
             log.warning("lease renewal failed for %s", beat.lease.key, exc_info=True)
             if asked_at < beat.deadline:

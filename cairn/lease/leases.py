@@ -1,4 +1,4 @@
-"""Leases: who may work on a node execution right now.
+"""Leases: who may work on a node execution right now, and how it is doing.
 
 A lease is ``SET key token NX PX ttl`` with a random token per claim. Renewal and
 release are Lua scripts that act only while the stored token is still the caller's, so
@@ -6,6 +6,11 @@ a worker that lost its lease (it expired during a GC pause or a SIGSTOP, and som
 else claimed the node) can never extend or delete the new holder's lease. Expiry is
 judged by Redis's clock alone. Redis is the first gate; PostgreSQL's conditional result
 commit is the final arbiter, so losing every lease never lets a result commit twice.
+
+Each lease carries a heartbeat record beside it (``cairn:beat:...``, a hash): the worker,
+when it started, its progress, and ``beat_at`` by Redis's clock — written by the same
+scripts that acquire and renew the lease, so a heartbeat costs no extra round trip. It
+is lossy by design (a TTL of three lease periods) and never replaces a checkpoint.
 
 :class:`MemoryLeases` is the in-process twin for the embedded default and unit tests.
 """
@@ -15,21 +20,37 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import redis
 
+BEAT_TTL_PERIODS = 3
+
+# KEYS: lease, beat. ARGV: token, ttl_ms, beat_ttl_ms, field, value, field, value, ...
+ACQUIRE = """
+if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+local t = redis.call('time')
+local now = string.format('%d.%06d', t[1], t[2])
+redis.call('del', KEYS[2])
+redis.call('hset', KEYS[2], 'beat_at', now, 'started_at', now, unpack(ARGV, 4))
+redis.call('pexpire', KEYS[2], ARGV[3])
+return 1
+"""
+
 RENEW = """
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('pexpire', KEYS[1], ARGV[2])
-end
-return 0
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+if tonumber(ARGV[2]) > 0 then redis.call('pexpire', KEYS[1], ARGV[2]) end
+local t = redis.call('time')
+redis.call('hset', KEYS[2], 'beat_at', string.format('%d.%06d', t[1], t[2]), unpack(ARGV, 4))
+redis.call('pexpire', KEYS[2], ARGV[3])
+return 1
 """
 
 RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('del', KEYS[2])
   return redis.call('del', KEYS[1])
 end
 return 0
@@ -44,22 +65,37 @@ class Lease:
 
 
 class Leases(Protocol):
-    def acquire(self, key: str, ttl_s: float) -> Lease | None: ...
+    def acquire(
+        self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None
+    ) -> Lease | None: ...
 
-    def renew(self, lease: Lease) -> bool: ...
+    def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool: ...
+
+    def beat(self, lease: Lease, record: Mapping[str, Any]) -> bool:
+        """Update the heartbeat record without renewing (progress between renewals)."""
+        ...
 
     def release(self, lease: Lease) -> bool: ...
 
     def held(self, key: str) -> bool: ...
+
+    def beats(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
+        """The heartbeat records of these leases, each with ``age_s`` by the lease clock."""
+        ...
 
 
 def lease_key(run_id: str, node: str, iteration: int, phase: str) -> str:
     return f"cairn:lease:{run_id}:{node}:{iteration}:{phase}"
 
 
+def beat_key(key: str) -> str:
+    return key.replace("cairn:lease:", "cairn:beat:", 1)
+
+
 class RedisLeases:
     def __init__(self, client: redis.Redis[bytes]) -> None:
         self.client = client
+        self._acquire = client.register_script(ACQUIRE)
         self._renew = client.register_script(RENEW)
         self._release = client.register_script(RELEASE)
 
@@ -71,20 +107,39 @@ class RedisLeases:
             )
         )
 
-    def acquire(self, key: str, ttl_s: float) -> Lease | None:
+    def acquire(
+        self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None
+    ) -> Lease | None:
         token = secrets.token_hex(16)
-        if self.client.set(key, token, nx=True, px=_ms(ttl_s)):
+        args = [token, _ms(ttl_s), _ms(ttl_s * BEAT_TTL_PERIODS), *_flat(record)]
+        if self._acquire(keys=[key, beat_key(key)], args=args):
             return Lease(key, token, ttl_s)
         return None
 
-    def renew(self, lease: Lease) -> bool:
-        return bool(self._renew(keys=[lease.key], args=[lease.token, _ms(lease.ttl_s)]))
+    def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
+        return self._touch(lease, _ms(lease.ttl_s), record)
+
+    def beat(self, lease: Lease, record: Mapping[str, Any]) -> bool:
+        return self._touch(lease, 0, record)
+
+    def _touch(self, lease: Lease, ttl_ms: int, record: Mapping[str, Any] | None) -> bool:
+        args = [lease.token, ttl_ms, _ms(lease.ttl_s * BEAT_TTL_PERIODS), *_flat(record)]
+        return bool(self._renew(keys=[lease.key, beat_key(lease.key)], args=args))
 
     def release(self, lease: Lease) -> bool:
-        return bool(self._release(keys=[lease.key], args=[lease.token]))
+        return bool(self._release(keys=[lease.key, beat_key(lease.key)], args=[lease.token]))
 
     def held(self, key: str) -> bool:
         return bool(self.client.exists(key))
+
+    def beats(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        for key in keys:
+            pipe.hgetall(beat_key(key))
+        now_parts, *records = pipe.execute()
+        now = now_parts[0] + now_parts[1] / 1_000_000
+        return [_decoded(record, now) if record else None for record in records]
 
 
 class MemoryLeases:
@@ -94,6 +149,7 @@ class MemoryLeases:
         self._clock = clock
         self._lock = threading.Lock()
         self._leases: dict[str, tuple[str, float]] = {}
+        self._beats: dict[str, dict[str, Any]] = {}
 
     def _live(self, key: str) -> tuple[str, float] | None:
         entry = self._leases.get(key)
@@ -102,20 +158,36 @@ class MemoryLeases:
             return None
         return entry
 
-    def acquire(self, key: str, ttl_s: float) -> Lease | None:
+    def acquire(
+        self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None
+    ) -> Lease | None:
         with self._lock:
             if self._live(key) is not None:
                 return None
             token = secrets.token_hex(16)
             self._leases[key] = (token, self._clock() + ttl_s)
+            now = self._clock()
+            self._beats[key] = {**(record or {}), "beat_at": now, "started_at": now}
             return Lease(key, token, ttl_s)
 
-    def renew(self, lease: Lease) -> bool:
+    def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
+        return self._touch(lease, record, renew=True)
+
+    def beat(self, lease: Lease, record: Mapping[str, Any]) -> bool:
+        return self._touch(lease, record, renew=False)
+
+    def _touch(self, lease: Lease, record: Mapping[str, Any] | None, *, renew: bool) -> bool:
         with self._lock:
             entry = self._live(lease.key)
             if entry is None or entry[0] != lease.token:
                 return False
-            self._leases[lease.key] = (lease.token, self._clock() + lease.ttl_s)
+            if renew:
+                self._leases[lease.key] = (lease.token, self._clock() + lease.ttl_s)
+            self._beats[lease.key] = {
+                **self._beats.get(lease.key, {}),
+                **(record or {}),
+                "beat_at": self._clock(),
+            }
             return True
 
     def release(self, lease: Lease) -> bool:
@@ -124,11 +196,30 @@ class MemoryLeases:
             if entry is None or entry[0] != lease.token:
                 return False
             del self._leases[lease.key]
+            self._beats.pop(lease.key, None)
             return True
 
     def held(self, key: str) -> bool:
         with self._lock:
             return self._live(key) is not None
+
+    def beats(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
+        with self._lock:
+            now = self._clock()
+            return [_decoded(self._beats[key], now) if key in self._beats else None for key in keys]
+
+
+def _flat(record: Mapping[str, Any] | None) -> list[str]:
+    return [str(item) for pair in (record or {}).items() for item in pair]
+
+
+def _decoded(record: Mapping[Any, Any], now: float) -> dict[str, Any]:
+    data = {
+        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+        for k, v in record.items()
+    }
+    data["age_s"] = max(0.0, now - float(data["beat_at"]))
+    return data
 
 
 def _ms(seconds: float) -> int:

@@ -121,6 +121,7 @@ class NodeRunner:
         lease = self.leases.acquire(
             lease_key(message.run_id, message.node, message.iteration, message.phase.value),
             self.settings.lease_ttl,
+            {"worker": self.worker, "attempt": message.attempt},
         )
         if lease is None:
             return Handled.LEASE_HELD
@@ -135,6 +136,9 @@ class NodeRunner:
                 phase=message.phase.value,
                 state=state,
                 lease_valid=lambda: beat.valid,
+                on_progress=lambda p: self.heartbeats.progress(
+                    beat, done=p.done, total=p.total, message=p.message
+                ),
             )
             outcome = self._execute(ref.resolve(), ctx, message)
             if not beat.valid:

@@ -52,3 +52,13 @@ def countdown(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     """A loop body that asks to stop looping on its second visit."""
     _record(ctx, state, "start")
     return {"kind": "plain" if ctx.iteration >= 2 else "loop", "loops": ctx.iteration}
+
+
+def paging(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """Reads three pages slowly, reporting progress after each (the first execution only)."""
+    first = _runs_before(ctx, state) == 0
+    _record(ctx, state, "start")
+    for page in range(1, 4):
+        ctx.progress(page, 3, f"page {page}")
+        time.sleep(float(state.get("page_s", 0.5)) if first else 0.0)
+    return {"pages": 3}

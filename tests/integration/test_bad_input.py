@@ -71,7 +71,8 @@ def _empty(rows: dict[str, Any]) -> bool:
 
 def test_an_unknown_workflow_is_refused_and_nothing_is_written(cluster: Cluster) -> None:
     before = _rows(cluster)
-    assert _empty(before) and before["workflows"] == 2  # chain10 and branchy
+    assert _empty(before)
+    assert before["workflows"] >= 2  # chain10, branchy, ... from tests/integration/workflows
     with pytest.raises(UnknownWorkflow, match="no_such_flow"):
         cluster.client.submit("no_such_flow", {"number": 1})
     with pytest.raises(UnknownWorkflow, match="chain10 version 99"):

@@ -1,0 +1,74 @@
+"""Heartbeats: liveness and progress in Redis, shown by `cairn status`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from cairn.orchestrator.statuses import RunStatus
+from tests.integration.conftest import ROOT, Cluster
+
+
+def status(cluster: Cluster, run_id: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", "cairn.cli", "status", run_id, "--json"],
+        cwd=ROOT,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(result.stdout)
+
+
+def test_status_shows_the_worker_its_progress_and_a_fresh_beat(cluster: Cluster) -> None:
+    cluster.worker(concurrency=1)
+    run_id = cluster.submit("paging", {"page_s": 1.0})
+    seen: list[dict] = []
+
+    def reported_progress() -> bool:
+        beat = status(cluster, run_id)["heartbeats"].get("read#1")
+        if beat and beat.get("done") in ("1", "2"):
+            seen.append(beat)
+        return bool(seen)
+
+    cluster.wait_for(reported_progress, 30, "progress")
+    beat = seen[-1]
+    assert beat["total"] == "3"
+    assert beat["message"] == f"page {beat['done']}"
+    assert ":" in beat["worker"]  # host:pid
+    assert beat["age_s"] < 3 * cluster.settings.heartbeat_interval
+    assert cluster.wait(run_id).status is RunStatus.SUCCEEDED
+    assert status(cluster, run_id)["heartbeats"] == {}  # nothing runs: nothing to show
+
+
+def test_a_killed_worker_stops_beating_and_its_node_turns_suspect(cluster: Cluster) -> None:
+    worker = cluster.worker(concurrency=1)
+    run_id = cluster.submit("paging", {"page_s": 30.0})
+    cluster.wait_for(
+        lambda: status(cluster, run_id)["heartbeats"].get("read#1") is not None, 30, "a heartbeat"
+    )
+    cluster.kill(worker)
+    interval = cluster.settings.heartbeat_interval
+    # The record outlives the lease (three lease periods) so the silence is visible.
+    cluster.wait_for(
+        lambda: (
+            (status(cluster, run_id)["heartbeats"]["read#1"] or {"age_s": 99})["age_s"]
+            > 3 * interval
+        ),
+        30,
+        "three missed beats",
+    )
+    human = subprocess.run(
+        [sys.executable, "-m", "cairn.cli", "status", run_id],
+        cwd=ROOT,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "read#1:" in human
+    assert "suspect: no heartbeat for" in human or "waiting for a worker" in human
