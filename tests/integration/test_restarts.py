@@ -1,0 +1,110 @@
+"""Service restarts with runs in flight: a private Redis, killed and started again empty."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from cairn.orchestrator.statuses import RunStatus
+from tests.integration.conftest import Cluster
+
+RUNS = 50
+
+
+class PrivateRedis:
+    """A redis-server of this test's own, so that restarting it disturbs nothing else."""
+
+    def __init__(self, workdir: Path) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.workdir = workdir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()  # SIGKILL: every lease and queued message is gone
+        self.process.wait(timeout=10)
+
+    def url(self, db: int) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    server = PrivateRedis(tmp_path)
+    server.start()
+    yield server
+    if server.process is not None and server.process.poll() is None:
+        server.kill()
+
+
+@pytest.fixture
+def redis_urls(private_redis: PrivateRedis) -> tuple[str, str]:
+    return private_redis.url(0), private_redis.url(1)
+
+
+def test_redis_restart_with_runs_in_flight(cluster: Cluster, private_redis: PrivateRedis) -> None:
+    cluster.worker(concurrency=2)
+    cluster.scheduler()
+    runs = [cluster.submit("chain10", {"slow": {"n4": 0.2}}) for _ in range(RUNS)]
+    cluster.wait_for(
+        lambda: (
+            sum(1 for line in cluster.ledger.read_text().splitlines() if " n4 " in line) >= 5
+            if cluster.ledger.exists()
+            else False
+        ),
+        60,
+        "runs in flight",
+    )
+    private_redis.kill()  # all leases, heartbeats and queued messages lost
+    time.sleep(1.0)
+    private_redis.start()
+    for run_id in runs:
+        assert cluster.wait(run_id, timeout_s=120).status is RunStatus.SUCCEEDED, (
+            cluster.log_tails()
+        )
+    with cluster.client.runtime.store.reading() as tx:
+        for run_id in runs:
+            history = cluster.client.events(run_id)
+            done = Counter(e["data"]["node"] for e in history if e["type"] == "node_succeeded")
+            assert done == Counter({f"n{i}": 1 for i in range(1, 11)}), (run_id, done)
+            executions = tx.executions_of(run_id)
+            assert len(executions) == 10
+            assert all(e.status == "succeeded" for e in executions)
