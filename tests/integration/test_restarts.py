@@ -108,3 +108,53 @@ def test_redis_restart_with_runs_in_flight(cluster: Cluster, private_redis: Priv
             executions = tx.executions_of(run_id)
             assert len(executions) == 10
             assert all(e.status == "succeeded" for e in executions)
+
+
+def _restart_postgresql() -> None:
+    """An immediate (crash-like) restart of the machine's PostgreSQL; tests run one at a
+    time, and this one waits until the server accepts connections again."""
+    version = sorted(p.name for p in Path("/etc/postgresql").iterdir())[0]
+    subprocess.run(
+        [
+            "pg_ctlcluster",
+            "--skip-systemctl-redirect",
+            version,
+            "main",
+            "restart",
+            "-m",
+            "immediate",
+        ],
+        check=True,
+        timeout=120,
+    )
+    deadline = time.monotonic() + 60
+    while subprocess.run(["pg_isready", "-h", "127.0.0.1", "-q"], check=False).returncode:
+        assert time.monotonic() < deadline, "PostgreSQL did not come back"
+        time.sleep(0.2)
+
+
+def test_postgresql_restart_with_runs_in_flight(cluster: Cluster) -> None:
+    cluster.worker(concurrency=2)
+    cluster.scheduler()
+    runs = [cluster.submit("chain10", {"slow": {"n4": 0.2}}) for _ in range(RUNS)]
+    cluster.wait_for(
+        lambda: (
+            sum(1 for line in cluster.ledger.read_text().splitlines() if " n4 " in line) >= 5
+            if cluster.ledger.exists()
+            else False
+        ),
+        60,
+        "runs in flight",
+    )
+    _restart_postgresql()
+    cluster.client.runtime.store.engine.dispose()  # this process's connections died too
+    for run_id in runs:
+        assert cluster.wait(run_id, timeout_s=180).status is RunStatus.SUCCEEDED, (
+            cluster.log_tails()
+        )
+    with cluster.client.runtime.store.reading() as tx:
+        for run_id in runs:
+            history = cluster.client.events(run_id)
+            done = Counter(e["data"]["node"] for e in history if e["type"] == "node_succeeded")
+            assert done == Counter({f"n{i}": 1 for i in range(1, 11)}), (run_id, done)
+            assert all(e.status == "succeeded" for e in tx.executions_of(run_id))
