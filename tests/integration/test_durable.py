@@ -142,3 +142,33 @@ def test_a_message_delivered_twice_executes_the_node_once(cluster: Cluster) -> N
     assert logs.count("'committed'") == 10
     # n1 went out three times (the run's own and two copies), then every node once more
     assert logs.count("'duplicate'") + logs.count("'lease_held'") == 12
+
+
+def test_two_schedulers_relay_and_recover_at_once_without_double_commits(cluster: Cluster) -> None:
+    runs = []
+    for index in range(4):  # committed, never published: only the relays can start them
+        submitter = cluster.spawn(
+            "submit",
+            "chain10",
+            "--input",
+            f'{{"ledger": "{cluster.ledger}"}}',
+            "--request-id",
+            f"two-{index}",
+            env={"CAIRN_FAULT_POINTS": "publish.after_commit"},
+        )
+        assert submitter.wait(timeout=30) == -signal.SIGKILL
+        runs.append(cluster.client.submit("chain10", request_id=f"two-{index}"))
+    runs += [cluster.submit("chain10", {"slow": {"n2": 3}}) for _ in range(4)]  # recoveries
+    cluster.scheduler()
+    cluster.scheduler()
+    doomed = cluster.worker(concurrency=2)
+    cluster.wait_for(
+        lambda: sum(cluster.executions()[(r, "n2", 1)] for r in runs[4:]) >= 1,
+        30,
+        "a slow node to start",
+    )
+    cluster.kill(doomed)  # both schedulers now race to recover its nodes
+    cluster.worker(concurrency=2)
+    for run_id in runs:
+        assert cluster.wait(run_id, timeout_s=60).status is RunStatus.SUCCEEDED, cluster.log_tails()
+        assert cluster.client.get_run(run_id).last_seq == 11  # one result per node
