@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -46,3 +47,16 @@ def step(run: int, index: int) -> None:
     if _marks is None:
         _marks = redis.Redis.from_url(os.environ["BENCH_MARKS_URL"])
     _marks.rpush("bench:marks", f"{run} {index} {time.time()}")
+
+
+def slow_once(ctx: Any, state: dict[str, Any]) -> None:
+    """Notes when it starts (pid, time) in the ledger; dawdles only on a first execution."""
+    path = state["ledger"]
+    first = not os.path.exists(path) or f"{ctx.run_id} " not in Path(path).read_text()
+    with open(path, "a", encoding="utf-8") as ledger:
+        ledger.write(f"{ctx.run_id} {os.getpid()} {time.time()}\n")
+    if first:
+        time.sleep(float(state.get("sleep_s", 60)))
+
+
+recovery = Workflow("bench_recovery", version=1).task("work", slow_once, next="done").end("done")

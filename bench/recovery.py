@@ -1,0 +1,134 @@
+"""How fast a node runs again after its worker is killed with SIGKILL.
+
+    python -m bench.recovery --kills 20
+
+Two worker processes run; each round starts a run whose node sleeps, kills the worker
+process group running it, and starts a replacement. The node must run again on the other
+worker once its lease expires and the scheduler's recovery finds it: the target is within
+the lease TTL plus one scheduler interval. Prints p50/p99 against that target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import redis
+
+from bench.chain import PG_ADMIN, REDIS, ROOT, admin, spawn, stop
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--lease-ttl", type=float, default=3.0)
+    parser.add_argument("--scheduler-interval", type=float, default=0.2)
+    args = parser.parse_args()
+
+    from cairn.client import Client  # noqa: PLC0415
+    from cairn.config import Settings  # noqa: PLC0415
+    from cairn.store.database import make_engine, upgrade  # noqa: PLC0415
+
+    workdir = Path(os.environ.get("BENCH_WORKDIR", "/tmp/cairn-bench-recovery"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    ledger = workdir / "ledger.txt"
+    ledger.unlink(missing_ok=True)
+    database = f"cairn_recovery_{uuid.uuid4().hex[:8]}"
+    with admin() as conn:
+        conn.execute(f'CREATE DATABASE "{database}"')
+    url = f"{PG_ADMIN.rpartition('/')[0]}/{database}"
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    for db in (10, 11):
+        redis.Redis.from_url(f"{REDIS}/{db}").flushdb()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.update(
+        {
+            "CAIRN_DATABASE_URL": url,
+            "CAIRN_BROKER_URL": f"{REDIS}/10",
+            "CAIRN_REDIS_URL": f"{REDIS}/11",
+            "CAIRN_WORKFLOWS": "bench.workflows",
+            "CAIRN_LEASE_TTL": str(args.lease_ttl),
+            "CAIRN_HEARTBEAT_INTERVAL": str(args.lease_ttl / 4),
+            "CAIRN_RECOVERY_AFTER": "0.5",
+            "CAIRN_SCHEDULER_INTERVAL": str(args.scheduler_interval),
+            "CAIRN_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
+
+    def worker(index: int) -> subprocess.Popen[bytes]:
+        return spawn(
+            [sys.executable, "-m", "cairn.cli", "worker", "--concurrency=1"],
+            env,
+            workdir / f"worker-{index}.log",
+        )
+
+    workers = [worker(0), worker(1)]
+    scheduler = spawn(
+        [sys.executable, "-m", "cairn.cli", "scheduler"], env, workdir / "scheduler.log"
+    )
+    client = Client(settings)
+    delays = []
+    try:
+        for kill in range(args.kills):
+            run_id = client.submit("bench_recovery", {"ledger": str(ledger)})
+            started = _starts(ledger, run_id, 1, timeout_s=60)[0]
+            pid = int(started[1])
+            victim = next(w for w in workers if _in_group(pid, w.pid))
+            killed_at = time.time()
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+            workers.remove(victim)
+            workers.append(worker(kill + 2))
+            again = _starts(ledger, run_id, 2, timeout_s=120)[1]
+            delays.append(float(again[2]) - killed_at)
+            client.wait(run_id, 60)
+            print(f"kill {kill + 1:>2}: node ran again after {delays[-1]:.2f} s", flush=True)
+    finally:
+        client.close()
+        for process in [*workers, scheduler]:
+            stop(process)
+        with admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    ordered = sorted(delays)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    target = args.lease_ttl + args.scheduler_interval
+    print(
+        f"\n{len(delays)} kills: p50 {statistics.median(delays):.2f} s, p99 {p99:.2f} s; "
+        f"lease TTL {args.lease_ttl:g} s + scheduler interval {args.scheduler_interval:g} s "
+        f"= target {target:.2f} s"
+    )
+
+
+def _starts(ledger: Path, run_id: str, count: int, timeout_s: float) -> list[list[str]]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ledger.exists():
+            lines = [
+                line.split() for line in ledger.read_text().splitlines() if line.startswith(run_id)
+            ]
+            if len(lines) >= count:
+                return lines
+        time.sleep(0.02)
+    raise TimeoutError(f"run {run_id}: fewer than {count} executions after {timeout_s} s")
+
+
+def _in_group(pid: int, group: int) -> bool:
+    try:
+        return os.getpgid(pid) == group
+    except ProcessLookupError:
+        return False
+
+
+if __name__ == "__main__":
+    main()
