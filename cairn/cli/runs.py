@@ -60,10 +60,16 @@ def submit(
 
 @app.command()
 def status(
-    run_id: Annotated[str, typer.Argument()],
+    run_id: Annotated[str | None, typer.Argument(help="A run (omit with --fleet).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    fleet: Annotated[bool, typer.Option("--fleet", help="The workers and their leases.")] = False,
 ) -> None:
-    """Show a run: status, current nodes, node results, reason."""
+    """Show a run (status, liveness of its running nodes, node results), or the fleet."""
+    if fleet:
+        _fleet_status(as_json)
+        return
+    if run_id is None:
+        raise typer.BadParameter("give a RUN_ID, or --fleet")
     client = Client()
     try:
         view = client.runtime.orchestrator.get_run(run_id, with_executions=True)
@@ -139,6 +145,41 @@ def wait(
     )
     if view.status is not RunStatus.SUCCEEDED:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _fleet_status(as_json: bool) -> None:
+    client = Client()
+    try:
+        stats = client.runtime.leases.stats()
+        running = client.runtime.leases.running()
+    finally:
+        client.close()
+    if as_json:
+        print(json.dumps({"leases": stats, "running": running}, indent=2, default=str))
+        return
+    interval = client.settings.heartbeat_interval
+    out.print(
+        "leases: " + ", ".join(f"{name} {count}" for name, count in sorted(stats.items()))
+        if stats
+        else "leases: none taken yet"
+    )
+    by_worker: dict[str, list[dict[str, Any]]] = {}
+    for record in running:
+        by_worker.setdefault(str(record.get("worker", "?")), []).append(record)
+    if not by_worker:
+        out.print("no node is running")
+    for worker, records in sorted(by_worker.items()):
+        freshest = min(float(r["age_s"]) for r in records)
+        state = "suspect" if freshest > 3 * interval else "alive"
+        out.print(
+            f"{worker}: {state}, {len(records)} running, last beat {_age(freshest)} ago",
+            markup=False,
+        )
+        for record in records:
+            _, _, run, node, iteration, phase = record["lease"].split(":")
+            out.print(
+                f"  {run} {node}#{iteration} ({phase}): {_liveness(record, interval)}", markup=False
+            )
 
 
 def _heartbeats(client: Client, view: Any) -> dict[str, dict[str, Any] | None]:

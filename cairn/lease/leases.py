@@ -27,10 +27,15 @@ from typing import Any, Protocol
 import redis
 
 BEAT_TTL_PERIODS = 3
+STATS_KEY = "cairn:stats:leases"  # fleet-wide counters, kept by the scripts themselves
 
-# KEYS: lease, beat. ARGV: token, ttl_ms, beat_ttl_ms, field, value, field, value, ...
+# KEYS: lease, beat, stats. ARGV: token, ttl_ms, beat_ttl_ms, field, value, ...
 ACQUIRE = """
-if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('hincrby', KEYS[3], 'contended', 1)
+  return 0
+end
+redis.call('hincrby', KEYS[3], 'acquired', 1)
 local t = redis.call('time')
 local now = string.format('%d.%06d', t[1], t[2])
 redis.call('del', KEYS[2])
@@ -40,8 +45,14 @@ return 1
 """
 
 RENEW = """
-if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
-if tonumber(ARGV[2]) > 0 then redis.call('pexpire', KEYS[1], ARGV[2]) end
+if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  redis.call('hincrby', KEYS[3], 'lost', 1)
+  return 0
+end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  redis.call('hincrby', KEYS[3], 'renewed', 1)
+end
 local t = redis.call('time')
 redis.call('hset', KEYS[2], 'beat_at', string.format('%d.%06d', t[1], t[2]), unpack(ARGV, 4))
 redis.call('pexpire', KEYS[2], ARGV[3])
@@ -83,6 +94,14 @@ class Leases(Protocol):
         """The heartbeat records of these leases, each with ``age_s`` by the lease clock."""
         ...
 
+    def running(self) -> list[dict[str, Any]]:
+        """Every heartbeat record in the fleet, each with its lease key."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """Fleet-wide counters: acquired, contended, renewed, lost."""
+        ...
+
 
 def lease_key(run_id: str, node: str, iteration: int, phase: str) -> str:
     return f"cairn:lease:{run_id}:{node}:{iteration}:{phase}"
@@ -112,7 +131,7 @@ class RedisLeases:
     ) -> Lease | None:
         token = secrets.token_hex(16)
         args = [token, _ms(ttl_s), _ms(ttl_s * BEAT_TTL_PERIODS), *_flat(record)]
-        if self._acquire(keys=[key, beat_key(key)], args=args):
+        if self._acquire(keys=[key, beat_key(key), STATS_KEY], args=args):
             return Lease(key, token, ttl_s)
         return None
 
@@ -124,13 +143,29 @@ class RedisLeases:
 
     def _touch(self, lease: Lease, ttl_ms: int, record: Mapping[str, Any] | None) -> bool:
         args = [lease.token, ttl_ms, _ms(lease.ttl_s * BEAT_TTL_PERIODS), *_flat(record)]
-        return bool(self._renew(keys=[lease.key, beat_key(lease.key)], args=args))
+        return bool(self._renew(keys=[lease.key, beat_key(lease.key), STATS_KEY], args=args))
 
     def release(self, lease: Lease) -> bool:
         return bool(self._release(keys=[lease.key, beat_key(lease.key)], args=[lease.token]))
 
     def held(self, key: str) -> bool:
         return bool(self.client.exists(key))
+
+    def stats(self) -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in self.client.hgetall(STATS_KEY).items()}
+
+    def running(self) -> list[dict[str, Any]]:
+        """Every heartbeat record in the fleet (a SCAN: for operators, not the hot path)."""
+        keys = [
+            key.decode().replace("cairn:beat:", "cairn:lease:", 1)
+            for key in self.client.scan_iter(match="cairn:beat:*", count=1000)
+        ]
+        records = self.beats(keys)
+        return [
+            {"lease": key, **record}
+            for key, record in zip(keys, records, strict=True)
+            if record is not None
+        ]
 
     def beats(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
         pipe = self.client.pipeline(transaction=False)
@@ -150,6 +185,7 @@ class MemoryLeases:
         self._lock = threading.Lock()
         self._leases: dict[str, tuple[str, float]] = {}
         self._beats: dict[str, dict[str, Any]] = {}
+        self._stats: dict[str, int] = {}
 
     def _live(self, key: str) -> tuple[str, float] | None:
         entry = self._leases.get(key)
@@ -163,7 +199,9 @@ class MemoryLeases:
     ) -> Lease | None:
         with self._lock:
             if self._live(key) is not None:
+                self._count("contended")
                 return None
+            self._count("acquired")
             token = secrets.token_hex(16)
             self._leases[key] = (token, self._clock() + ttl_s)
             now = self._clock()
@@ -180,8 +218,10 @@ class MemoryLeases:
         with self._lock:
             entry = self._live(lease.key)
             if entry is None or entry[0] != lease.token:
+                self._count("lost")
                 return False
             if renew:
+                self._count("renewed")
                 self._leases[lease.key] = (lease.token, self._clock() + lease.ttl_s)
             self._beats[lease.key] = {
                 **self._beats.get(lease.key, {}),
@@ -202,6 +242,21 @@ class MemoryLeases:
     def held(self, key: str) -> bool:
         with self._lock:
             return self._live(key) is not None
+
+    def _count(self, name: str) -> None:
+        self._stats[name] = self._stats.get(name, 0) + 1
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._stats)
+
+    def running(self) -> list[dict[str, Any]]:
+        keys = list(self._beats)
+        return [
+            {"lease": key, **record}
+            for key, record in zip(keys, self.beats(keys), strict=True)
+            if record
+        ]
 
     def beats(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
         with self._lock:

@@ -40,6 +40,21 @@ def test_status_shows_the_worker_its_progress_and_a_fresh_beat(cluster: Cluster)
     assert beat["message"] == f"page {beat['done']}"
     assert ":" in beat["worker"]  # host:pid
     assert beat["age_s"] < 3 * cluster.settings.heartbeat_interval
+    fleet = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "cairn.cli", "status", "--fleet", "--json"],
+            cwd=ROOT,
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
+    assert fleet["leases"]["acquired"] >= 1
+    (running,) = fleet["running"]
+    assert running["lease"].endswith(f"{run_id}:read:1:run")
+    assert running["worker"] == beat["worker"]
     assert cluster.wait(run_id).status is RunStatus.SUCCEEDED
     assert status(cluster, run_id)["heartbeats"] == {}  # nothing runs: nothing to show
 
