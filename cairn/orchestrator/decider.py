@@ -811,6 +811,10 @@ class _Step:
                 "finished",
                 "this node was never dispatched in this run",
             )
+        if not current.dispatched:
+            raise EventRejected(
+                f"{node_id} is a parallel node: no worker runs it, so it has no results"
+            )
         key = (current.iteration, current.attempt)
         if (iteration, attempt) != key:
             return current, (

@@ -156,7 +156,10 @@ class RunState:
         return next((s for s in self.nodes.values() if s.status is NodeStatus.WAITING), None)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data (written on every step: kept cheaper than dataclasses.asdict)."""
+        """JSON-ready data (written on every step: kept cheaper than dataclasses.asdict).
+
+        It shares this state's containers (vars, messages, ...): serialise it, don't
+        change it."""
         compensation = self.compensation
         return {
             **self.extra,

@@ -7,9 +7,11 @@ receives its events ends terminal. Concretely, after *every* call of ``decide``:
   :class:`~cairn.errors.CairnError` (never ``KeyError``, ``AssertionError``, ...);
 * run and node-execution status changes are rows of ``RUN_TRANSITIONS`` /
   ``NODE_TRANSITIONS``; every recorded move is a row of ``transition_table``;
-* the commands agree with the state (armed timers, dispatches, ``FinishRun``);
+* the commands agree with the state (armed timers, dispatches, ``FinishRun``), and
+  ``CancelNode`` / ``DetachNode`` only name executions that were dispatched;
 * a terminal run has no timers and nothing running, and stays as it is;
-* the state round-trips through ``to_dict`` / JSON / ``from_dict``.
+* the state round-trips through ``to_dict`` / JSON / ``from_dict``, and the state
+  reloaded from its JSON decides the same event exactly alike (as after a restart).
 
 Then a fair drain (every dispatched execution succeeds, waits get a declared signal,
 timers fire in due order) must bring the run to a terminal status.
@@ -45,6 +47,7 @@ from cairn.orchestrator.commands import (
 from cairn.orchestrator.decider import Decision, decide
 from cairn.orchestrator.definition import (
     ErrorClass,
+    ParallelNode,
     TaskNode,
     WaitNode,
     WorkflowDefinition,
@@ -174,9 +177,10 @@ def definition_specs(draw: Callable[..., Any]) -> dict[str, Any]:
         return draw(sampled(backbone[i + 1 :] + ends))
 
     def common(i: int, extras: int, *, handler: bool = False) -> dict[str, Any]:
-        """``extras`` 0-15 picks retry/timeout/compensate/on_error; 16+ adds nothing."""
+        """``extras`` 0-15 picks retry/timeout/compensate/on_error; 16-23 is just a
+        retry policy; 24+ adds nothing."""
         spec: dict[str, Any] = {"handler": WORK} if handler else {}
-        extras = extras if extras < 16 else 0
+        extras = extras if extras < 16 else RETRY if extras < 24 else 0
         if extras & RETRY:
             spec["retry"] = dict(RETRY_POLICIES[draw(ints(0, len(RETRY_POLICIES) - 1))])
         if extras & TIMEOUT:
@@ -199,8 +203,8 @@ def definition_specs(draw: Callable[..., Any]) -> dict[str, Any]:
         )
         spec: dict[str, Any] = {}
         if kind in ("next", "branch", "route"):
-            # 0-15: extras and a handler; 16-31: no extras; 32-39: a pure decision node
-            # (no handler: the decider follows its edge at once), with extras.
+            # 0-31: a handler and common() extras; 32-39: a pure decision node (no
+            # handler: the decider follows its edge at once), with extras 0-7.
             extras = draw(ints(0, 39))
             spec.update(common(i, extras % 32, handler=extras < 32))
             if kind == "next":
@@ -246,7 +250,7 @@ def definition_specs(draw: Callable[..., Any]) -> dict[str, Any]:
             if draw(ints(0, 3)) == 3:
                 spec["on_error"] = {"permanent": target(i)}
             for branch in branches:
-                # 0-15: extras; 16-31: none; 32+: a default and extras.
+                # 0-31: common() extras; 32-47: a default, and extras 0-15.
                 extras = draw(ints(0, 47))
                 # No on_error: a branch's failure goes to its join.
                 branch_spec = common(i, extras % 32 & ~ON_ERROR, handler=True)
@@ -283,12 +287,35 @@ outputs = st.dictionaries(
     max_size=3,
 )
 
+# Mostly transient failures: they are what makes the retry and deadline paths run.
+error_classes = sampled([ErrorClass.TRANSIENT] * 3 + [ErrorClass.PERMANENT, ErrorClass.BUSINESS])
+
+# What a handler adds to the agent context (messages, tool sessions; None closes one).
+contexts = st.one_of(
+    st.just(((), None)),
+    st.tuples(
+        st.lists(
+            st.fixed_dictionaries(
+                {"role": sampled(["tool", "assistant"]), "content": sampled(["ok"])}
+            ),
+            max_size=2,
+        ).map(tuple),
+        st.dictionaries(sampled(["browser", "db"]), st.none() | sampled(["cursor-1", "page-2"])),
+    ),
+)
+
 # ---------------------------------------------------------------------------------------
 # The simulator
 # ---------------------------------------------------------------------------------------
 
 RESULT_EVENTS = (NodeSucceeded, NodeFailed, NodeCancelled)
 Key = tuple[str, int, int, Phase]  # (node, iteration, attempt, phase) of a dispatch
+
+
+def _json(state: RunState) -> str:
+    """The state as JSON text, as a store would write it (keys in the state's order,
+    which decides e.g. the order of commands): a snapshot sharing nothing with it."""
+    return json.dumps(state.to_dict())
 
 
 def execution_key(event: NodeSucceeded | NodeFailed | NodeCancelled) -> Key:
@@ -305,7 +332,6 @@ class Simulator:
     """Feeds events to ``decide`` and checks every invariant after every call."""
 
     definition: WorkflowDefinition
-    strict_commands: bool = True
     state: RunState = field(init=False)
     at: float = 1_000.0
     outstanding: dict[Key, None] = field(default_factory=dict)  # insertion-ordered set
@@ -321,7 +347,7 @@ class Simulator:
 
     def __post_init__(self) -> None:
         self.state = RunState("run-1", self.definition.name, self.definition.version)
-        self.snapshot = self.state.to_dict()
+        self.snapshot = _json(self.state)
         rows = transition_table(self.definition)
         self.table = {(row.source, row.event, row.target) for row in rows}
 
@@ -332,30 +358,37 @@ class Simulator:
         return self.at
 
     def deliver(self, event: Event) -> Decision | CairnError:
+        """Decide ``event``; check every invariant; keep the new state (or the old one)."""
         old = self.state
-        before = self.snapshot  # old.to_dict() as it was when old was decided
+        before = self.snapshot  # old's JSON as it was when old was decided
         self.history.append(event)
         self.decisions += 1
+        replica = self.replay(before, event)
+        refused: CairnError | None = None
         try:
             decision = decide(self.definition, old, event)
         except CairnError as exc:
-            self.rejected += 1
-            self.trace.append((event, exc))
-            assert old.to_dict() == before, "a refused event modified the input state"
-            assert self.state is old
-            if isinstance(event, RESULT_EVENTS) and execution_key(event) in self.outstanding:
-                raise AssertionError(
-                    f"the result of dispatched execution {execution_key(event)} was refused: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
-            return exc
+            refused = exc
         except Exception as exc:
             raise AssertionError(
                 f"decide() raised untyped {type(exc).__name__} ({exc}) for {_brief(event)}"
             ) from exc
-        assert old.to_dict() == before, f"decide() modified its input state on {_brief(event)}"
+        assert _json(old) == before, f"decide() modified its input state on {_brief(event)}"
+        if refused is not None:
+            self.rejected += 1
+            self.trace.append((event, refused))
+            assert replica == type(refused).__name__, f"reloaded from JSON it gives {replica}"
+            if isinstance(event, RESULT_EVENTS) and execution_key(event) in self.outstanding:
+                raise AssertionError(
+                    f"the result of dispatched execution {execution_key(event)} was refused: "
+                    f"{type(refused).__name__}: {refused}"
+                )
+            return refused  # the run keeps its old state
         self.trace.append((event, decision))
-        self.check(old, decision, event)
+        assert replica == self.outcome(decision), (
+            f"the state reloaded from its JSON decides differently: {replica}"
+        )
+        self.check(old, decision, event, before)
         self.state = decision.state
         if isinstance(event, NodeSucceeded | NodeFailed) or (
             isinstance(event, NodeCancelled) and event.phase is Phase.RUN
@@ -365,13 +398,26 @@ class Simulator:
             self.outstanding.pop(execution_key(event), None)
         return decision
 
+    def replay(self, snapshot: str, event: Event) -> object:
+        """The same event decided on the state reloaded from its JSON, as a store would:
+        a pure decider must decide exactly alike (or refuse with the same error)."""
+        try:
+            reloaded = RunState.from_dict(json.loads(snapshot))
+            return self.outcome(decide(self.definition, reloaded, event))
+        except Exception as exc:
+            return type(exc).__name__
+
+    @staticmethod
+    def outcome(decision: Decision) -> object:
+        return (_json(decision.state), decision.commands, decision.transitions, decision.ignored)
+
     # -- the invariants -------------------------------------------------------------------
 
-    def check(self, old: RunState, decision: Decision, event: Event) -> None:
+    def check(self, old: RunState, decision: Decision, event: Event, before: str) -> None:
         new = decision.state
         if decision.ignored is not None:
             self.ignored += 1
-            assert new is old, "an ignored event must return the state it was given"
+            assert _json(new) == before, "an ignored event must leave the state as it was"
             assert not decision.commands, "an ignored event must not command anything"
             assert not decision.transitions
             if isinstance(event, TimerFired) and event.timer_id in self.timers:
@@ -381,33 +427,25 @@ class Simulator:
         assert not old.status.terminal, (
             f"a {old.status} run accepted {_brief(event)}: it must stay as it is"
         )
-        assert new.steps == old.steps + 1
         # Run status: a row of RUN_TRANSITIONS (or unchanged).
         assert new.status == old.status or new.status in RUN_TRANSITIONS[old.status], (
             f"run status {old.status} -> {new.status} is not in RUN_TRANSITIONS"
         )
         # Node executions: same (node, iteration) moves along NODE_TRANSITIONS.
-        for node_id, before in old.nodes.items():
+        for node_id, prev in old.nodes.items():
             after = new.nodes.get(node_id)
             assert after is not None, f"node {node_id} disappeared from the state"
-            assert after.iteration >= before.iteration, f"{node_id}'s iteration went back"
-            if after.iteration == before.iteration:
-                assert after.status == before.status or (
-                    after.status in NODE_TRANSITIONS[before.status]
-                ), f"node {node_id}#{after.iteration}: {before.status} -> {after.status}"
+            assert after.iteration >= prev.iteration, f"{node_id}'s iteration went back"
+            if after.iteration == prev.iteration:
+                assert after.status == prev.status or (
+                    after.status in NODE_TRANSITIONS[prev.status]
+                ), f"node {node_id}#{after.iteration}: {prev.status} -> {after.status}"
         for node_id, visits in old.visits.items():
             assert new.visits.get(node_id, 0) >= visits
         old_comp = old.compensation.current if old.compensation else None
         new_comp = new.compensation.current if new.compensation else None
-        if (
-            old_comp
-            and new_comp
-            and (old_comp.node, old_comp.iteration)
-            == (
-                new_comp.node,
-                new_comp.iteration,
-            )
-        ):
+        same = old_comp and new_comp and old_comp.node == new_comp.node
+        if same and old_comp.iteration == new_comp.iteration:
             assert new_comp.status == old_comp.status or (
                 new_comp.status in NODE_TRANSITIONS[old_comp.status]
             ), f"compensation {new_comp.node}: {old_comp.status} -> {new_comp.status}"
@@ -442,7 +480,8 @@ class Simulator:
                     assert node.compensate is not None, f"{command}: no compensation"
                 self.dispatched.add(key)
                 self.outstanding[key] = None
-            elif isinstance(command, CancelNode | DetachNode) and self.strict_commands:
+            elif isinstance(command, CancelNode | DetachNode):
+                # A worker can only stop (a reconciler only detach) what it was given.
                 key = (command.node, command.iteration, command.attempt, Phase.RUN)
                 assert key in self.dispatched, (
                     f"{command} names an execution that was never dispatched"
@@ -461,8 +500,23 @@ class Simulator:
         else:
             assert not finishes, f"{finishes} but the run is {new.status}"
         # The state is plain data.
-        self.snapshot = new.to_dict()
-        assert RunState.from_dict(json.loads(json.dumps(self.snapshot))) == new, "round trip"
+        self.snapshot = _json(new)
+        assert RunState.from_dict(json.loads(self.snapshot)) == new, "state round trip"
+
+    def coverage(self) -> set[str]:
+        """What this run went through, for ``--hypothesis-show-statistics``."""
+        seen = set()
+        for event_, outcome in self.trace:
+            if isinstance(outcome, CairnError):
+                seen.add(f"refused: {type(outcome).__name__}")
+            elif outcome.ignored:
+                seen.add(f"ignored: {type(event_).__name__}")
+            else:
+                seen.update(f"move: {t.label.split(':')[0]}" for t in outcome.transitions)
+                seen.update(f"command: {type(c).__name__}" for c in outcome.commands)
+                if isinstance(event_, TimerFired):
+                    seen.add(f"timer fired: {event_.timer_id.split(':')[0]}")
+        return seen
 
     def describe_trace(self) -> str:
         lines = []
@@ -481,10 +535,14 @@ class Simulator:
     def start(self, inputs: dict[str, Any] | None = None) -> Decision | CairnError:
         return self.deliver(RunStarted(self.tick(), input=inputs or {}))
 
-    def succeed(self, key: Key, output: dict[str, Any] | None = None) -> Decision | CairnError:
+    def succeed(
+        self, key: Key, output: dict[str, Any] | None = None, **context: Any
+    ) -> Decision | CairnError:
         node, iteration, attempt, phase = key
         return self.deliver(
-            NodeSucceeded(self.tick(), node, iteration, attempt, output=output, phase=phase)
+            NodeSucceeded(
+                self.tick(), node, iteration, attempt, output=output, phase=phase, **context
+            )
         )
 
     def fail(self, key: Key, error_class: ErrorClass) -> Decision | CairnError:
@@ -548,8 +606,8 @@ class Simulator:
 # Weighted by repetition: mostly progress, with enough failures, cancels and noise.
 WORKER_WEIGHTS = {
     "succeed": 20,
-    "fail": 5,
-    "fire": 8,
+    "fail": 6,
+    "fire": 10,
     "signal": 8,
     "redeliver": 4,
     "ack_cancel": 2,
@@ -557,7 +615,7 @@ WORKER_WEIGHTS = {
     "dup_signal": 2,
     "stale_timer": 2,
     "pause": 2,
-    "cancel": 1,
+    "cancel": 2,
 }
 SWARM = ("fail", "cancel", "ack_cancel", "phantom", "pause")
 ALL_WEIGHTS = {**WORKER_WEIGHTS, "phantom": 4}
@@ -578,14 +636,16 @@ def available(sim: Simulator, weights: dict[str, int]) -> list[str]:
     return [a for a, w in weights.items() if possible.get(a, True) for _ in range(w)]
 
 
-def random_step(sim: Simulator, data: st.DataObject, weights: dict[str, int]) -> str:
+def random_step(sim: Simulator, data: st.DataObject, weights: dict[str, int]) -> None:
     action = data.draw(sampled(available(sim, weights)), label="action")
     if action in ("succeed", "fail"):
         key = data.draw(sampled(list(sim.outstanding)), label="execution")
         if action == "succeed":
-            sim.succeed(key, data.draw(outputs, label="output"))
+            messages, sessions = data.draw(contexts, label="agent context")
+            output = data.draw(outputs, label="output")
+            sim.succeed(key, output, messages=messages, sessions=sessions)
         else:
-            sim.fail(key, data.draw(sampled(list(ErrorClass)), label="error class"))
+            sim.fail(key, data.draw(error_classes, label="error class"))
     elif action == "ack_cancel":
         runs = [k for k in sim.outstanding if k[3] is Phase.RUN]
         node, iteration, attempt, phase = data.draw(sampled(runs), label="execution")
@@ -666,7 +726,7 @@ def random_step(sim: Simulator, data: st.DataObject, weights: dict[str, int]) ->
             attempt = data.draw(ints(1, 2), label="attempt")
             phase = data.draw(sampled(list(Phase)), label="phase")
             if (node, iteration, attempt, phase) in sim.dispatched:
-                return "skip"  # not a phantom: that execution exists
+                return  # not a phantom: that execution exists
         kind = data.draw(sampled(["succeeded", "failed", "cancelled"]), label="result")
         if kind == "succeeded":
             phantom: Event = NodeSucceeded(
@@ -680,18 +740,37 @@ def random_step(sim: Simulator, data: st.DataObject, weights: dict[str, int]) ->
         result = sim.deliver(phantom)
         if node == "ghost":
             assert isinstance(result, UnknownNode), f"event for an unknown node: {result!r}"
-    return action
 
 
-def run_scenario(data: st.DataObject, weights: dict[str, int], *, strict_commands: bool) -> None:
+def features(definition: WorkflowDefinition) -> list[str]:
+    """What a generated definition exercises, for ``--hypothesis-show-statistics``."""
+    nodes = definition.nodes.values()
+    found = [f"node kind: {kind}" for kind in sorted({node.kind for node in nodes})]
+    parallels = [node for node in nodes if isinstance(node, ParallelNode)]
+    found += [f"join: {kind}" for kind in sorted({p.join.policy.value for p in parallels})]
+    flags = {
+        "pure decision node": any(
+            isinstance(node, TaskNode) and node.handler is None for node in nodes
+        ),
+        "bounded loop": any(definition.visit_limit(node.id) for node in nodes),
+        "detour node": any(node.id.startswith("d") for node in nodes),
+        "retry": any(node.retry.attempts > 1 for node in nodes),
+        "compensation": any(node.compensate for node in nodes),
+        "compensate_on_cancel": definition.compensate_on_cancel,
+        "join timeout": any(p.join.timeout for p in parallels),
+        "join rest: finish": any(p.join.rest.value == "finish" for p in parallels),
+        "branch default": any(node.default for node in nodes),
+    }
+    return found + [name for name, present in flags.items() if present]
+
+
+def run_scenario(data: st.DataObject, weights: dict[str, int]) -> None:
     spec = data.draw(definition_specs(), label="definition")
     # A generated spec that does not load is a bug of the generator, not a skip.
     definition = load_definition(spec)
-    sim = Simulator(definition, strict_commands=strict_commands)
-    kinds = {type(node).__name__ for node in definition.nodes.values()}
-    event(f"nodes: {min(len(definition.nodes) // 5 * 5, 20)}+")
-    for kind in sorted(kinds):
-        event(f"has {kind}")
+    sim = Simulator(definition)
+    size = len(definition.nodes)
+    event(f"nodes: {'<5' if size < 5 else '5-9' if size < 10 else '10+'}")
     # Swarm testing: each example turns the disruptive actions down, off or up, so that
     # some runs get far (no failures, no cancel) and others are cancelled mid-flight.
     weights = {
@@ -714,19 +793,21 @@ def run_scenario(data: st.DataObject, weights: dict[str, int], *, strict_command
         drained = sim.drain()
         event(f"drain decisions: {'0' if not drained else '<10' if drained < 10 else '10+'}")
         event(f"final: {sim.state.status}")
-        final = sim.state.to_dict()
+        final = _json(sim.state)
         # A terminal run stays as it is, whatever else arrives.
         for _ in range(data.draw(ints(0, 5), label="after the end")):
             random_step(sim, data, weights)
-        assert sim.state.to_dict() == final
-        event(f"typed rejections: {'yes' if sim.rejected else 'no'}")
-        event(f"ignored events: {'yes' if sim.ignored else 'no'}")
+        assert _json(sim.state) == final, "a terminal run changed"
+        for seen in sorted(sim.coverage()):
+            event(seen)
     finally:
         note(sim.describe_trace())
 
 
 PROPERTY_SETTINGS = settings(
-    max_examples=int(os.environ.get("CAIRN_PROPERTY_EXAMPLES", "500")),
+    # More for a soak run: DECIDER_PROPERTY_EXAMPLES=20000 (not CAIRN_*: cairn's settings
+    # refuse unknown CAIRN_* variables).
+    max_examples=int(os.environ.get("DECIDER_PROPERTY_EXAMPLES", "800")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     # One (shrunk) failure per property keeps a failing run well inside the timeout.
@@ -740,36 +821,26 @@ def test_worker_events_keep_every_run_legal_and_terminating(data: st.DataObject)
     """The issue's property, with the events the outside world really sends: results of
     dispatched executions (also duplicated, stale or acknowledging a cancel), timers as
     armed and long disarmed, declared/undeclared/duplicate signals, cancel requests."""
-    run_scenario(data, WORKER_WEIGHTS, strict_commands=False)
-
-
-@PROPERTY_SETTINGS
-@given(data=st.data())
-def test_cancel_and_detach_commands_name_dispatched_executions(data: st.DataObject) -> None:
-    """As above, and every CancelNode / DetachNode names an execution that was dispatched:
-    a worker can only stop (or a reconciler detach) what a worker was given."""
-    run_scenario(data, WORKER_WEIGHTS, strict_commands=True)
+    run_scenario(data, WORKER_WEIGHTS)
 
 
 @PROPERTY_SETTINGS
 @given(data=st.data())
 def test_events_for_undispatched_executions_are_refused_or_ignored(data: st.DataObject) -> None:
-    """As the first, plus results for executions that were never dispatched (any node,
-    also wait, parallel and end nodes, any iteration, attempt and phase): each must be
-    refused with a typed error or ignored, and no invariant may break."""
-    run_scenario(data, ALL_WEIGHTS, strict_commands=False)
+    """The same, plus results for executions that were never dispatched (any node, also
+    wait, parallel and end nodes, any iteration, attempt and phase): each must be refused
+    with a typed error or ignored, and no invariant may break."""
+    run_scenario(data, ALL_WEIGHTS)
 
 
-def test_generated_definitions_are_valid() -> None:
-    """Most generated specs must load; failing to load is a generator bug (no ``assume``)."""
-
-    @settings(max_examples=300, deadline=None)
-    @given(definition_specs())
-    def loads(spec: dict[str, Any]) -> None:
-        definition = load_definition(spec)
-        assert definition.start == "s0"
-
-    loads()
+@settings(max_examples=300, deadline=None)
+@given(definition_specs())
+def test_generated_definitions_are_valid(spec: dict[str, Any]) -> None:
+    """Every generated spec loads: one that fails validation is a generator bug, and the
+    properties above load theirs without ``assume`` (so such a bug fails them too)."""
+    definition = load_definition(spec)
+    for feature in features(definition):
+        event(feature)
 
 
 # ---------------------------------------------------------------------------------------
@@ -851,3 +922,22 @@ def test_book_flight_cancel_then_drain(flight: Simulator) -> None:
     sim.drain()
     assert sim.state.status is RunStatus.CANCELLED
     assert isinstance(sim.deliver(CancelRequested(sim.tick(), reason="again")), IllegalTransition)
+
+
+def test_book_flight_cancel_during_the_join_settles_when_the_branches_stop(
+    flight: Simulator,
+) -> None:
+    sim = flight
+    sim.succeed(sim.find("search"))
+    sim.succeed(sim.find("price_check"), {"total_eur": 100})
+    sim.succeed(sim.find("reserve"))
+    decision = sim.deliver(CancelRequested(sim.tick(), reason="stop"))
+    assert isinstance(decision, Decision)
+    # Only what workers were given is asked to stop: not the parallel node itself.
+    stops = sorted(c.node for c in decision.commands if isinstance(c, CancelNode))
+    assert stops == ["email", "sms"]
+    sim.deliver(NodeCancelled(sim.tick(), "email", 1, 1))
+    assert sim.state.status is RunStatus.CANCELLING
+    sim.deliver(NodeCancelled(sim.tick(), "sms", 1, 1))
+    # Settled by the acknowledgements, without waiting for the cancel timeout.
+    assert sim.state.status is RunStatus.CANCELLED
