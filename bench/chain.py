@@ -75,6 +75,39 @@ def commits(database: str) -> int:
         return int(row[0])
 
 
+def fresh_database(prefix: str) -> tuple[str, str]:
+    """A new, migrated PostgreSQL database for one benchmark: (name, URL)."""
+    from cairn.store.database import make_engine, upgrade  # noqa: PLC0415
+
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = f"{PG_ADMIN.rpartition('/')[0]}/{name}"
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    return name, url
+
+
+def cairn_env(url: str, *, broker_db: int, leases_db: int, **settings: str) -> dict[str, str]:
+    """The environment of cairn processes on this database and two emptied Redis dbs."""
+    for db in (broker_db, leases_db):
+        redis.Redis.from_url(f"{REDIS}/{db}").flushdb()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.update(
+        {
+            "CAIRN_DATABASE_URL": url,
+            "CAIRN_BROKER_URL": f"{REDIS}/{broker_db}",
+            "CAIRN_REDIS_URL": f"{REDIS}/{leases_db}",
+            "CAIRN_WORKFLOWS": "bench.workflows",
+            "CAIRN_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
+            "PYTHONPATH": str(ROOT),
+            **settings,
+        }
+    )
+    return env
+
+
 def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         return subprocess.Popen(
@@ -97,28 +130,9 @@ def bench_cairn(
 ) -> Figures:
     from cairn.client import Client  # noqa: PLC0415
     from cairn.config import Settings  # noqa: PLC0415
-    from cairn.store.database import make_engine, upgrade  # noqa: PLC0415
 
-    database = f"cairn_bench_{uuid.uuid4().hex[:8]}"
-    with admin() as conn:
-        conn.execute(f'CREATE DATABASE "{database}"')
-    url = f"{PG_ADMIN.rpartition('/')[0]}/{database}"
-    engine = make_engine(url)
-    upgrade(engine)
-    engine.dispose()
-    for db in (14, 15):
-        redis.Redis.from_url(f"{REDIS}/{db}").flushdb()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env.update(
-        {
-            "CAIRN_DATABASE_URL": url,
-            "CAIRN_BROKER_URL": f"{REDIS}/14",
-            "CAIRN_REDIS_URL": f"{REDIS}/15",
-            "CAIRN_WORKFLOWS": "bench.workflows",
-            "CAIRN_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
-            "PYTHONPATH": str(ROOT),
-        }
-    )
+    database, url = fresh_database("cairn_bench")
+    env = cairn_env(url, broker_db=14, leases_db=15)
     settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
     workers = [
         spawn(

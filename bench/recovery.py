@@ -17,12 +17,9 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
-import redis
-
-from bench.chain import PG_ADMIN, REDIS, ROOT, admin, spawn, stop
+from bench.chain import admin, cairn_env, fresh_database, spawn, stop
 
 
 def main() -> None:
@@ -34,35 +31,20 @@ def main() -> None:
 
     from cairn.client import Client  # noqa: PLC0415
     from cairn.config import Settings  # noqa: PLC0415
-    from cairn.store.database import make_engine, upgrade  # noqa: PLC0415
 
     workdir = Path(os.environ.get("BENCH_WORKDIR", "/tmp/cairn-bench-recovery"))
     workdir.mkdir(parents=True, exist_ok=True)
     ledger = workdir / "ledger.txt"
     ledger.unlink(missing_ok=True)
-    database = f"cairn_recovery_{uuid.uuid4().hex[:8]}"
-    with admin() as conn:
-        conn.execute(f'CREATE DATABASE "{database}"')
-    url = f"{PG_ADMIN.rpartition('/')[0]}/{database}"
-    engine = make_engine(url)
-    upgrade(engine)
-    engine.dispose()
-    for db in (10, 11):
-        redis.Redis.from_url(f"{REDIS}/{db}").flushdb()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env.update(
-        {
-            "CAIRN_DATABASE_URL": url,
-            "CAIRN_BROKER_URL": f"{REDIS}/10",
-            "CAIRN_REDIS_URL": f"{REDIS}/11",
-            "CAIRN_WORKFLOWS": "bench.workflows",
-            "CAIRN_LEASE_TTL": str(args.lease_ttl),
-            "CAIRN_HEARTBEAT_INTERVAL": str(args.lease_ttl / 4),
-            "CAIRN_RECOVERY_AFTER": "0.5",
-            "CAIRN_SCHEDULER_INTERVAL": str(args.scheduler_interval),
-            "CAIRN_LOG_LEVEL": "WARNING",
-            "PYTHONPATH": str(ROOT),
-        }
+    database, url = fresh_database("cairn_recovery")
+    env = cairn_env(
+        url,
+        broker_db=10,
+        leases_db=11,
+        CAIRN_LEASE_TTL=str(args.lease_ttl),
+        CAIRN_HEARTBEAT_INTERVAL=str(args.lease_ttl / 4),
+        CAIRN_RECOVERY_AFTER="0.5",
+        CAIRN_SCHEDULER_INTERVAL=str(args.scheduler_interval),
     )
     settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
 

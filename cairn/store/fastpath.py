@@ -115,7 +115,7 @@ WITH appended AS (
   WHERE id = ANY(%(sent)s::bigint[]) AND sent_at IS NULL
 )
 UPDATE runs
-SET status = %(status)s, last_seq = %(last_seq)s, updated_at = %(updated_at)s,
+SET status = %(run_status)s, last_seq = %(last_seq)s, updated_at = %(updated_at)s,
     current = %(current)s, reason = %(reason)s, state = %(state)s,
     finished_at = coalesce(%(finished_at)s::timestamptz, finished_at),
     snapshot_seq = coalesce(%(snapshot_seq)s::integer, snapshot_seq),
@@ -175,24 +175,7 @@ def write_step(
             cursors.append(cursor)
         connection.execute(
             RECORD_STEP,
-            {
-                "run_id": run_id,
-                "seq": seq,
-                "type": event["type"],
-                "data": Jsonb(dict(event)),
-                "outcome": Jsonb(dict(outcome)),
-                "at": at,
-                "sent": list(sent),
-                "status": run["status"],
-                "last_seq": run["last_seq"],
-                "updated_at": run["updated_at"],
-                "current": Jsonb(run["current"]),
-                "reason": run.get("reason"),
-                "state": _json(run.get("state")),
-                "finished_at": run.get("finished_at"),
-                "snapshot_seq": run.get("snapshot_seq"),
-                "snapshot_at": run.get("snapshot_at"),
-            },
+            {"run_id": run_id, "seq": seq, **_step_params(run, event, outcome, at, sent)},
         )
         connection.commit()
     ids = []
@@ -231,20 +214,7 @@ def complete_step(
         "error": result.get("error"),
         "duration_s": result.get("duration_s"),
         "worker": result.get("worker"),
-        "run_status": run["status"],
-        "last_seq": run["last_seq"],
-        "updated_at": run["updated_at"],
-        "current": Jsonb(run["current"]),
-        "reason": run.get("reason"),
-        "state": _json(run.get("state")),
-        "finished_at": run.get("finished_at"),
-        "snapshot_seq": run.get("snapshot_seq"),
-        "snapshot_at": run.get("snapshot_at"),
-        "type": event["type"],
-        "data": Jsonb(dict(event)),
-        "outcome": Jsonb(dict(outcome)),
-        "at": at,
-        "sent": list(sent),
+        **_step_params(run, event, outcome, at, sent),
         "snap_format": snapshot[0] if snapshot else None,
         "snap_codec": snapshot[1] if snapshot else None,
         "snap_body": snapshot[2] if snapshot else None,
@@ -262,6 +232,32 @@ def complete_step(
     assert row is not None
     ids = {(node, int(iteration), phase): int(id_) for id_, node, iteration, phase in row.outbox}
     return bool(row.checked), bool(row.finished), ids
+
+
+def _step_params(
+    run: Mapping[str, Any],
+    event: Mapping[str, Any],
+    outcome: Mapping[str, Any],
+    at: float,
+    sent: Sequence[int],
+) -> dict[str, Any]:
+    """The parameters of a step's event, run-row update and sent-marks (both paths)."""
+    return {
+        "run_status": run["status"],
+        "last_seq": run["last_seq"],
+        "updated_at": run["updated_at"],
+        "current": Jsonb(run["current"]),
+        "reason": run.get("reason"),
+        "state": _json(run.get("state")),
+        "finished_at": run.get("finished_at"),
+        "snapshot_seq": run.get("snapshot_seq"),
+        "snapshot_at": run.get("snapshot_at"),
+        "type": event["type"],
+        "data": Jsonb(dict(event)),
+        "outcome": Jsonb(dict(outcome)),
+        "at": at,
+        "sent": list(sent),
+    }
 
 
 def _json(value: Any) -> Jsonb | None:

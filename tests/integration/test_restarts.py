@@ -80,24 +80,24 @@ def redis_urls(private_redis: PrivateRedis) -> tuple[str, str]:
     return private_redis.url(0), private_redis.url(1)
 
 
-def test_redis_restart_with_runs_in_flight(cluster: Cluster, private_redis: PrivateRedis) -> None:
+def _start_runs_in_flight(cluster: Cluster) -> list[str]:
     cluster.worker(concurrency=2)
     cluster.scheduler()
     runs = [cluster.submit("chain10", {"slow": {"n4": 0.2}}) for _ in range(RUNS)]
-    cluster.wait_for(
-        lambda: (
-            sum(1 for line in cluster.ledger.read_text().splitlines() if " n4 " in line) >= 5
-            if cluster.ledger.exists()
-            else False
-        ),
-        60,
-        "runs in flight",
-    )
-    private_redis.kill()  # all leases, heartbeats and queued messages lost
-    time.sleep(1.0)
-    private_redis.start()
+
+    def in_flight() -> bool:
+        lines = cluster.ledger.read_text().splitlines() if cluster.ledger.exists() else []
+        return sum(" n4 " in line for line in lines) >= 5
+
+    cluster.wait_for(in_flight, 60, "runs in flight")
+    return runs
+
+
+def _each_succeeded_with_one_result_per_node(
+    cluster: Cluster, runs: list[str], timeout_s: float
+) -> None:
     for run_id in runs:
-        assert cluster.wait(run_id, timeout_s=120).status is RunStatus.SUCCEEDED, (
+        assert cluster.wait(run_id, timeout_s=timeout_s).status is RunStatus.SUCCEEDED, (
             cluster.log_tails()
         )
     with cluster.client.runtime.store.reading() as tx:
@@ -108,6 +108,14 @@ def test_redis_restart_with_runs_in_flight(cluster: Cluster, private_redis: Priv
             executions = tx.executions_of(run_id)
             assert len(executions) == 10
             assert all(e.status == "succeeded" for e in executions)
+
+
+def test_redis_restart_with_runs_in_flight(cluster: Cluster, private_redis: PrivateRedis) -> None:
+    runs = _start_runs_in_flight(cluster)
+    private_redis.kill()  # all leases, heartbeats and queued messages lost
+    time.sleep(1.0)
+    private_redis.start()
+    _each_succeeded_with_one_result_per_node(cluster, runs, timeout_s=120)
 
 
 def _restart_postgresql() -> None:
@@ -134,27 +142,7 @@ def _restart_postgresql() -> None:
 
 
 def test_postgresql_restart_with_runs_in_flight(cluster: Cluster) -> None:
-    cluster.worker(concurrency=2)
-    cluster.scheduler()
-    runs = [cluster.submit("chain10", {"slow": {"n4": 0.2}}) for _ in range(RUNS)]
-    cluster.wait_for(
-        lambda: (
-            sum(1 for line in cluster.ledger.read_text().splitlines() if " n4 " in line) >= 5
-            if cluster.ledger.exists()
-            else False
-        ),
-        60,
-        "runs in flight",
-    )
+    runs = _start_runs_in_flight(cluster)
     _restart_postgresql()
     cluster.client.runtime.store.engine.dispose()  # this process's connections died too
-    for run_id in runs:
-        assert cluster.wait(run_id, timeout_s=180).status is RunStatus.SUCCEEDED, (
-            cluster.log_tails()
-        )
-    with cluster.client.runtime.store.reading() as tx:
-        for run_id in runs:
-            history = cluster.client.events(run_id)
-            done = Counter(e["data"]["node"] for e in history if e["type"] == "node_succeeded")
-            assert done == Counter({f"n{i}": 1 for i in range(1, 11)}), (run_id, done)
-            assert all(e.status == "succeeded" for e in tx.executions_of(run_id))
+    _each_succeeded_with_one_result_per_node(cluster, runs, timeout_s=180)
