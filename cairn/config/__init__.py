@@ -81,6 +81,12 @@ class Settings(BaseModel):
         gt=0,
         description="Re-dispatch an unfinished node with no lease after this long, seconds.",
     )
+    max_recoveries: int = Field(
+        default=3,
+        ge=1,
+        description="Recoveries of one execution before it fails (max_attempts): a node "
+        "whose worker dies every time must not loop.",
+    )
     scheduler_interval: float = Field(
         default=0.5, gt=0, description="Seconds between scheduler passes."
     )

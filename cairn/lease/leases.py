@@ -98,6 +98,10 @@ class Leases(Protocol):
         """Every heartbeat record in the fleet, each with its lease key."""
         ...
 
+    def forget(self, key: str) -> None:
+        """Drop the heartbeat record of a lease nobody holds (after a recovery)."""
+        ...
+
     def stats(self) -> dict[str, int]:
         """Fleet-wide counters: acquired, contended, renewed, lost."""
         ...
@@ -153,6 +157,9 @@ class RedisLeases:
 
     def stats(self) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.client.hgetall(STATS_KEY).items()}
+
+    def forget(self, key: str) -> None:
+        self.client.delete(beat_key(key))
 
     def running(self) -> list[dict[str, Any]]:
         """Every heartbeat record in the fleet (a SCAN: for operators, not the hot path)."""
@@ -242,6 +249,10 @@ class MemoryLeases:
     def held(self, key: str) -> bool:
         with self._lock:
             return self._live(key) is not None
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._beats.pop(key, None)
 
     def _count(self, name: str) -> None:
         self._stats[name] = self._stats.get(name, 0) + 1

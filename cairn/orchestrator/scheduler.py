@@ -23,9 +23,11 @@ from functools import partial
 from cairn.config import Settings
 from cairn.faults import fault_point
 from cairn.lease.leases import Leases, lease_key
-from cairn.orchestrator.engine import Orchestrator
-from cairn.orchestrator.events import Phase, TimerFired
+from cairn.orchestrator.definition import ErrorClass
+from cairn.orchestrator.engine import NodeOutcome, Orchestrator
+from cairn.orchestrator.events import NodeFailed, Phase, TimerFired
 from cairn.orchestrator.messages import NodeMessage
+from cairn.orchestrator.statuses import NodeStatus
 from cairn.store.repository import ExecutionKey, Tx
 
 log = logging.getLogger(__name__)
@@ -121,20 +123,28 @@ class Scheduler:
         return fired
 
     def recover(self) -> int:
+        """Dispatch again what has no result and no live lease. An execution whose worker
+        died running it (a heartbeat record outlives the lease) counts a recovery; at
+        ``max_recoveries`` it fails with reason max_attempts instead of looping."""
         store = self.orchestrator.store
         with store.reading() as tx:
             stalled = tx.stalled_executions(tx.now() - self.settings.recovery_after, BATCH)
         recovered = 0
         for execution in stalled:
-            if self.leases.held(
-                lease_key(execution.run_id, execution.node, execution.iteration, execution.phase)
-            ):
+            lease = lease_key(
+                execution.run_id, execution.node, execution.iteration, execution.phase
+            )
+            if self.leases.held(lease):
                 continue  # a live worker holds it
+            died = self.leases.beats([lease])[0] is not None
+            if died:
+                self.leases.forget(lease)  # the next death must leave a record of its own
             key = ExecutionKey(
                 execution.run_id, execution.node, execution.iteration, execution.phase
             )
             with store.transaction() as tx:
-                if not tx.touch_execution(key, execution.attempt):
+                recoveries = tx.touch_execution(key, execution.attempt, died=died)
+                if recoveries is None:
                     continue  # it finished meanwhile
                 run = tx.run(execution.run_id)
             message = NodeMessage(
@@ -146,14 +156,43 @@ class Scheduler:
                 execution.attempt,
                 Phase(execution.phase),
             )
-            self.orchestrator.publisher.publish([message])
-            log.warning(
-                "recovered %s attempt %d: no lease, no result; dispatched again",
-                key,
-                execution.attempt,
-            )
+            if recoveries >= self.settings.max_recoveries:
+                self._give_up(message, recoveries)
+            else:
+                self.orchestrator.publisher.publish([message])
+                log.warning(
+                    "recovered %s attempt %d (%s): no lease, no result; dispatched again",
+                    key,
+                    execution.attempt,
+                    "its worker died" if died else "never claimed or message lost",
+                )
             recovered += 1
         return recovered
+
+    def _give_up(self, message: NodeMessage, recoveries: int) -> None:
+        """A poison node: its worker died every time. It fails like any permanent error
+        (its error edge, or the run fails), through the normal completion path."""
+        reason = (
+            f"max_attempts: its worker died while running it {recoveries} times "
+            "(CAIRN_MAX_RECOVERIES)"
+        )
+        event = NodeFailed(
+            at=0.0,
+            node=message.node,
+            iteration=message.iteration,
+            attempt=message.attempt,
+            error_class=ErrorClass.PERMANENT,
+            message=reason,
+            phase=message.phase,
+        )
+        self.orchestrator.complete(
+            message,
+            NodeOutcome(
+                event, NodeStatus.FAILED, error_class=ErrorClass.PERMANENT.value, error=reason
+            ),
+            worker="scheduler",
+        )
+        log.error("%s: %s", message.key, reason)
 
     def compact(self) -> int:
         """Keep the newest snapshots of each run, and one per stretch of older history, so

@@ -488,20 +488,20 @@ class Tx:
             )
         )
 
-    def touch_execution(self, key: ExecutionKey, attempt: int) -> bool:
-        return bool(
-            self.connection.execute(
-                update(executions)
-                .where(
-                    key.where(),
-                    executions.c.attempt == attempt,
-                    executions.c.status.in_(ACTIVE_EXECUTION),
-                )
-                .values(dispatched_at=utcnow())
-            ).rowcount
-        )
-
-    # -- outbox -------------------------------------------------------------------------
+    def touch_execution(self, key: ExecutionKey, attempt: int, *, died: bool) -> int | None:
+        """Restart an unfinished execution's recovery clock, counting the recovery if its
+        worker died running it; the count, or None if it finished meanwhile."""
+        row = self.connection.execute(
+            update(executions)
+            .where(
+                key.where(),
+                executions.c.attempt == attempt,
+                executions.c.status.in_(ACTIVE_EXECUTION),
+            )
+            .values(dispatched_at=utcnow(), recoveries=executions.c.recoveries + (1 if died else 0))
+            .returning(executions.c.recoveries)
+        ).first()
+        return None if row is None else int(row.recoveries)
 
     def has_unsent(self, older_than: float) -> bool:
         return (

@@ -129,6 +129,7 @@ class NodeExecutionRow(Base):
     result: Mapped[dict[str, Any] | None] = mapped_column(Json)
     error_class: Mapped[str | None] = mapped_column(String(20))
     error: Mapped[str | None] = mapped_column(Text)
+    recoveries: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class OutboxRow(Base):

@@ -62,3 +62,9 @@ def paging(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
         ctx.progress(page, 3, f"page {page}")
         time.sleep(float(state.get("page_s", 0.5)) if first else 0.0)
     return {"pages": 3}
+
+
+def die(ctx: Any, state: dict[str, Any]) -> None:
+    """A poison node: it kills its own worker process, every time."""
+    _record(ctx, state, "start")
+    os._exit(1)

@@ -172,3 +172,16 @@ def test_two_schedulers_relay_and_recover_at_once_without_double_commits(cluster
     for run_id in runs:
         assert cluster.wait(run_id, timeout_s=60).status is RunStatus.SUCCEEDED, cluster.log_tails()
         assert cluster.client.get_run(run_id).last_seq == 11  # one result per node
+
+
+def test_a_poison_node_fails_with_max_attempts_while_healthy_runs_succeed(cluster: Cluster) -> None:
+    cluster.worker(concurrency=2, CAIRN_MAX_RECOVERIES="2")
+    cluster.scheduler(CAIRN_MAX_RECOVERIES="2")
+    poison = cluster.submit("poison")
+    healthy = [cluster.submit("chain10") for _ in range(20)]
+    view = cluster.wait(poison, timeout_s=90)
+    assert view.status is RunStatus.FAILED, cluster.log_tails()
+    assert view.reason is not None and "max_attempts" in view.reason
+    assert cluster.executions()[(poison, "die", 1)] == 2  # ran, died; ran, died; gave up
+    for run_id in healthy:
+        assert cluster.wait(run_id).status is RunStatus.SUCCEEDED
