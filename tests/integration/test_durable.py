@@ -93,24 +93,32 @@ def test_a_stopped_worker_does_not_block_the_run(cluster: Cluster) -> None:
     assert cluster.client.get_run(run_id).last_seq == 11  # no second result was appended
 
 
-def test_kill_9_of_the_scheduler_mid_relay_loses_nothing_and_duplicates_nothing(
-    cluster: Cluster,
-) -> None:
-    # Three submits that crash right after their commit, before publishing: their first
-    # messages exist only in the outbox.
+def _unpublished_runs(cluster: Cluster, count: int, prefix: str) -> list[str]:
+    """Runs whose submit crashed right after its commit, before publishing: their first
+    messages exist only in the outbox, so only a relay can start them."""
     runs = []
-    for index in range(3):
+    for index in range(count):
+        request_id = f"{prefix}-{index}"
         submitter = cluster.spawn(
             "submit",
             "chain10",
             "--input",
             f'{{"ledger": "{cluster.ledger}"}}',
             "--request-id",
-            f"crash-{index}",
+            request_id,
             env={"CAIRN_FAULT_POINTS": "publish.after_commit"},
         )
         assert submitter.wait(timeout=30) == -signal.SIGKILL
-        runs.append(cluster.client.submit("chain10", request_id=f"crash-{index}"))
+        runs.append(cluster.client.submit("chain10", request_id=request_id))
+    return runs
+
+
+def test_kill_9_of_the_scheduler_mid_relay_loses_nothing_and_duplicates_nothing(
+    cluster: Cluster,
+) -> None:
+    # Three submits that crash right after their commit, before publishing: their first
+    # messages exist only in the outbox.
+    runs = _unpublished_runs(cluster, 3, "crash")
     cluster.worker()
     # The first scheduler publishes the batch, then dies before marking it sent.
     doomed = cluster.scheduler(CAIRN_FAULT_POINTS="relay.after_publish")
@@ -145,19 +153,7 @@ def test_a_message_delivered_twice_executes_the_node_once(cluster: Cluster) -> N
 
 
 def test_two_schedulers_relay_and_recover_at_once_without_double_commits(cluster: Cluster) -> None:
-    runs = []
-    for index in range(4):  # committed, never published: only the relays can start them
-        submitter = cluster.spawn(
-            "submit",
-            "chain10",
-            "--input",
-            f'{{"ledger": "{cluster.ledger}"}}',
-            "--request-id",
-            f"two-{index}",
-            env={"CAIRN_FAULT_POINTS": "publish.after_commit"},
-        )
-        assert submitter.wait(timeout=30) == -signal.SIGKILL
-        runs.append(cluster.client.submit("chain10", request_id=f"two-{index}"))
+    runs = _unpublished_runs(cluster, 4, "two")
     runs += [cluster.submit("chain10", {"slow": {"n2": 3}}) for _ in range(4)]  # recoveries
     cluster.scheduler()
     cluster.scheduler()

@@ -10,17 +10,21 @@ from cairn.orchestrator.statuses import RunStatus
 from tests.integration.conftest import ROOT, Cluster
 
 
-def status(cluster: Cluster, run_id: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-m", "cairn.cli", "status", run_id, "--json"],
+def cli(cluster: Cluster, *args: str) -> str:
+    """`cairn ARGS` against the cluster's services; its standard output."""
+    return subprocess.run(
+        [sys.executable, "-m", "cairn.cli", *args],
         cwd=ROOT,
         env=cluster.env,
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
-    )
-    return json.loads(result.stdout)
+    ).stdout
+
+
+def status(cluster: Cluster, run_id: str) -> dict:
+    return json.loads(cli(cluster, "status", run_id, "--json"))
 
 
 def test_status_shows_the_worker_its_progress_and_a_fresh_beat(cluster: Cluster) -> None:
@@ -40,17 +44,7 @@ def test_status_shows_the_worker_its_progress_and_a_fresh_beat(cluster: Cluster)
     assert beat["message"] == f"page {beat['done']}"
     assert ":" in beat["worker"]  # host:pid
     assert beat["age_s"] < 3 * cluster.settings.heartbeat_interval
-    fleet = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "cairn.cli", "status", "--fleet", "--json"],
-            cwd=ROOT,
-            env=cluster.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
-    )
+    fleet = json.loads(cli(cluster, "status", "--fleet", "--json"))
     assert fleet["leases"]["acquired"] >= 1
     (running,) = fleet["running"]
     assert running["lease"].endswith(f"{run_id}:read:1:run")
@@ -76,14 +70,6 @@ def test_a_killed_worker_stops_beating_and_its_node_turns_suspect(cluster: Clust
         30,
         "three missed beats",
     )
-    human = subprocess.run(
-        [sys.executable, "-m", "cairn.cli", "status", run_id],
-        cwd=ROOT,
-        env=cluster.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    human = cli(cluster, "status", run_id)
     assert "read#1:" in human
     assert "suspect: no heartbeat for" in human or "waiting for a worker" in human
