@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -230,10 +231,11 @@ def bench_celery(
         _wait_marks(marks, runs * STEPS)
         elapsed = time.perf_counter() - started
         finished: dict[int, list[float]] = defaultdict(list)
-        for raw in marks.lrange("bench:marks", 0, -1):
-            run, _index, at = raw.decode().split()
-            finished[int(run)].append(float(at))
-        latencies = []
+        raws: list[bytes] = marks.lrange("bench:marks", 0, -1)  # type: ignore[assignment]
+        for raw in raws:
+            run_text, _index, at = raw.decode().split()
+            finished[int(run_text)].append(float(at))
+        latencies: list[float] = []
         for run, marks_of_run in finished.items():
             ordered = sorted([submitted[run], *marks_of_run])
             latencies.extend(b - a for a, b in pairwise(ordered))
@@ -259,7 +261,7 @@ def _wait_finished(url: str, run_ids: list[str], timeout_s: float = 600) -> None
             time.sleep(0.1)
 
 
-def _wait_marks(marks: redis.Redis[bytes], count: int, timeout_s: float = 600) -> None:
+def _wait_marks(marks: redis.Redis, count: int, timeout_s: float = 600) -> None:
     deadline = time.monotonic() + timeout_s
     while marks.llen("bench:marks") < count:
         if time.monotonic() > deadline:
@@ -280,23 +282,35 @@ def main() -> None:
         default=1,
         help="worker processes (with --pool threads: two is the fair setup)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="alternate the two systems this many times; the ratio is the median round's "
+        "(a shared machine drifts: one round of each can differ by a third)",
+    )
     args = parser.parse_args()
     workdir = Path(os.environ.get("BENCH_WORKDIR", "/tmp/cairn-bench"))
     workdir.mkdir(parents=True, exist_ok=True)
     setup = (args.runs, args.concurrency, workdir, args.pool, args.processes)
-    celery_figures = bench_celery(*setup)
-    cairn_figures = bench_cairn(*setup)
     print(
-        f"\n{args.runs} runs x {STEPS} trivial steps; both systems on {args.processes} "
-        f"worker process(es), pool {args.pool}, {args.concurrency} slot(s) each\n"
+        f"{args.runs} runs x {STEPS} trivial steps; both systems on {args.processes} "
+        f"worker process(es), pool {args.pool}, {args.concurrency} slot(s) each; "
+        f"{args.rounds} round(s)\n"
     )
     print(f"{'':<22} {'runs/s':>8} {'steps/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'commits/step':>14}")
-    print(celery_figures.row())
-    print(cairn_figures.row())
-    ratio = cairn_figures.steps_per_s / celery_figures.steps_per_s
+    ratios = []
+    for _round in range(args.rounds):
+        celery_figures = bench_celery(*setup)
+        cairn_figures = bench_cairn(*setup)
+        print(celery_figures.row())
+        print(cairn_figures.row())
+        ratios.append(cairn_figures.steps_per_s / celery_figures.steps_per_s)
+        print(f"{'  ratio':<22} {ratios[-1]:>18.2f}x")
     print(
-        f"\ncairn / plain Celery steps/s: {ratio:.2f}x  (target >= 0.5x; "
-        f"commits/step target <= 1.5)"
+        f"\ncairn / plain Celery steps/s, median of {len(ratios)}: "
+        f"{statistics.median(ratios):.2f}x  (range {min(ratios):.2f}-{max(ratios):.2f}; "
+        f"target >= 0.5x; commits/step target <= 1.5)"
     )
 
 

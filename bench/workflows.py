@@ -37,7 +37,7 @@ baseline.conf.update(
     task_acks_late=True,
     worker_hijack_root_logger=False,
 )
-_marks: redis.Redis[bytes] | None = None
+_marks: redis.Redis | None = None
 
 
 @baseline.task(name="bench.step", ignore_result=True)

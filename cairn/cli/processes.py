@@ -39,6 +39,12 @@ def worker(
             "handlers)."
         ),
     ] = "prefork",
+    events: Annotated[
+        bool,
+        typer.Option(
+            "--events", "-E", help="Send Celery task events for Flower (CAIRN_TASK_EVENTS)."
+        ),
+    ] = False,
 ) -> None:
     """Run a worker: a Celery worker (CAIRN_BROKER_URL set) or, embedded, worker threads
     plus the scheduler in this process."""
@@ -52,11 +58,12 @@ def worker(
         argv = [
             "worker",
             f"--concurrency={concurrency}",
-            "--pool=prefork",
+            f"--pool={pool}",
             f"--loglevel={settings.log_level}",
             f"--queues={queues or settings.queue}",
             "--without-gossip",
             "--without-mingle",
+            *(["--task-events"] if events or settings.task_events else []),
         ]
         celery_app.worker_main(argv)
         return

@@ -94,6 +94,12 @@ class Settings(BaseModel):
         default_factory=list,
         description="Tests only: comma-separated fault points where the process kills itself.",
     )
+    task_events: bool = Field(
+        default=False,
+        description="Workers send Celery task events (what Flower shows). Off by default, as "
+        "in Celery: they cost a Redis publish per task state; Flower switches them on at "
+        "runtime, and `cairn worker --events` at start.",
+    )
     visibility_timeout: float = Field(
         default=3600.0,
         gt=0,

@@ -116,7 +116,7 @@ def beat_key(key: str) -> str:
 
 
 class RedisLeases:
-    def __init__(self, client: redis.Redis[bytes]) -> None:
+    def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self._acquire = client.register_script(ACQUIRE)
         self._renew = client.register_script(RENEW)
@@ -134,7 +134,7 @@ class RedisLeases:
         self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None
     ) -> Lease | None:
         token = secrets.token_hex(16)
-        args = [token, _ms(ttl_s), _ms(ttl_s * BEAT_TTL_PERIODS), *_flat(record)]
+        args: list[str | int] = [token, _ms(ttl_s), _ms(ttl_s * BEAT_TTL_PERIODS), *_flat(record)]
         if self._acquire(keys=[key, beat_key(key), STATS_KEY], args=args):
             return Lease(key, token, ttl_s)
         return None
@@ -146,7 +146,12 @@ class RedisLeases:
         return self._touch(lease, 0, record)
 
     def _touch(self, lease: Lease, ttl_ms: int, record: Mapping[str, Any] | None) -> bool:
-        args = [lease.token, ttl_ms, _ms(lease.ttl_s * BEAT_TTL_PERIODS), *_flat(record)]
+        args: list[str | int] = [
+            lease.token,
+            ttl_ms,
+            _ms(lease.ttl_s * BEAT_TTL_PERIODS),
+            *_flat(record),
+        ]
         return bool(self._renew(keys=[lease.key, beat_key(lease.key), STATS_KEY], args=args))
 
     def release(self, lease: Lease) -> bool:
@@ -156,7 +161,8 @@ class RedisLeases:
         return bool(self.client.exists(key))
 
     def stats(self) -> dict[str, int]:
-        return {k.decode(): int(v) for k, v in self.client.hgetall(STATS_KEY).items()}
+        counters: dict[bytes, bytes] = self.client.hgetall(STATS_KEY)  # type: ignore[assignment]
+        return {k.decode(): int(v) for k, v in counters.items()}
 
     def forget(self, key: str) -> None:
         self.client.delete(beat_key(key))

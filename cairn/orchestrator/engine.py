@@ -21,12 +21,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator
 
 from cairn.config import Settings
-from cairn.errors import InvalidInput, RunNotFound, UnknownWorkflow
+from cairn.errors import InvalidInput, RunNotFound, StoreError, UnknownWorkflow
 from cairn.faults import fault_point
 from cairn.orchestrator.commands import (
     ArmTimer,
@@ -217,41 +218,87 @@ class Orchestrator:
         version: int | None = None,
     ) -> str:
         """Start a run; the same (namespace, request id) returns the same run."""
-        definition = self.registry.get(workflow, version)
+        with self.store.statements() as tx:
+            found, now = tx.workflow_version(workflow, version)
+        if found is None:
+            which = f"{workflow} version {version}" if version is not None else workflow
+            raise UnknownWorkflow(f"workflow {which} is not registered")
+        definition = self.registry.get(workflow, found)
         payload = self.check_input(definition, run_input)
-        if request_id is not None:
-            existing = self._run_for_request(namespace, request_id)
-            if existing is not None:
-                return existing
-        run_id = str(uuid.uuid4())
-        messages: list[NodeMessage] = []
-        with self.store.transaction() as tx:
-            now = tx.now()
-            stamp = from_epoch(now)
-            inserted = tx.insert_run(
-                {
-                    "id": run_id,
-                    "namespace": namespace,
-                    "workflow": definition.name,
-                    "version": definition.version,
-                    "status": RunStatus.PENDING.value,
-                    "input": payload,
-                    "request_id": request_id,
-                    "current": [],
-                    "created_at": stamp,
-                    "updated_at": stamp,
-                }
+        stamp = from_epoch(now)
+        values = {
+            "id": str(uuid.uuid4()),
+            "namespace": namespace,
+            "workflow": definition.name,
+            "version": definition.version,
+            "status": RunStatus.PENDING.value,
+            "input": payload,
+            "request_id": request_id,
+            "current": [],
+            "created_at": stamp,
+            "updated_at": stamp,
+        }
+        if self.store.dialect == "postgresql":
+            run_id = self._submit_in_one_statement(values, definition, now)
+            if run_id is not None:
+                return run_id
+        return self._submit_in_transaction(values, definition)
+
+    def _submit_in_one_statement(
+        self, values: dict[str, Any], definition: WorkflowDefinition, now: float
+    ) -> str | None:
+        """The run and its first step as one statement, when the first decision only
+        dispatches (no timers to arm); None otherwise."""
+        run_id = values["id"]
+        fresh = _FreshRun(run_id, values["created_at"])
+        state = RunState(run_id, definition.name, definition.version)
+        event = RunStarted(at=now, input=values["input"])
+        decision, plan = self._plan(fresh, definition, state, event)
+        if plan is None or plan.row_commands:
+            return None
+        sent = self.sent.drain()
+        with self.store.statements() as tx:
+            inserted, ids = tx.submit_run(
+                values,
+                run=plan.run_values,
+                event=event_to_dict(event),
+                outcome=_outcome(decision),
+                at=now,
+                snapshot=self._encoded_snapshot(plan),
+                sent=sent,
+                dispatches=_dispatch_rows(plan),
             )
-            if not inserted:  # a concurrent submit with the same request id won the race
-                row = tx.run_by_request(namespace, request_id or "")
-                return str(row.id)
+        if not inserted:
+            self.sent.add(sent)  # nothing was written, the marks included
+            return self._existing_run(values)
+        self._log_finish(run_id, decision)
+        self._publish(_with_outbox_ids(plan.dispatches, ids))
+        return str(run_id)
+
+    def _submit_in_transaction(self, values: dict[str, Any], definition: WorkflowDefinition) -> str:
+        run_id = values["id"]
+        with self.store.transaction() as tx:
+            if not tx.insert_run(values):  # the request id is taken
+                return self._existing_run(values, tx)
+            now = tx.now()
             state = RunState(run_id, definition.name, definition.version)
             row = tx.run(run_id, lock=True)
             messages = self._advance(
-                tx, row, definition, state, RunStarted(at=now, input=payload)
+                tx, row, definition, state, RunStarted(at=now, input=values["input"])
             ).messages
         self._publish(messages)
-        return run_id
+        return str(run_id)
+
+    def _existing_run(self, values: Mapping[str, Any], tx: Tx | None = None) -> str:
+        """The run a taken (namespace, request id) belongs to."""
+        if values["request_id"] is None:
+            raise StoreError(f"run id {values['id']} is taken")
+        if tx is not None:
+            row = tx.run_by_request(values["namespace"], values["request_id"])
+        else:
+            with self.store.reading() as reader:
+                row = reader.run_by_request(values["namespace"], values["request_id"])
+        return str(row.id)
 
     def check_input(self, definition: WorkflowDefinition, run_input: object) -> dict[str, Any]:
         """The input as it will be stored: a JSON object PostgreSQL can hold, within the
@@ -274,11 +321,6 @@ class Orchestrator:
                 )
                 raise InvalidInput(f"input does not match {definition.key}: {details}")
         return payload
-
-    def _run_for_request(self, namespace: str, request_id: str) -> str | None:
-        with self.store.reading() as tx:
-            row = tx.run_by_request(namespace, request_id)
-        return None if row is None else str(row.id)
 
     # -- advance ------------------------------------------------------------------------
 
@@ -356,12 +398,8 @@ class Orchestrator:
         decision, plan = self._plan(known.row, definition, known.state, event)
         if plan is None or plan.row_commands:
             return None
-        snapshot = None
-        if plan.snapshot is not None:
-            codec, body = encode_snapshot(plan.snapshot, self.settings.snapshot_compress_bytes)
-            snapshot = (STATE_FORMAT, codec, body)
         sent = self.sent.drain()
-        with self.store.transaction() as tx:
+        with self.store.statements() as tx:
             checked, finished, ids = tx.complete_step(
                 message.key,
                 attempt=message.attempt,
@@ -371,9 +409,9 @@ class Orchestrator:
                 event=event_to_dict(event),
                 outcome=_outcome(decision),
                 at=event.at,
-                snapshot=snapshot,
+                snapshot=self._encoded_snapshot(plan),
                 sent=sent,
-                dispatches=[(m.key, m.attempt, m.to_dict()) for m in plan.dispatches],
+                dispatches=_dispatch_rows(plan),
             )
         if not (checked and finished):
             self.sent.add(sent)  # nothing was written, the marks included
@@ -382,12 +420,15 @@ class Orchestrator:
             return Completion(
                 False, f"a result for {message.key} attempt {message.attempt} is already recorded"
             )
-        messages = [
-            replace(m, outbox_id=ids[(m.node, m.iteration, m.phase.value)]) for m in plan.dispatches
-        ]
         self._log_finish(message.run_id, decision)
-        self._publish(messages)
+        self._publish(_with_outbox_ids(plan.dispatches, ids))
         return Completion(True, decision=decision)
+
+    def _encoded_snapshot(self, plan: Orchestrator._Plan) -> tuple[int, str, bytes] | None:
+        if plan.snapshot is None:
+            return None
+        codec, body = encode_snapshot(plan.snapshot, self.settings.snapshot_compress_bytes)
+        return STATE_FORMAT, codec, body
 
     def restore(
         self, tx: Tx, row: Any, definition: WorkflowDefinition, upto: int | None = None
@@ -609,6 +650,27 @@ class Orchestrator:
                 {"seq": e.seq, "type": e.type, "at": e.at, "data": e.data, "outcome": e.outcome}
                 for e in tx.events_after(run_id, after)
             ]
+
+
+@dataclass(frozen=True)
+class _FreshRun:
+    """What planning a run's first step reads of its row, before the row exists."""
+
+    id: str
+    created_at: datetime
+    last_seq: int = 0
+    snapshot_seq: int = 0
+    snapshot_at: datetime | None = None
+
+
+def _dispatch_rows(plan: Orchestrator._Plan) -> list[tuple[ExecutionKey, int, dict[str, Any]]]:
+    return [(m.key, m.attempt, m.to_dict()) for m in plan.dispatches]
+
+
+def _with_outbox_ids(
+    dispatches: Sequence[NodeMessage], ids: Mapping[tuple[str, int, str], int]
+) -> list[NodeMessage]:
+    return [replace(m, outbox_id=ids[(m.node, m.iteration, m.phase.value)]) for m in dispatches]
 
 
 def _result_values(outcome: NodeOutcome, worker: str) -> dict[str, Any]:

@@ -1,22 +1,33 @@
 """The step's statements on PostgreSQL, as plain SQL on the psycopg connection.
 
-A trivial step runs four statements; built through SQLAlchemy Core each costs more
-Python than the round trip it makes (bench/chain.py measured it). These are the same
-statements as the portable versions in :mod:`cairn.store.repository`, written once as
-constant SQL and executed in the caller's SQLAlchemy transaction. The read and the
-result's update run on their own, so psycopg prepares them on the server after a few uses
-(it does not prepare in pipeline mode); the writes of a step and its COMMIT travel
-together in one pipelined round trip (measured: better than either choice for all four).
+A step is one read and one write. Built through SQLAlchemy Core each would cost more
+Python than its round trip, so they are constant SQL here, the same statements as the
+portable versions in :mod:`cairn.store.repository`. Round trips are what a step costs
+(measured: a BEGIN or a ROLLBACK costs the server as much as a small statement), so:
+
+* the write is one statement (COMPLETE_STEP, SUBMIT_RUN), run on an autocommit
+  connection: it is its own transaction, one round trip, and prepared on the server;
+* the read is ``BEGIN READ ONLY; SELECT ...; ROLLBACK`` as one simple query: one round
+  trip, counted as a rollback rather than a commit. It goes below psycopg's cursors,
+  which forget every prepared statement of the connection when they see a ROLLBACK.
+
+The locking path (``write_step``) keeps a transaction: BEGIN, reads under lock, and its
+writes pipelined with the COMMIT.
 """
 
 from __future__ import annotations
 
+import functools
+from collections import namedtuple
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from psycopg import Connection
+from psycopg import ClientCursor, Connection, errors, generators, pq
+from psycopg.adapt import Transformer
 from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
+
+from cairn.errors import StoreError
 
 EXECUTION_AND_RUN = """
 SELECT e.status AS execution_status, e.attempt AS execution_attempt, r.*,
@@ -53,30 +64,12 @@ VALUES (%(run_id)s, 'node', %(payload)s, now())
 RETURNING id
 """
 
-# The whole completion of a step as one all-or-nothing statement, optimistic on the seq
-# the worker read before running the node: if the run has moved since (or the result is
-# already recorded), it writes nothing and the caller takes the locking path.
-COMPLETE_STEP = """
-WITH chk AS (
-  SELECT id FROM runs WHERE id = %(run_id)s AND last_seq = %(known_seq)s FOR UPDATE
-), done AS (
-  UPDATE node_executions
-  SET status = %(status)s, result = %(result)s, error_class = %(error_class)s,
-      error = %(error)s, finished_at = now(), duration_s = %(duration_s)s, worker = %(worker)s
-  WHERE run_id = %(run_id)s AND node = %(node)s AND iteration = %(iteration)s
-    AND phase = %(phase)s AND attempt = %(attempt)s AND status IN ('scheduled', 'running')
-    AND EXISTS (SELECT 1 FROM chk)
-  RETURNING run_id
-), adv AS (
-  UPDATE runs
-  SET status = %(run_status)s, last_seq = %(last_seq)s, updated_at = %(updated_at)s,
-      current = %(current)s, reason = %(reason)s, state = %(state)s,
-      finished_at = coalesce(%(finished_at)s::timestamptz, finished_at),
-      snapshot_seq = coalesce(%(snapshot_seq)s::integer, snapshot_seq),
-      snapshot_at = coalesce(%(snapshot_at)s::timestamptz, snapshot_at)
-  WHERE id IN (SELECT run_id FROM done)
-  RETURNING id
-), appended AS (
+# What a step writes once its run row is in place (the CTE ``adv`` yields the run's id):
+# its event, a snapshot when due, sent-marks, and each dispatch's idempotency row and
+# outbox message. Shared by a run's first step (SUBMIT_RUN) and every later one
+# (COMPLETE_STEP).
+_STEP_WRITES = """
+appended AS (
   INSERT INTO events (run_id, seq, type, data, outcome, at)
   SELECT id, %(last_seq)s, %(type)s, %(data)s, %(outcome)s, %(at)s FROM adv
 ), snap AS (
@@ -101,10 +94,62 @@ WITH chk AS (
   RETURNING id, payload->>'node' AS node, (payload->>'iteration')::int AS iteration,
             payload->>'phase' AS phase
 )
-SELECT (SELECT count(*) FROM chk) AS checked, (SELECT count(*) FROM done) AS finished,
-       coalesce((SELECT json_agg(json_build_array(id, node, iteration, phase)) FROM box),
-                '[]'::json) AS outbox
 """
+
+_OUTBOX_IDS = """
+coalesce((SELECT json_agg(json_build_array(id, node, iteration, phase)) FROM box),
+         '[]'::json) AS outbox
+"""
+
+# The whole completion of a step as one all-or-nothing statement, optimistic on the seq
+# the worker read before running the node: if the run has moved since (or the result is
+# already recorded), it writes nothing and the caller takes the locking path.
+COMPLETE_STEP = (
+    """
+WITH chk AS (
+  SELECT id FROM runs WHERE id = %(run_id)s AND last_seq = %(known_seq)s FOR UPDATE
+), done AS (
+  UPDATE node_executions
+  SET status = %(status)s, result = %(result)s, error_class = %(error_class)s,
+      error = %(error)s, finished_at = now(), duration_s = %(duration_s)s, worker = %(worker)s
+  WHERE run_id = %(run_id)s AND node = %(node)s AND iteration = %(iteration)s
+    AND phase = %(phase)s AND attempt = %(attempt)s AND status IN ('scheduled', 'running')
+    AND EXISTS (SELECT 1 FROM chk)
+  RETURNING run_id
+), adv AS (
+  UPDATE runs
+  SET status = %(run_status)s, last_seq = %(last_seq)s, updated_at = %(updated_at)s,
+      current = %(current)s, reason = %(reason)s, state = %(state)s,
+      finished_at = coalesce(%(finished_at)s::timestamptz, finished_at),
+      snapshot_seq = coalesce(%(snapshot_seq)s::integer, snapshot_seq),
+      snapshot_at = coalesce(%(snapshot_at)s::timestamptz, snapshot_at)
+  WHERE id IN (SELECT run_id FROM done)
+  RETURNING id
+),"""
+    + _STEP_WRITES
+    + "SELECT (SELECT count(*) FROM chk) AS checked, (SELECT count(*) FROM done) AS finished,"
+    + _OUTBOX_IDS
+)
+
+# A new run and its first step in one statement. The run is inserted already advanced by
+# its start event; a (namespace, request id) taken already inserts nothing at all.
+SUBMIT_RUN = (
+    """
+WITH adv AS (
+  INSERT INTO runs (id, namespace, workflow, version, input, request_id, created_at,
+                    status, last_seq, updated_at, current, reason, state, finished_at,
+                    snapshot_seq, snapshot_at)
+  VALUES (%(run_id)s, %(namespace)s, %(workflow)s, %(version)s, %(input)s, %(request_id)s,
+          %(created_at)s, %(run_status)s, %(last_seq)s, %(updated_at)s, %(current)s,
+          %(reason)s, %(state)s, %(finished_at)s, coalesce(%(snapshot_seq)s::integer, 0),
+          %(snapshot_at)s)
+  ON CONFLICT DO NOTHING
+  RETURNING id
+),"""
+    + _STEP_WRITES
+    + "SELECT (SELECT count(*) FROM adv) AS inserted,"
+    + _OUTBOX_IDS
+)
 
 RECORD_STEP = """
 WITH appended AS (
@@ -124,13 +169,56 @@ WHERE id = %(run_id)s
 """
 
 
+WORKFLOW_VERSION = """
+SELECT max(version) AS version, extract(epoch FROM clock_timestamp())::float8 AS db_now
+FROM workflows
+WHERE name = %(name)s AND (%(version)s::integer IS NULL OR version = %(version)s::integer)
+"""
+
+
+def workflow_version(connection: Connection[Any], name: str, version: int | None) -> Any:
+    """The newest registered version of ``name`` (or ``version``, if it is registered), and
+    the database's clock, in one read (see :func:`execution_and_run`)."""
+    return _read_only_row(connection, WORKFLOW_VERSION, {"name": name, "version": version})
+
+
 def execution_and_run(connection: Connection[Any], key: Mapping[str, Any]) -> Any:
-    """The read a worker does before running a node; it ends in a rollback, so it does not
-    count as a commit."""
-    with connection.cursor(row_factory=namedtuple_row) as cursor:
-        row = cursor.execute(EXECUTION_AND_RUN, key).fetchone()
-    connection.rollback()
-    return row
+    """The read a worker does before running a node, on an autocommit connection.
+
+    Sent as one simple query, ``BEGIN READ ONLY; SELECT ...; ROLLBACK``: one round trip,
+    and a rollback in PostgreSQL's statistics (a lone SELECT would count as a commit).
+    """
+    return _read_only_row(connection, EXECUTION_AND_RUN, key)
+
+
+def _read_only_row(connection: Connection[Any], query: str, params: Mapping[str, Any]) -> Any:
+    """The first row (a namedtuple) of ``query`` run in a read-only transaction that one
+    round trip opens and rolls back; None if there is none.
+
+    Below psycopg's cursors on purpose: a cursor that sees a ROLLBACK forgets every
+    statement psycopg has prepared on the connection, the step's write among them.
+    """
+    _require_autocommit(connection)
+    bound = ClientCursor(connection).mogrify(query, params).encode(connection.info.encoding)
+    with connection.lock:
+        connection.pgconn.send_query(b"BEGIN READ ONLY;" + bound + b";ROLLBACK")
+        results = connection.wait(generators.execute(connection.pgconn))
+    failed = next((r for r in results if r.status == pq.ExecStatus.FATAL_ERROR), None)
+    if failed is not None:
+        connection.rollback()  # the failed statement left the transaction open
+        raise errors.error_from_result(failed, encoding=connection.info.encoding)
+    rows = results[1]
+    if rows.ntuples == 0:
+        return None
+    loader = Transformer(connection)
+    loader.set_pgresult(rows)
+    names = [(rows.fname(i) or b"").decode() for i in range(rows.nfields)]
+    return loader.load_row(0, _row_type(tuple(names))._make)
+
+
+@functools.cache
+def _row_type(names: tuple[str, ...]) -> Any:
+    return namedtuple("Row", names)
 
 
 def finish_and_lock(
@@ -202,8 +290,9 @@ def complete_step(
     sent: Sequence[int],
     dispatches: Sequence[tuple[Mapping[str, Any], int, Mapping[str, Any]]],
 ) -> tuple[bool, bool, dict[tuple[str, int, str], int]]:
-    """Run COMPLETE_STEP and its COMMIT in one round trip. Returns (the run was still at
-    ``known_seq``, the result was recorded, outbox id by (node, iteration, phase))."""
+    """Run COMPLETE_STEP on an autocommit connection: one statement, so one transaction,
+    and one round trip. Returns (the run was still at ``known_seq``, the result was
+    recorded, outbox id by (node, iteration, phase))."""
     params = {
         **key,
         "attempt": attempt,
@@ -215,6 +304,55 @@ def complete_step(
         "duration_s": result.get("duration_s"),
         "worker": result.get("worker"),
         **_step_params(run, event, outcome, at, sent),
+        **_writes_params(snapshot, dispatches),
+    }
+    row = _one_statement(connection, COMPLETE_STEP, params)
+    return bool(row.checked), bool(row.finished), _outbox_ids(row)
+
+
+def submit_run(
+    connection: Connection[Any],
+    values: Mapping[str, Any],
+    *,
+    run: Mapping[str, Any],
+    event: Mapping[str, Any],
+    outcome: Mapping[str, Any],
+    at: float,
+    snapshot: tuple[int, str, bytes] | None,
+    sent: Sequence[int],
+    dispatches: Sequence[tuple[Mapping[str, Any], int, Mapping[str, Any]]],
+) -> tuple[bool, dict[tuple[str, int, str], int]]:
+    """Run SUBMIT_RUN on an autocommit connection. Returns (the run was inserted, outbox
+    id by (node, iteration, phase))."""
+    params = {
+        "run_id": values["id"],
+        "namespace": values["namespace"],
+        "workflow": values["workflow"],
+        "version": values["version"],
+        "input": Jsonb(values["input"]),
+        "request_id": values["request_id"],
+        "created_at": values["created_at"],
+        **_step_params(run, event, outcome, at, sent),
+        **_writes_params(snapshot, dispatches),
+    }
+    row = _one_statement(connection, SUBMIT_RUN, params)
+    return bool(row.inserted), _outbox_ids(row)
+
+
+def _one_statement(connection: Connection[Any], query: str, params: Mapping[str, Any]) -> Any:
+    """One statement as its own transaction, prepared on the server (it runs per step)."""
+    _require_autocommit(connection)
+    with connection.cursor(row_factory=namedtuple_row) as cursor:
+        row = cursor.execute(query, params, prepare=True).fetchone()
+    assert row is not None
+    return row
+
+
+def _writes_params(
+    snapshot: tuple[int, str, bytes] | None,
+    dispatches: Sequence[tuple[Mapping[str, Any], int, Mapping[str, Any]]],
+) -> dict[str, Any]:
+    return {
         "snap_format": snapshot[0] if snapshot else None,
         "snap_codec": snapshot[1] if snapshot else None,
         "snap_body": snapshot[2] if snapshot else None,
@@ -224,14 +362,10 @@ def complete_step(
         "d_attempt": [d[1] for d in dispatches],
         "d_payload": [Jsonb(dict(d[2])) for d in dispatches],
     }
-    with connection.cursor(row_factory=namedtuple_row) as cursor:
-        with connection.pipeline():
-            cursor.execute(COMPLETE_STEP, params)
-            connection.commit()
-        row: Any = cursor.fetchone()
-    assert row is not None
-    ids = {(node, int(iteration), phase): int(id_) for id_, node, iteration, phase in row.outbox}
-    return bool(row.checked), bool(row.finished), ids
+
+
+def _outbox_ids(row: Any) -> dict[tuple[str, int, str], int]:
+    return {(node, int(iteration), phase): int(id_) for id_, node, iteration, phase in row.outbox}
 
 
 def _step_params(
@@ -258,6 +392,11 @@ def _step_params(
         "at": at,
         "sent": list(sent),
     }
+
+
+def _require_autocommit(connection: Connection[Any]) -> None:
+    if not connection.autocommit:
+        raise StoreError("this statement runs on its own: use Store.statements()")
 
 
 def _json(value: Any) -> Jsonb | None:

@@ -136,6 +136,20 @@ class Store:
             yield Tx(connection, self.dialect)
             connection.rollback()
 
+    @contextmanager
+    def statements(self) -> Iterator[Tx]:
+        """PostgreSQL: a connection on which each statement is a transaction of its own,
+        for the hot path, whose read and whose write are one statement each: no BEGIN
+        and COMMIT round trips (measured: they cost as much as the statements). Only
+        for single statements that must stand alone, and reads of immutable rows.
+        Elsewhere, a read-only transaction."""
+        if self.dialect != "postgresql":
+            with self.reading() as tx:
+                yield tx
+            return
+        with self.engine.connect() as plain:
+            yield Tx(plain.execution_options(isolation_level="AUTOCOMMIT"), self.dialect)
+
 
 def _serialise_sqlite_writers(engine: Engine) -> None:
     """SQLite: take the write lock at BEGIN (BEGIN IMMEDIATE), so that two transactions
@@ -208,12 +222,35 @@ class Tx:
             return 0, {}
         return row.version, dict(row.spec)
 
+    def workflow_version(self, name: str, version: int | None) -> tuple[int | None, float]:
+        """The newest registered version of ``name`` (``version`` itself, if given and
+        registered; None if not) and the database's clock."""
+        if self.dialect == "postgresql":
+            row = fastpath.workflow_version(self._driver(), name, version)
+            return row.version, float(row.db_now)
+        query = select(func.max(workflows.c.version)).where(workflows.c.name == name)
+        if version is not None:
+            query = query.where(workflows.c.version == version)
+        return self.connection.execute(query).scalar(), utcnow().timestamp()
+
     # -- runs ---------------------------------------------------------------------------
 
     def insert_run(self, values: Mapping[str, Any]) -> bool:
         """Insert a run; False if its (namespace, request id) already exists."""
         stmt = self._insert(runs).values(**values).on_conflict_do_nothing()
         return bool(self.connection.execute(stmt).rowcount)
+
+    def submit_run(
+        self, values: Mapping[str, Any], **step: Any
+    ) -> tuple[bool, dict[tuple[str, int, str], int]]:
+        """PostgreSQL only: a new run, already advanced by its first step, in one statement
+        (see cairn.store.fastpath.SUBMIT_RUN). False if its request id is taken."""
+        if self.dialect != "postgresql":
+            raise StoreError("the one-statement submit needs PostgreSQL")
+        step["dispatches"] = [
+            (k.params(), attempt, payload) for k, attempt, payload in step["dispatches"]
+        ]
+        return fastpath.submit_run(self._driver(), values, **step)
 
     def run_by_request(self, namespace: str, request_id: str) -> Any:
         return self.connection.execute(

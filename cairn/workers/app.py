@@ -20,6 +20,7 @@ import socket
 import threading
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from celery import Celery
 from celery.exceptions import InvalidTaskError
@@ -28,6 +29,7 @@ from celery.worker.strategy import default as default_strategy
 
 from cairn.config import Settings
 from cairn.orchestrator.messages import NodeMessage
+from cairn.workers.transport import TRANSPORT as REDIS_TRANSPORT
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ def make_celery(settings: Settings) -> Celery:
             "make_celery needs CAIRN_BROKER_URL; without it cairn runs nodes in-process"
         )
     app = Celery("cairn", broker=settings.broker_url, set_as_current=False)
+    if urlsplit(settings.broker_url).scheme in ("redis", "rediss"):
+        app.conf.broker_transport = REDIS_TRANSPORT
     transport = {"visibility_timeout": settings.visibility_timeout}
     app.conf.update(
         task_serializer="json",
@@ -59,7 +63,7 @@ def make_celery(settings: Settings) -> Celery:
         visibility_timeout=settings.visibility_timeout,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
-        worker_send_task_events=True,
+        worker_send_task_events=settings.task_events,
         worker_cancel_long_running_tasks_on_connection_loss=True,
     )
     app.cairn_settings = settings

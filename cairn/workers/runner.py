@@ -70,7 +70,8 @@ class NodeRunner:
     def _run(self, message: NodeMessage) -> Handled:
         orchestrator = self.orchestrator
         key = ExecutionKey(message.run_id, message.node, message.iteration, message.phase.value)
-        with orchestrator.store.reading() as tx:
+        # One statement; on a cache miss, immutable rows (snapshot, events up to last_seq)
+        with orchestrator.store.statements() as tx:
             execution, run = tx.execution_and_run(key)
             if execution is None or run is None:
                 raise InvalidMessage(f"no execution {key} was ever dispatched")

@@ -29,7 +29,7 @@ def status(cluster: Cluster, run_id: str) -> dict:
 
 def test_status_shows_the_worker_its_progress_and_a_fresh_beat(cluster: Cluster) -> None:
     cluster.worker(concurrency=1)
-    run_id = cluster.submit("paging", {"page_s": 1.0})
+    run_id = cluster.submit("paging", {"page_s": 2.0})  # running still when the CLI asks
     seen: list[dict] = []
 
     def reported_progress() -> bool:

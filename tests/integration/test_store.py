@@ -12,7 +12,7 @@ import subprocess
 import sys
 import uuid
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from cairn.orchestrator.state import STATE_FORMAT, RunState
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.store.database import MIGRATIONS, current_revision, make_engine, upgrade
-from cairn.store.repository import ACTIVE_EXECUTION, runs, snapshots
+from cairn.store.repository import ACTIVE_EXECUTION, outbox, runs, snapshots
 from cairn.store.schema import Base
 from tests.integration.conftest import ROOT, WORKFLOWS, _admin, _db_url, _drop
 
@@ -204,6 +204,35 @@ def make_runtime(database_url: str, tmp_path: Path) -> Iterator[Callable[..., Ru
     yield build
     for runtime in runtimes:
         runtime.close()
+
+
+def test_a_published_message_is_marked_sent_by_the_next_write_a_submit_included(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """Marks ride on the process's next write: unmarked, the relay would publish again
+    every first message a client sent."""
+    runtime = make_runtime()
+    published: list[NodeMessage] = []
+
+    class Taking:
+        def publish(self, messages: Sequence[NodeMessage]) -> bool:
+            published.extend(messages)
+            return True
+
+    runtime.orchestrator.publisher = Taking()
+    first = runtime.orchestrator.submit("chain10", {})
+    second = runtime.orchestrator.submit("chain10", {}, request_id="second")
+    assert runtime.orchestrator.submit("chain10", {}, request_id="second") == second
+
+    def sent() -> dict[str, Any]:
+        with runtime.store.reading() as tx:
+            return dict(tx.connection.execute(select(outbox.c.run_id, outbox.c.sent_at)).all())
+
+    assert sent()[first] is not None
+    assert sent()[second] is None  # the repeated submit wrote nothing, the mark neither
+    runtime.orchestrator.flush_sent()  # what an idle process does within a second
+    assert sent()[second] is not None
+    assert [m.run_id for m in published] == [first, second]
 
 
 def _active(runtime: Runtime, run_id: str) -> list[Any]:
