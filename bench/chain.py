@@ -127,13 +127,21 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def bench_cairn(
-    runs: int, concurrency: int, workdir: Path, pool: str = "prefork", processes: int = 1
+    runs: int,
+    concurrency: int,
+    workdir: Path,
+    pool: str = "prefork",
+    processes: int = 1,
+    *,
+    redis_leases: bool = True,
 ) -> Figures:
     from cairn.client import Client  # noqa: PLC0415
     from cairn.config import Settings  # noqa: PLC0415
 
     database, url = fresh_database("cairn_bench")
     env = cairn_env(url, broker_db=14, leases_db=15)
+    if not redis_leases:  # each process its own in-memory leases: the fleet is unguarded
+        del env["CAIRN_REDIS_URL"]
     settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
     workers = [
         spawn(
@@ -178,7 +186,8 @@ def bench_cairn(
         stop(scheduler)
         with admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-    return Figures("cairn (durable)", runs, elapsed, latencies, after - before)
+    name = "cairn (durable)" if redis_leases else "cairn, no Redis leases"
+    return Figures(name, runs, elapsed, latencies, after - before)
 
 
 def bench_celery(
@@ -289,6 +298,12 @@ def main() -> None:
         help="alternate the two systems this many times; the ratio is the median round's "
         "(a shared machine drifts: one round of each can differ by a third)",
     )
+    parser.add_argument(
+        "--lease-cost",
+        action="store_true",
+        help="also run cairn with in-process leases instead of Redis, to show what the "
+        "fleet's leases and heartbeats cost",
+    )
     args = parser.parse_args()
     workdir = Path(os.environ.get("BENCH_WORKDIR", "/tmp/cairn-bench"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -299,7 +314,8 @@ def main() -> None:
         f"{args.rounds} round(s)\n"
     )
     print(f"{'':<22} {'runs/s':>8} {'steps/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'commits/step':>14}")
-    ratios = []
+    ratios: list[float] = []
+    lease_costs: list[float] = []
     for _round in range(args.rounds):
         celery_figures = bench_celery(*setup)
         cairn_figures = bench_cairn(*setup)
@@ -307,11 +323,21 @@ def main() -> None:
         print(cairn_figures.row())
         ratios.append(cairn_figures.steps_per_s / celery_figures.steps_per_s)
         print(f"{'  ratio':<22} {ratios[-1]:>18.2f}x")
+        if args.lease_cost:
+            unleased = bench_cairn(*setup, redis_leases=False)
+            print(unleased.row())
+            lease_costs.append(1 - cairn_figures.steps_per_s / unleased.steps_per_s)
+            print(f"{'  Redis leases cost':<22} {lease_costs[-1] * 100:>17.0f}%")
     print(
         f"\ncairn / plain Celery steps/s, median of {len(ratios)}: "
         f"{statistics.median(ratios):.2f}x  (range {min(ratios):.2f}-{max(ratios):.2f}; "
         f"target >= 0.5x; commits/step target <= 1.5)"
     )
+    if lease_costs:
+        print(
+            f"Redis leases and heartbeats cost, median of {len(lease_costs)}: "
+            f"{statistics.median(lease_costs) * 100:.0f}% of steps/s (target <= 15%)"
+        )
 
 
 if __name__ == "__main__":

@@ -121,4 +121,4 @@ class Runtime:
             log.warning(
                 "could not mark published messages sent; the relay will resend them", exc_info=True
             )
-        self.store.engine.dispose()
+        self.store.dispose()

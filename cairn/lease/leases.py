@@ -12,6 +12,12 @@ when it started, its progress, and ``beat_at`` by Redis's clock — written by t
 scripts that acquire and renew the lease, so a heartbeat costs no extra round trip. It
 is lossy by design (a TTL of three lease periods) and never replaces a checkpoint.
 
+Each claim also gets a fencing token (``Lease.fence``): a counter per execution
+(``cairn:fence:...``) that every acquire raises, never below one more than the fence
+PostgreSQL recorded (the caller passes it as ``floor``), so it keeps rising even after
+Redis lost its keys. A claim above 1 is a takeover and is written to PostgreSQL, whose
+result commit requires the newest fence: the stale holder is refused there too.
+
 :class:`MemoryLeases` is the in-process twin for the embedded default and unit tests.
 """
 
@@ -28,20 +34,30 @@ import redis
 
 BEAT_TTL_PERIODS = 3
 STATS_KEY = "cairn:stats:leases"  # fleet-wide counters, kept by the scripts themselves
+# The fence counter outlives leases (a stale holder may wake up much later); the holder
+# that commits deletes it, so only unfinished executions keep one.
+FENCE_TTL_MS = 7 * 24 * 3600 * 1000
 
-# KEYS: lease, beat, stats. ARGV: token, ttl_ms, beat_ttl_ms, field, value, ...
+# KEYS: lease, beat, stats, fence. ARGV: token, ttl_ms, beat_ttl_ms, floor, fence_ttl_ms,
+# field, value, ... Returns the claim's fence, or 0 if the lease is held.
 ACQUIRE = """
 if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('hincrby', KEYS[3], 'contended', 1)
   return 0
 end
 redis.call('hincrby', KEYS[3], 'acquired', 1)
+local fence = redis.call('incr', KEYS[4])
+if fence <= tonumber(ARGV[4]) then
+  fence = tonumber(ARGV[4]) + 1
+  redis.call('set', KEYS[4], fence)
+end
+redis.call('pexpire', KEYS[4], ARGV[5])
 local t = redis.call('time')
 local now = string.format('%d.%06d', t[1], t[2])
 redis.call('del', KEYS[2])
-redis.call('hset', KEYS[2], 'beat_at', now, 'started_at', now, unpack(ARGV, 4))
+redis.call('hset', KEYS[2], 'beat_at', now, 'started_at', now, 'fence', fence, unpack(ARGV, 6))
 redis.call('pexpire', KEYS[2], ARGV[3])
-return 1
+return fence
 """
 
 RENEW = """
@@ -59,9 +75,13 @@ redis.call('pexpire', KEYS[2], ARGV[3])
 return 1
 """
 
+# KEYS: lease, beat, fence. ARGV: token, "1" if the holder's result is committed.
 RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('del', KEYS[2])
+  if ARGV[2] == '1' then
+    redis.call('del', KEYS[3])
+  end
   return redis.call('del', KEYS[1])
 end
 return 0
@@ -73,12 +93,16 @@ class Lease:
     key: str
     token: str
     ttl_s: float
+    fence: int = 1  # this claim's fencing token: rises with every claim of the execution
 
 
 class Leases(Protocol):
     def acquire(
-        self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None
-    ) -> Lease | None: ...
+        self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None, floor: int = 0
+    ) -> Lease | None:
+        """Claim ``key``; None if someone holds it. The claim's fence is above ``floor``
+        (the newest fence PostgreSQL recorded) and above every earlier claim's."""
+        ...
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool: ...
 
@@ -86,7 +110,14 @@ class Leases(Protocol):
         """Update the heartbeat record without renewing (progress between renewals)."""
         ...
 
-    def release(self, lease: Lease) -> bool: ...
+    def release(self, lease: Lease, finished: bool = False) -> bool:
+        """Give the lease up (token-checked); ``finished``: the holder's result is
+        committed, so the execution's fence counter is needed no more."""
+        ...
+
+    def count(self, name: str) -> None:
+        """Add one to a fleet-wide counter (shown with the lease counters)."""
+        ...
 
     def held(self, key: str) -> bool: ...
 
@@ -115,6 +146,10 @@ def beat_key(key: str) -> str:
     return key.replace("cairn:lease:", "cairn:beat:", 1)
 
 
+def fence_key(key: str) -> str:
+    return key.replace("cairn:lease:", "cairn:fence:", 1)
+
+
 class RedisLeases:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
@@ -131,13 +166,19 @@ class RedisLeases:
         )
 
     def acquire(
-        self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None
+        self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None, floor: int = 0
     ) -> Lease | None:
         token = secrets.token_hex(16)
-        args: list[str | int] = [token, _ms(ttl_s), _ms(ttl_s * BEAT_TTL_PERIODS), *_flat(record)]
-        if self._acquire(keys=[key, beat_key(key), STATS_KEY], args=args):
-            return Lease(key, token, ttl_s)
-        return None
+        args: list[str | int] = [
+            token,
+            _ms(ttl_s),
+            _ms(ttl_s * BEAT_TTL_PERIODS),
+            floor,
+            FENCE_TTL_MS,
+            *_flat(record),
+        ]
+        fence = int(self._acquire(keys=[key, beat_key(key), STATS_KEY, fence_key(key)], args=args))
+        return Lease(key, token, ttl_s, fence) if fence else None
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
         return self._touch(lease, _ms(lease.ttl_s), record)
@@ -154,8 +195,12 @@ class RedisLeases:
         ]
         return bool(self._renew(keys=[lease.key, beat_key(lease.key), STATS_KEY], args=args))
 
-    def release(self, lease: Lease) -> bool:
-        return bool(self._release(keys=[lease.key, beat_key(lease.key)], args=[lease.token]))
+    def release(self, lease: Lease, finished: bool = False) -> bool:
+        keys = [lease.key, beat_key(lease.key), fence_key(lease.key)]
+        return bool(self._release(keys=keys, args=[lease.token, "1" if finished else "0"]))
+
+    def count(self, name: str) -> None:
+        self.client.hincrby(STATS_KEY, name, 1)
 
     def held(self, key: str) -> bool:
         return bool(self.client.exists(key))
@@ -198,6 +243,7 @@ class MemoryLeases:
         self._lock = threading.Lock()
         self._leases: dict[str, tuple[str, float]] = {}
         self._beats: dict[str, dict[str, Any]] = {}
+        self._fences: dict[str, int] = {}
         self._stats: dict[str, int] = {}
 
     def _live(self, key: str) -> tuple[str, float] | None:
@@ -208,7 +254,7 @@ class MemoryLeases:
         return entry
 
     def acquire(
-        self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None
+        self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None, floor: int = 0
     ) -> Lease | None:
         with self._lock:
             if self._live(key) is not None:
@@ -216,10 +262,11 @@ class MemoryLeases:
                 return None
             self._count("acquired")
             token = secrets.token_hex(16)
+            fence = self._fences[key] = max(self._fences.get(key, 0), floor) + 1
             self._leases[key] = (token, self._clock() + ttl_s)
             now = self._clock()
             self._beats[key] = {**(record or {}), "beat_at": now, "started_at": now}
-            return Lease(key, token, ttl_s)
+            return Lease(key, token, ttl_s, fence)
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
         return self._touch(lease, record, renew=True)
@@ -243,14 +290,20 @@ class MemoryLeases:
             }
             return True
 
-    def release(self, lease: Lease) -> bool:
+    def release(self, lease: Lease, finished: bool = False) -> bool:
         with self._lock:
             entry = self._live(lease.key)
             if entry is None or entry[0] != lease.token:
                 return False
             del self._leases[lease.key]
             self._beats.pop(lease.key, None)
+            if finished:
+                self._fences.pop(lease.key, None)
             return True
+
+    def count(self, name: str) -> None:
+        with self._lock:
+            self._count(name)
 
     def held(self, key: str) -> bool:
         with self._lock:

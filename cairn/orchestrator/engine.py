@@ -51,6 +51,9 @@ from cairn.store.repository import ExecutionKey, Store, Tx, encode_snapshot, fro
 log = logging.getLogger(__name__)
 
 AUDIT_ONLY = "audit"  # events with this "type" prefix are history, not decider input
+# The fence of a result that comes from no claim (the scheduler's verdicts): no claim
+# outranks it.
+ANY_FENCE = 2**31 - 1
 
 
 class Publisher(Protocol):
@@ -354,22 +357,27 @@ class Orchestrator:
         outcome: NodeOutcome,
         worker: str,
         known: Restored | None = None,
+        fence: int = ANY_FENCE,
     ) -> Completion:
         """Record a worker's result and advance the run with it, in one transaction.
 
         The first result for an execution wins; a second (a duplicate delivery, a stale
-        worker) is discarded and changes nothing. ``known`` is the run as the worker read
-        it before running: if the run has not moved since, the whole completion is one
-        optimistic statement (PostgreSQL); otherwise the run is locked and read again.
+        worker) is discarded and changes nothing, and so is a result whose claim
+        (``fence``) another worker has taken over since. ``known`` is the run as the
+        worker read it before running: if the run has not moved since, the whole
+        completion is one optimistic statement (PostgreSQL); otherwise the run is locked
+        and read again.
         """
         if known is not None and self.store.dialect == "postgresql":
-            completion = self._complete_optimistically(message, outcome, worker, known)
+            completion = self._complete_optimistically(message, outcome, worker, known, fence)
             if completion is not None:
                 return completion
         key = message.key
         try:
             with self.store.transaction() as tx:
-                row, now = tx.finish_and_lock(key, message.attempt, _result_values(outcome, worker))
+                row, now = tx.finish_and_lock(
+                    key, message.attempt, fence, _result_values(outcome, worker)
+                )
                 if row is None:
                     return Completion(
                         False, f"a result for {key} attempt {message.attempt} is already recorded"
@@ -389,7 +397,7 @@ class Orchestrator:
         return Completion(True, decision=advanced.decision)
 
     def _complete_optimistically(
-        self, message: NodeMessage, outcome: NodeOutcome, worker: str, known: Restored
+        self, message: NodeMessage, outcome: NodeOutcome, worker: str, known: Restored, fence: int
     ) -> Completion | None:
         """One round trip when the run is where the worker left it and the decision only
         dispatches; None means: take the locking path."""
@@ -403,6 +411,7 @@ class Orchestrator:
             checked, finished, ids = tx.complete_step(
                 message.key,
                 attempt=message.attempt,
+                fence=fence,
                 known_seq=known.row.last_seq,
                 result=_result_values(outcome, worker),
                 run=plan.run_values,
@@ -423,6 +432,39 @@ class Orchestrator:
         self._log_finish(message.run_id, decision)
         self._publish(_with_outbox_ids(plan.dispatches, ids))
         return Completion(True, decision=decision)
+
+    def record(self, run_id: str, kind: str, data: Mapping[str, Any]) -> int | None:
+        """Append an audit event (``audit.<kind>``): history for people, never input to
+        the decider. Returns its seq; None if there is no such run."""
+        with self.store.transaction() as tx:
+            row, now = tx.lock_run(run_id)
+            if row is None:
+                return None
+            seq = row.last_seq + 1
+            cached = row.state  # the state does not change: the cache stays true
+            tx.write_step(
+                run_id,
+                seq,
+                dispatches=[],
+                event={"type": f"{AUDIT_ONLY}.{kind}", "at": now, **data},
+                outcome={},
+                at=now,
+                run_values={
+                    "status": row.status,
+                    "last_seq": seq,
+                    "updated_at": from_epoch(now),
+                    "current": list(row.current),
+                    "reason": row.reason,
+                    "state": json.dumps(cached, separators=(",", ":")) if cached else None,
+                },
+                sent=self.sent.drain(),
+            )
+        return int(seq)
+
+    def fenced_out(self, key: ExecutionKey, fence: int) -> bool:
+        """True if a claim newer than ``fence`` took the execution over."""
+        with self.store.reading() as tx:
+            return tx.execution_fence(key) > fence
 
     def _encoded_snapshot(self, plan: Orchestrator._Plan) -> tuple[int, str, bytes] | None:
         if plan.snapshot is None:
@@ -465,8 +507,8 @@ class Orchestrator:
 
         decision: Decision
         seq: int
-        run_values: dict[str, Any]
-        snapshot: dict[str, Any] | None
+        run_values: dict[str, Any]  # "state": the state as JSON text, if cached
+        snapshot: str | None  # the state as JSON text, when a snapshot is due
         dispatches: list[NodeMessage]
         row_commands: Sequence[Command]  # timers and cancellations: rows besides the step's own
 
@@ -488,15 +530,14 @@ class Orchestrator:
         }
         if new.status.terminal:
             values["finished_at"] = from_epoch(event.at)
-        data = new.to_dict()
-        cacheable = (
-            self.settings.state_cache_bytes > 0
-            and len(json.dumps(data, separators=(",", ":"))) <= self.settings.state_cache_bytes
-        )
-        values["state"] = data if cacheable else None
+        # Serialized once, for the row's cache and a snapshot alike: an agent's state with
+        # its message history is the largest thing a step writes.
+        state_json = json.dumps(new.to_dict(), separators=(",", ":"))
+        cacheable = 0 < len(state_json) <= self.settings.state_cache_bytes
+        values["state"] = state_json if cacheable else None
         snapshot = None
         if self._snapshot_due(row, new, seq, event.at):
-            snapshot = data
+            snapshot = state_json
             values.update(snapshot_seq=seq, snapshot_at=from_epoch(event.at))
         dispatches = [
             NodeMessage(

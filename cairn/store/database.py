@@ -41,6 +41,22 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
     return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
 
 
+def autocommit_twin(engine: Engine) -> Engine:
+    """An engine on the same database whose connections are autocommit from the start.
+
+    Switching a pooled connection to autocommit and back on every checkout costs more
+    Python than the one statement it is for; a pool of its own costs a connection or two.
+    """
+    pool_size = engine.pool.size()  # type: ignore[attr-defined]
+    return create_engine(
+        engine.url,
+        isolation_level="AUTOCOMMIT",
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_recycle=1800,
+    )
+
+
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
     cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
     # WAL lets readers run beside the single writer; busy_timeout waits out the writer.

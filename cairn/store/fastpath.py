@@ -30,7 +30,8 @@ from psycopg.types.json import Jsonb
 from cairn.errors import StoreError
 
 EXECUTION_AND_RUN = """
-SELECT e.status AS execution_status, e.attempt AS execution_attempt, r.*,
+SELECT e.status AS execution_status, e.attempt AS execution_attempt,
+       e.fence AS execution_fence, r.*,
        extract(epoch FROM clock_timestamp())::float8 AS db_now
 FROM node_executions e JOIN runs r ON r.id = e.run_id
 WHERE e.run_id = %(run_id)s AND e.node = %(node)s AND e.iteration = %(iteration)s
@@ -44,6 +45,7 @@ WITH done AS (
       error = %(error)s, finished_at = now(), duration_s = %(duration_s)s, worker = %(worker)s
   WHERE run_id = %(run_id)s AND node = %(node)s AND iteration = %(iteration)s
     AND phase = %(phase)s AND attempt = %(attempt)s AND status IN ('scheduled', 'running')
+    AND fence <= %(fence)s
   RETURNING run_id
 )
 SELECT r.*, extract(epoch FROM clock_timestamp())::float8 AS db_now
@@ -114,12 +116,13 @@ WITH chk AS (
       error = %(error)s, finished_at = now(), duration_s = %(duration_s)s, worker = %(worker)s
   WHERE run_id = %(run_id)s AND node = %(node)s AND iteration = %(iteration)s
     AND phase = %(phase)s AND attempt = %(attempt)s AND status IN ('scheduled', 'running')
+    AND fence <= %(fence)s
     AND EXISTS (SELECT 1 FROM chk)
   RETURNING run_id
 ), adv AS (
   UPDATE runs
   SET status = %(run_status)s, last_seq = %(last_seq)s, updated_at = %(updated_at)s,
-      current = %(current)s, reason = %(reason)s, state = %(state)s,
+      current = %(current)s, reason = %(reason)s, state = %(state)s::jsonb,
       finished_at = coalesce(%(finished_at)s::timestamptz, finished_at),
       snapshot_seq = coalesce(%(snapshot_seq)s::integer, snapshot_seq),
       snapshot_at = coalesce(%(snapshot_at)s::timestamptz, snapshot_at)
@@ -141,7 +144,7 @@ WITH adv AS (
                     snapshot_seq, snapshot_at)
   VALUES (%(run_id)s, %(namespace)s, %(workflow)s, %(version)s, %(input)s, %(request_id)s,
           %(created_at)s, %(run_status)s, %(last_seq)s, %(updated_at)s, %(current)s,
-          %(reason)s, %(state)s, %(finished_at)s, coalesce(%(snapshot_seq)s::integer, 0),
+          %(reason)s, %(state)s::jsonb, %(finished_at)s, coalesce(%(snapshot_seq)s::integer, 0),
           %(snapshot_at)s)
   ON CONFLICT DO NOTHING
   RETURNING id
@@ -161,7 +164,7 @@ WITH appended AS (
 )
 UPDATE runs
 SET status = %(run_status)s, last_seq = %(last_seq)s, updated_at = %(updated_at)s,
-    current = %(current)s, reason = %(reason)s, state = %(state)s,
+    current = %(current)s, reason = %(reason)s, state = %(state)s::jsonb,
     finished_at = coalesce(%(finished_at)s::timestamptz, finished_at),
     snapshot_seq = coalesce(%(snapshot_seq)s::integer, snapshot_seq),
     snapshot_at = coalesce(%(snapshot_at)s::timestamptz, snapshot_at)
@@ -222,11 +225,16 @@ def _row_type(names: tuple[str, ...]) -> Any:
 
 
 def finish_and_lock(
-    connection: Connection[Any], key: Mapping[str, Any], attempt: int, values: Mapping[str, Any]
+    connection: Connection[Any],
+    key: Mapping[str, Any],
+    attempt: int,
+    fence: int,
+    values: Mapping[str, Any],
 ) -> Any:
     params = {
         **key,
         "attempt": attempt,
+        "fence": fence,
         "status": values["status"],
         "result": _json(values.get("result")),
         "error_class": values.get("error_class"),
@@ -280,6 +288,7 @@ def complete_step(
     key: Mapping[str, Any],
     *,
     attempt: int,
+    fence: int,
     known_seq: int,
     result: Mapping[str, Any],
     run: Mapping[str, Any],
@@ -296,6 +305,7 @@ def complete_step(
     params = {
         **key,
         "attempt": attempt,
+        "fence": fence,
         "known_seq": known_seq,
         "status": result["status"],
         "result": _json(result.get("result")),
@@ -382,7 +392,7 @@ def _step_params(
         "updated_at": run["updated_at"],
         "current": Jsonb(run["current"]),
         "reason": run.get("reason"),
-        "state": _json(run.get("state")),
+        "state": run.get("state"),  # JSON text
         "finished_at": run.get("finished_at"),
         "snapshot_seq": run.get("snapshot_seq"),
         "snapshot_at": run.get("snapshot_at"),

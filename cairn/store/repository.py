@@ -32,6 +32,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from cairn.errors import StoreError
 from cairn.store import fastpath
+from cairn.store.database import autocommit_twin
 from cairn.store.schema import (
     EventRow,
     NodeExecutionRow,
@@ -99,8 +100,8 @@ class ExecutionKey:
         return f"{self.run_id}/{self.node}#{self.iteration}/{self.phase}"
 
 
-def encode_snapshot(state: Mapping[str, Any], compress_over_bytes: int) -> tuple[str, bytes]:
-    body = json.dumps(state, separators=(",", ":")).encode()
+def encode_snapshot(state_json: str, compress_over_bytes: int) -> tuple[str, bytes]:
+    body = state_json.encode()
     if len(body) > compress_over_bytes:
         return "json+zlib", zlib.compress(body, 6)
     return "json", body
@@ -119,8 +120,16 @@ class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
+        self._autocommit = autocommit_twin(engine) if self.dialect == "postgresql" else None
         if self.dialect == "sqlite":
             _serialise_sqlite_writers(engine)
+
+    def dispose(self) -> None:
+        """Close every pooled connection (after a fork, a restart of the database, or at
+        the end)."""
+        self.engine.dispose()
+        if self._autocommit is not None:
+            self._autocommit.dispose()
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
@@ -143,12 +152,12 @@ class Store:
         and COMMIT round trips (measured: they cost as much as the statements). Only
         for single statements that must stand alone, and reads of immutable rows.
         Elsewhere, a read-only transaction."""
-        if self.dialect != "postgresql":
+        if self._autocommit is None:
             with self.reading() as tx:
                 yield tx
             return
-        with self.engine.connect() as plain:
-            yield Tx(plain.execution_options(isolation_level="AUTOCOMMIT"), self.dialect)
+        with self._autocommit.connect() as connection:
+            yield Tx(connection, self.dialect)
 
 
 def _serialise_sqlite_writers(engine: Engine) -> None:
@@ -331,7 +340,12 @@ class Tx:
                 at=at,
             )
         )
-        self.connection.execute(update(runs).where(runs.c.id == run_id).values(**run_values))
+        cached = run_values.get("state")
+        self.connection.execute(
+            update(runs)
+            .where(runs.c.id == run_id)
+            .values(**{**run_values, "state": json.loads(cached) if cached else None})
+        )
         self.mark_sent(sent)
         return ids
 
@@ -359,11 +373,11 @@ class Tx:
         self,
         run_id: str,
         seq: int,
-        state: Mapping[str, Any],
+        state_json: str,
         state_format: int,
         compress_over_bytes: int,
     ) -> None:
-        codec, body = encode_snapshot(state, compress_over_bytes)
+        codec, body = encode_snapshot(state_json, compress_over_bytes)
         self.connection.execute(
             self._insert(snapshots)
             .values(
@@ -452,6 +466,7 @@ class Tx:
             select(
                 executions.c.status.label("execution_status"),
                 executions.c.attempt.label("execution_attempt"),
+                executions.c.fence.label("execution_fence"),
                 runs,
             )
             .join(runs, runs.c.id == executions.c.run_id)
@@ -475,21 +490,23 @@ class Tx:
         return fastpath.complete_step(self._driver(), key.params(), **step)
 
     def finish_and_lock(
-        self, key: ExecutionKey, attempt: int, values: Mapping[str, Any]
+        self, key: ExecutionKey, attempt: int, fence: int, values: Mapping[str, Any]
     ) -> tuple[Any, float]:
-        """Record the first result for (key, attempt) and lock its run, in one round trip
-        on PostgreSQL. Returns (None, 0) if a result was already recorded."""
+        """Record the first result for (key, attempt), if no claim newer than ``fence``
+        took the execution over, and lock its run, in one round trip on PostgreSQL.
+        Returns (None, 0) if nothing was recorded."""
         finish = (
             update(executions)
             .where(
                 key.where(),
                 executions.c.attempt == attempt,
                 executions.c.status.in_(ACTIVE_EXECUTION),
+                executions.c.fence <= fence,
             )
             .values(**values)
         )
         if self.dialect == "postgresql":
-            row = fastpath.finish_and_lock(self._driver(), key.params(), attempt, values)
+            row = fastpath.finish_and_lock(self._driver(), key.params(), attempt, fence, values)
             return (row, float(row.db_now)) if row is not None else (None, 0.0)
         if not self.connection.execute(finish).rowcount:
             return None, 0.0
@@ -524,6 +541,25 @@ class Tx:
                 .limit(limit)
             )
         )
+
+    def claim_execution(self, key: ExecutionKey, attempt: int, fence: int) -> bool:
+        """Record a takeover's fence on the unfinished execution; False if it finished or
+        a newer claim is recorded already."""
+        claimed = self.connection.execute(
+            update(executions)
+            .where(
+                key.where(),
+                executions.c.attempt == attempt,
+                executions.c.status.in_(ACTIVE_EXECUTION),
+                executions.c.fence < fence,
+            )
+            .values(fence=fence)
+        )
+        return bool(claimed.rowcount)
+
+    def execution_fence(self, key: ExecutionKey) -> int:
+        fence = self.connection.execute(select(executions.c.fence).where(key.where())).scalar()
+        return int(fence or 0)
 
     def touch_execution(self, key: ExecutionKey, attempt: int, *, died: bool) -> int | None:
         """Restart an unfinished execution's recovery clock, counting the recovery if its

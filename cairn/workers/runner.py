@@ -123,10 +123,15 @@ class NodeRunner:
             lease_key(message.run_id, message.node, message.iteration, message.phase.value),
             self.settings.lease_ttl,
             {"worker": self.worker, "attempt": message.attempt},
+            floor=execution.execution_fence,
         )
         if lease is None:
             return Handled.LEASE_HELD
+        if lease.fence > 1 and not self._claim(key, message.attempt, lease.fence):
+            self.leases.release(lease)
+            return Handled.DUPLICATE  # finished meanwhile, or a newer claim took it
         beat = self.heartbeats.hold(lease, self.settings.heartbeat_interval)
+        completion = None
         try:
             ctx = StepContext(
                 run_id=message.run_id,
@@ -143,20 +148,58 @@ class NodeRunner:
             )
             outcome = self._execute(ref.resolve(), ctx, message)
             if not beat.valid:
-                log.warning("lease lost while running %s; not committing", key)
+                self._stale(message, lease.fence, caught_by="lease")
                 return Handled.LEASE_LOST
-            completion = orchestrator.complete(message, outcome, self.worker, known=known)
+            completion = orchestrator.complete(
+                message, outcome, self.worker, known=known, fence=lease.fence
+            )
             fault_point("complete.after_commit")
         finally:
             self.heartbeats.drop(beat)
             try:
-                self.leases.release(lease)
+                self.leases.release(lease, finished=completion is not None and completion.recorded)
             except Exception:  # the lease expires on its own
                 log.warning("releasing %s failed", lease.key, exc_info=True)
         if not completion.recorded:
+            if orchestrator.fenced_out(key, lease.fence):
+                self._stale(message, lease.fence, caught_by="fence")
+                return Handled.LEASE_LOST
             log.info("result of %s discarded: %s", key, completion.reason)
             return Handled.DISCARDED
         return Handled.COMMITTED
+
+    def _claim(self, key: ExecutionKey, attempt: int, fence: int) -> bool:
+        """A takeover (this is not the execution's first claim): record the fence in
+        PostgreSQL before running, so that the holder it replaced cannot commit."""
+        with self.orchestrator.store.statements() as tx:
+            return tx.claim_execution(key, attempt, fence)
+
+    def _stale(self, message: NodeMessage, fence: int, *, caught_by: str) -> None:
+        """This worker's claim was taken over while it ran: its result is not committed.
+        That is an event in the run's history and a fleet counter, not an error."""
+        log.warning(
+            "%s: claim (fence %d) was taken over while running; result not committed (%s)",
+            message.key,
+            fence,
+            caught_by,
+        )
+        try:
+            self.leases.count("stale_rejected")
+            self.orchestrator.record(
+                message.run_id,
+                "stale_write_rejected",
+                {
+                    "node": message.node,
+                    "iteration": message.iteration,
+                    "attempt": message.attempt,
+                    "phase": message.phase.value,
+                    "worker": self.worker,
+                    "fence": fence,
+                    "caught_by": caught_by,
+                },
+            )
+        except Exception:  # the history entry is best effort; the refusal is what counts
+            log.warning("could not record the stale write of %s", message.key, exc_info=True)
 
     def _execute(self, handler: Any, ctx: StepContext, message: NodeMessage) -> NodeOutcome:
         node, iteration, attempt, phase = (

@@ -76,7 +76,9 @@ def test_the_same_request_id_returns_one_run(cluster: Cluster) -> None:
 
 
 def test_a_stopped_worker_does_not_block_the_run(cluster: Cluster) -> None:
-    """SIGSTOP past the lease: another worker takes the node; nothing commits twice."""
+    """SIGSTOP past the lease: another worker takes the node over (fence 2, recorded in
+    PostgreSQL) and finishes; the stale worker, resumed, commits nothing, and its refused
+    write is an event of the run."""
     stopped = cluster.worker(concurrency=1)
     cluster.scheduler()
     run_id = cluster.submit("chain10", {"slow": {"n3": 1.5}})
@@ -90,7 +92,18 @@ def test_a_stopped_worker_does_not_block_the_run(cluster: Cluster) -> None:
     with cluster.client.runtime.store.reading() as tx:
         executions = {(e.node, e.iteration): e for e in tx.executions_of(run_id)}
     assert all(e.status == "succeeded" for e in executions.values())
-    assert cluster.client.get_run(run_id).last_seq == 11  # no second result was appended
+    taken_over = executions[("n3", 1)]
+    assert taken_over.fence == 2
+    events = cluster.client.events(run_id)
+    assert [e["type"] for e in events if not e["type"].startswith("audit.")] == [
+        "run_started",
+        *["node_succeeded"] * 10,
+    ]  # no second result was appended
+    (stale,) = [e for e in events if e["type"] == "audit.stale_write_rejected"]
+    assert stale["data"]["node"] == "n3"
+    assert stale["data"]["fence"] == 1
+    assert stale["data"]["worker"] != taken_over.worker  # the result is the new holder's
+    assert cluster.client.get_run(run_id).status is RunStatus.SUCCEEDED
 
 
 def _unpublished_runs(cluster: Cluster, count: int, prefix: str) -> list[str]:

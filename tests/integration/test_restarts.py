@@ -144,5 +144,5 @@ def _restart_postgresql() -> None:
 def test_postgresql_restart_with_runs_in_flight(cluster: Cluster) -> None:
     runs = _start_runs_in_flight(cluster)
     _restart_postgresql()
-    cluster.client.runtime.store.engine.dispose()  # this process's connections died too
+    cluster.client.runtime.store.dispose()  # this process's connections died too
     _each_succeeded_with_one_result_per_node(cluster, runs, timeout_s=180)

@@ -1,0 +1,85 @@
+"""Fencing: PostgreSQL, not Redis, has the last word on which claim may commit."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from cairn.config import Settings
+from cairn.lease.leases import RedisLeases, lease_key
+from cairn.orchestrator.engine import NodeOutcome
+from cairn.orchestrator.events import NodeSucceeded
+from cairn.orchestrator.messages import NodeMessage
+from cairn.orchestrator.statuses import NodeStatus
+from cairn.runtime import Runtime
+from tests.integration.conftest import WORKFLOWS
+
+
+@pytest.fixture
+def runtime(database_url: str, redis_urls: tuple[str, str], tmp_path: Path) -> Iterator[Runtime]:
+    built = Runtime.build(
+        Settings(
+            database_url=database_url,
+            redis_url=redis_urls[1],
+            home=tmp_path / "home",
+            workflows=[str(WORKFLOWS)],
+        )
+    )
+    yield built
+    built.close()
+
+
+def _succeeded(message: NodeMessage, worker: str) -> NodeOutcome:
+    event = NodeSucceeded(
+        at=0.0,
+        node=message.node,
+        iteration=message.iteration,
+        attempt=message.attempt,
+        output={"by": worker},
+    )
+    return NodeOutcome(event, NodeStatus.SUCCEEDED, result={"by": worker})
+
+
+def test_a_taken_over_claim_cannot_commit_and_fences_keep_rising_after_redis_forgets(
+    runtime: Runtime, redis_urls: tuple[str, str]
+) -> None:
+    orchestrator, leases = runtime.orchestrator, runtime.leases
+    assert isinstance(leases, RedisLeases)
+    run_id = orchestrator.submit("chain10", {})
+    first = NodeMessage(run_id, "chain10", 1, "n1", 1, 1)
+    key = lease_key(run_id, "n1", 1, "run")
+
+    stale = leases.acquire(key, 0.2)
+    assert stale is not None and stale.fence == 1  # a first claim: nothing written
+    time.sleep(0.3)  # it pauses past its lease...
+    newer = leases.acquire(key, 30.0)
+    assert newer is not None and newer.fence == 2
+    with runtime.store.statements() as tx:  # ...and the takeover is recorded
+        assert tx.claim_execution(first.key, 1, newer.fence)
+        assert not tx.claim_execution(first.key, 1, stale.fence)  # fences only rise
+
+    refused = orchestrator.complete(first, _succeeded(first, "stale"), "stale", fence=1)
+    assert not refused.recorded
+    assert orchestrator.fenced_out(first.key, stale.fence)
+    accepted = orchestrator.complete(first, _succeeded(first, "newer"), "newer", fence=2)
+    assert accepted.recorded
+    with runtime.store.reading() as tx:
+        (execution,) = [e for e in tx.executions_of(run_id) if e.node == "n1"]
+    assert (execution.worker, execution.result, execution.fence) == ("newer", {"by": "newer"}, 2)
+
+    # Redis loses every key: the next claim still outranks what PostgreSQL recorded.
+    redis.Redis.from_url(redis_urls[1]).flushdb()
+    second = NodeMessage(run_id, "chain10", 1, "n2", 1, 1)
+    n2 = lease_key(run_id, "n2", 1, "run")
+    lost = leases.acquire(n2, 0.2)
+    assert lost is not None
+    with runtime.store.statements() as tx:
+        tx.claim_execution(second.key, 1, 5)  # say: claims up to fence 5 happened
+    time.sleep(0.3)
+    redis.Redis.from_url(redis_urls[1]).flushdb()
+    after = leases.acquire(n2, 30.0, floor=5)
+    assert after is not None and after.fence == 6
