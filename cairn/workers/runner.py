@@ -175,10 +175,11 @@ class NodeRunner:
             return tx.claim_execution(key, attempt, fence)
 
     def _stale(self, message: NodeMessage, fence: int, *, caught_by: str) -> None:
-        """This worker's claim was taken over while it ran: its result is not committed.
-        That is an event in the run's history and a fleet counter, not an error."""
+        """This worker lost its claim while it ran (its lease expired, or another worker
+        took the node over): its result is not committed. That is an event in the run's
+        history and a fleet counter, not an error."""
         log.warning(
-            "%s: claim (fence %d) was taken over while running; result not committed (%s)",
+            "%s: claim (fence %d) lost while running; result not committed (caught by %s)",
             message.key,
             fence,
             caught_by,

@@ -1,13 +1,16 @@
-"""Fencing: PostgreSQL, not Redis, has the last word on which claim may commit."""
+"""Fencing (PostgreSQL has the last word on which claim may commit) and recovery records,
+in-process against real PostgreSQL and Redis."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import redis
+from sqlalchemy import update
 
 from cairn.config import Settings
 from cairn.lease.leases import RedisLeases, lease_key
@@ -16,6 +19,7 @@ from cairn.orchestrator.events import NodeSucceeded
 from cairn.orchestrator.messages import NodeMessage
 from cairn.orchestrator.statuses import NodeStatus
 from cairn.runtime import Runtime
+from cairn.store.repository import executions
 from tests.integration.conftest import WORKFLOWS
 
 
@@ -83,3 +87,35 @@ def test_a_taken_over_claim_cannot_commit_and_fences_keep_rising_after_redis_for
     redis.Redis.from_url(redis_urls[1]).flushdb()
     after = leases.acquire(n2, 30.0, floor=5)
     assert after is not None and after.fence == 6
+
+
+def test_a_recovery_is_recorded_with_its_checkpoint_and_what_it_skips(runtime: Runtime) -> None:
+    orchestrator = runtime.orchestrator
+    run_id = orchestrator.submit("chain10", {})
+    first = NodeMessage(run_id, "chain10", 1, "n1", 1, 1)
+    assert orchestrator.complete(first, _succeeded(first, "w"), "w").recorded
+    with runtime.store.transaction() as tx:  # n2's message was lost an hour ago
+        tx.connection.execute(
+            update(executions)
+            .where(executions.c.run_id == run_id, executions.c.node == "n2")
+            .values(dispatched_at=datetime.now(UTC) - timedelta(hours=1))
+        )
+    assert runtime.scheduler.recover() == 1
+    (recovered,) = [e for e in orchestrator.events(run_id) if e["type"] == "audit.recovered"]
+    assert recovered["data"] == {
+        "node": "n2",
+        "iteration": 1,
+        "attempt": 1,
+        "phase": "run",
+        "cause": "never claimed or message lost",
+        "recoveries": 0,
+        "from_seq": 2,
+        "snapshot_seq": recovered["data"]["snapshot_seq"],
+        "skipped_done": ["n1#1"],
+        "type": "audit.recovered",
+        "at": recovered["data"]["at"],
+    }
+    # History only: the run goes on from where it was.
+    second = NodeMessage(run_id, "chain10", 1, "n2", 1, 1)
+    assert orchestrator.complete(second, _succeeded(second, "w"), "w").recorded
+    assert orchestrator.get_run(run_id).state.nodes["n3"].status is NodeStatus.SCHEDULED
