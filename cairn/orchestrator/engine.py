@@ -46,7 +46,15 @@ from cairn.orchestrator.messages import NodeMessage
 from cairn.orchestrator.state import STATE_FORMAT, RunState
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.payloads import storable_json
-from cairn.store.repository import ExecutionKey, Store, Tx, encode_snapshot, from_epoch, utcnow
+from cairn.store.repository import (
+    ExecutionKey,
+    StepWrites,
+    Store,
+    Tx,
+    encode_snapshot,
+    from_epoch,
+    utcnow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -261,16 +269,7 @@ class Orchestrator:
             return None
         sent = self.sent.drain()
         with self.store.statements() as tx:
-            inserted, ids = tx.submit_run(
-                values,
-                run=plan.run_values,
-                event=event_to_dict(event),
-                outcome=_outcome(decision),
-                at=now,
-                snapshot=self._encoded_snapshot(plan),
-                sent=sent,
-                dispatches=_dispatch_rows(plan),
-            )
+            inserted, ids = tx.submit_run(values, self._writes(plan, event, sent))
         if not inserted:
             self.sent.add(sent)  # nothing was written, the marks included
             return self._existing_run(values)
@@ -414,13 +413,7 @@ class Orchestrator:
                 fence=fence,
                 known_seq=known.row.last_seq,
                 result=_result_values(outcome, worker),
-                run=plan.run_values,
-                event=event_to_dict(event),
-                outcome=_outcome(decision),
-                at=event.at,
-                snapshot=self._encoded_snapshot(plan),
-                sent=sent,
-                dispatches=_dispatch_rows(plan),
+                writes=self._writes(plan, event, sent),
             )
         if not (checked and finished):
             self.sent.add(sent)  # nothing was written, the marks included
@@ -442,22 +435,18 @@ class Orchestrator:
                 return None
             seq = row.last_seq + 1
             cached = row.state  # the state does not change: the cache stays true
+            run_values = {
+                "status": row.status,
+                "last_seq": seq,
+                "updated_at": from_epoch(now),
+                "current": list(row.current),
+                "reason": row.reason,
+                "state": json.dumps(cached, separators=(",", ":")) if cached else None,
+            }
+            event = {"type": f"{AUDIT_ONLY}.{kind}", "at": now, **data}
             tx.write_step(
                 run_id,
-                seq,
-                dispatches=[],
-                event={"type": f"{AUDIT_ONLY}.{kind}", "at": now, **data},
-                outcome={},
-                at=now,
-                run_values={
-                    "status": row.status,
-                    "last_seq": seq,
-                    "updated_at": from_epoch(now),
-                    "current": list(row.current),
-                    "reason": row.reason,
-                    "state": json.dumps(cached, separators=(",", ":")) if cached else None,
-                },
-                sent=self.sent.drain(),
+                StepWrites(run_values, event, outcome={}, sent=self.sent.drain(), dispatches=[]),
             )
         return int(seq)
 
@@ -466,11 +455,19 @@ class Orchestrator:
         with self.store.reading() as tx:
             return tx.execution_fence(key) > fence
 
-    def _encoded_snapshot(self, plan: Orchestrator._Plan) -> tuple[int, str, bytes] | None:
-        if plan.snapshot is None:
-            return None
-        codec, body = encode_snapshot(plan.snapshot, self.settings.snapshot_compress_bytes)
-        return STATE_FORMAT, codec, body
+    def _writes(self, plan: Orchestrator._Plan, event: Event, sent: Sequence[int]) -> StepWrites:
+        snapshot = None
+        if plan.snapshot is not None:
+            codec, body = encode_snapshot(plan.snapshot, self.settings.snapshot_compress_bytes)
+            snapshot = (STATE_FORMAT, codec, body)
+        return StepWrites(
+            run=plan.run_values,
+            event=event_to_dict(event),
+            outcome=_outcome(plan.decision),
+            sent=sent,
+            dispatches=[(m.key, m.attempt, m.to_dict()) for m in plan.dispatches],
+            snapshot=snapshot,
+        )
 
     def restore(
         self, tx: Tx, row: Any, definition: WorkflowDefinition, upto: int | None = None
@@ -506,8 +503,7 @@ class Orchestrator:
         """What one decision writes: computed before any write, carried out by either path."""
 
         decision: Decision
-        seq: int
-        run_values: dict[str, Any]  # "state": the state as JSON text, if cached
+        run_values: dict[str, Any]  # "last_seq": the event's seq; "state": JSON text, if cached
         snapshot: str | None  # the state as JSON text, when a snapshot is due
         dispatches: list[NodeMessage]
         row_commands: Sequence[Command]  # timers and cancellations: rows besides the step's own
@@ -551,7 +547,7 @@ class Orchestrator:
             for c in decision.commands
             if isinstance(c, ArmTimer | DisarmTimer | CancelNode | DetachNode)
         ]
-        return decision, self._Plan(decision, seq, values, snapshot, dispatches, row_commands)
+        return decision, self._Plan(decision, values, snapshot, dispatches, row_commands)
 
     def _advance(
         self, tx: Tx, row: Any, definition: WorkflowDefinition, state: RunState, event: Event
@@ -560,21 +556,8 @@ class Orchestrator:
         if plan is None:
             return self._Advanced(decision, [])
         self._carry_out(tx, row, plan)
-        if plan.snapshot is not None:
-            tx.write_snapshot(
-                row.id, plan.seq, plan.snapshot, STATE_FORMAT, self.settings.snapshot_compress_bytes
-            )
         self._log_finish(row.id, plan.decision)
-        outbox_ids = tx.write_step(
-            row.id,
-            plan.seq,
-            dispatches=[(m.key, m.attempt, m.to_dict()) for m in plan.dispatches],
-            event=event_to_dict(event),
-            outcome=_outcome(plan.decision),
-            at=event.at,
-            run_values=plan.run_values,
-            sent=self.sent.drain(),
-        )
+        outbox_ids = tx.write_step(row.id, self._writes(plan, event, self.sent.drain()))
         messages = [
             replace(m, outbox_id=i) for m, i in zip(plan.dispatches, outbox_ids, strict=True)
         ]
@@ -702,10 +685,6 @@ class _FreshRun:
     last_seq: int = 0
     snapshot_seq: int = 0
     snapshot_at: datetime | None = None
-
-
-def _dispatch_rows(plan: Orchestrator._Plan) -> list[tuple[ExecutionKey, int, dict[str, Any]]]:
-    return [(m.key, m.attempt, m.to_dict()) for m in plan.dispatches]
 
 
 def _with_outbox_ids(

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import functools
 from collections import namedtuple
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from psycopg import ClientCursor, Connection, errors, generators, pq
 from psycopg.adapt import Transformer
@@ -28,6 +28,9 @@ from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
 
 from cairn.errors import StoreError
+
+if TYPE_CHECKING:
+    from cairn.store.repository import StepWrites
 
 EXECUTION_AND_RUN = """
 SELECT e.status AS execution_status, e.attempt AS execution_attempt,
@@ -38,20 +41,37 @@ WHERE e.run_id = %(run_id)s AND e.node = %(node)s AND e.iteration = %(iteration)
   AND e.phase = %(phase)s
 """
 
-FINISH_AND_LOCK = """
-WITH done AS (
+# The run row, advanced by a step (coalesce: what the step does not change stays).
+_ADVANCE_RUN = """
+SET status = %(run_status)s, last_seq = %(last_seq)s, updated_at = %(updated_at)s,
+    current = %(current)s, reason = %(reason)s, state = %(state)s::jsonb,
+    finished_at = coalesce(%(finished_at)s::timestamptz, finished_at),
+    snapshot_seq = coalesce(%(snapshot_seq)s::integer, snapshot_seq),
+    snapshot_at = coalesce(%(snapshot_at)s::timestamptz, snapshot_at)
+"""
+
+# A worker's result, recorded only if it is the first for the execution at this attempt
+# and no newer claim took the execution over (its fence).
+_RECORD_RESULT = """
   UPDATE node_executions
   SET status = %(status)s, result = %(result)s, error_class = %(error_class)s,
       error = %(error)s, finished_at = now(), duration_s = %(duration_s)s, worker = %(worker)s
   WHERE run_id = %(run_id)s AND node = %(node)s AND iteration = %(iteration)s
     AND phase = %(phase)s AND attempt = %(attempt)s AND status IN ('scheduled', 'running')
     AND fence <= %(fence)s
-  RETURNING run_id
+"""
+
+FINISH_AND_LOCK = (
+    """
+WITH done AS ("""
+    + _RECORD_RESULT
+    + """  RETURNING run_id
 )
 SELECT r.*, extract(epoch FROM clock_timestamp())::float8 AS db_now
 FROM runs r WHERE r.id IN (SELECT run_id FROM done)
 FOR UPDATE OF r
 """
+)
 
 DISPATCH = """
 WITH scheduled AS (
@@ -110,23 +130,14 @@ COMPLETE_STEP = (
     """
 WITH chk AS (
   SELECT id FROM runs WHERE id = %(run_id)s AND last_seq = %(known_seq)s FOR UPDATE
-), done AS (
-  UPDATE node_executions
-  SET status = %(status)s, result = %(result)s, error_class = %(error_class)s,
-      error = %(error)s, finished_at = now(), duration_s = %(duration_s)s, worker = %(worker)s
-  WHERE run_id = %(run_id)s AND node = %(node)s AND iteration = %(iteration)s
-    AND phase = %(phase)s AND attempt = %(attempt)s AND status IN ('scheduled', 'running')
-    AND fence <= %(fence)s
-    AND EXISTS (SELECT 1 FROM chk)
+), done AS ("""
+    + _RECORD_RESULT
+    + """    AND EXISTS (SELECT 1 FROM chk)
   RETURNING run_id
 ), adv AS (
-  UPDATE runs
-  SET status = %(run_status)s, last_seq = %(last_seq)s, updated_at = %(updated_at)s,
-      current = %(current)s, reason = %(reason)s, state = %(state)s::jsonb,
-      finished_at = coalesce(%(finished_at)s::timestamptz, finished_at),
-      snapshot_seq = coalesce(%(snapshot_seq)s::integer, snapshot_seq),
-      snapshot_at = coalesce(%(snapshot_at)s::timestamptz, snapshot_at)
-  WHERE id IN (SELECT run_id FROM done)
+  UPDATE runs"""
+    + _ADVANCE_RUN
+    + """  WHERE id IN (SELECT run_id FROM done)
   RETURNING id
 ),"""
     + _STEP_WRITES
@@ -154,22 +165,24 @@ WITH adv AS (
     + _OUTBOX_IDS
 )
 
-RECORD_STEP = """
+RECORD_STEP = (
+    """
 WITH appended AS (
   INSERT INTO events (run_id, seq, type, data, outcome, at)
-  VALUES (%(run_id)s, %(seq)s, %(type)s, %(data)s, %(outcome)s, %(at)s)
+  VALUES (%(run_id)s, %(last_seq)s, %(type)s, %(data)s, %(outcome)s, %(at)s)
+), snap AS (
+  INSERT INTO snapshots (run_id, seq, format, codec, body, created_at)
+  SELECT %(run_id)s, %(last_seq)s, %(snap_format)s, %(snap_codec)s, %(snap_body)s::bytea, now()
+  WHERE %(snap_body)s::bytea IS NOT NULL
+  ON CONFLICT DO NOTHING
 ), sent AS (
   UPDATE outbox SET sent_at = now(), publishes = publishes + 1
   WHERE id = ANY(%(sent)s::bigint[]) AND sent_at IS NULL
 )
-UPDATE runs
-SET status = %(run_status)s, last_seq = %(last_seq)s, updated_at = %(updated_at)s,
-    current = %(current)s, reason = %(reason)s, state = %(state)s::jsonb,
-    finished_at = coalesce(%(finished_at)s::timestamptz, finished_at),
-    snapshot_seq = coalesce(%(snapshot_seq)s::integer, snapshot_seq),
-    snapshot_at = coalesce(%(snapshot_at)s::timestamptz, snapshot_at)
-WHERE id = %(run_id)s
-"""
+UPDATE runs"""
+    + _ADVANCE_RUN
+    + "WHERE id = %(run_id)s\n"
+)
 
 
 WORKFLOW_VERSION = """
@@ -231,33 +244,12 @@ def finish_and_lock(
     fence: int,
     values: Mapping[str, Any],
 ) -> Any:
-    params = {
-        **key,
-        "attempt": attempt,
-        "fence": fence,
-        "status": values["status"],
-        "result": _json(values.get("result")),
-        "error_class": values.get("error_class"),
-        "error": values.get("error"),
-        "duration_s": values.get("duration_s"),
-        "worker": values.get("worker"),
-    }
+    params = _result_params(key, attempt, fence, values)
     with connection.cursor(row_factory=namedtuple_row) as cursor:
         return cursor.execute(FINISH_AND_LOCK, params).fetchone()
 
 
-def write_step(
-    connection: Connection[Any],
-    run_id: str,
-    *,
-    seq: int,
-    dispatches: Sequence[tuple[Mapping[str, Any], int, Mapping[str, Any]]],
-    event: Mapping[str, Any],
-    outcome: Mapping[str, Any],
-    at: float,
-    run: Mapping[str, Any],
-    sent: Sequence[int],
-) -> list[int]:
+def write_step(connection: Connection[Any], run_id: str, writes: StepWrites) -> list[int]:
     """Every write of a step and the COMMIT, pipelined: one round trip for all of them.
 
     It ends the transaction, so it must be the transaction's last statement; the caller's
@@ -265,14 +257,12 @@ def write_step(
     """
     with connection.pipeline():
         cursors = []
-        for key, attempt, payload in dispatches:
+        for key, attempt, payload in writes.dispatches:
             cursor = connection.cursor()
-            cursor.execute(DISPATCH, {**key, "attempt": attempt, "payload": Jsonb(dict(payload))})
+            params = {**key.params(), "attempt": attempt, "payload": Jsonb(dict(payload))}
+            cursor.execute(DISPATCH, params)
             cursors.append(cursor)
-        connection.execute(
-            RECORD_STEP,
-            {"run_id": run_id, "seq": seq, **_step_params(run, event, outcome, at, sent)},
-        )
+        connection.execute(RECORD_STEP, {"run_id": run_id, **_step_params(writes)})
         connection.commit()
     ids = []
     for cursor in cursors:
@@ -291,46 +281,22 @@ def complete_step(
     fence: int,
     known_seq: int,
     result: Mapping[str, Any],
-    run: Mapping[str, Any],
-    event: Mapping[str, Any],
-    outcome: Mapping[str, Any],
-    at: float,
-    snapshot: tuple[int, str, bytes] | None,
-    sent: Sequence[int],
-    dispatches: Sequence[tuple[Mapping[str, Any], int, Mapping[str, Any]]],
+    writes: StepWrites,
 ) -> tuple[bool, bool, dict[tuple[str, int, str], int]]:
     """Run COMPLETE_STEP on an autocommit connection: one statement, so one transaction,
     and one round trip. Returns (the run was still at ``known_seq``, the result was
     recorded, outbox id by (node, iteration, phase))."""
     params = {
-        **key,
-        "attempt": attempt,
-        "fence": fence,
+        **_result_params(key, attempt, fence, result),
         "known_seq": known_seq,
-        "status": result["status"],
-        "result": _json(result.get("result")),
-        "error_class": result.get("error_class"),
-        "error": result.get("error"),
-        "duration_s": result.get("duration_s"),
-        "worker": result.get("worker"),
-        **_step_params(run, event, outcome, at, sent),
-        **_writes_params(snapshot, dispatches),
+        **_step_params(writes),
     }
     row = _one_statement(connection, COMPLETE_STEP, params)
     return bool(row.checked), bool(row.finished), _outbox_ids(row)
 
 
 def submit_run(
-    connection: Connection[Any],
-    values: Mapping[str, Any],
-    *,
-    run: Mapping[str, Any],
-    event: Mapping[str, Any],
-    outcome: Mapping[str, Any],
-    at: float,
-    snapshot: tuple[int, str, bytes] | None,
-    sent: Sequence[int],
-    dispatches: Sequence[tuple[Mapping[str, Any], int, Mapping[str, Any]]],
+    connection: Connection[Any], values: Mapping[str, Any], writes: StepWrites
 ) -> tuple[bool, dict[tuple[str, int, str], int]]:
     """Run SUBMIT_RUN on an autocommit connection. Returns (the run was inserted, outbox
     id by (node, iteration, phase))."""
@@ -342,8 +308,7 @@ def submit_run(
         "input": Jsonb(values["input"]),
         "request_id": values["request_id"],
         "created_at": values["created_at"],
-        **_step_params(run, event, outcome, at, sent),
-        **_writes_params(snapshot, dispatches),
+        **_step_params(writes),
     }
     row = _one_statement(connection, SUBMIT_RUN, params)
     return bool(row.inserted), _outbox_ids(row)
@@ -358,37 +323,33 @@ def _one_statement(connection: Connection[Any], query: str, params: Mapping[str,
     return row
 
 
-def _writes_params(
-    snapshot: tuple[int, str, bytes] | None,
-    dispatches: Sequence[tuple[Mapping[str, Any], int, Mapping[str, Any]]],
-) -> dict[str, Any]:
-    return {
-        "snap_format": snapshot[0] if snapshot else None,
-        "snap_codec": snapshot[1] if snapshot else None,
-        "snap_body": snapshot[2] if snapshot else None,
-        "d_node": [d[0]["node"] for d in dispatches],
-        "d_iteration": [d[0]["iteration"] for d in dispatches],
-        "d_phase": [d[0]["phase"] for d in dispatches],
-        "d_attempt": [d[1] for d in dispatches],
-        "d_payload": [Jsonb(dict(d[2])) for d in dispatches],
-    }
-
-
 def _outbox_ids(row: Any) -> dict[tuple[str, int, str], int]:
     return {(node, int(iteration), phase): int(id_) for id_, node, iteration, phase in row.outbox}
 
 
-def _step_params(
-    run: Mapping[str, Any],
-    event: Mapping[str, Any],
-    outcome: Mapping[str, Any],
-    at: float,
-    sent: Sequence[int],
+def _result_params(
+    key: Mapping[str, Any], attempt: int, fence: int, result: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The parameters of a step's event, run-row update and sent-marks (both paths)."""
+    """The parameters of _RECORD_RESULT."""
+    return {
+        **key,
+        "attempt": attempt,
+        "fence": fence,
+        "status": result["status"],
+        "result": _json(result.get("result")),
+        "error_class": result.get("error_class"),
+        "error": result.get("error"),
+        "duration_s": result.get("duration_s"),
+        "worker": result.get("worker"),
+    }
+
+
+def _step_params(writes: StepWrites) -> dict[str, Any]:
+    """The parameters of what a step writes, shared by its three statements."""
+    run, snapshot, dispatches = writes.run, writes.snapshot, writes.dispatches
     return {
         "run_status": run["status"],
-        "last_seq": run["last_seq"],
+        "last_seq": writes.seq,
         "updated_at": run["updated_at"],
         "current": Jsonb(run["current"]),
         "reason": run.get("reason"),
@@ -396,11 +357,19 @@ def _step_params(
         "finished_at": run.get("finished_at"),
         "snapshot_seq": run.get("snapshot_seq"),
         "snapshot_at": run.get("snapshot_at"),
-        "type": event["type"],
-        "data": Jsonb(dict(event)),
-        "outcome": Jsonb(dict(outcome)),
-        "at": at,
-        "sent": list(sent),
+        "type": writes.event["type"],
+        "data": Jsonb(dict(writes.event)),
+        "outcome": Jsonb(dict(writes.outcome)),
+        "at": writes.at,
+        "sent": list(writes.sent),
+        "snap_format": snapshot[0] if snapshot else None,
+        "snap_codec": snapshot[1] if snapshot else None,
+        "snap_body": snapshot[2] if snapshot else None,
+        "d_node": [key.node for key, _attempt, _payload in dispatches],
+        "d_iteration": [key.iteration for key, _attempt, _payload in dispatches],
+        "d_phase": [key.phase for key, _attempt, _payload in dispatches],
+        "d_attempt": [attempt for _key, attempt, _payload in dispatches],
+        "d_payload": [Jsonb(dict(payload)) for _key, _attempt, payload in dispatches],
     }
 
 

@@ -74,6 +74,29 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class StepWrites:
+    """What one decision writes, whichever path writes it: the run row's new values
+    (``run``; its ``last_seq`` is the event's seq), the event and what the decision did,
+    a snapshot when due (format, codec, body), the sent-marks this process owes, and each
+    dispatch as (execution key, attempt, message payload)."""
+
+    run: Mapping[str, Any]
+    event: Mapping[str, Any]
+    outcome: Mapping[str, Any]
+    sent: Sequence[int]
+    dispatches: Sequence[tuple[ExecutionKey, int, Mapping[str, Any]]]
+    snapshot: tuple[int, str, bytes] | None = None
+
+    @property
+    def seq(self) -> int:
+        return int(self.run["last_seq"])
+
+    @property
+    def at(self) -> float:
+        return float(self.event["at"])
+
+
+@dataclass(frozen=True)
 class ExecutionKey:
     run_id: str
     node: str
@@ -86,6 +109,14 @@ class ExecutionKey:
             executions.c.node == self.node,
             executions.c.iteration == self.iteration,
             executions.c.phase == self.phase,
+        )
+
+    def unfinished(self, attempt: int) -> Any:
+        """This execution at ``attempt``, while it has no result."""
+        return and_(
+            self.where(),
+            executions.c.attempt == attempt,
+            executions.c.status.in_(ACTIVE_EXECUTION),
         )
 
     def params(self) -> dict[str, Any]:
@@ -250,16 +281,13 @@ class Tx:
         return bool(self.connection.execute(stmt).rowcount)
 
     def submit_run(
-        self, values: Mapping[str, Any], **step: Any
+        self, values: Mapping[str, Any], writes: StepWrites
     ) -> tuple[bool, dict[tuple[str, int, str], int]]:
         """PostgreSQL only: a new run, already advanced by its first step, in one statement
         (see cairn.store.fastpath.SUBMIT_RUN). False if its request id is taken."""
         if self.dialect != "postgresql":
             raise StoreError("the one-statement submit needs PostgreSQL")
-        step["dispatches"] = [
-            (k.params(), attempt, payload) for k, attempt, payload in step["dispatches"]
-        ]
-        return fastpath.submit_run(self._driver(), values, **step)
+        return fastpath.submit_run(self._driver(), values, writes)
 
     def run_by_request(self, namespace: str, request_id: str) -> Any:
         return self.connection.execute(
@@ -283,38 +311,15 @@ class Tx:
             query = query.with_for_update()
         return self.connection.execute(query).first()
 
-    def write_step(
-        self,
-        run_id: str,
-        seq: int,
-        *,
-        dispatches: Sequence[tuple[ExecutionKey, int, Mapping[str, Any]]],
-        event: Mapping[str, Any],
-        outcome: Mapping[str, Any],
-        at: float,
-        run_values: Mapping[str, Any],
-        sent: Sequence[int],
-    ) -> list[int]:
+    def write_step(self, run_id: str, writes: StepWrites) -> list[int]:
         """Write what a decision produced: each dispatch (its idempotency row and outbox
-        message), event ``seq``, the run row, and published messages marked sent; return
-        the outbox ids. This is the last statement of its transaction: on PostgreSQL it
-        commits in the same round trip (see cairn.store.fastpath)."""
+        message), the event, a snapshot when due, the run row, and published messages
+        marked sent; return the outbox ids. This is the last statement of its transaction:
+        on PostgreSQL it commits in the same round trip (see cairn.store.fastpath)."""
         if self.dialect == "postgresql":
-            return fastpath.write_step(
-                self._driver(),
-                run_id,
-                seq=seq,
-                dispatches=[
-                    (key.params(), attempt, payload) for key, attempt, payload in dispatches
-                ],
-                event=event,
-                outcome=outcome,
-                at=at,
-                run=run_values,
-                sent=sent,
-            )
+            return fastpath.write_step(self._driver(), run_id, writes)
         ids = []
-        for key, attempt, payload in dispatches:
+        for key, attempt, payload in writes.dispatches:
             self.connection.execute(self._schedule_statement(key, attempt))
             ids.append(
                 int(
@@ -333,20 +338,34 @@ class Tx:
         self.connection.execute(
             insert(events).values(
                 run_id=run_id,
-                seq=seq,
-                type=event["type"],
-                data=dict(event),
-                outcome=dict(outcome),
-                at=at,
+                seq=writes.seq,
+                type=writes.event["type"],
+                data=dict(writes.event),
+                outcome=dict(writes.outcome),
+                at=writes.at,
             )
         )
-        cached = run_values.get("state")
+        if writes.snapshot is not None:
+            state_format, codec, body = writes.snapshot
+            self.connection.execute(
+                self._insert(snapshots)
+                .values(
+                    run_id=run_id,
+                    seq=writes.seq,
+                    format=state_format,
+                    codec=codec,
+                    body=body,
+                    created_at=utcnow(),
+                )
+                .on_conflict_do_nothing()
+            )
+        cached = writes.run.get("state")
         self.connection.execute(
             update(runs)
             .where(runs.c.id == run_id)
-            .values(**{**run_values, "state": json.loads(cached) if cached else None})
+            .values(**{**writes.run, "state": json.loads(cached) if cached else None})
         )
-        self.mark_sent(sent)
+        self.mark_sent(writes.sent)
         return ids
 
     def list_runs(
@@ -368,28 +387,6 @@ class Tx:
         if upto is not None:
             query = query.where(events.c.seq <= upto)
         return list(self.connection.execute(query.order_by(events.c.seq)))
-
-    def write_snapshot(
-        self,
-        run_id: str,
-        seq: int,
-        state_json: str,
-        state_format: int,
-        compress_over_bytes: int,
-    ) -> None:
-        codec, body = encode_snapshot(state_json, compress_over_bytes)
-        self.connection.execute(
-            self._insert(snapshots)
-            .values(
-                run_id=run_id,
-                seq=seq,
-                format=state_format,
-                codec=codec,
-                body=body,
-                created_at=utcnow(),
-            )
-            .on_conflict_do_nothing()
-        )
 
     def latest_snapshot(self, run_id: str, at_or_before: int | None = None) -> Snapshot | None:
         query = select(
@@ -478,16 +475,28 @@ class Tx:
         return row, row
 
     def complete_step(
-        self, key: ExecutionKey, **step: Any
+        self,
+        key: ExecutionKey,
+        *,
+        attempt: int,
+        fence: int,
+        known_seq: int,
+        result: Mapping[str, Any],
+        writes: StepWrites,
     ) -> tuple[bool, bool, dict[tuple[str, int, str], int]]:
         """PostgreSQL only: the optimistic, all-or-nothing completion of a step and its
         commit (see cairn.store.fastpath.COMPLETE_STEP)."""
         if self.dialect != "postgresql":
             raise StoreError("the one-statement completion needs PostgreSQL")
-        step["dispatches"] = [
-            (k.params(), attempt, payload) for k, attempt, payload in step["dispatches"]
-        ]
-        return fastpath.complete_step(self._driver(), key.params(), **step)
+        return fastpath.complete_step(
+            self._driver(),
+            key.params(),
+            attempt=attempt,
+            fence=fence,
+            known_seq=known_seq,
+            result=result,
+            writes=writes,
+        )
 
     def finish_and_lock(
         self, key: ExecutionKey, attempt: int, fence: int, values: Mapping[str, Any]
@@ -497,12 +506,7 @@ class Tx:
         Returns (None, 0) if nothing was recorded."""
         finish = (
             update(executions)
-            .where(
-                key.where(),
-                executions.c.attempt == attempt,
-                executions.c.status.in_(ACTIVE_EXECUTION),
-                executions.c.fence <= fence,
-            )
+            .where(key.unfinished(attempt), executions.c.fence <= fence)
             .values(**values)
         )
         if self.dialect == "postgresql":
@@ -547,12 +551,7 @@ class Tx:
         a newer claim is recorded already."""
         claimed = self.connection.execute(
             update(executions)
-            .where(
-                key.where(),
-                executions.c.attempt == attempt,
-                executions.c.status.in_(ACTIVE_EXECUTION),
-                executions.c.fence < fence,
-            )
+            .where(key.unfinished(attempt), executions.c.fence < fence)
             .values(fence=fence)
         )
         return bool(claimed.rowcount)
@@ -566,11 +565,7 @@ class Tx:
         worker died running it; the count, or None if it finished meanwhile."""
         row = self.connection.execute(
             update(executions)
-            .where(
-                key.where(),
-                executions.c.attempt == attempt,
-                executions.c.status.in_(ACTIVE_EXECUTION),
-            )
+            .where(key.unfinished(attempt))
             .values(dispatched_at=utcnow(), recoveries=executions.c.recoveries + (1 if died else 0))
             .returning(executions.c.recoveries)
         ).first()
