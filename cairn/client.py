@@ -72,6 +72,25 @@ class Client:
     def get_run(self, run_id: str) -> RunView:
         return self.runtime.orchestrator.get_run(run_id)
 
+    def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        actor: str | None = None,
+        signal_id: str | None = None,
+        node: str | None = None,
+    ) -> bool:
+        """Send a signal to a waiting run (a wait node's signal, or ``recovery.retry``,
+        ``recovery.complete`` with ``{"output": {...}}``, ``recovery.fail`` for a node
+        held for an operator). True if applied; False if ``signal_id`` was applied
+        before. A signal the run cannot take raises a :class:`CairnError`."""
+        decision = self.runtime.orchestrator.signal(
+            run_id, name, payload, actor=actor, signal_id=signal_id, node=node
+        )
+        return decision.ignored is None
+
     def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
         return self.runtime.orchestrator.events(run_id, after)
 

@@ -1,21 +1,37 @@
-"""Long-running processes: worker, scheduler; and the database."""
+"""Long-running processes: worker, scheduler; their probes; and the database."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
-from cairn.cli.main import _cwd_importable, app, out
+from cairn.cli.main import EXIT_INVALID, _cwd_importable, app, err, out
 from cairn.config import Settings
+from cairn.lease.leases import Leases, RedisLeases
 from cairn.runtime import Runtime
 from cairn.store.database import current_revision, make_engine, upgrade
 
 db = typer.Typer(help="The database schema.", no_args_is_help=True)
 app.add_typer(db, name="db")
+probe = typer.Typer(
+    help="Health checks for Kubernetes exec probes: exit 0 healthy, 1 not.",
+    no_args_is_help=True,
+)
+app.add_typer(probe, name="probe")
+
+MetricsPort = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        max=65535,
+        help="Serve the lease metrics for Prometheus on this port (CAIRN_METRICS_PORT).",
+    ),
+]
 
 
 @db.command("upgrade")
@@ -28,7 +44,7 @@ def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
 
 
 @app.command()
-def worker(
+def worker(  # noqa: PLR0917 - typer passes options by name
     concurrency: Annotated[int, typer.Option(help="Parallel node executions.")] = 2,
     queues: Annotated[str | None, typer.Option(help="Comma-separated queues.")] = None,
     pool: Annotated[
@@ -45,15 +61,32 @@ def worker(
             "--events", "-E", help="Send Celery task events for Flower (CAIRN_TASK_EVENTS)."
         ),
     ] = False,
+    liveness_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where a Celery worker records that it still consumes, for "
+            "`cairn probe worker` (CAIRN_LIVENESS_FILE)."
+        ),
+    ] = None,
+    metrics_port: MetricsPort = None,
 ) -> None:
     """Run a worker: a Celery worker (CAIRN_BROKER_URL set) or, embedded, worker threads
     plus the scheduler in this process."""
     _cwd_importable()
-    settings = Settings.from_env()
+    settings = _with(Settings.from_env(), liveness_file=liveness_file, metrics_port=metrics_port)
     _logging(settings)
     if settings.broker_url is not None:
         from cairn.workers.app import make_celery  # noqa: PLC0415
 
+        if settings.metrics_port is not None:
+            if settings.redis_url is None:
+                raise typer.BadParameter(
+                    "lease metrics of a Celery worker need CAIRN_REDIS_URL: without it "
+                    "every worker process keeps leases of its own",
+                    param_hint="--metrics-port",
+                )
+            # The parent serves: its children come and go, the counters are in Redis.
+            _serve_metrics(RedisLeases.from_url(settings.redis_url), settings.metrics_port)
         celery_app = make_celery(settings)
         argv = [
             "worker",
@@ -67,18 +100,77 @@ def worker(
         ]
         celery_app.worker_main(argv)
         return
+    if liveness_file is not None:
+        err.print("--liveness-file is for Celery workers: an embedded worker has no broker")
     runtime = Runtime.build(settings, concurrency=concurrency)
     runtime.start_workers()
     _serve(runtime)
 
 
 @app.command()
-def scheduler() -> None:
+def scheduler(metrics_port: MetricsPort = None) -> None:
     """Run the scheduler: outbox relay, durable timers, recovery, compaction."""
     _cwd_importable()
-    settings = Settings.from_env()
+    settings = _with(Settings.from_env(), metrics_port=metrics_port)
     _logging(settings)
     _serve(Runtime.build(settings))
+
+
+@probe.command("worker")
+def probe_worker(
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            help="The worker's liveness file (default: CAIRN_LIVENESS_FILE, else the one "
+            "default file of a worker on this host)."
+        ),
+    ] = None,
+    max_age: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="Seconds since the worker last consumed its own ping before it counts "
+            "as deaf (default: 3 x CAIRN_LIVENESS_INTERVAL).",
+        ),
+    ] = None,
+) -> None:
+    """Is a Celery worker still consuming? Exit 0 if it consumed its own ping through the
+    broker (or was busy with nodes) within the max age, 1 if it is deaf."""
+    from cairn.workers.liveness import check, default_max_age  # noqa: PLC0415
+
+    settings = Settings.from_env()
+    path = file or settings.liveness_file or _only_default_file()
+    verdict = check(path, default_max_age(settings) if max_age is None else max_age)
+    (out if verdict.live else err).print(verdict.message, markup=False)
+    raise typer.Exit(0 if verdict.live else 1)
+
+
+def _only_default_file() -> Path:
+    """A worker's default file is keyed by its pid, unknown here: take the only one."""
+    from cairn.workers.liveness import default_files  # noqa: PLC0415
+
+    pattern, candidates = default_files()
+    if len(candidates) != 1:
+        err.print(
+            f"{len(candidates)} worker liveness files match {pattern}: "
+            "give --file or set CAIRN_LIVENESS_FILE",
+            markup=False,
+        )
+        raise typer.Exit(EXIT_INVALID if not candidates else 1)
+    return candidates[0]
+
+
+def _with(settings: Settings, **options: Any) -> Settings:
+    """Settings with the command line's options over the environment's."""
+    given = {name: value for name, value in options.items() if value is not None}
+    return settings.model_validate({**settings.model_dump(), **given}) if given else settings
+
+
+def _serve_metrics(leases: Leases, port: int) -> None:
+    from cairn.lease.metrics import serve_metrics  # noqa: PLC0415
+
+    serve_metrics(leases, port)
+    out.print(f"lease metrics on :{port}/metrics")
 
 
 def _serve(runtime: Runtime) -> None:
@@ -86,6 +178,8 @@ def _serve(runtime: Runtime) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     runtime.start_scheduler()
+    if runtime.settings.metrics_port is not None:
+        _serve_metrics(runtime.leases, runtime.settings.metrics_port)
     out.print("cairn running; Ctrl-C to stop")
     stop.wait()
     runtime.close()

@@ -45,12 +45,7 @@ def submit(
     ] = None,
 ) -> None:
     """Start a run; print its id."""
-    try:
-        payload = json.loads(input_json)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"--input is not JSON: {exc}") from exc
-    if not isinstance(payload, dict):
-        raise InvalidInput("--input must be a JSON object")
+    payload = _json_object(input_json, "--input")
     client = Client()
     try:
         print(client.submit(workflow, payload, request_id=request_id))
@@ -85,6 +80,14 @@ def status(
     interval = client.settings.heartbeat_interval
     for running, beat in beats.items():
         out.print(f"{running}: {_liveness(beat, interval)}", markup=False)
+    for held, phase in view.state.held if view.state is not None else []:
+        suffix = " (compensation)" if phase.value == "compensate" else ""
+        out.print(
+            f"{held.node}#{held.iteration}{suffix}: held for an operator: {held.error}\n"
+            f"  decide with: cairn signal {view.id} recovery.retry | recovery.complete "
+            f"--payload '{{\"output\": {{...}}}}' | recovery.fail",
+            markup=False,
+        )
     if view.reason:
         out.print(f"reason: {view.reason}", markup=False)
     table = Table("node", "visit", "phase", "status", "attempt", "duration", "worker")
@@ -100,6 +103,47 @@ def status(
             execution["worker"] or "",
         )
     out.print(table)
+
+
+@app.command()
+def signal(
+    run_id: Annotated[str, typer.Argument()],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="A signal the run's wait declares, or an operator's decision about a held "
+            "node: recovery.retry, recovery.complete, recovery.fail."
+        ),
+    ],
+    *,
+    payload_json: Annotated[
+        str | None,
+        typer.Option(
+            "--payload",
+            help='A JSON object (recovery.complete: {"output": {...}}; recovery.fail: '
+            '{"reason": "..."}).',
+        ),
+    ] = None,
+    actor: Annotated[str | None, typer.Option(help="Who decides (kept in the log).")] = None,
+    signal_id: Annotated[
+        str | None, typer.Option("--id", help="Idempotency: the same id is applied once.")
+    ] = None,
+    node: Annotated[
+        str | None, typer.Option(help="The wait or held node this answers (if several).")
+    ] = None,
+) -> None:
+    """Send a signal to a waiting run; refused (exit 2, nothing written) if it cannot
+    take it."""
+    payload = _json_object(payload_json, "--payload") if payload_json is not None else None
+    client = Client()
+    try:
+        applied = client.signal(run_id, name, payload, actor=actor, signal_id=signal_id, node=node)
+        view = client.get_run(run_id)
+    finally:
+        client.close()
+    if not applied:
+        out.print(f"signal {signal_id} was already applied; nothing changed", markup=False)
+    out.print(f"{view.id} {view.status.value}", markup=False)
 
 
 @app.command()
@@ -147,15 +191,31 @@ def wait(
         raise typer.Exit(EXIT_FAILED)
 
 
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{option} is not JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise InvalidInput(f"{option} must be a JSON object")
+    return payload
+
+
 def _fleet_status(as_json: bool) -> None:
     client = Client()
     try:
         stats = client.runtime.leases.stats()
+        waits = client.runtime.leases.waits()
         running = client.runtime.leases.running()
     finally:
         client.close()
     if as_json:
-        print(json.dumps({"leases": stats, "running": running}, indent=2, default=str))
+        wait = {"count": waits.count, "sum_s": waits.sum_s, "buckets": dict(waits.cumulative())}
+        print(
+            json.dumps(
+                {"leases": stats, "lease_wait": wait, "running": running}, indent=2, default=str
+            )
+        )
         return
     interval = client.settings.heartbeat_interval
     out.print(
@@ -163,6 +223,8 @@ def _fleet_status(as_json: bool) -> None:
         if stats
         else "leases: none taken yet"
     )
+    if waits.count:  # the histogram behind cairn_lease_wait_seconds
+        out.print(f"lease wait (publish to lease): {waits.summary()}", markup=False)
     by_worker: dict[str, list[dict[str, Any]]] = {}
     for record in running:
         by_worker.setdefault(str(record.get("worker", "?")), []).append(record)

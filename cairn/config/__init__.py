@@ -14,7 +14,7 @@ import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -84,8 +84,20 @@ class Settings(BaseModel):
     max_recoveries: int = Field(
         default=3,
         ge=1,
-        description="Recoveries of one execution before it fails (max_attempts): a node "
-        "whose worker dies every time must not loop.",
+        description="Recoveries of one execution whose worker died before auto-recovery "
+        "stops: a node that kills its worker every time must not loop.",
+    )
+    on_max_recoveries: Literal["fail", "hold"] = Field(
+        default="fail",
+        description="What happens at max_recoveries: 'fail' (reason max_attempts; the "
+        "node's error edge, or the run fails) or 'hold' (the run waits for an operator's "
+        "recovery.retry / recovery.complete / recovery.fail signal).",
+    )
+    reconnect_within: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a worker or scheduler retries (with backoff) through a "
+        "PostgreSQL or Redis outage before giving a message back to the broker, seconds.",
     )
     scheduler_interval: float = Field(
         default=0.5, gt=0, description="Seconds between scheduler passes."
@@ -104,6 +116,24 @@ class Settings(BaseModel):
         default=3600.0,
         gt=0,
         description="Broker redelivery timeout, seconds; longer than any node runs.",
+    )
+    liveness_interval: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds between a Celery worker's pings to itself through the broker "
+        "(the deaf-worker check read by `cairn probe worker`).",
+    )
+    liveness_file: Path | None = Field(
+        default=None,
+        description="Where a Celery worker records that it still consumes; unset: "
+        "cairn-worker-<host>-<pid>.alive in the temp directory.",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Serve the lease metrics for Prometheus on this port (worker, "
+        "scheduler); unset: not served.",
     )
 
     @field_validator("workflows", "fault_points", mode="before")

@@ -12,6 +12,12 @@ when it started, its progress, and ``beat_at`` by Redis's clock — written by t
 scripts that acquire and renew the lease, so a heartbeat costs no extra round trip. It
 is lossy by design (a TTL of three lease periods) and never replaces a checkpoint.
 
+The same scripts keep fleet-wide counters in one hash (``STATS_KEY``: acquired,
+contended, renewed, lost, and whatever :meth:`Leases.count` adds, such as
+stale_rejected) and a histogram of lease waits (``WAIT_KEY``, see
+:mod:`cairn.lease.waits`), so every process, prefork children included, adds to the
+same numbers; :mod:`cairn.lease.metrics` serves them to Prometheus.
+
 Each claim also gets a fencing token (``Lease.fence``): a counter per execution
 (``cairn:fence:...``) that every acquire raises, never below one more than the fence
 PostgreSQL recorded (the caller passes it as ``floor``), so it keeps rising even after
@@ -32,20 +38,28 @@ from typing import Any, Protocol
 
 import redis
 
+from cairn.lease.waits import SUM_FIELD, WaitHistogram, bucket_field, current_wait
+
 BEAT_TTL_PERIODS = 3
 STATS_KEY = "cairn:stats:leases"  # fleet-wide counters, kept by the scripts themselves
+WAIT_KEY = "cairn:stats:lease_wait"  # fleet-wide lease wait histogram: count per bucket, sum
 # The fence counter outlives leases (a stale holder may wake up much later); the holder
 # that commits deletes it, so only unfinished executions keep one.
 FENCE_TTL_MS = 7 * 24 * 3600 * 1000
 
-# KEYS: lease, beat, stats, fence. ARGV: token, ttl_ms, beat_ttl_ms, floor, fence_ttl_ms,
-# field, value, ... Returns the claim's fence, or 0 if the lease is held.
+# KEYS: lease, beat, stats, fence, waits. ARGV: token, ttl_ms, beat_ttl_ms, floor,
+# fence_ttl_ms, wait bucket ('' if the wait is unknown), wait_s, field, value, ...
+# Returns the claim's fence, or 0 if the lease is held.
 ACQUIRE = """
 if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('hincrby', KEYS[3], 'contended', 1)
   return 0
 end
 redis.call('hincrby', KEYS[3], 'acquired', 1)
+if ARGV[6] ~= '' then
+  redis.call('hincrby', KEYS[5], ARGV[6], 1)
+  redis.call('hincrbyfloat', KEYS[5], 'sum', ARGV[7])
+end
 local fence = redis.call('incr', KEYS[4])
 if fence <= tonumber(ARGV[4]) then
   fence = tonumber(ARGV[4]) + 1
@@ -55,7 +69,7 @@ redis.call('pexpire', KEYS[4], ARGV[5])
 local t = redis.call('time')
 local now = string.format('%d.%06d', t[1], t[2])
 redis.call('del', KEYS[2])
-redis.call('hset', KEYS[2], 'beat_at', now, 'started_at', now, 'fence', fence, unpack(ARGV, 6))
+redis.call('hset', KEYS[2], 'beat_at', now, 'started_at', now, 'fence', fence, unpack(ARGV, 8))
 redis.call('pexpire', KEYS[2], ARGV[3])
 return fence
 """
@@ -134,7 +148,12 @@ class Leases(Protocol):
         ...
 
     def stats(self) -> dict[str, int]:
-        """Fleet-wide counters: acquired, contended, renewed, lost."""
+        """Fleet-wide counters: acquired, contended, renewed, lost, and those added by
+        :meth:`count` (stale_rejected)."""
+        ...
+
+    def waits(self) -> WaitHistogram:
+        """Fleet-wide histogram of lease waits (see :mod:`cairn.lease.waits`)."""
         ...
 
 
@@ -169,15 +188,19 @@ class RedisLeases:
         self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None, floor: int = 0
     ) -> Lease | None:
         token = secrets.token_hex(16)
-        args: list[str | int] = [
+        wait_s = current_wait()
+        args: list[str | int | float] = [
             token,
             _ms(ttl_s),
             _ms(ttl_s * BEAT_TTL_PERIODS),
             floor,
             FENCE_TTL_MS,
+            "" if wait_s is None else bucket_field(wait_s),
+            0 if wait_s is None else round(wait_s, 6),
             *_flat(record),
         ]
-        fence = int(self._acquire(keys=[key, beat_key(key), STATS_KEY, fence_key(key)], args=args))
+        keys = [key, beat_key(key), STATS_KEY, fence_key(key), WAIT_KEY]
+        fence = int(self._acquire(keys=keys, args=args))
         return Lease(key, token, ttl_s, fence) if fence else None
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
@@ -208,6 +231,10 @@ class RedisLeases:
     def stats(self) -> dict[str, int]:
         counters: dict[bytes, bytes] = self.client.hgetall(STATS_KEY)  # type: ignore[assignment]
         return {k.decode(): int(v) for k, v in counters.items()}
+
+    def waits(self) -> WaitHistogram:
+        fields: dict[bytes, bytes] = self.client.hgetall(WAIT_KEY)  # type: ignore[assignment]
+        return WaitHistogram.from_fields({k.decode(): float(v) for k, v in fields.items()})
 
     def forget(self, key: str) -> None:
         self.client.delete(beat_key(key))
@@ -245,6 +272,7 @@ class MemoryLeases:
         self._beats: dict[str, dict[str, Any]] = {}
         self._fences: dict[str, int] = {}
         self._stats: dict[str, int] = {}
+        self._waits: dict[str, float] = {}
 
     def _live(self, key: str) -> tuple[str, float] | None:
         entry = self._leases.get(key)
@@ -261,6 +289,11 @@ class MemoryLeases:
                 self._count("contended")
                 return None
             self._count("acquired")
+            wait_s = current_wait()
+            if wait_s is not None:
+                field = bucket_field(wait_s)
+                self._waits[field] = self._waits.get(field, 0) + 1
+                self._waits[SUM_FIELD] = self._waits.get(SUM_FIELD, 0.0) + wait_s
             token = secrets.token_hex(16)
             fence = self._fences[key] = max(self._fences.get(key, 0), floor) + 1
             self._leases[key] = (token, self._clock() + ttl_s)
@@ -319,6 +352,10 @@ class MemoryLeases:
     def stats(self) -> dict[str, int]:
         with self._lock:
             return dict(self._stats)
+
+    def waits(self) -> WaitHistogram:
+        with self._lock:
+            return WaitHistogram.from_fields(self._waits)
 
     def running(self) -> list[dict[str, Any]]:
         keys = list(self._beats)

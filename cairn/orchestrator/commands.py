@@ -3,10 +3,12 @@ workers' job; deciding them is only the decider's."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cairn.orchestrator.events import Phase
-from cairn.orchestrator.statuses import RunStatus
+from cairn.orchestrator.statuses import NodeStatus, RunStatus
 
 
 class Command:
@@ -21,6 +23,32 @@ class Dispatch(Command):
     iteration: int
     attempt: int
     phase: Phase = Phase.RUN
+    # Run again after an interruption (an operator's retry of a held node): the
+    # workflow's on_resume check runs first.
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class HoldExecution(Command):
+    """Mark the execution held in the idempotency table: recovery leaves it alone."""
+
+    node: str
+    iteration: int
+    attempt: int
+    phase: Phase
+
+
+@dataclass(frozen=True)
+class SettleExecution(Command):
+    """An operator settled a held execution (or the run ended around it): its row gets
+    the outcome a worker would have written."""
+
+    node: str
+    iteration: int
+    phase: Phase
+    status: NodeStatus
+    result: Mapping[str, Any] | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)

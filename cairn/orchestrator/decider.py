@@ -30,6 +30,8 @@ from cairn.orchestrator.commands import (
     DisarmTimer,
     Dispatch,
     FinishRun,
+    HoldExecution,
+    SettleExecution,
 )
 from cairn.orchestrator.definition import (
     AnyNode,
@@ -49,8 +51,10 @@ from cairn.orchestrator.events import (
     Event,
     NodeCancelled,
     NodeFailed,
+    NodeHeld,
     NodeSucceeded,
     Phase,
+    PlanInvalidated,
     RunStarted,
     SignalReceived,
     TimerFired,
@@ -68,7 +72,12 @@ from cairn.orchestrator.state import (
 from cairn.orchestrator.statuses import NodeStatus, RunStatus, advance_node, advance_run
 
 START = "(start)"
+OPERATOR = "(operator)"  # who decides about a held node
 DECISIONS_KEY = "decisions"  # state field where wait decisions (signal, payload, actor) land
+# An operator's decision about a held node (see NodeHeld). The prefix is reserved: no
+# wait node may declare a signal of that name.
+RECOVERY_PREFIX = "recovery."
+RECOVERY_SIGNALS = ("recovery.retry", "recovery.complete", "recovery.fail")
 
 
 def outcome_node(status: RunStatus) -> str:
@@ -241,6 +250,8 @@ class _Step:
         state = self.state
         if event.signal_id and event.signal_id in state.signals_seen:
             return f"signal {event.signal_id!r} was already applied"
+        if event.name.startswith(RECOVERY_PREFIX):
+            return self.resolve_hold(event)
         waiting = state.waiting_on
         if state.status is not RunStatus.WAITING or waiting is None:
             raise NotWaiting(
@@ -336,8 +347,8 @@ class _Step:
             return None
         self.disarm_all()
         for current in list(state.nodes.values()):
-            if current.status in (NodeStatus.WAITING, NodeStatus.RETRYING):
-                self.set_node(current, NodeStatus.CANCELLED)
+            if current.status in (NodeStatus.WAITING, NodeStatus.RETRYING, NodeStatus.HELD):
+                self.stop_execution(current, event.reason)
             elif current.active:
                 self.commands.append(
                     CancelNode(current.node, current.iteration, current.attempt, event.reason)
@@ -353,6 +364,123 @@ class _Step:
             )
         self.settle_cancel()
         return None
+
+    # -- recovery that needs a person, and re-planning after a resume -------------------
+
+    def node_held(self, event: NodeHeld) -> str | None:
+        self.known_node(event.node)
+        if self.state.status is RunStatus.CANCELLING:
+            return "the run is cancelling: dispatched again, the node stops before it runs"
+        if event.phase is Phase.COMPENSATE:
+            found = self.compensation_in_flight(event.node, event.iteration, event.attempt)
+            if isinstance(found, str):
+                return found
+            compensation, current = found
+            self.state.compensation = replace(
+                compensation, current=self.moved(current, NodeStatus.HELD, error=event.reason)
+            )
+        else:
+            current, stale = self.current_execution(event.node, event.iteration, event.attempt)
+            if stale:
+                return stale
+            self.disarm_node_timers(event.node)
+            self.set_node(current, NodeStatus.HELD, error=event.reason)
+            if self.state.status is RunStatus.RUNNING:
+                self.set_run(RunStatus.WAITING)
+        self.commands.append(HoldExecution(event.node, event.iteration, event.attempt, event.phase))
+        self.transitions.append(Transition(event.node, "held", OPERATOR))
+        return None
+
+    def resolve_hold(self, event: SignalReceived) -> str | None:
+        """An operator's decision about a held execution: run it again (a new attempt),
+        or settle it as having succeeded (with the output they vouch for) or failed."""
+        state = self.state
+        if event.name not in RECOVERY_SIGNALS:
+            raise UnknownSignal(
+                f"{event.name!r} is not a recovery decision; one of {list(RECOVERY_SIGNALS)}"
+            )
+        held = [
+            (current, phase)
+            for current, phase in state.held
+            if (event.wait is None or current.node == event.wait)
+            and (event.iteration is None or current.iteration == event.iteration)
+        ]
+        if not held:
+            where = "" if event.wait is None else f" at {event.wait!r}"
+            raise NotWaiting(
+                f"run {state.run_id} has no node held for an operator{where}; "
+                f"signal {event.name!r} refused"
+            )
+        if len(held) > 1:
+            names = sorted(f"{current.node}#{current.iteration}" for current, _ in held)
+            raise EventRejected(f"several nodes are held ({names}): name the one to decide on")
+        current, phase = held[0]
+        payload = dict(event.payload or {})
+        output = payload.get("output", {})
+        if not isinstance(output, Mapping):
+            raise EventRejected("recovery.complete takes the node's output as a JSON object")
+        if event.signal_id:
+            state.signals_seen.append(event.signal_id)
+        node = self.definition.nodes[current.node]
+        self.transitions.append(Transition(OPERATOR, event.name, node.id))
+        if event.name == "recovery.retry":
+            attempt = current.attempt + 1
+            if phase is Phase.COMPENSATE:
+                self.set_compensation(
+                    self.moved(current, NodeStatus.SCHEDULED, attempt=attempt, error=None)
+                )
+                self.commands.append(
+                    Dispatch(node.id, current.iteration, attempt, phase, resumed=True)
+                )
+            else:
+                self.schedule(node, current.iteration, attempt, current, resumed=True)
+            self.resume_run()
+            return None
+        # Settled by the operator: the execution ends as if its worker had reported it.
+        running = self.moved(current, NodeStatus.RUNNING, error=None)
+        if phase is Phase.COMPENSATE:
+            self.set_compensation(running)
+        else:
+            state.nodes[current.node] = running
+        self.resume_run()
+        iteration, attempt = current.iteration, current.attempt
+        if event.name == "recovery.complete":
+            self.commands.append(
+                SettleExecution(node.id, iteration, phase, NodeStatus.SUCCEEDED, result=output)
+            )
+            return self.node_succeeded(
+                NodeSucceeded(event.at, node.id, iteration, attempt, output, phase)
+            )
+        reason = str(payload.get("reason") or "failed by an operator after its worker was lost")
+        self.commands.append(
+            SettleExecution(node.id, iteration, phase, NodeStatus.FAILED, error=reason)
+        )
+        return self.node_failed(
+            NodeFailed(event.at, node.id, iteration, attempt, ErrorClass.PERMANENT, reason, phase)
+        )
+
+    def plan_invalidated(self, event: PlanInvalidated) -> str | None:
+        on_resume = self.definition.on_resume
+        if on_resume is None:
+            raise EventRejected(f"workflow {self.definition.key} declares no on_resume")
+        current, stale = self.current_execution(event.node, event.iteration, event.attempt)
+        if stale:
+            return stale
+        self.set_node(current, NodeStatus.CANCELLED, error=f"re-planning: {event.reason}")
+        if self.state.status is RunStatus.CANCELLING:
+            self.settle_cancel()
+            return None
+        self.stop_all(f"re-planning: {event.reason}")
+        self.enter(on_resume.replan, event.node, "replan")
+        return None
+
+    def resume_run(self) -> None:
+        """A hold was decided: the run is running again unless something else still
+        waits for a person."""
+        if self.state.status is RunStatus.WAITING and not (
+            self.state.waiting_on or self.state.held
+        ):
+            self.set_run(RunStatus.RUNNING)
 
     # -- moving along the graph ---------------------------------------------------------
 
@@ -462,15 +590,22 @@ class _Step:
         self.enter(target, node.id, label)
 
     def schedule(
-        self, node: AnyNode, iteration: int, attempt: int, current: NodeState | None
+        self,
+        node: AnyNode,
+        iteration: int,
+        attempt: int,
+        current: NodeState | None,
+        *,
+        resumed: bool = False,
     ) -> None:
         if current is None:
             self.state.nodes[node.id] = NodeState(
                 node.id, iteration, NodeStatus.SCHEDULED, attempt, first_at=self.at
             )
         else:
-            self.set_node(current, NodeStatus.SCHEDULED, attempt=attempt)
-        self.commands.append(Dispatch(node.id, iteration, attempt))
+            cleared = {"error": None} if resumed else {}  # the hold's reason is history now
+            self.set_node(current, NodeStatus.SCHEDULED, attempt=attempt, **cleared)
+        self.commands.append(Dispatch(node.id, iteration, attempt, resumed=resumed))
         if node.timeout is not None:
             self.arm(
                 TimerState(
@@ -829,11 +964,19 @@ class _Step:
         return f"{self.state.run_id}/{current.node}#{current.iteration}"
 
     def set_node(self, current: NodeState, status: NodeStatus, **changes: Any) -> NodeState:
-        updated = replace(
-            current, status=advance_node(self.subject(current), current.status, status), **changes
-        )
+        updated = self.moved(current, status, **changes)
         self.state.nodes[current.node] = updated
         return updated
+
+    def moved(self, current: NodeState, status: NodeStatus, **changes: Any) -> NodeState:
+        """``current`` in ``status``, if the node transition table allows it."""
+        return replace(
+            current, status=advance_node(self.subject(current), current.status, status), **changes
+        )
+
+    def set_compensation(self, current: NodeState) -> None:
+        assert self.state.compensation is not None
+        self.state.compensation = replace(self.state.compensation, current=current)
 
     def set_run(self, status: RunStatus) -> None:
         if self.state.status is not status:
@@ -847,6 +990,12 @@ class _Step:
         if current.active:
             self.commands.append(
                 CancelNode(current.node, current.iteration, current.attempt, reason)
+            )
+        if current.status is NodeStatus.HELD:
+            self.commands.append(
+                SettleExecution(
+                    current.node, current.iteration, Phase.RUN, NodeStatus.CANCELLED, error=reason
+                )
             )
         if not current.status.terminal:
             self.set_node(current, NodeStatus.CANCELLED)
@@ -883,6 +1032,8 @@ _HANDLERS: dict[type[Event], Callable[[_Step, Any], str | None]] = {
     NodeSucceeded: _Step.node_succeeded,
     NodeFailed: _Step.node_failed,
     NodeCancelled: _Step.node_cancelled,
+    NodeHeld: _Step.node_held,
+    PlanInvalidated: _Step.plan_invalidated,
     SignalReceived: _Step.signal,
     TimerFired: _Step.timer_fired,
     CancelRequested: _Step.cancel_requested,

@@ -172,6 +172,9 @@ class TaskNode(Node):
     next: str | None = None
     branch: Branch | None = None
     route: Route | None = None
+    # Its effect cannot be taken back or safely repeated (a payment, a sent message):
+    # once a worker may have started it, only an operator decides whether it runs again.
+    irreversible: bool = False
 
     kind = "task"
 
@@ -230,6 +233,17 @@ class EndNode(Node):
 
 AnyNode = TaskNode | WaitNode | ParallelNode | EndNode
 
+
+@dataclass(frozen=True)
+class OnResume:
+    """Before a recovered node runs again, ``check(ctx, state)`` says whether the plan
+    still holds (None or True) or not (False, or a reason): then the run goes to
+    ``replan`` instead."""
+
+    check: Ref
+    replan: str
+
+
 DEFAULT_CANCEL_TIMEOUT = timedelta(minutes=5)
 
 END_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
@@ -249,6 +263,7 @@ class WorkflowDefinition:
     cancel_timeout: timedelta = DEFAULT_CANCEL_TIMEOUT
     # A JSON Schema the run's input must match (checked at submit).
     input_schema: Mapping[str, Any] | None = None
+    on_resume: OnResume | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     # The definition in file form (callables as import paths): what is registered.
     spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)

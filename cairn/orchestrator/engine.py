@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator
@@ -37,10 +38,20 @@ from cairn.orchestrator.commands import (
     DisarmTimer,
     Dispatch,
     FinishRun,
+    HoldExecution,
+    SettleExecution,
 )
 from cairn.orchestrator.decider import Decision, decide
 from cairn.orchestrator.definition import WorkflowDefinition
-from cairn.orchestrator.events import Event, Phase, RunStarted, event_from_dict, event_to_dict
+from cairn.orchestrator.events import (
+    Event,
+    Phase,
+    RunStarted,
+    SignalReceived,
+    event_from_dict,
+    event_to_dict,
+    stamped,
+)
 from cairn.orchestrator.loader import load_definition
 from cairn.orchestrator.messages import NodeMessage
 from cairn.orchestrator.state import STATE_FORMAT, RunState
@@ -62,6 +73,8 @@ AUDIT_ONLY = "audit"  # events with this "type" prefix are history, not decider 
 # The fence of a result that comes from no claim (the scheduler's verdicts): no claim
 # outranks it.
 ANY_FENCE = 2**31 - 1
+# Commands that change rows besides the step's own (the fast path takes none of them).
+ROW_COMMANDS = (ArmTimer, DisarmTimer, CancelNode, DetachNode, HoldExecution, SettleExecution)
 
 
 class Publisher(Protocol):
@@ -268,7 +281,7 @@ class Orchestrator:
         if plan is None or plan.row_commands:
             return None
         sent = self.sent.drain()
-        with self.store.statements() as tx:
+        with self.store.statements(writes=True) as tx:
             inserted, ids = tx.submit_run(values, self._writes(plan, event, sent))
         if not inserted:
             self.sent.add(sent)  # nothing was written, the marks included
@@ -350,6 +363,40 @@ class Orchestrator:
         self._publish(advanced.messages)
         return advanced.decision
 
+    def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        actor: str | None = None,
+        signal_id: str | None = None,
+        node: str | None = None,
+        iteration: int | None = None,
+    ) -> Decision:
+        """Deliver a decision from outside: a wait's signal, or an operator's recovery
+        decision about a held node (``recovery.retry|complete|fail``). The same
+        ``signal_id`` twice is applied once (the second decision says ``ignored``); a
+        signal the run cannot take raises and writes nothing. ``node`` (and
+        ``iteration``) name the wait or held node it answers."""
+        if payload is not None and not isinstance(payload, Mapping):
+            raise InvalidInput("a signal's payload is a JSON object")
+        storable_json(
+            payload or {}, what="the signal's payload", limit_bytes=self.settings.max_payload_bytes
+        )
+        received = SignalReceived(
+            at=0.0,
+            name=name,
+            signal_id=signal_id or uuid.uuid4().hex,
+            payload=dict(payload) if payload is not None else None,
+            actor=actor,
+            wait=node,
+            iteration=iteration,
+        )
+        decision = self.apply(run_id, partial(stamped, received))
+        assert decision is not None  # no ``before`` that could decline
+        return decision
+
     def complete(
         self,
         message: NodeMessage,
@@ -406,7 +453,7 @@ class Orchestrator:
         if plan is None or plan.row_commands:
             return None
         sent = self.sent.drain()
-        with self.store.statements() as tx:
+        with self.store.statements(writes=True) as tx:
             checked, finished, ids = tx.complete_step(
                 message.key,
                 attempt=message.attempt,
@@ -537,16 +584,19 @@ class Orchestrator:
             values.update(snapshot_seq=seq, snapshot_at=from_epoch(event.at))
         dispatches = [
             NodeMessage(
-                row.id, definition.name, definition.version, c.node, c.iteration, c.attempt, c.phase
+                row.id,
+                definition.name,
+                definition.version,
+                c.node,
+                c.iteration,
+                c.attempt,
+                c.phase,
+                resumed=c.resumed,
             )
             for c in decision.commands
             if isinstance(c, Dispatch)
         ]
-        row_commands = [
-            c
-            for c in decision.commands
-            if isinstance(c, ArmTimer | DisarmTimer | CancelNode | DetachNode)
-        ]
+        row_commands = [c for c in decision.commands if isinstance(c, ROW_COMMANDS)]
         return decision, self._Plan(decision, values, snapshot, dispatches, row_commands)
 
     def _advance(
@@ -585,7 +635,8 @@ class Orchestrator:
         return bool(at - last >= self.settings.snapshot_every_s)
 
     def _carry_out(self, tx: Tx, row: Any, plan: Orchestrator._Plan) -> None:
-        """The rows a decision changes besides the step's own: timers and cancellations."""
+        """The rows a decision changes besides the step's own: timers, cancellations,
+        and held executions (held, or settled by an operator)."""
         new = plan.decision.state
         for command in plan.row_commands:
             if isinstance(command, ArmTimer):
@@ -598,6 +649,12 @@ class Orchestrator:
                 if node is not None and not node.active:
                     key = ExecutionKey(row.id, command.node, command.iteration, Phase.RUN.value)
                     tx.set_execution_status(key, node.status.value)
+            elif isinstance(command, HoldExecution):
+                key = ExecutionKey(row.id, command.node, command.iteration, command.phase.value)
+                tx.hold_execution(key, command.attempt)
+            elif isinstance(command, SettleExecution):
+                key = ExecutionKey(row.id, command.node, command.iteration, command.phase.value)
+                tx.settle_execution(key, command.status.value, command.result, command.error)
 
     def _publish(self, messages: Sequence[NodeMessage]) -> None:
         if not messages:

@@ -8,9 +8,9 @@ records them — the decider never reads a clock. They are JSON on the wire:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from cairn.errors import EventRejected
 from cairn.orchestrator.definition import ErrorClass
@@ -72,6 +72,33 @@ class NodeCancelled(Event):
 
 
 @dataclass(frozen=True)
+class NodeHeld(Event):
+    """Recovery stopped short of running a node again: it lost its worker and either is
+    irreversible (it may have taken effect) or keeps killing its workers. The execution
+    waits for an operator's recovery signal."""
+
+    node: str = ""
+    iteration: int = 1
+    attempt: int = 1
+    phase: Phase = Phase.RUN
+    reason: str = ""
+    recoveries: int = 0
+    type: ClassVar[str] = "node_held"
+
+
+@dataclass(frozen=True)
+class PlanInvalidated(Event):
+    """The workflow's ``on_resume`` check found, when a recovered node was about to run
+    again, that the plan no longer holds: the run goes to its re-planning node."""
+
+    node: str = ""
+    iteration: int = 1
+    attempt: int = 1
+    reason: str = ""
+    type: ClassVar[str] = "plan_invalidated"
+
+
+@dataclass(frozen=True)
 class SignalReceived(Event):
     """A decision from outside (a human's approval, a webhook).
 
@@ -109,11 +136,22 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeSucceeded,
         NodeFailed,
         NodeCancelled,
+        NodeHeld,
+        PlanInvalidated,
         SignalReceived,
         TimerFired,
         CancelRequested,
     )
 }
+
+_E = TypeVar("_E", bound=Event)
+
+
+def stamped(event: _E, at: float) -> _E:
+    """``event`` as it happened at ``at`` (for ``Orchestrator.apply``, whose transaction
+    supplies the database's clock)."""
+    return replace(event, at=at)
+
 
 _ENUM_FIELDS: dict[str, type[StrEnum]] = {"phase": Phase, "error_class": ErrorClass}
 

@@ -33,6 +33,7 @@ from cairn.orchestrator.definition import (
     Join,
     JoinPolicyKind,
     JoinRest,
+    OnResume,
     ParallelNode,
     Ref,
     RetryPolicy,
@@ -50,7 +51,7 @@ NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 KIND_KEYS = ("end", "wait", "parallel")
 EDGE_KEYS = ("next", "branch", "route")
 COMMON_KEYS = {"max_visits", "retry", "on_error", "compensate", "timeout", "default"}
-TASK_KEYS = COMMON_KEYS | {"handler", *EDGE_KEYS}
+TASK_KEYS = COMMON_KEYS | {"handler", "irreversible", *EDGE_KEYS}
 WAIT_KEYS = COMMON_KEYS | {"wait"}
 PARALLEL_KEYS = COMMON_KEYS | {"parallel", "join", "next"}
 END_KEYS = {"end"}
@@ -64,6 +65,7 @@ TOP_KEYS = {
     "compensate_on_cancel",
     "cancel_timeout",
     "input",
+    "on_resume",
 }
 
 
@@ -200,6 +202,7 @@ class _Parser:
         description = spec.get("description", "")
         cancel_timeout = self.duration(spec.get("cancel_timeout"), None, "cancel_timeout")
         input_schema = self.input_schema(spec.get("input"))
+        on_resume = self.on_resume(spec.get("on_resume"))
         return WorkflowDefinition(
             name=name,
             version=version,
@@ -210,6 +213,7 @@ class _Parser:
             compensate_on_cancel=compensate_on_cancel,
             cancel_timeout=cancel_timeout or DEFAULT_CANCEL_TIMEOUT,
             input_schema=input_schema,
+            on_resume=on_resume,
             extra={k: v for k, v in spec.items() if k not in TOP_KEYS},
             spec=plain_spec(spec),
         )
@@ -226,6 +230,19 @@ class _Parser:
             self.fault("bad_input_schema", f"'input' is not a valid JSON Schema: {exc.message}")
             return None
         return dict(raw)
+
+    def on_resume(self, raw: object) -> OnResume | None:
+        if raw is None:
+            return None
+        if not isinstance(raw, Mapping) or set(raw) != {"check", "replan"}:
+            self.fault(
+                "bad_value",
+                "'on_resume' is a mapping with 'check' (module:function) and 'replan' (a node)",
+            )
+            return None
+        check = self.ref(raw["check"], None, "on_resume.check")
+        replan = self.target(raw["replan"], None, "on_resume.replan")
+        return OnResume(check, replan) if check is not None and replan else None
 
     # -- nodes --------------------------------------------------------------------------
 
@@ -296,12 +313,19 @@ class _Parser:
                 "conflicting_edges", f"use one of next, branch or route, not {edges}", node_id
             )
         next_node = self.target(raw["next"], node_id, "next") if "next" in raw else None
+        irreversible = raw.get("irreversible", False)
+        if not isinstance(irreversible, bool):
+            self.fault("bad_value", "'irreversible' must be true or false", node_id)
+            irreversible = False
+        if irreversible and raw.get("handler") is None:
+            self.fault("bad_value", "'irreversible' marks a node with a handler", node_id)
         return TaskNode(
             id=node_id,
             handler=self.ref(raw.get("handler"), node_id, "handler"),
             next=next_node,
             branch=self.branch(node_id, raw["branch"]) if "branch" in raw else None,
             route=self.route(node_id, raw["route"]) if "route" in raw else None,
+            irreversible=irreversible,
             extra={k: v for k, v in raw.items() if k not in TASK_KEYS},
             **common,
         )
@@ -505,7 +529,7 @@ class _Parser:
             jitter=jitter,
         )
 
-    def ref(self, raw: object, node_id: str, what: str) -> Ref | None:
+    def ref(self, raw: object, node_id: str | None, what: str) -> Ref | None:
         if raw is None:
             return None
         if callable(raw):
@@ -552,7 +576,7 @@ class _Parser:
             return None
         return raw
 
-    def target(self, raw: object, node_id: str, what: str) -> str:
+    def target(self, raw: object, node_id: str | None, what: str) -> str:
         if not isinstance(raw, str) or not raw:
             self.fault("bad_value", f"{what} must name a node, got {raw!r}", node_id)
             return ""

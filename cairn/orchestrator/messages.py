@@ -26,6 +26,9 @@ class NodeMessage:
     attempt: int
     phase: Phase = Phase.RUN
     outbox_id: int | None = None
+    # Dispatched again after an interruption (its worker was lost, or an operator
+    # retried it): the workflow's on_resume check runs before the handler.
+    resumed: bool = False
 
     @property
     def key(self) -> ExecutionKey:
@@ -38,7 +41,7 @@ class NodeMessage:
         return f"{self.workflow}.{self.node}{suffix}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "run_id": self.run_id,
             "workflow": self.workflow,
             "version": self.version,
@@ -48,6 +51,9 @@ class NodeMessage:
             "phase": self.phase.value,
             "outbox_id": self.outbox_id,
         }
+        if self.resumed:
+            data["resumed"] = True
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> NodeMessage:
@@ -68,6 +74,9 @@ class NodeMessage:
             isinstance(outbox_id, bool) or not isinstance(outbox_id, int)
         ):
             problems.append("outbox_id must be an integer")
+        resumed = data.get("resumed", False)
+        if not isinstance(resumed, bool):
+            problems.append("resumed must be true or false")
         try:
             phase = Phase(data.get("phase", Phase.RUN.value))
         except ValueError:
@@ -82,6 +91,7 @@ class NodeMessage:
             "attempt",
             "phase",
             "outbox_id",
+            "resumed",
         }
         if unknown:
             problems.append(f"unknown field(s) {sorted(unknown)}")
@@ -96,4 +106,5 @@ class NodeMessage:
             data["attempt"],
             phase,
             outbox_id,
+            resumed is True,
         )

@@ -9,13 +9,16 @@ path, so running it twice, or several schedulers at once, is harmless:
   it causes, after the run row is locked — so it fires exactly once, late timers
   included, and a worker advancing the same run is never deadlocked against it;
 - **recovery**: an execution dispatched long ago, unfinished, with no live lease, is
-  published again under the same key (its worker died, or its message was lost);
+  published again under the same key (its worker died, or its message was lost) —
+  unless that needs a person: an irreversible node a worker had claimed, or a node that
+  keeps killing its workers, is *held* and the run waits for an operator's decision;
 - **compaction**: old snapshots are thinned (the event log is kept).
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from dataclasses import dataclass, field
 from functools import partial
@@ -23,16 +26,18 @@ from functools import partial
 from cairn.config import Settings
 from cairn.faults import fault_point
 from cairn.lease.leases import Leases, lease_key
-from cairn.orchestrator.definition import ErrorClass
+from cairn.orchestrator.definition import AnyNode, ErrorClass, TaskNode
 from cairn.orchestrator.engine import NodeOutcome, Orchestrator
-from cairn.orchestrator.events import NodeFailed, Phase, TimerFired
+from cairn.orchestrator.events import NodeFailed, NodeHeld, Phase, TimerFired, stamped
 from cairn.orchestrator.messages import NodeMessage
 from cairn.orchestrator.statuses import NodeStatus
+from cairn.reconnect import is_outage
 from cairn.store.repository import ExecutionKey, Tx
 
 log = logging.getLogger(__name__)
 
 BATCH = 500
+OUTAGE_MAX_WAIT_S = 5.0
 COMPACT_EVERY_PASSES = 120
 
 
@@ -74,12 +79,23 @@ class Scheduler:
         return report
 
     def run_forever(self, stop: threading.Event) -> None:
+        failures = 0
         while not stop.is_set():
             try:
                 report = self.run_once()
-            except Exception:  # a database or broker outage: keep going, it will pass
-                log.exception("scheduler pass failed")
-                report = PassReport()
+            except Exception as error:
+                failures += 1
+                if not is_outage(error):
+                    log.exception("scheduler pass failed")
+                # Back off while PostgreSQL or Redis is away (full jitter: several
+                # schedulers do not come back in step); every pass is safe to repeat.
+                delay = random.uniform(0, min(OUTAGE_MAX_WAIT_S, 0.1 * 2 ** min(failures, 10)))
+                log.warning("scheduler pass %d failed (%s); next in %.2f s", failures, error, delay)
+                stop.wait(max(delay, self.settings.scheduler_interval))
+                continue
+            if failures:
+                log.info("scheduler back after %d failed pass(es)", failures)
+                failures = 0
             if not report:
                 stop.wait(self.settings.scheduler_interval)
 
@@ -123,9 +139,12 @@ class Scheduler:
         return fired
 
     def recover(self) -> int:
-        """Dispatch again what has no result and no live lease. An execution whose worker
-        died running it (a heartbeat record outlives the lease) counts a recovery; at
-        ``max_recoveries`` it fails with reason max_attempts instead of looping."""
+        """Dispatch again what has no result and no live lease, unless recovery needs a
+        person. An execution whose worker died running it (a heartbeat record outlives
+        the lease) counts a recovery. The run waits for an operator's decision instead
+        (the node is *held*) when the node is irreversible and a worker had claimed it
+        (it may have taken effect), or, with ``on_max_recoveries=hold``, when its worker
+        died ``max_recoveries`` times; with ``fail`` (the default) it fails then."""
         store = self.orchestrator.store
         with store.reading() as tx:
             stalled = tx.stalled_executions(tx.now() - self.settings.recovery_after, BATCH)
@@ -155,8 +174,16 @@ class Scheduler:
                 execution.iteration,
                 execution.attempt,
                 Phase(execution.phase),
+                resumed=True,
             )
-            if recoveries >= self.settings.max_recoveries:
+            node = self.orchestrator.registry.get(run.workflow, run.version).nodes.get(
+                execution.node
+            )
+            claimed = execution.status == "running"
+            hold = self._hold_reason(node, claimed=claimed, died=died, recoveries=recoveries)
+            if hold is not None and self._hold(message, hold, recoveries):
+                pass
+            elif recoveries >= self.settings.max_recoveries:
                 self._give_up(message, recoveries)
             else:
                 self._record_recovery(message, died=died, recoveries=recoveries)
@@ -169,6 +196,39 @@ class Scheduler:
                 )
             recovered += 1
         return recovered
+
+    def _hold_reason(
+        self, node: AnyNode | None, *, claimed: bool, died: bool, recoveries: int
+    ) -> str | None:
+        """Why this recovery needs an operator, if it does."""
+        if isinstance(node, TaskNode) and node.irreversible and claimed:
+            lost = "its worker died running it" if died else "its worker was lost"
+            return f"irreversible: {lost}, and it may have taken effect"
+        if recoveries >= self.settings.max_recoveries and self.settings.on_max_recoveries == "hold":
+            return (
+                f"its worker died while running it {recoveries} times "
+                "(CAIRN_MAX_RECOVERIES, CAIRN_ON_MAX_RECOVERIES=hold)"
+            )
+        return None
+
+    def _hold(self, message: NodeMessage, reason: str, recoveries: int) -> bool:
+        """Stop recovering ``message``'s execution: the run waits for an operator. False
+        if the run does not hold it (it is being cancelled: the node may run again, it
+        stops before its handler)."""
+        held = NodeHeld(
+            at=0.0,
+            node=message.node,
+            iteration=message.iteration,
+            attempt=message.attempt,
+            phase=message.phase,
+            reason=reason,
+            recoveries=recoveries,
+        )
+        decision = self.orchestrator.apply(message.run_id, partial(stamped, held))
+        if decision is None or decision.ignored:
+            return False
+        log.error("%s held for an operator: %s", message.key, reason)
+        return True
 
     def _record_recovery(self, message: NodeMessage, *, died: bool, recoveries: int) -> None:
         """The recovery in the run's history: what runs again, from which checkpoint, and

@@ -155,6 +155,15 @@ class RunState:
     def waiting_on(self) -> NodeState | None:
         return next((s for s in self.nodes.values() if s.status is NodeStatus.WAITING), None)
 
+    @property
+    def held(self) -> list[tuple[NodeState, Phase]]:
+        """Executions waiting for an operator's recovery decision, with their phase."""
+        held = [(s, Phase.RUN) for s in self.nodes.values() if s.status is NodeStatus.HELD]
+        current = self.compensation.current if self.compensation else None
+        if current is not None and current.status is NodeStatus.HELD:
+            held.append((current, Phase.COMPENSATE))
+        return held
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (written on every step: kept cheaper than dataclasses.asdict).
 

@@ -76,6 +76,7 @@ class NodeStatus(StrEnum):
     RUNNING = "running"
     WAITING = "waiting"
     RETRYING = "retrying"
+    HELD = "held"  # lost its worker; recovery waits for an operator's decision
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -103,13 +104,28 @@ NODE_TRANSITIONS: Mapping[NodeStatus, frozenset[NodeStatus]] = {
     # recorded in the idempotency table, and the run's view may learn of it only with
     # the result, so the run does not pay a commit per claim.
     _N.SCHEDULED: frozenset(
-        {_N.RUNNING, _N.SUCCEEDED, _N.FAILED, _N.RETRYING, _N.CANCELLED, _N.SKIPPED, _N.TIMED_OUT}
+        {
+            _N.RUNNING,
+            _N.SUCCEEDED,
+            _N.FAILED,
+            _N.RETRYING,
+            _N.CANCELLED,
+            _N.SKIPPED,
+            _N.TIMED_OUT,
+            _N.HELD,
+        }
     ),
-    _N.RUNNING: frozenset({_N.SUCCEEDED, _N.FAILED, _N.RETRYING, _N.CANCELLED, _N.TIMED_OUT}),
+    _N.RUNNING: frozenset(
+        {_N.SUCCEEDED, _N.FAILED, _N.RETRYING, _N.CANCELLED, _N.TIMED_OUT, _N.HELD}
+    ),
     # A wait node is decided by a signal (succeeded), its timeout, or a cancel.
     _N.WAITING: frozenset({_N.SUCCEEDED, _N.TIMED_OUT, _N.CANCELLED}),
     # A retry timer re-dispatches the same key with the next attempt.
     _N.RETRYING: frozenset({_N.SCHEDULED, _N.CANCELLED}),
+    # A held execution (its worker was lost, and recovery needs a person) is run again
+    # (scheduled), settled by the operator as having run (running, then its result), or
+    # cancelled with the run.
+    _N.HELD: frozenset({_N.SCHEDULED, _N.RUNNING, _N.CANCELLED}),
     _N.SUCCEEDED: frozenset(),
     _N.FAILED: frozenset(),
     _N.CANCELLED: frozenset(),

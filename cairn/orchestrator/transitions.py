@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cairn.durations import format_duration
-from cairn.orchestrator.decider import START, outcome_node
+from cairn.orchestrator.decider import OPERATOR, START, outcome_node
 from cairn.orchestrator.definition import (
     EndNode,
     ErrorClass,
@@ -46,6 +46,12 @@ def transition_table(definition: WorkflowDefinition) -> list[TransitionRow]:
             continue
         if isinstance(node, TaskNode):
             rows.extend(_task_rows(node))
+            if node.irreversible:
+                rows.append(
+                    TransitionRow(
+                        node_id, "held", "its worker was lost after claiming it", OPERATOR
+                    )
+                )
         elif isinstance(node, WaitNode):
             for name, target in node.signals.items():
                 rows.append(TransitionRow(node_id, f"signal:{name}", "", target))
@@ -91,6 +97,24 @@ def transition_table(definition: WorkflowDefinition) -> list[TransitionRow]:
                     node_id, "compensate", "a later step failed the run", f"{node.compensate.path}"
                 )
             )
+    if definition.on_resume is not None:
+        rows.append(
+            TransitionRow(
+                "*",
+                "replan",
+                f"a recovered node, and {definition.on_resume.check.path} says the plan "
+                "no longer holds",
+                definition.on_resume.replan,
+            )
+        )
+    rows.append(
+        TransitionRow(
+            OPERATOR,
+            "recovery.retry|complete|fail",
+            "a held node: run it again, or settle it succeeded or failed",
+            "(the held node)",
+        )
+    )
     rows.append(TransitionRow("*", "cancel", "", outcome_node(RunStatus.CANCELLED)))
     return rows
 

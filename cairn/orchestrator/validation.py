@@ -10,10 +10,12 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 
 from cairn.errors import DefinitionFault
+from cairn.orchestrator.decider import RECOVERY_PREFIX
 from cairn.orchestrator.definition import (
     EndNode,
     ParallelNode,
     TaskNode,
+    WaitNode,
     WorkflowDefinition,
 )
 
@@ -26,6 +28,19 @@ def validate_graph(definition: WorkflowDefinition) -> list[DefinitionFault]:
             DefinitionFault("unknown_target", f"start {definition.start!r} is not a node")
         )
     faults.extend(_unknown_targets(definition))
+    faults.extend(_on_resume_faults(definition))
+    for node_id, node in nodes.items():
+        if isinstance(node, WaitNode):
+            faults.extend(
+                DefinitionFault(
+                    "reserved_name",
+                    f"signal {name!r}: names starting with {RECOVERY_PREFIX!r} are cairn's own "
+                    "(an operator's decision about a held node)",
+                    node_id,
+                )
+                for name in node.signals
+                if name.startswith(RECOVERY_PREFIX)
+            )
     faults.extend(_join_faults(definition))
     if definition.start in definition.branch_parents:
         faults.append(
@@ -69,6 +84,9 @@ def successors(definition: WorkflowDefinition) -> dict[str, list[str]]:
     edges: dict[str, list[str]] = {}
     for node_id, node in definition.nodes.items():
         targets = [target for _, target in node.targets() if target in definition.nodes]
+        replan = definition.on_resume.replan if definition.on_resume else ""
+        if replan in definition.nodes and isinstance(node, TaskNode) and node.handler:
+            targets.append(replan)  # any recovered node may be sent to re-planning
         parent = definition.branch_parents.get(node_id)
         if parent is not None:
             join_next = definition.nodes[parent]
@@ -86,6 +104,22 @@ def _unknown_targets(definition: WorkflowDefinition) -> Iterator[DefinitionFault
                 yield DefinitionFault(
                     "unknown_target", f"{label} leads to {target!r}, which is not a node", node_id
                 )
+
+
+def _on_resume_faults(definition: WorkflowDefinition) -> Iterator[DefinitionFault]:
+    if definition.on_resume is None:
+        return
+    replan = definition.on_resume.replan
+    if replan not in definition.nodes:
+        yield DefinitionFault(
+            "unknown_target", f"on_resume.replan leads to {replan!r}, which is not a node"
+        )
+    elif replan in definition.branch_parents:
+        yield DefinitionFault(
+            "bad_value",
+            "on_resume.replan must not be a parallel branch: re-planning takes the whole run",
+            replan,
+        )
 
 
 def _join_faults(definition: WorkflowDefinition) -> Iterator[DefinitionFault]:

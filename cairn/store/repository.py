@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import psycopg
 from sqlalchemy import (
     Connection,
     Engine,
@@ -164,31 +165,43 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
-        with self.engine.begin() as connection:
+        with self.engine.begin() as connection, _dropped_invalidates(connection):
             yield Tx(connection, self.dialect)
 
     @contextmanager
     def reading(self) -> Iterator[Tx]:
         """A read-only transaction, ended by a rollback: reads never count as commits
         (on SQLite a deferred transaction, which the writer does not block)."""
-        with self.engine.connect() as plain:
+        with self.engine.connect() as plain, _dropped_invalidates(plain):
             connection = plain.execution_options(cairn_read_only=True)
             yield Tx(connection, self.dialect)
             connection.rollback()
 
     @contextmanager
-    def statements(self) -> Iterator[Tx]:
+    def statements(self, *, writes: bool = False) -> Iterator[Tx]:
         """PostgreSQL: a connection on which each statement is a transaction of its own,
         for the hot path, whose read and whose write are one statement each: no BEGIN
         and COMMIT round trips (measured: they cost as much as the statements). Only
         for single statements that must stand alone, and reads of immutable rows.
-        Elsewhere, a read-only transaction."""
+        Elsewhere, a transaction: read-only, unless the caller ``writes``."""
         if self._autocommit is None:
-            with self.reading() as tx:
+            with self.transaction() if writes else self.reading() as tx:
                 yield tx
             return
-        with self._autocommit.connect() as connection:
+        with self._autocommit.connect() as connection, _dropped_invalidates(connection):
             yield Tx(connection, self.dialect)
+
+
+@contextmanager
+def _dropped_invalidates(connection: Connection) -> Iterator[None]:
+    """The hot path talks to psycopg below SQLAlchemy (cairn.store.fastpath), so a
+    connection the server dropped (a restart) fails there unnoticed by the pool: discard
+    it, so that the next checkout (a retry) connects afresh instead of failing again."""
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.InterfaceError):
+        connection.invalidate()
+        raise
 
 
 def _serialise_sqlite_writers(engine: Engine) -> None:
@@ -523,6 +536,28 @@ class Tx:
             .values(status=status, finished_at=utcnow())
         )
 
+    def hold_execution(self, key: ExecutionKey, attempt: int) -> None:
+        """Recovery stops at this execution until an operator decides (see NodeHeld)."""
+        self.connection.execute(
+            update(executions).where(key.unfinished(attempt)).values(status="held")
+        )
+
+    def settle_execution(
+        self, key: ExecutionKey, status: str, result: Mapping[str, Any] | None, error: str | None
+    ) -> None:
+        """Write an operator's settlement of a held execution, as a worker's result."""
+        self.connection.execute(
+            update(executions)
+            .where(key.where(), executions.c.status == "held")
+            .values(
+                status=status,
+                result=dict(result) if result is not None else None,
+                error=error,
+                worker="operator",
+                finished_at=utcnow(),
+            )
+        )
+
     def executions_of(self, run_id: str) -> list[Any]:
         return list(
             self.connection.execute(
@@ -546,13 +581,17 @@ class Tx:
             )
         )
 
-    def claim_execution(self, key: ExecutionKey, attempt: int, fence: int) -> bool:
-        """Record a takeover's fence on the unfinished execution; False if it finished or
-        a newer claim is recorded already."""
+    def claim_execution(
+        self, key: ExecutionKey, attempt: int, fence: int, *, first: bool = False
+    ) -> bool:
+        """Record a claim (its fence) on the unfinished execution: it is running. False if
+        it finished, a newer claim is recorded already, or — ``first`` — any worker has
+        claimed this attempt before (it may have started: an irreversible node's rule)."""
+        conditions = [key.unfinished(attempt), executions.c.fence < fence]
+        if first:
+            conditions.append(executions.c.status == "scheduled")
         claimed = self.connection.execute(
-            update(executions)
-            .where(key.unfinished(attempt), executions.c.fence < fence)
-            .values(fence=fence)
+            update(executions).where(*conditions).values(fence=fence, status="running")
         )
         return bool(claimed.rowcount)
 

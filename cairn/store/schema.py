@@ -130,7 +130,8 @@ class NodeExecutionRow(Base):
     error_class: Mapped[str | None] = mapped_column(String(20))
     error: Mapped[str | None] = mapped_column(Text)
     recoveries: Mapped[int] = mapped_column(Integer, server_default="0")
-    # The fence of the newest claim that took the execution over (0: never taken over).
+    # The fence of the newest claim recorded here (0: none): takeovers, and every claim
+    # of an irreversible node.
     fence: Mapped[int] = mapped_column(Integer, server_default="0")
 
 

@@ -7,6 +7,10 @@ late acks with reject-on-worker-lost (a task dies → its message comes back), p
 PostgreSQL), and a visibility timeout — set the same in every place Celery reads it —
 longer than any node runs.
 
+Every worker also pings itself through the broker to notice when it stops consuming
+(:mod:`cairn.workers.liveness`), and every node message carries the time it was
+published, for the lease wait histogram (:mod:`cairn.lease.waits`).
+
 ``celery -A cairn.workers.app worker`` finds the app through the module attribute
 ``app``, built from ``CAIRN_*`` on first access rather than at import.
 """
@@ -18,22 +22,27 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from celery import Celery
-from celery.exceptions import InvalidTaskError
+from celery.exceptions import InvalidTaskError, Reject
 from celery.signals import worker_process_init, worker_process_shutdown
 from celery.worker.strategy import default as default_strategy
 
 from cairn.config import Settings
+from cairn.lease.waits import delivered
 from cairn.orchestrator.messages import NodeMessage
+from cairn.reconnect import is_outage
+from cairn.workers.liveness import PING_TASK, Liveness
 from cairn.workers.transport import TRANSPORT as REDIS_TRANSPORT
 
 log = logging.getLogger(__name__)
 
 NODE_TASK = "cairn.node"
+PUBLISHED_HEADER = "cairn_published_at"  # epoch seconds, set by CeleryPublisher
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -67,12 +76,36 @@ def make_celery(settings: Settings) -> Celery:
         worker_cancel_long_running_tasks_on_connection_loss=True,
     )
     app.cairn_settings = settings
+    app.steps["consumer"].add(Liveness)
 
-    @app.task(name=NODE_TASK, ignore_result=True, Strategy="cairn.workers.app:checked_strategy")
-    def run_node(message: dict[str, Any]) -> str:
-        return str(_process_runtime(app).runner.run(message).value)
+    @app.task(
+        bind=True,
+        name=NODE_TASK,
+        ignore_result=True,
+        Strategy="cairn.workers.app:checked_strategy",
+    )
+    def run_node(task: Any, message: dict[str, Any]) -> str:
+        with delivered(_published_at(task.request)):
+            try:
+                return str(_process_runtime(app).runner.run(message).value)
+            except Exception as error:
+                if is_outage(error):  # outlasted the retries: give it back, never ack
+                    raise Reject(error, requeue=True) from error
+                raise
+
+    @app.task(name=PING_TASK, ignore_result=True, Strategy="cairn.workers.liveness:ping_strategy")
+    def ping(**_kwargs: Any) -> None:
+        """Never runs: the consumer answers a ping itself (see its strategy)."""
 
     return app
+
+
+def _published_at(request: Any) -> float | None:
+    value = getattr(request, PUBLISHED_HEADER, None)
+    # Any producer can send to the queue: a header that is not a time is no time.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 def checked_strategy(task: Any, app: Celery, consumer: Any, **kwargs: Any) -> Any:
@@ -118,6 +151,7 @@ class CeleryPublisher:
                     producer=producer,
                     argsrepr=json.dumps([body]),
                     kwargsrepr="{}",
+                    headers={PUBLISHED_HEADER: time.time()},
                 )
         return True
 

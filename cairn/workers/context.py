@@ -43,6 +43,7 @@ class StepContext:
         state: RunState,
         on_progress: Callable[[Progress], None] | None = None,
         lease_valid: Callable[[], bool] | None = None,
+        resumed: bool = False,
     ) -> None:
         self.run_id = run_id
         self.workflow = workflow
@@ -50,6 +51,9 @@ class StepContext:
         self.iteration = iteration
         self.attempt = attempt
         self.phase = phase
+        # Running again after an interruption (its worker was lost, or an operator
+        # retried it): an earlier execution may have done part of the work.
+        self.resumed = resumed
         self._vars = copy.deepcopy(state.vars)
         self.state: Mapping[str, Any] = MappingProxyType(self._vars)
         self.messages: list[dict[str, Any]] = copy.deepcopy(state.messages)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cairn.lease.waits import delivered
 from cairn.orchestrator.messages import NodeMessage
 
 log = logging.getLogger(__name__)
@@ -33,7 +35,7 @@ class InProcessBroker:
         if not self._threads:
             return False
         for message in messages:
-            self._queue.put(message.to_dict())
+            self._queue.put((message.to_dict(), time.time()))
         return True
 
     def start(self, handle: Callable[[dict[str, Any]], object]) -> None:
@@ -49,10 +51,12 @@ class InProcessBroker:
             item = self._queue.get()
             if item is _STOP:
                 return
+            body, published_at = item
             try:
-                handle(item)
+                with delivered(published_at):
+                    handle(body)
             except Exception:  # one bad message must not kill the worker thread
-                log.exception("node message failed: %r", item)
+                log.exception("node message failed: %r", body)
 
     def stop(self) -> None:
         for _ in self._threads:

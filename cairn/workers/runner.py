@@ -15,26 +15,36 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from cairn.config import Settings
 from cairn.errors import CairnError, InvalidInput, UnknownNode
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.leases import Leases, lease_key
-from cairn.orchestrator.definition import ErrorClass, TaskNode
+from cairn.orchestrator.definition import ErrorClass, OnResume, TaskNode, WorkflowDefinition
 from cairn.orchestrator.engine import NodeOutcome, Orchestrator, Restored
-from cairn.orchestrator.events import NodeCancelled, NodeFailed, NodeSucceeded, Phase
+from cairn.orchestrator.events import (
+    NodeCancelled,
+    NodeFailed,
+    NodeSucceeded,
+    Phase,
+    PlanInvalidated,
+)
 from cairn.orchestrator.messages import InvalidMessage, NodeMessage
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.payloads import storable_json
+from cairn.reconnect import through_outages
 from cairn.store.repository import ACTIVE_EXECUTION, ExecutionKey
 from cairn.workers.classify import classify
 from cairn.workers.context import StepContext
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class Handled(StrEnum):
@@ -44,6 +54,9 @@ class Handled(StrEnum):
     RUN_FINISHED = "run_finished"
     CANCELLED = "cancelled"
     LEASE_HELD = "lease_held"  # another worker holds the node now
+    # An irreversible node some worker claimed before: it may have taken effect, so it
+    # does not run again until an operator says so (the scheduler holds it).
+    UNCONFIRMED = "unconfirmed"
     LEASE_LOST = "lease_lost"
     REJECTED = "rejected"  # the message itself is invalid
 
@@ -69,7 +82,105 @@ class NodeRunner:
 
     def _run(self, message: NodeMessage) -> Handled:
         orchestrator = self.orchestrator
-        key = ExecutionKey(message.run_id, message.node, message.iteration, message.phase.value)
+        key = message.key
+        read = self._through_outages(f"reading {key}", lambda: self._read(message))
+        if isinstance(read, Handled):
+            return read
+        execution, run, definition, state = read
+        db_time = getattr(run, "db_now", None)
+        if state is None and message.phase is Phase.RUN:
+            event = NodeCancelled(
+                at=0.0, node=message.node, iteration=message.iteration, attempt=message.attempt
+            )
+            orchestrator.complete(message, NodeOutcome(event, NodeStatus.CANCELLED), self.worker)
+            return Handled.CANCELLED
+        node = definition.nodes.get(message.node)
+        if node is None:
+            raise UnknownNode(f"{definition.key} has no node {message.node!r}")
+        irreversible = isinstance(node, TaskNode) and node.irreversible
+        if irreversible and execution.execution_status != "scheduled":
+            return Handled.UNCONFIRMED  # a redelivery after its worker was lost
+        ref = (
+            node.compensate
+            if message.phase is Phase.COMPENSATE
+            else (node.handler if isinstance(node, TaskNode) else None)
+        )
+        if ref is None:
+            raise InvalidMessage(
+                f"{definition.key} node {message.node!r} has nothing to run "
+                f"in phase {message.phase.value}"
+            )
+        if state is None:  # a compensation while cancelling: it needs the state too
+            run, _definition, state = orchestrator.load(message.run_id)
+            db_time = None
+        known = Restored(run, state, db_time if db_time is not None else time.time())
+
+        lease = self._through_outages(
+            f"claiming {key}",
+            lambda: self.leases.acquire(
+                lease_key(message.run_id, message.node, message.iteration, message.phase.value),
+                self.settings.lease_ttl,
+                {"worker": self.worker, "attempt": message.attempt},
+                floor=execution.execution_fence,
+            ),
+        )
+        if lease is None:
+            return Handled.LEASE_HELD
+        if (lease.fence > 1 or irreversible) and not self._claim(
+            key, message.attempt, lease.fence, first=irreversible
+        ):
+            self.leases.release(lease)
+            # Finished meanwhile, or a newer claim took it; or, irreversible, claimed before.
+            return Handled.UNCONFIRMED if irreversible else Handled.DUPLICATE
+        beat = self.heartbeats.hold(lease, self.settings.heartbeat_interval)
+        completion = None
+        try:
+            ctx = StepContext(
+                run_id=message.run_id,
+                workflow=message.workflow,
+                node=message.node,
+                iteration=message.iteration,
+                attempt=message.attempt,
+                phase=message.phase.value,
+                state=state,
+                lease_valid=lambda: beat.valid,
+                resumed=message.resumed,
+                on_progress=lambda p: self.heartbeats.progress(
+                    beat, done=p.done, total=p.total, message=p.message
+                ),
+            )
+            check = definition.on_resume if message.resumed and message.phase is Phase.RUN else None
+            outcome = self._execute(ref.resolve(), ctx, message, check)
+            if not beat.valid:
+                self._stale(message, lease.fence, caught_by="lease")
+                return Handled.LEASE_LOST
+            # The result exists only here: ride out a database restart rather than lose it.
+            completion = self._through_outages(
+                f"committing {key}",
+                lambda: orchestrator.complete(
+                    message, outcome, self.worker, known=known, fence=lease.fence
+                ),
+            )
+            fault_point("complete.after_commit")
+        finally:
+            self.heartbeats.drop(beat)
+            try:
+                self.leases.release(lease, finished=completion is not None and completion.recorded)
+            except Exception:  # the lease expires on its own
+                log.warning("releasing %s failed", lease.key, exc_info=True)
+        if not completion.recorded:
+            if orchestrator.fenced_out(key, lease.fence):
+                self._stale(message, lease.fence, caught_by="fence")
+                return Handled.LEASE_LOST
+            log.info("result of %s discarded: %s", key, completion.reason)
+            return Handled.DISCARDED
+        return Handled.COMMITTED
+
+    def _read(self, message: NodeMessage) -> Handled | tuple[Any, Any, WorkflowDefinition, Any]:
+        """The execution, its run, the definition and the restored state (None while the
+        run is being cancelled) — or why there is nothing to run."""
+        orchestrator = self.orchestrator
+        key = message.key
         # One statement; on a cache miss, immutable rows (snapshot, events up to last_seq)
         with orchestrator.store.statements() as tx:
             execution, run = tx.execution_and_run(key)
@@ -94,85 +205,23 @@ class NodeRunner:
                 if status is RunStatus.CANCELLING
                 else orchestrator.restore(tx, run, definition)
             )
-        db_time = getattr(run, "db_now", None)
-        if state is None and message.phase is Phase.RUN:
-            event = NodeCancelled(
-                at=0.0, node=message.node, iteration=message.iteration, attempt=message.attempt
-            )
-            orchestrator.complete(message, NodeOutcome(event, NodeStatus.CANCELLED), self.worker)
-            return Handled.CANCELLED
-        node = definition.nodes.get(message.node)
-        if node is None:
-            raise UnknownNode(f"{definition.key} has no node {message.node!r}")
-        ref = (
-            node.compensate
-            if message.phase is Phase.COMPENSATE
-            else (node.handler if isinstance(node, TaskNode) else None)
-        )
-        if ref is None:
-            raise InvalidMessage(
-                f"{definition.key} node {message.node!r} has nothing to run "
-                f"in phase {message.phase.value}"
-            )
-        if state is None:  # a compensation while cancelling: it needs the state too
-            run, _definition, state = orchestrator.load(message.run_id)
-            db_time = None
-        known = Restored(run, state, db_time if db_time is not None else time.time())
+        return execution, run, definition, state
 
-        lease = self.leases.acquire(
-            lease_key(message.run_id, message.node, message.iteration, message.phase.value),
-            self.settings.lease_ttl,
-            {"worker": self.worker, "attempt": message.attempt},
-            floor=execution.execution_fence,
-        )
-        if lease is None:
-            return Handled.LEASE_HELD
-        if lease.fence > 1 and not self._claim(key, message.attempt, lease.fence):
-            self.leases.release(lease)
-            return Handled.DUPLICATE  # finished meanwhile, or a newer claim took it
-        beat = self.heartbeats.hold(lease, self.settings.heartbeat_interval)
-        completion = None
-        try:
-            ctx = StepContext(
-                run_id=message.run_id,
-                workflow=message.workflow,
-                node=message.node,
-                iteration=message.iteration,
-                attempt=message.attempt,
-                phase=message.phase.value,
-                state=state,
-                lease_valid=lambda: beat.valid,
-                on_progress=lambda p: self.heartbeats.progress(
-                    beat, done=p.done, total=p.total, message=p.message
-                ),
-            )
-            outcome = self._execute(ref.resolve(), ctx, message)
-            if not beat.valid:
-                self._stale(message, lease.fence, caught_by="lease")
-                return Handled.LEASE_LOST
-            completion = orchestrator.complete(
-                message, outcome, self.worker, known=known, fence=lease.fence
-            )
-            fault_point("complete.after_commit")
-        finally:
-            self.heartbeats.drop(beat)
-            try:
-                self.leases.release(lease, finished=completion is not None and completion.recorded)
-            except Exception:  # the lease expires on its own
-                log.warning("releasing %s failed", lease.key, exc_info=True)
-        if not completion.recorded:
-            if orchestrator.fenced_out(key, lease.fence):
-                self._stale(message, lease.fence, caught_by="fence")
-                return Handled.LEASE_LOST
-            log.info("result of %s discarded: %s", key, completion.reason)
-            return Handled.DISCARDED
-        return Handled.COMMITTED
+    def _through_outages(self, what: str, call: Callable[[], _T]) -> _T:
+        return through_outages(self.settings.reconnect_within, what, call)
 
-    def _claim(self, key: ExecutionKey, attempt: int, fence: int) -> bool:
-        """A takeover (this is not the execution's first claim): record the fence in
-        PostgreSQL before running, so that the holder it replaced cannot commit."""
-        with self.orchestrator.store.statements() as tx:
-            return tx.claim_execution(key, attempt, fence)
+    def _claim(self, key: ExecutionKey, attempt: int, fence: int, *, first: bool) -> bool:
+        """Record the claim in PostgreSQL before running: a takeover, so that the holder
+        it replaced cannot commit; or an irreversible node's claim (``first``: none may
+        have been recorded before), so that recovery knows it may have started. A
+        reversible node's first claim is not recorded: that would cost every step a
+        commit."""
+
+        def claim() -> bool:
+            with self.orchestrator.store.statements(writes=True) as tx:
+                return tx.claim_execution(key, attempt, fence, first=first)
+
+        return self._through_outages(f"recording the claim of {key}", claim)
 
     def _stale(self, message: NodeMessage, fence: int, *, caught_by: str) -> None:
         """This worker lost its claim while it ran (its lease expired, or another worker
@@ -202,7 +251,11 @@ class NodeRunner:
         except Exception:  # the history entry is best effort; the refusal is what counts
             log.warning("could not record the stale write of %s", message.key, exc_info=True)
 
-    def _execute(self, handler: Any, ctx: StepContext, message: NodeMessage) -> NodeOutcome:
+    def _execute(
+        self, handler: Any, ctx: StepContext, message: NodeMessage, check: OnResume | None
+    ) -> NodeOutcome:
+        """Run the handler — after the workflow's on_resume check, if it has one and the
+        node is running again after an interruption."""
         node, iteration, attempt, phase = (
             message.node,
             message.iteration,
@@ -211,6 +264,15 @@ class NodeRunner:
         )
         started = time.perf_counter()
         try:
+            if check is not None:
+                verdict = check.check.resolve()(ctx, ctx.handler_state())
+                if verdict is False or isinstance(verdict, str):
+                    reason = verdict or f"{check.check.path} found the plan no longer holds"
+                    ctx.log.warning("plan no longer valid on resume: %s", reason)
+                    invalidated = PlanInvalidated(
+                        at=0.0, node=node, iteration=iteration, attempt=attempt, reason=reason
+                    )
+                    return NodeOutcome(invalidated, NodeStatus.CANCELLED, error=reason)
             output = self._check_output(handler(ctx, ctx.handler_state()))
         except Exception as exc:
             duration = time.perf_counter() - started

@@ -68,3 +68,13 @@ def die(ctx: Any, state: dict[str, Any]) -> None:
     """A poison node: it kills its own worker process, every time."""
     _record(ctx, state, "start")
     os._exit(1)
+
+
+def plan_still_valid(ctx: Any, state: dict[str, Any]) -> str | None:
+    """The on_resume check: a plan made before an interruption is stale, once."""
+    return None if state.get("replanned") else f"{ctx.node} was interrupted; the plan is stale"
+
+
+def replan(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    _record(ctx, state, "start")
+    return {"replanned": True, "slow": {}}

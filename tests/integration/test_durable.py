@@ -204,3 +204,22 @@ def test_a_poison_node_fails_with_max_attempts_while_healthy_runs_succeed(cluste
     assert cluster.executions()[(poison, "die", 1)] == 2  # ran, died; ran, died; gave up
     for run_id in healthy:
         assert cluster.wait(run_id).status is RunStatus.SUCCEEDED
+
+
+def test_kill_9_after_a_commit_before_the_ack_runs_nothing_twice(cluster: Cluster) -> None:
+    """complete.after_commit: the result is committed and the next node published, the
+    broker message is not acked. Its redelivery is a no-op."""
+    doomed = cluster.spawn(  # threads: the fault point kills the whole worker, not a child
+        "worker",
+        "--concurrency=1",
+        "--pool=threads",
+        env={"CAIRN_FAULT_POINTS": "complete.after_commit"},
+    )
+    cluster.scheduler()
+    run_id = cluster.submit("chain10")
+    assert doomed.wait(timeout=30) == -signal.SIGKILL  # right after n1's commit
+    cluster.worker()
+    assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
+    counts = cluster.executions()
+    assert {node: counts[(run_id, node, 1)] for node in CHAIN} == dict.fromkeys(CHAIN, 1)
+    assert _decisions(cluster, run_id) == 11

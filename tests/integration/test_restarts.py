@@ -14,6 +14,7 @@ import redis
 
 from cairn.orchestrator.statuses import RunStatus
 from tests.integration.conftest import Cluster
+from tests.integration.test_durable import CHAIN
 
 RUNS = 50
 
@@ -146,3 +147,20 @@ def test_postgresql_restart_with_runs_in_flight(cluster: Cluster) -> None:
     _restart_postgresql()
     cluster.client.runtime.store.dispose()  # this process's connections died too
     _each_succeeded_with_one_result_per_node(cluster, runs, timeout_s=180)
+
+
+def test_a_result_computed_across_a_postgresql_restart_is_committed_not_rerun(
+    cluster: Cluster,
+) -> None:
+    """The database restarts while a node runs: its worker's connections are dead when
+    the result is ready. It reconnects and commits; the node does not run again."""
+    cluster.worker()
+    cluster.scheduler()
+    run_id = cluster.submit("chain10", {"slow": {"n3": 6}})
+    cluster.wait_for(lambda: cluster.executions()[(run_id, "n3", 1)] == 1, 30, "n3 to start")
+    _restart_postgresql()
+    cluster.client.runtime.store.dispose()
+    assert cluster.wait(run_id, timeout_s=60).status is RunStatus.SUCCEEDED, cluster.log_tails()
+    counts = cluster.executions()
+    assert {node: counts[(run_id, node, 1)] for node in CHAIN} == dict.fromkeys(CHAIN, 1)
+    assert not [e for e in cluster.client.events(run_id) if e["type"] == "audit.recovered"]

@@ -9,13 +9,17 @@ import re
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from cairn.cli import runs  # noqa: F401 - registers the run commands
 from cairn.cli.main import app, main
+from cairn.client import Client
 from cairn.errors import ConfigError
+from cairn.orchestrator.events import NodeHeld, stamped
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BROKEN = "tests/fixtures/broken.yaml"
@@ -333,3 +337,48 @@ def test_console_script_config_typo(cairn_script: str) -> None:
     assert "did you mean CAIRN_DATABASE_URL?" in flat(result.stderr)
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+# -- signal --------------------------------------------------------------------------------
+
+
+def test_signal_decides_a_held_node_and_refuses_a_second_decision(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the embedded default: a payment held for an operator, decided from the CLI."""
+    monkeypatch.setenv("CAIRN_HOME", str(tmp_path))
+    monkeypatch.setenv("CAIRN_WORKFLOWS", "tests/integration/workflows/pay.yaml")
+    client = Client()
+    run_id = client.submit("pay", {})
+    held = NodeHeld(at=0.0, node="charge", reason="irreversible: its worker was lost")
+    client.runtime.orchestrator.apply(run_id, partial(stamped, held))
+    client.close()
+
+    shown = runner.invoke(app, ["status", run_id])
+    assert shown.exit_code == 0, shown.output
+    assert "charge#1: held for an operator: irreversible" in flat(shown.output)
+    assert f"cairn signal {run_id} recovery.retry" in flat(shown.output)
+
+    decided = runner.invoke(
+        app,
+        [
+            "signal",
+            run_id,
+            "recovery.complete",
+            "--payload",
+            '{"output": {"charge_id": "ch_1"}}',
+            "--actor",
+            "alice",
+            "--id",
+            "ticket-1",
+        ],
+    )
+    assert decided.exit_code == 0, decided.output
+    assert f"{run_id} running" in decided.output
+    again = runner.invoke(app, ["signal", run_id, "recovery.complete", "--id", "ticket-1"])
+    assert "already applied" in again.output
+    refused = runner.invoke(app, ["signal", run_id, "recovery.retry"])
+    assert refused.exit_code != 0
+    assert "no node held for an operator" in str(refused.exception)
+    bad = runner.invoke(app, ["signal", run_id, "recovery.retry", "--payload", "[1]"])
+    assert "must be a JSON object" in str(bad.exception)

@@ -1,0 +1,149 @@
+"""Lease metrics from Redis: the same counters as the memory twin, fleet-wide, over HTTP."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from cairn.lease.leases import Leases, MemoryLeases, RedisLeases
+from cairn.lease.metrics import serve_metrics
+from cairn.lease.waits import delivered
+from cairn.orchestrator.statuses import RunStatus
+from tests.integration.conftest import ROOT, Cluster
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            le = sample.labels.get("le")
+            samples[f"{sample.name}{{{le}}}" if le else sample.name] = sample.value
+    return samples
+
+
+def lease_life(leases: Leases, forget: Any) -> None:
+    """Acquire (after a 30 ms wait), contend, renew, lose to a takeover, reject a write."""
+    with delivered(time.time() - 0.03):
+        first = leases.acquire("cairn:lease:r:a:1:run", 30)
+    assert first is not None
+    assert leases.acquire("cairn:lease:r:a:1:run", 30) is None
+    assert leases.renew(first)
+    forget(first.key)  # as if it expired
+    with delivered(time.time() - 2):
+        assert leases.acquire("cairn:lease:r:a:1:run", 30) is not None
+    assert not leases.renew(first)
+    leases.count("stale_rejected")
+
+
+@pytest.fixture
+def redis_leases(redis_urls: tuple[str, str]) -> RedisLeases:
+    return RedisLeases(redis.Redis.from_url(redis_urls[1]))
+
+
+def test_redis_and_memory_leases_count_the_same(redis_leases: RedisLeases) -> None:
+    memory = MemoryLeases()
+    lease_life(redis_leases, redis_leases.client.delete)
+    lease_life(memory, memory._leases.pop)  # as if it expired
+    redis_port, memory_port = free_port(), free_port()
+    servers = [
+        serve_metrics(redis_leases, redis_port, "127.0.0.1"),
+        serve_metrics(memory, memory_port, "127.0.0.1"),
+    ]
+    try:
+        from_redis, from_memory = scrape(redis_port), scrape(memory_port)
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+
+    assert from_redis["cairn_lease_metrics_up"] == 1
+    assert from_redis["cairn_lease_acquisitions_total"] == 2
+    assert from_redis["cairn_lease_contended_total"] == 1
+    assert from_redis["cairn_lease_renewals_total"] == 1
+    assert from_redis["cairn_lease_losses_total"] == 1
+    assert from_redis["cairn_stale_writes_rejected_total"] == 1
+    assert from_redis["cairn_lease_wait_seconds_bucket{0.025}"] == 0
+    assert from_redis["cairn_lease_wait_seconds_bucket{0.05}"] == 1
+    assert from_redis["cairn_lease_wait_seconds_bucket{2.5}"] == 2
+    assert from_redis["cairn_lease_wait_seconds_count"] == 2
+    assert from_redis["cairn_lease_wait_seconds_sum"] == pytest.approx(2.03, abs=0.5)
+    assert from_redis.keys() == from_memory.keys()
+    for name, value in from_redis.items():
+        if not name.endswith("_sum"):
+            assert from_memory[name] == value, name
+
+
+def test_a_scrape_without_redis_reports_down() -> None:
+    nowhere = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))  # fail at once
+    leases = RedisLeases(nowhere)
+    port = free_port()
+    server = serve_metrics(leases, port, "127.0.0.1")
+    try:
+        assert scrape(port) == {"cairn_lease_metrics_up": 0}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_workers_and_schedulers_serve_the_fleet_numbers(cluster: Cluster) -> None:
+    worker_port, scheduler_port = free_port(), free_port()
+    cluster.worker(CAIRN_METRICS_PORT=str(worker_port))
+    cluster.spawn("scheduler", f"--metrics-port={scheduler_port}")
+    runs = [cluster.submit("chain10") for _ in range(3)]
+    for run_id in runs:
+        assert cluster.wait(run_id).status is RunStatus.SUCCEEDED
+
+    def served(port: int) -> bool:
+        try:
+            scrape(port)
+        except OSError:
+            return False
+        return True
+
+    cluster.wait_for(lambda: served(worker_port) and served(scheduler_port), 30, "both servers")
+    from_worker, from_scheduler = scrape(worker_port), scrape(scheduler_port)
+    # Counted by the worker's prefork children, served by its parent and the scheduler.
+    assert from_worker["cairn_lease_acquisitions_total"] >= 30
+    assert (
+        from_worker["cairn_lease_wait_seconds_count"]
+        == (from_worker["cairn_lease_acquisitions_total"])
+    )
+    assert (
+        from_worker["cairn_lease_wait_seconds_bucket{+Inf}"]
+        == (from_worker["cairn_lease_wait_seconds_count"])
+    )
+    assert 0 < from_worker["cairn_lease_wait_seconds_sum"] < 30 * 10
+    assert from_scheduler == from_worker
+
+    fleet = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "cairn.cli", "status", "--fleet", "--json"],
+            cwd=ROOT,
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
+    assert fleet["leases"]["acquired"] == from_worker["cairn_lease_acquisitions_total"]
+    assert fleet["lease_wait"]["count"] == from_worker["cairn_lease_wait_seconds_count"]

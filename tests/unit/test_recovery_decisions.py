@@ -1,0 +1,305 @@
+"""Recovery that needs a person (held nodes and the operator's decisions) and re-planning
+after a resume, in the decider."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cairn import Workflow
+from cairn.errors import (
+    EventRejected,
+    NotWaiting,
+    UnknownSignal,
+    WorkflowDefinitionError,
+)
+from cairn.orchestrator.commands import Dispatch, HoldExecution, SettleExecution
+from cairn.orchestrator.decider import OPERATOR, decide
+from cairn.orchestrator.definition import ErrorClass
+from cairn.orchestrator.events import NodeHeld, Phase, PlanInvalidated
+from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.orchestrator.transitions import transition_table
+from tests.unit import handlers
+from tests.unit.driving import Driver
+
+NOOP = handlers.noop
+
+
+def payment(**options: Any) -> Workflow:
+    wf = (
+        Workflow("payment", **options)
+        .task("quote", NOOP, next="charge")
+        .task("charge", NOOP, next="receipt", irreversible=True, on_error={"permanent": "refund"})
+        .task("receipt", NOOP, next="done")
+        .task("refund", NOOP, next="failed")
+        .end("done")
+        .end("failed", "failed")
+    )
+    if "on_resume" in options:  # reachable only by re-planning
+        wf.task("replan", NOOP, next="charge", max_visits=3)
+    return wf
+
+
+def held_at_charge(**options: Any) -> Driver:
+    driver = Driver(payment(**options).build())
+    driver.start()
+    driver.succeed("quote")
+    command = driver.take("charge")
+    decision = driver.apply(
+        NodeHeld(
+            at=driver.tick(),
+            node="charge",
+            iteration=command.iteration,
+            attempt=command.attempt,
+            reason="irreversible: its worker died running it",
+            recoveries=1,
+        )
+    )
+    assert HoldExecution("charge", 1, 1, Phase.RUN) in decision.commands
+    return driver
+
+
+def test_a_held_node_parks_the_run_waiting_for_an_operator() -> None:
+    driver = held_at_charge()
+    charge = driver.state.nodes["charge"]
+    assert charge.status is NodeStatus.HELD
+    assert charge.error is not None and "irreversible" in charge.error
+    assert not charge.active and driver.state.active_nodes == []
+    assert driver.state.status is RunStatus.WAITING
+    assert [(node.node, phase) for node, phase in driver.state.held] == [("charge", Phase.RUN)]
+    assert ("charge", "held", OPERATOR) in driver.path
+    assert driver.dispatched == []
+
+
+def test_retry_dispatches_a_new_attempt_marked_resumed() -> None:
+    driver = held_at_charge()
+    decision = driver.signal("recovery.retry", actor="alice")
+    assert decision.commands[0] == Dispatch("charge", 1, 2, resumed=True)
+    assert driver.state.status is RunStatus.RUNNING
+    assert driver.state.nodes["charge"].status is NodeStatus.SCHEDULED
+    assert driver.state.nodes["charge"].error is None
+    driver.succeed("charge")
+    driver.succeed("receipt")
+    assert driver.state.status is RunStatus.SUCCEEDED
+
+
+def test_complete_settles_the_node_with_the_output_the_operator_vouches_for() -> None:
+    driver = held_at_charge()
+    decision = driver.signal("recovery.complete", payload={"output": {"charge_id": "ch_1"}})
+    assert (
+        SettleExecution("charge", 1, Phase.RUN, NodeStatus.SUCCEEDED, result={"charge_id": "ch_1"})
+        in decision.commands
+    )
+    assert driver.state.nodes["charge"].status is NodeStatus.SUCCEEDED
+    assert driver.state.vars["charge_id"] == "ch_1"
+    assert driver.outstanding == ["receipt"]  # the run goes on along the success edge
+    assert (OPERATOR, "recovery.complete", "charge") in driver.path
+
+
+def test_fail_takes_the_nodes_permanent_error_edge() -> None:
+    driver = held_at_charge()
+    decision = driver.signal("recovery.fail", payload={"reason": "the bank says no charge"})
+    settle = next(c for c in decision.commands if isinstance(c, SettleExecution))
+    assert settle.status is NodeStatus.FAILED and settle.error == "the bank says no charge"
+    assert driver.state.nodes["charge"].error_class == ErrorClass.PERMANENT.value
+    assert driver.outstanding == ["refund"]
+    assert ("charge", "failed:permanent", "refund") in driver.path
+
+
+def test_the_same_decision_id_twice_is_applied_once_and_a_second_decision_refused() -> None:
+    driver = held_at_charge()
+    driver.signal("recovery.retry", signal_id="op-1")
+    assert driver.signal("recovery.retry", signal_id="op-1").ignored is not None
+    with pytest.raises(NotWaiting):
+        driver.signal("recovery.complete", signal_id="op-2")
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "error"),
+    [
+        ("recovery.restart", {}, UnknownSignal),
+        ("recovery.retry", {"wait": "quote"}, NotWaiting),
+        ("recovery.complete", {"payload": {"output": [1, 2]}}, EventRejected),
+    ],
+)
+def test_bad_decisions_are_refused_and_change_nothing(
+    name: str, kwargs: dict[str, Any], error: type[Exception]
+) -> None:
+    driver = held_at_charge()
+    before = driver.state
+    with pytest.raises(error):
+        driver.signal(name, **kwargs)
+    assert driver.state is before
+    assert before.nodes["charge"].status is NodeStatus.HELD
+
+
+def test_a_recovery_decision_for_a_run_with_nothing_held_is_refused() -> None:
+    driver = Driver(payment().build())
+    driver.start()
+    with pytest.raises(NotWaiting):
+        driver.signal("recovery.retry")
+
+
+def test_cancel_while_held_ends_the_run_and_settles_the_execution_cancelled() -> None:
+    driver = held_at_charge()
+    decision = driver.cancel()
+    assert driver.state.status is RunStatus.CANCELLED
+    assert driver.state.nodes["charge"].status is NodeStatus.CANCELLED
+    assert any(
+        isinstance(c, SettleExecution) and c.status is NodeStatus.CANCELLED
+        for c in decision.commands
+    )
+
+
+def test_a_hold_while_cancelling_is_ignored_the_node_stops_on_its_own() -> None:
+    driver = Driver(payment().build())
+    driver.start()
+    driver.succeed("quote")
+    driver.cancel()
+    held = decide(
+        driver.definition,
+        driver.state,
+        NodeHeld(at=driver.tick(), node="charge", reason="irreversible"),
+    )
+    assert held.ignored is not None
+
+
+def test_a_hold_for_a_stale_attempt_is_ignored() -> None:
+    driver = held_at_charge()
+    driver.signal("recovery.retry")
+    stale = decide(
+        driver.definition, driver.state, NodeHeld(at=driver.tick(), node="charge", attempt=1)
+    )
+    assert stale.ignored is not None and "stale" in stale.ignored
+
+
+def test_a_held_compensation_is_decided_the_same_way() -> None:
+    wf = (
+        Workflow("saga")
+        .task("pay", NOOP, next="ship", compensate=handlers.undo, irreversible=True)
+        .task("ship", NOOP, next="done")
+        .end("done")
+    )
+    driver = Driver(wf.build())
+    driver.start()
+    driver.succeed("pay")
+    driver.fail("ship")
+    command = driver.take("pay")
+    assert command.phase is Phase.COMPENSATE
+    driver.apply(
+        NodeHeld(at=driver.tick(), node="pay", phase=Phase.COMPENSATE, reason="irreversible")
+    )
+    assert driver.state.status is RunStatus.COMPENSATING
+    assert [(n.node, p) for n, p in driver.state.held] == [("pay", Phase.COMPENSATE)]
+    driver.signal("recovery.retry")
+    assert driver.dispatched == [Dispatch("pay", 1, 2, Phase.COMPENSATE, resumed=True)]
+    driver.run("pay")
+    assert driver.state.status is RunStatus.COMPENSATED
+
+
+def test_two_held_branches_need_the_decision_to_name_its_node() -> None:
+    wf = (
+        Workflow("fan")
+        .parallel("both", ["left", "right"], next="done")
+        .task("left", NOOP, irreversible=True)
+        .task("right", NOOP, irreversible=True)
+        .end("done")
+    )
+    driver = Driver(wf.build())
+    driver.start()
+    for node in ("left", "right"):
+        driver.take(node)
+        driver.apply(NodeHeld(at=driver.tick(), node=node, reason="irreversible"))
+    with pytest.raises(EventRejected, match="several nodes are held"):
+        driver.signal("recovery.complete")
+    driver.signal("recovery.complete", wait="left")
+    assert driver.state.status is RunStatus.WAITING  # right is still held
+    driver.signal("recovery.complete", wait="right")
+    assert driver.state.status is RunStatus.SUCCEEDED
+
+
+# -- on_resume ----------------------------------------------------------------------------
+
+
+def test_an_invalid_plan_on_resume_sends_the_run_to_its_replan_node() -> None:
+    driver = Driver(payment(on_resume={"check": handlers.by_flag, "replan": "replan"}).build())
+    driver.start()
+    driver.succeed("quote")
+    command = driver.take("charge")
+    driver.apply(
+        PlanInvalidated(
+            at=driver.tick(),
+            node="charge",
+            iteration=command.iteration,
+            attempt=command.attempt,
+            reason="the quote expired",
+        )
+    )
+    charge = driver.state.nodes["charge"]
+    assert charge.status is NodeStatus.CANCELLED and "quote expired" in (charge.error or "")
+    assert ("charge", "replan", "replan") in driver.path
+    driver.succeed("replan")
+    assert driver.outstanding == ["charge"]
+    assert driver.state.nodes["charge"].iteration == 2
+
+
+def test_plan_invalidated_needs_an_on_resume_declaration() -> None:
+    driver = Driver(payment().build())
+    driver.start()
+    with pytest.raises(EventRejected, match="no on_resume"):
+        driver.apply(PlanInvalidated(at=driver.tick(), node="quote", reason="x"))
+
+
+# -- definitions ----------------------------------------------------------------------------
+
+
+def test_on_resume_and_irreversible_appear_in_the_transition_table() -> None:
+    definition = payment(on_resume={"check": handlers.by_flag, "replan": "replan"}).build()
+    rows = {(r.source, r.event, r.target) for r in transition_table(definition)}
+    assert ("*", "replan", "replan") in rows
+    assert ("charge", "held", OPERATOR) in rows
+
+
+@pytest.mark.parametrize(
+    ("options", "code"),
+    [
+        ({"on_resume": {"check": handlers.by_flag, "replan": "nowhere"}}, "unknown_target"),
+        ({"on_resume": {"check": handlers.by_flag}}, "bad_value"),
+        ({"on_resume": "tests.unit.handlers:by_flag"}, "bad_value"),
+    ],
+)
+def test_bad_on_resume_declarations_are_refused(options: dict[str, Any], code: str) -> None:
+    with pytest.raises(WorkflowDefinitionError) as caught:
+        payment(**options).build()
+    assert code in {fault.code for fault in caught.value.faults}
+
+
+def test_irreversible_must_be_a_boolean_on_a_node_with_a_handler() -> None:
+    wf = Workflow("w").task("a", NOOP, next="done", irreversible="yes").end("done")
+    with pytest.raises(WorkflowDefinitionError, match="irreversible"):
+        wf.build()
+    wf = Workflow("w").task("a", next="done", irreversible=True).end("done")
+    with pytest.raises(WorkflowDefinitionError, match="irreversible"):
+        wf.build()
+
+
+def test_wait_signals_may_not_use_the_recovery_prefix() -> None:
+    wf = (
+        Workflow("w")
+        .wait("ask", signals={"recovery.retry": "done"}, timeout="1h", on_timeout="done")
+        .end("done")
+    )
+    with pytest.raises(WorkflowDefinitionError) as caught:
+        wf.build()
+    assert "reserved_name" in {fault.code for fault in caught.value.faults}
+
+
+def test_a_hold_of_a_finished_execution_is_ignored() -> None:
+    driver = Driver(payment().build())
+    driver.start()
+    driver.succeed("quote")
+    driver.succeed("charge")
+    late = decide(driver.definition, driver.state, NodeHeld(at=driver.tick(), node="charge"))
+    assert late.ignored is not None and "duplicate" in late.ignored
+    assert driver.state.nodes["charge"].status is NodeStatus.SUCCEEDED
