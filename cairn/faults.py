@@ -19,8 +19,10 @@ log = logging.getLogger(__name__)
 KNOWN = frozenset(
     {
         "relay.after_publish",  # the relay published, the rows are not marked sent
+        "handler.after_return",  # the handler returned (its effects done), nothing committed
         "complete.after_commit",  # a result is committed, the broker message is not acked
         "publish.after_commit",  # a decision is committed, its messages are not published
+        "snapshot.before_commit",  # a step carrying a snapshot is ready, not committed
     }
 )
 

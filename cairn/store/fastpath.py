@@ -28,6 +28,7 @@ from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
 
 from cairn.errors import StoreError
+from cairn.faults import fault_point
 
 if TYPE_CHECKING:
     from cairn.store.repository import StepWrites
@@ -347,6 +348,10 @@ def _result_params(
 def _step_params(writes: StepWrites) -> dict[str, Any]:
     """The parameters of what a step writes, shared by its three statements."""
     run, snapshot, dispatches = writes.run, writes.snapshot, writes.dispatches
+    if snapshot is not None:
+        # One statement writes the snapshot with the step: there is no "half written"
+        # to die in, so the fault point sits where it is ready and not yet sent.
+        fault_point("snapshot.before_commit")
     return {
         "run_status": run["status"],
         "last_seq": writes.seq,

@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from cairn.errors import StoreError
+from cairn.faults import fault_point
 from cairn.store import fastpath
 from cairn.store.database import autocommit_twin
 from cairn.store.schema import (
@@ -372,6 +373,7 @@ class Tx:
                 )
                 .on_conflict_do_nothing()
             )
+            fault_point("snapshot.before_commit")
         cached = writes.run.get("state")
         self.connection.execute(
             update(runs)

@@ -151,6 +151,7 @@ class NodeRunner:
             )
             check = definition.on_resume if message.resumed and message.phase is Phase.RUN else None
             outcome = self._execute(ref.resolve(), ctx, message, check)
+            fault_point("handler.after_return")
             if not beat.valid:
                 self._stale(message, lease.fence, caught_by="lease")
                 return Handled.LEASE_LOST

@@ -5,8 +5,10 @@ from __future__ import annotations
 import signal
 import time
 
-from cairn.orchestrator.events import Phase
+from cairn.orchestrator.decider import decide
+from cairn.orchestrator.events import Phase, event_from_dict
 from cairn.orchestrator.messages import NodeMessage
+from cairn.orchestrator.state import RunState
 from cairn.orchestrator.statuses import RunStatus
 from cairn.workers.app import CeleryPublisher, make_celery
 from tests.integration.conftest import Cluster
@@ -223,3 +225,58 @@ def test_kill_9_after_a_commit_before_the_ack_runs_nothing_twice(cluster: Cluste
     counts = cluster.executions()
     assert {node: counts[(run_id, node, 1)] for node in CHAIN} == dict.fromkeys(CHAIN, 1)
     assert _decisions(cluster, run_id) == 11
+
+
+def test_kill_9_of_a_step_carrying_a_snapshot_loses_nothing(cluster: Cluster) -> None:
+    """snapshot.before_commit: a step whose write includes a snapshot dies before its
+    commit. Nothing of it is stored; the node runs again; every stored snapshot is
+    exactly the state its events fold to."""
+    every = {"CAIRN_SNAPSHOT_EVERY_EVENTS": "3"}
+    doomed = cluster.spawn(
+        "worker",
+        "--concurrency=1",
+        "--pool=threads",
+        env={**every, "CAIRN_FAULT_POINTS": "snapshot.before_commit"},
+    )
+    run_id = cluster.submit("chain10")
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    cluster.worker(**every)
+    cluster.scheduler(**every)
+    assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
+    assert _decisions(cluster, run_id) == 11  # one result per node
+    counts = cluster.executions()
+    assert sorted(counts[(run_id, node, 1)] for node in CHAIN) == [1] * 9 + [2]
+    orchestrator = cluster.client.runtime.orchestrator
+    _row, definition, _state = orchestrator.load(run_id)
+    history = [e for e in cluster.client.events(run_id) if not e["type"].startswith("audit.")]
+    with orchestrator.store.reading() as tx:
+        snapshot_seqs = tx.snapshot_seqs(run_id)
+    assert len(snapshot_seqs) >= 3
+    for seq in snapshot_seqs:
+        with orchestrator.store.reading() as tx:
+            snapshot = tx.latest_snapshot(run_id, at_or_before=seq)
+        assert snapshot is not None and snapshot.seq == seq
+        folded = RunState(run_id, definition.name, definition.version)
+        for entry in (e for e in history if e["seq"] <= seq):
+            folded = decide(definition, folded, event_from_dict(entry["data"])).state
+        assert snapshot.state == folded.to_dict(), f"snapshot at seq {seq}"
+
+
+def test_kill_9_after_the_handler_returned_before_its_commit(cluster: Cluster) -> None:
+    """handler.after_return: the handler's work is done, its result is not committed.
+    The node runs again (at-least-once); one result is recorded."""
+    doomed = cluster.spawn(
+        "worker",
+        "--concurrency=1",
+        "--pool=threads",
+        env={"CAIRN_FAULT_POINTS": "handler.after_return"},
+    )
+    run_id = cluster.submit("chain10")
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    cluster.worker()
+    cluster.scheduler()
+    assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
+    assert _decisions(cluster, run_id) == 11
+    counts = cluster.executions()
+    assert counts[(run_id, "n1", 1)] == 2  # the doomed worker's run of n1 left no result
+    assert all(counts[(run_id, node, 1)] == 1 for node in CHAIN[1:])
