@@ -169,7 +169,7 @@ def bench_cairn(
         before = commits(database)
         started = time.perf_counter()
         run_ids = [client.submit("bench_chain10", {}) for _ in range(runs)]
-        _wait_finished(url, run_ids)
+        wait_finished(url, run_ids)
         elapsed = time.perf_counter() - started
         for run_id in run_ids:
             assert client.get_run(run_id).status.value == "succeeded", run_id
@@ -254,7 +254,7 @@ def bench_celery(
     return Figures("plain Celery chain", runs, elapsed, latencies)
 
 
-def _wait_finished(url: str, run_ids: list[str], timeout_s: float = 600) -> None:
+def wait_finished(url: str, run_ids: list[str], timeout_s: float = 600) -> None:
     """One cheap query a tenth of a second: the bench must not load the machine it measures."""
     deadline = time.monotonic() + timeout_s
     with psycopg.connect(url) as conn:  # each poll ends in a rollback: not a commit

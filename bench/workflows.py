@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import redis
 from celery import Celery
 
+from cairn.failures import TransientError
 from cairn.orchestrator.builder import Workflow
 
 STEPS = 10
@@ -60,3 +62,27 @@ def slow_once(ctx: Any, state: dict[str, Any]) -> None:
 
 
 recovery = Workflow("bench_recovery", version=1).task("work", slow_once, next="done").end("done")
+
+
+def flaky_call(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """Fails transiently with probability ``failure_rate`` on each attempt, drawn from a
+    hash of (seed, attempt): both benchmark workflows see the same injected failures."""
+    digest = hashlib.sha256(f"{state['seed']}:{ctx.attempt}".encode()).digest()
+    if int.from_bytes(digest[:8], "big") / 2**64 < float(state["failure_rate"]):
+        raise TransientError(f"injected transient failure on attempt {ctx.attempt}")
+    return {"attempt": ctx.attempt}
+
+
+with_retries = (
+    Workflow("bench_with_retries", version=1)
+    .task(
+        "call",
+        flaky_call,
+        next="done",
+        retry={"attempts": 5, "backoff": "0.1s", "max_delay": "1s"},
+    )
+    .end("done")
+)
+without_retries = (
+    Workflow("bench_without_retries", version=1).task("call", flaky_call, next="done").end("done")
+)

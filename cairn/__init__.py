@@ -15,6 +15,14 @@ from cairn.errors import (
     UnknownSignal,
     WorkflowDefinitionError,
 )
+from cairn.failures import (
+    BusinessError,
+    Cancelled,
+    HandlerError,
+    PermanentError,
+    TransientError,
+    classified,
+)
 from cairn.orchestrator.builder import Workflow
 from cairn.orchestrator.decider import Decision, decide
 from cairn.orchestrator.definition import ErrorClass, WorkflowDefinition
@@ -31,6 +39,13 @@ __all__ = [
     "WorkflowDefinition",
     "load_definition",
     "load_file",
+    # handlers
+    "BusinessError",
+    "Cancelled",
+    "HandlerError",
+    "PermanentError",
+    "TransientError",
+    "classified",
     # running
     "Client",
     "get_run",

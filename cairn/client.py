@@ -91,6 +91,17 @@ class Client:
         )
         return decision.ignored is None
 
+    def cancel(self, run_id: str, reason: str, *, actor: str | None = None) -> bool:
+        """Cancel a run (see :meth:`Orchestrator.cancel`): False if it was already being
+        cancelled. A finished run raises :class:`~cairn.errors.IllegalTransition`."""
+        return self.runtime.orchestrator.cancel(run_id, reason, actor=actor).ignored is None
+
+    def rollback(
+        self, run_id: str, reason: str, *, actor: str | None = None, confirm: bool = False
+    ) -> None:
+        """Undo a started run, compensating every applied step; needs ``confirm=True``."""
+        self.runtime.orchestrator.rollback(run_id, reason, actor=actor, confirm=confirm)
+
     def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
         return self.runtime.orchestrator.events(run_id, after)
 

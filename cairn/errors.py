@@ -116,6 +116,12 @@ class InvalidInput(CairnError):
     code = "invalid_input"
 
 
+class ConfirmationRequired(CairnError):
+    """A request that undoes work (a rollback) must be confirmed explicitly."""
+
+    code = "confirmation_required"
+
+
 class ConfigError(CairnError):
     """Settings that cannot be used (unknown ``CAIRN_*`` variables, bad values)."""
 

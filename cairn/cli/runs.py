@@ -13,6 +13,7 @@ from cairn.cli.main import EXIT_INVALID, _cwd_importable, app, err, out
 from cairn.client import Client, WaitTimeout
 from cairn.errors import InvalidInput
 from cairn.lease.leases import lease_key
+from cairn.orchestrator.explain import waiting_lines
 from cairn.orchestrator.statuses import RunStatus
 
 EXIT_FAILED = 1
@@ -67,8 +68,13 @@ def status(
         raise typer.BadParameter("give a RUN_ID, or --fleet")
     client = Client()
     try:
-        view = client.runtime.orchestrator.get_run(run_id, with_executions=True)
+        orchestrator = client.runtime.orchestrator
+        view = orchestrator.get_run(run_id, with_executions=True)
         beats = _heartbeats(client, view)
+        definition = orchestrator.registry.get(view.workflow, view.version)
+        explained = (
+            waiting_lines(definition, view.state, time.time()) if view.state is not None else []
+        )
     finally:
         client.close()
     if as_json:
@@ -80,14 +86,8 @@ def status(
     interval = client.settings.heartbeat_interval
     for running, beat in beats.items():
         out.print(f"{running}: {_liveness(beat, interval)}", markup=False)
-    for held, phase in view.state.held if view.state is not None else []:
-        suffix = " (compensation)" if phase.value == "compensate" else ""
-        out.print(
-            f"{held.node}#{held.iteration}{suffix}: held for an operator: {held.error}\n"
-            f"  decide with: cairn signal {view.id} recovery.retry | recovery.complete "
-            f"--payload '{{\"output\": {{...}}}}' | recovery.fail",
-            markup=False,
-        )
+    for line in explained:
+        out.print(line, markup=False)
     if view.reason:
         out.print(f"reason: {view.reason}", markup=False)
     table = Table("node", "visit", "phase", "status", "attempt", "duration", "worker")
@@ -143,6 +143,45 @@ def signal(
         client.close()
     if not applied:
         out.print(f"signal {signal_id} was already applied; nothing changed", markup=False)
+    out.print(f"{view.id} {view.status.value}", markup=False)
+
+
+@app.command()
+def cancel(
+    run_id: Annotated[str, typer.Argument()],
+    reason: Annotated[str, typer.Option(help="Why (kept in the log and on the run).")],
+    actor: Annotated[str | None, typer.Option(help="Who cancels.")] = None,
+) -> None:
+    """Cancel a run: nothing new starts, running nodes stop at their next safe point (or
+    are detached after the workflow's cancel_timeout), then it ends cancelled."""
+    client = Client()
+    try:
+        changed = client.cancel(run_id, reason, actor=actor)
+        view = client.get_run(run_id)
+    finally:
+        client.close()
+    if not changed:
+        out.print("the run was already being cancelled; nothing changed", markup=False)
+    out.print(f"{view.id} {view.status.value}", markup=False)
+
+
+@app.command()
+def rollback(
+    run_id: Annotated[str, typer.Argument()],
+    reason: Annotated[str, typer.Option(help="Why (kept in the log and on the run).")],
+    actor: Annotated[str | None, typer.Option(help="Who rolls back.")] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Confirm: this undoes every applied step.")
+    ] = False,
+) -> None:
+    """Roll a run back: stop it, run the compensation of every step that took effect
+    (last first), end rolled_back. Refused without --yes."""
+    client = Client()
+    try:
+        client.rollback(run_id, reason, actor=actor, confirm=yes)
+        view = client.get_run(run_id)
+    finally:
+        client.close()
     out.print(f"{view.id} {view.status.value}", markup=False)
 
 

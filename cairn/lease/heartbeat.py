@@ -4,6 +4,9 @@ One daemon thread per process (:class:`Heartbeats`) renews every lease this proc
 holds, each at its own interval. Starting a thread per step would cost more than the
 step; the thread also idles without cost when nothing is held.
 
+Each beat also asks whether the run is being cancelled (one primary-key read in
+PostgreSQL), which the handler sees as ``ctx.cancelled``.
+
 When a renewal fails (the token no longer matches, or Redis cannot be reached until the
 lease's own deadline has passed), the lease is marked lost: the step context exposes it
 as ``ctx.lease_lost`` and the worker does not commit. Each beat also keeps a monotonic
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +38,9 @@ class Beat:
     next_renewal: float
     lost: threading.Event = field(default_factory=threading.Event)
     record: dict[str, Any] = field(default_factory=dict)  # progress, shown by `cairn status`
+    # Asked on every beat: is the run being cancelled? (PostgreSQL's word, not a revoke.)
+    cancel_requested: Callable[[], bool] | None = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
     @property
     def valid(self) -> bool:
@@ -49,9 +56,20 @@ class Heartbeats:
         self._wake = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
 
-    def hold(self, lease: Lease, interval_s: float) -> Beat:
+    def hold(
+        self,
+        lease: Lease,
+        interval_s: float,
+        cancel_requested: Callable[[], bool] | None = None,
+    ) -> Beat:
         now = time.monotonic()
-        beat = Beat(lease, interval_s, deadline=now + lease.ttl_s, next_renewal=now + interval_s)
+        beat = Beat(
+            lease,
+            interval_s,
+            deadline=now + lease.ttl_s,
+            next_renewal=now + interval_s,
+            cancel_requested=cancel_requested,
+        )
         with self._wake:
             self._beats[lease.key] = beat
             if self._thread is None or not self._thread.is_alive():
@@ -99,6 +117,17 @@ class Heartbeats:
             renewed = False
         if renewed:
             beat.deadline = asked_at + beat.lease.ttl_s
+            self._check_cancel(beat)
         else:
             beat.lost.set()
             self.drop(beat)
+
+    @staticmethod
+    def _check_cancel(beat: Beat) -> None:
+        if beat.cancel_requested is None or beat.cancelled.is_set():
+            return
+        try:
+            if beat.cancel_requested():
+                beat.cancelled.set()
+        except Exception:  # the database is away: the commit checks again
+            log.warning("could not check %s for a cancel", beat.lease.key, exc_info=True)

@@ -55,6 +55,7 @@ from cairn.orchestrator.events import (
     NodeSucceeded,
     Phase,
     PlanInvalidated,
+    RollbackRequested,
     RunStarted,
     SignalReceived,
     TimerFired,
@@ -345,13 +346,43 @@ class _Step:
         if state.status is RunStatus.PENDING:
             self.finish(RunStatus.CANCELLED, event.reason)
             return None
+        self.stop_for_cancel(event.reason)
+        return None
+
+    def rollback_requested(self, event: RollbackRequested) -> str | None:
+        """Undo the whole run: stop it as a cancel does, then compensate every step that
+        took effect (last first); it ends ``rolled_back``."""
+        state = self.state
+        if state.status not in (RunStatus.RUNNING, RunStatus.WAITING):
+            why = (
+                "the run is finished"
+                if state.status.terminal
+                else f"the run is {state.status.value}: nothing to roll back now"
+            )
+            raise IllegalTransition(
+                "run", state.run_id, state.status.value, RunStatus.ROLLED_BACK.value, why
+            )
+        state.cancel = {
+            "reason": event.reason,
+            "actor": event.actor,
+            "at": event.at,
+            "rollback": True,
+        }
+        self.transitions.append(Transition("*", "rollback", outcome_node(RunStatus.ROLLED_BACK)))
+        self.stop_for_cancel(event.reason)
+        return None
+
+    def stop_for_cancel(self, reason: str) -> None:
+        """Nothing new starts; running executions are asked to stop; the run ends once
+        they have (or the cancel timeout detaches them)."""
+        state = self.state
         self.disarm_all()
         for current in list(state.nodes.values()):
             if current.status in (NodeStatus.WAITING, NodeStatus.RETRYING, NodeStatus.HELD):
-                self.stop_execution(current, event.reason)
+                self.stop_execution(current, reason)
             elif current.active:
                 self.commands.append(
-                    CancelNode(current.node, current.iteration, current.attempt, event.reason)
+                    CancelNode(current.node, current.iteration, current.attempt, reason)
                 )
         self.set_run(RunStatus.CANCELLING)
         if state.active_nodes:
@@ -363,7 +394,6 @@ class _Step:
                 )
             )
         self.settle_cancel()
-        return None
 
     # -- recovery that needs a person, and re-planning after a resume -------------------
 
@@ -455,9 +485,12 @@ class _Step:
         self.commands.append(
             SettleExecution(node.id, iteration, phase, NodeStatus.FAILED, error=reason)
         )
-        return self.node_failed(
-            NodeFailed(event.at, node.id, iteration, attempt, ErrorClass.PERMANENT, reason, phase)
+        failed = NodeFailed(
+            event.at, node.id, iteration, attempt, ErrorClass.PERMANENT, reason, phase
         )
+        if phase is Phase.COMPENSATE:
+            return self.compensation_failed(failed, settled=True)
+        return self.node_failed(failed)
 
     def plan_invalidated(self, event: PlanInvalidated) -> str | None:
         on_resume = self.definition.on_resume
@@ -793,10 +826,12 @@ class _Step:
             return
         self.disarm(timer_id(TimerKind.CANCEL))
         reason = (state.cancel or {}).get("reason") or "cancelled"
-        if self.definition.compensate_on_cancel and state.compensable:
-            self.start_compensation(RunStatus.CANCELLED, reason)
+        rollback = bool((state.cancel or {}).get("rollback"))
+        final = RunStatus.ROLLED_BACK if rollback else RunStatus.CANCELLED
+        if (rollback or self.definition.compensate_on_cancel) and state.compensable:
+            self.start_compensation(final, reason)
         else:
-            self.finish(RunStatus.CANCELLED, reason)
+            self.finish(final, reason)
 
     def detach_active(self) -> None:
         """The cancel timeout passed: stop waiting for nodes that did not stop."""
@@ -854,13 +889,18 @@ class _Step:
         self.dispatch_compensation()
         return None
 
-    def compensation_failed(self, event: NodeFailed) -> str | None:
+    def compensation_failed(self, event: NodeFailed, *, settled: bool = False) -> str | None:
+        """A compensation failed: retried by its node's policy; then held for an operator
+        (the run stays compensating: undoing half of a saga must not be guessed); an
+        operator's ``recovery.fail`` (``settled``) ends the run failed with the scene."""
         found = self.compensation_in_flight(event.node, event.iteration, event.attempt)
         if isinstance(found, str):
             return found
         compensation, current = found
         policy = self.definition.nodes[event.node].retry
-        if event.error_class is ErrorClass.TRANSIENT and current.attempt < policy.attempts:
+        if settled:
+            pass
+        elif event.error_class is ErrorClass.TRANSIENT and current.attempt < policy.attempts:
             retrying = replace(
                 current,
                 status=advance_node(self.subject(current), current.status, NodeStatus.RETRYING),
@@ -891,12 +931,27 @@ class _Step:
                 )
             )
             return None
+        else:
+            reason = (
+                f"compensation failed ({event.error_class.value}: {event.message}) and "
+                "its retries are exhausted"
+            )
+            self.set_compensation(
+                self.moved(
+                    current, NodeStatus.HELD, error_class=event.error_class.value, error=reason
+                )
+            )
+            self.commands.append(
+                HoldExecution(event.node, event.iteration, event.attempt, Phase.COMPENSATE)
+            )
+            self.transitions.append(Transition(event.node, "held", OPERATOR))
+            return None
         advance_node(self.subject(current), current.status, NodeStatus.FAILED)
         self.state.compensation = None
         self.finish(
             RunStatus.FAILED,
             f"compensation of {event.node} (visit {event.iteration}) failed "
-            f"({event.error_class.value}: {event.message}); it needs an operator. "
+            f"({event.error_class.value}: {event.message}); an operator failed it. "
             f"Original failure: {compensation.reason}",
         )
         return None
@@ -1037,4 +1092,5 @@ _HANDLERS: dict[type[Event], Callable[[_Step, Any], str | None]] = {
     SignalReceived: _Step.signal,
     TimerFired: _Step.timer_fired,
     CancelRequested: _Step.cancel_requested,
+    RollbackRequested: _Step.rollback_requested,
 }

@@ -28,7 +28,13 @@ from typing import Any, Protocol
 from jsonschema import Draft202012Validator
 
 from cairn.config import Settings
-from cairn.errors import InvalidInput, RunNotFound, StoreError, UnknownWorkflow
+from cairn.errors import (
+    ConfirmationRequired,
+    InvalidInput,
+    RunNotFound,
+    StoreError,
+    UnknownWorkflow,
+)
 from cairn.faults import fault_point
 from cairn.orchestrator.commands import (
     ArmTimer,
@@ -44,8 +50,10 @@ from cairn.orchestrator.commands import (
 from cairn.orchestrator.decider import Decision, decide
 from cairn.orchestrator.definition import WorkflowDefinition
 from cairn.orchestrator.events import (
+    CancelRequested,
     Event,
     Phase,
+    RollbackRequested,
     RunStarted,
     SignalReceived,
     event_from_dict,
@@ -496,6 +504,38 @@ class Orchestrator:
                 StepWrites(run_values, event, outcome={}, sent=self.sent.drain(), dispatches=[]),
             )
         return int(seq)
+
+    def cancelling(self, run_id: str) -> bool:
+        """True if the run is being cancelled (asked by heartbeats, for ``ctx.cancelled``)."""
+        with self.store.statements() as tx:
+            return tx.run_status(run_id) == RunStatus.CANCELLING.value
+
+    def cancel(self, run_id: str, reason: str, *, actor: str | None = None) -> Decision:
+        """Cancel a run: it moves to ``cancelling`` at once (nothing new is dispatched,
+        queued nodes become no-ops, running handlers see ``ctx.cancelled``), and ends
+        ``cancelled`` once its running nodes have stopped or ``cancel_timeout`` passed.
+        A finished run raises :class:`IllegalTransition` and nothing is written; a second
+        cancel changes nothing (``ignored``)."""
+        requested = CancelRequested(at=0.0, reason=reason, actor=actor)
+        decision = self.apply(run_id, partial(stamped, requested))
+        assert decision is not None
+        return decision
+
+    def rollback(
+        self, run_id: str, reason: str, *, actor: str | None = None, confirm: bool = False
+    ) -> Decision:
+        """Undo a started, unfinished run: stop it, compensate every step that took
+        effect (last first), end ``rolled_back``. It must be ``confirm``-ed; otherwise,
+        and for a run that cannot be rolled back, it raises and writes nothing."""
+        if not confirm:
+            raise ConfirmationRequired(
+                f"rolling back run {run_id} stops it and compensates every step that took "
+                "effect; confirm it (--yes, confirm=True)"
+            )
+        requested = RollbackRequested(at=0.0, reason=reason, actor=actor)
+        decision = self.apply(run_id, partial(stamped, requested))
+        assert decision is not None
+        return decision
 
     def fenced_out(self, key: ExecutionKey, fence: int) -> bool:
         """True if a claim newer than ``fence`` took the execution over."""

@@ -129,6 +129,16 @@ class CancelRequested(Event):
     type: ClassVar[str] = "cancel_requested"
 
 
+@dataclass(frozen=True)
+class RollbackRequested(Event):
+    """An operator undoes the whole run (confirmed): it stops as a cancel does, then every
+    step that took effect is compensated, last first; the run ends ``rolled_back``."""
+
+    reason: str = ""
+    actor: str | None = None
+    type: ClassVar[str] = "rollback_requested"
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -141,6 +151,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SignalReceived,
         TimerFired,
         CancelRequested,
+        RollbackRequested,
     )
 }
 

@@ -58,8 +58,9 @@ RUN_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
     _R.WAITING: frozenset(
         {_R.RUNNING, _R.CANCELLING, _R.COMPENSATING, _R.SUCCEEDED, _R.FAILED, _R.CANCELLED}
     ),
-    # Cancelling drains the running nodes, then compensates (if the workflow asks) or ends.
-    _R.CANCELLING: frozenset({_R.COMPENSATING, _R.CANCELLED}),
+    # Cancelling drains the running nodes, then compensates (if the workflow asks, or it
+    # is a rollback) or ends (a rollback with nothing to undo is rolled back at once).
+    _R.CANCELLING: frozenset({_R.COMPENSATING, _R.CANCELLED, _R.ROLLED_BACK}),
     # Compensation ends compensated, cancelled (compensate-on-cancel), or failed when a
     # compensation itself cannot be carried out.
     _R.COMPENSATING: frozenset({_R.COMPENSATED, _R.CANCELLED, _R.FAILED, _R.ROLLED_BACK}),

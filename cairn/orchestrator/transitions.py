@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cairn.durations import format_duration
-from cairn.orchestrator.decider import OPERATOR, START, outcome_node
+from cairn.orchestrator.decider import OPERATOR, RECOVERY_SIGNALS, START, outcome_node
 from cairn.orchestrator.definition import (
+    AnyNode,
     EndNode,
     ErrorClass,
     JoinPolicyKind,
@@ -46,12 +47,6 @@ def transition_table(definition: WorkflowDefinition) -> list[TransitionRow]:
             continue
         if isinstance(node, TaskNode):
             rows.extend(_task_rows(node))
-            if node.irreversible:
-                rows.append(
-                    TransitionRow(
-                        node_id, "held", "its worker was lost after claiming it", OPERATOR
-                    )
-                )
         elif isinstance(node, WaitNode):
             for name, target in node.signals.items():
                 rows.append(TransitionRow(node_id, f"signal:{name}", "", target))
@@ -97,6 +92,7 @@ def transition_table(definition: WorkflowDefinition) -> list[TransitionRow]:
                     node_id, "compensate", "a later step failed the run", f"{node.compensate.path}"
                 )
             )
+        rows.extend(_hold_rows(node))
     if definition.on_resume is not None:
         rows.append(
             TransitionRow(
@@ -107,16 +103,33 @@ def transition_table(definition: WorkflowDefinition) -> list[TransitionRow]:
                 definition.on_resume.replan,
             )
         )
+    rows.append(TransitionRow("*", "cancel", "", outcome_node(RunStatus.CANCELLED)))
     rows.append(
         TransitionRow(
-            OPERATOR,
-            "recovery.retry|complete|fail",
-            "a held node: run it again, or settle it succeeded or failed",
-            "(the held node)",
+            "*",
+            "rollback",
+            "confirmed by an operator; compensates every applied step",
+            outcome_node(RunStatus.ROLLED_BACK),
         )
     )
-    rows.append(TransitionRow("*", "cancel", "", outcome_node(RunStatus.CANCELLED)))
     return rows
+
+
+def _hold_rows(node: AnyNode) -> list[TransitionRow]:
+    """A node that runs code may be held for an operator, who decides how it goes on."""
+    why = []
+    if isinstance(node, TaskNode) and node.handler is not None:
+        if node.irreversible:
+            why.append("irreversible, its worker was lost after claiming it")
+        why.append("its worker kept dying (CAIRN_ON_MAX_RECOVERIES=hold)")
+    if node.compensate is not None:
+        why.append("its compensation failed, retries exhausted")
+    if not why:
+        return []
+    return [
+        TransitionRow(node.id, "held", "; or ".join(why), OPERATOR),
+        *(TransitionRow(OPERATOR, signal, "it is held", node.id) for signal in RECOVERY_SIGNALS),
+    ]
 
 
 def _task_rows(node: TaskNode) -> list[TransitionRow]:

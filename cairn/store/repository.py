@@ -539,9 +539,16 @@ class Tx:
         )
 
     def hold_execution(self, key: ExecutionKey, attempt: int) -> None:
-        """Recovery stops at this execution until an operator decides (see NodeHeld)."""
+        """Recovery stops at this execution until an operator decides (see NodeHeld): it
+        lost its worker (unfinished), or it is a compensation that failed for good."""
         self.connection.execute(
-            update(executions).where(key.unfinished(attempt)).values(status="held")
+            update(executions)
+            .where(
+                key.where(),
+                executions.c.attempt == attempt,
+                executions.c.status.in_([*ACTIVE_EXECUTION, "failed"]),
+            )
+            .values(status="held")
         )
 
     def settle_execution(
@@ -582,6 +589,10 @@ class Tx:
                 .limit(limit)
             )
         )
+
+    def run_status(self, run_id: str) -> str | None:
+        status = self.connection.execute(select(runs.c.status).where(runs.c.id == run_id))
+        return cast("str | None", status.scalar())
 
     def claim_execution(
         self, key: ExecutionKey, attempt: int, fence: int, *, first: bool = False

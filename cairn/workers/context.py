@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from cairn.failures import Cancelled
 from cairn.orchestrator.state import RunState
 
 log = logging.getLogger("cairn.handler")
@@ -43,6 +44,7 @@ class StepContext:
         state: RunState,
         on_progress: Callable[[Progress], None] | None = None,
         lease_valid: Callable[[], bool] | None = None,
+        cancel_requested: Callable[[], bool] | None = None,
         resumed: bool = False,
     ) -> None:
         self.run_id = run_id
@@ -62,6 +64,7 @@ class StepContext:
         self._sessions_before = copy.deepcopy(state.sessions)
         self._on_progress = on_progress
         self._lease_valid = lease_valid
+        self._cancel_requested = cancel_requested
         self.last_progress: Progress | None = None
         self.log = logging.LoggerAdapter(
             log, {"run_id": run_id, "node": node, "iteration": iteration, "attempt": attempt}
@@ -78,6 +81,19 @@ class StepContext:
         """True once this worker may no longer be the node's holder: stop at a safe point;
         nothing this execution returns will be committed."""
         return self._lease_valid is not None and not self._lease_valid()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the run is being cancelled (PostgreSQL says so; the heartbeat asks
+        on every beat): stop at the next safe point — between model and tool calls, or
+        while iterating a stream — by raising :class:`cairn.Cancelled`
+        (:meth:`raise_if_cancelled`). What the node returns anyway is kept, readable."""
+        return self._cancel_requested is not None and self._cancel_requested()
+
+    def raise_if_cancelled(self) -> None:
+        """A safe point: raise :class:`cairn.Cancelled` if the run is being cancelled."""
+        if self.cancelled:
+            raise Cancelled(f"run {self.run_id} is being cancelled")
 
     def handler_state(self) -> dict[str, Any]:
         """The state for the handler's ``state`` argument: this context's private copy

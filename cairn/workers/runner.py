@@ -18,10 +18,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from typing import Any, TypeVar
 
 from cairn.config import Settings
 from cairn.errors import CairnError, InvalidInput, UnknownNode
+from cairn.failures import Cancelled
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.leases import Leases, lease_key
@@ -132,7 +134,14 @@ class NodeRunner:
             self.leases.release(lease)
             # Finished meanwhile, or a newer claim took it; or, irreversible, claimed before.
             return Handled.UNCONFIRMED if irreversible else Handled.DUPLICATE
-        beat = self.heartbeats.hold(lease, self.settings.heartbeat_interval)
+        beat = self.heartbeats.hold(
+            lease,
+            self.settings.heartbeat_interval,
+            # Compensations are never cancelled: they are how a cancel undoes work.
+            cancel_requested=partial(orchestrator.cancelling, message.run_id)
+            if message.phase is Phase.RUN
+            else None,
+        )
         completion = None
         try:
             ctx = StepContext(
@@ -144,6 +153,7 @@ class NodeRunner:
                 phase=message.phase.value,
                 state=state,
                 lease_valid=lambda: beat.valid,
+                cancel_requested=beat.cancelled.is_set,
                 resumed=message.resumed,
                 on_progress=lambda p: self.heartbeats.progress(
                     beat, done=p.done, total=p.total, message=p.message
@@ -275,6 +285,14 @@ class NodeRunner:
                     )
                     return NodeOutcome(invalidated, NodeStatus.CANCELLED, error=reason)
             output = self._check_output(handler(ctx, ctx.handler_state()))
+        except Cancelled:
+            ctx.log.info("stopped at a safe point: the run is being cancelled")
+            cancelled = NodeCancelled(
+                at=0.0, node=node, iteration=iteration, attempt=attempt, phase=phase
+            )
+            return NodeOutcome(
+                cancelled, NodeStatus.CANCELLED, duration_s=time.perf_counter() - started
+            )
         except Exception as exc:
             duration = time.perf_counter() - started
             error_class = classify(exc)

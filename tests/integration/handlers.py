@@ -7,6 +7,8 @@ import os
 import time
 from typing import Any
 
+from cairn import BusinessError, PermanentError, TransientError
+
 
 def _record(ctx: Any, state: dict[str, Any], what: str) -> None:
     path = state.get("ledger")
@@ -78,3 +80,64 @@ def plan_still_valid(ctx: Any, state: dict[str, Any]) -> str | None:
 def replan(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     _record(ctx, state, "start")
     return {"replanned": True, "slow": {}}
+
+
+def flaky(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """Fails transiently until attempt ``succeed_on``; with ``permanent`` set, fails for good."""
+    _record(ctx, state, "start")
+    if state.get("permanent"):
+        raise PermanentError("the account does not exist")
+    if ctx.attempt < int(state.get("succeed_on", 1)):
+        raise TransientError(f"upstream 503 on attempt {ctx.attempt}")
+    return {"called_on_attempt": ctx.attempt}
+
+
+def fallback(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    _record(ctx, state, "start")
+    return {"used_fallback": True}
+
+
+def refuse(ctx: Any, state: dict[str, Any]) -> None:
+    """A later step that fails the run for good, after the compensable ones."""
+    _record(ctx, state, "start")
+    raise BusinessError("the carrier refused the shipment")
+
+
+def undo(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """A compensation: dawdles on its first execution (``slow_undo``), then applies its
+    effect — a ledger line ``undo`` — once, at the end."""
+    first = not any(
+        line.split()[1] == ctx.node and line.split()[4] == "undo-start" for line in _lines(state)
+    )
+    _record(ctx, state, "undo-start")
+    delay = float((state.get("slow_undo") or {}).get(ctx.node, 0)) if first else 0.0
+    deadline = time.monotonic() + delay
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    _record(ctx, state, "undo")
+    return {f"undone_{ctx.node}": True}
+
+
+def think(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """An agent loop: many short model calls, a safe point between each."""
+    _record(ctx, state, "start")
+    for turn in range(int(state.get("turns", 200))):
+        ctx.raise_if_cancelled()
+        ctx.progress(turn, None, "thinking")
+        time.sleep(0.05)
+    return {"thought": True}
+
+
+def stubborn(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """One long call that cannot be interrupted (it never looks at ctx.cancelled)."""
+    _record(ctx, state, "start")
+    time.sleep(float(state.get("call_s", 30)))
+    return {"finished_anyway": True}
+
+
+def _lines(state: dict[str, Any]) -> list[str]:
+    path = state.get("ledger")
+    if not path or not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as ledger:
+        return ledger.read().splitlines()

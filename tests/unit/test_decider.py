@@ -14,7 +14,13 @@ from cairn.errors import (
     UnknownNode,
     UnknownSignal,
 )
-from cairn.orchestrator.commands import CancelNode, DetachNode, Dispatch, FinishRun
+from cairn.orchestrator.commands import (
+    CancelNode,
+    DetachNode,
+    Dispatch,
+    FinishRun,
+    HoldExecution,
+)
 from cairn.orchestrator.decider import decide, retry_delay_s
 from cairn.orchestrator.definition import ErrorClass, Jitter, RetryPolicy
 from cairn.orchestrator.events import (
@@ -753,7 +759,7 @@ def test_duplicate_compensation_result_is_ignored() -> None:
     assert again.ignored is not None
 
 
-def test_compensation_retries_then_fails_the_run_for_an_operator() -> None:
+def held_compensation() -> Driver:
     driver = Driver(saga().build())
     driver.start()
     driver.succeed("one")
@@ -762,9 +768,35 @@ def test_compensation_retries_then_fails_the_run_for_an_operator() -> None:
     driver.fail("two", ErrorClass.TRANSIENT, "api down")
     driver.fire("compensation_retry:two")
     assert driver.dispatched == [Dispatch("two", 1, 2, Phase.COMPENSATE)]
-    driver.fail("two", ErrorClass.TRANSIENT, "api still down")
+    decision = driver.fail("two", ErrorClass.TRANSIENT, "api still down")
+    assert HoldExecution("two", 1, 2, Phase.COMPENSATE) in decision.commands
+    return driver
+
+
+def test_compensation_retries_then_waits_for_an_operator() -> None:
+    driver = held_compensation()
+    assert driver.state.status is RunStatus.COMPENSATING  # not guessed: a person decides
+    (held, phase), *_ = driver.state.held
+    assert (held.node, phase, held.status) == ("two", Phase.COMPENSATE, NodeStatus.HELD)
+    assert "api still down" in (held.error or "")
+    assert driver.dispatched == []
+
+
+def test_an_operator_failing_a_held_compensation_fails_the_run_with_the_scene() -> None:
+    driver = held_compensation()
+    driver.signal("recovery.fail", payload={"reason": "the refund API is gone"})
     assert driver.state.status is RunStatus.FAILED
     assert "compensation of two" in (driver.state.reason or "")
+    assert "the refund API is gone" in (driver.state.reason or "")
+    assert driver.dispatched == []  # one is not compensated: the run stops there
+
+
+def test_an_operator_completing_a_held_compensation_goes_on_undoing() -> None:
+    driver = held_compensation()
+    driver.signal("recovery.complete", payload={"output": {"refunded_by": "hand"}})
+    assert driver.dispatched == [Dispatch("one", 1, 1, Phase.COMPENSATE)]
+    driver.run("one")
+    assert driver.state.status is RunStatus.COMPENSATED
 
 
 def test_cancel_with_compensate_on_cancel_undoes_then_ends_cancelled() -> None:

@@ -44,7 +44,7 @@ from cairn.orchestrator.commands import (
     Dispatch,
     FinishRun,
 )
-from cairn.orchestrator.decider import Decision, decide
+from cairn.orchestrator.decider import RECOVERY_SIGNALS, Decision, decide
 from cairn.orchestrator.definition import (
     ErrorClass,
     ParallelNode,
@@ -588,6 +588,10 @@ class Simulator:
             if names:
                 self.signal(names[0], signal_id=f"drain-{step}")
                 continue
+            if self.state.held:  # a person settles it: it happened
+                held, _phase = self.state.held[0]
+                self.signal("recovery.complete", f"drain-{step}", wait=held.node)
+                continue
             live = {t: due for t, due in self.timers.items() if t not in self.dead_timers}
             if live:
                 self.fire(min(live, key=lambda t: (live[t], t)))
@@ -609,6 +613,7 @@ WORKER_WEIGHTS = {
     "fail": 6,
     "fire": 10,
     "signal": 8,
+    "operator": 4,
     "redeliver": 4,
     "ack_cancel": 2,
     "bad_signal": 2,
@@ -630,6 +635,7 @@ def available(sim: Simulator, weights: dict[str, int]) -> list[str]:
         "fire": bool(sim.timers),
         "stale_timer": bool(set(sim.ever_armed) - set(sim.timers)),
         "signal": bool(sim.waiting_signals()),
+        "operator": bool(sim.state.held),
         "dup_signal": bool(sim.state.signals_seen),
         "redeliver": bool(sim.history),
     }
@@ -646,6 +652,11 @@ def random_step(sim: Simulator, data: st.DataObject, weights: dict[str, int]) ->
             sim.succeed(key, output, messages=messages, sessions=sessions)
         else:
             sim.fail(key, data.draw(error_classes, label="error class"))
+    elif action == "operator":
+        held, _phase = data.draw(sampled(sim.state.held), label="held execution")
+        decision = data.draw(sampled(list(RECOVERY_SIGNALS)), label="operator's decision")
+        result = sim.signal(decision, f"op-{sim.decisions}", wait=held.node, actor="operator")
+        assert isinstance(result, Decision) and not result.ignored, result
     elif action == "ack_cancel":
         runs = [k for k in sim.outstanding if k[3] is Phase.RUN]
         node, iteration, attempt, phase = data.draw(sampled(runs), label="execution")

@@ -1,0 +1,139 @@
+"""Failure classification, and rollback in the decider."""
+
+from __future__ import annotations
+
+import urllib.error
+from typing import Any
+
+import pytest
+
+import cairn
+from cairn.errors import IllegalTransition
+from cairn.orchestrator.commands import CancelNode, Dispatch
+from cairn.orchestrator.definition import ErrorClass
+from cairn.orchestrator.events import Phase, RollbackRequested
+from cairn.orchestrator.explain import waiting_lines
+from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.workers.classify import classify
+from tests.unit import handlers
+from tests.unit.driving import Driver
+
+NOOP = handlers.noop
+
+
+class _Response:
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+
+
+class HTTPStatusError(Exception):  # the shape of httpx's and requests' errors
+    def __init__(self, status_code: int) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.response = _Response(status_code)
+
+
+class ReadTimeout(Exception):  # a client library's timeout, not derived from TimeoutError
+    pass
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (cairn.TransientError("try again"), ErrorClass.TRANSIENT),
+        (cairn.PermanentError("no"), ErrorClass.PERMANENT),
+        (cairn.BusinessError("declined"), ErrorClass.BUSINESS),
+        (cairn.classified(KeyError("x"), "transient"), ErrorClass.TRANSIENT),
+        (TimeoutError(), ErrorClass.TRANSIENT),
+        (ConnectionResetError(), ErrorClass.TRANSIENT),
+        (ReadTimeout(), ErrorClass.TRANSIENT),
+        (HTTPStatusError(429), ErrorClass.TRANSIENT),
+        (HTTPStatusError(502), ErrorClass.TRANSIENT),
+        (HTTPStatusError(503), ErrorClass.TRANSIENT),
+        (HTTPStatusError(504), ErrorClass.TRANSIENT),
+        (HTTPStatusError(400), ErrorClass.PERMANENT),
+        (HTTPStatusError(404), ErrorClass.PERMANENT),
+        (urllib.error.HTTPError("http://x", 503, "busy", {}, None), ErrorClass.TRANSIENT),  # type: ignore[arg-type]
+        (urllib.error.HTTPError("http://x", 403, "no", {}, None), ErrorClass.PERMANENT),  # type: ignore[arg-type]
+        (PermissionError(), ErrorClass.PERMANENT),
+        (ValueError("bad argument"), ErrorClass.PERMANENT),
+        (RuntimeError("unknown"), ErrorClass.PERMANENT),
+    ],
+)
+def test_errors_are_classified(error: BaseException, expected: ErrorClass) -> None:
+    assert classify(error) is expected
+
+
+def booking(**options: Any) -> cairn.Workflow:
+    return (
+        cairn.Workflow("booking", **options)
+        .task("reserve", NOOP, next="charge", compensate=handlers.undo)
+        .task("charge", NOOP, next="confirm", compensate=handlers.undo)
+        .wait("confirm", signals={"confirmed": "done"}, timeout="1h", on_timeout="done")
+        .end("done")
+    )
+
+
+def test_rollback_of_a_waiting_run_compensates_last_first_and_ends_rolled_back() -> None:
+    driver = Driver(booking().build())
+    driver.start()
+    driver.succeed("reserve")
+    driver.succeed("charge")
+    assert driver.state.status is RunStatus.WAITING
+    driver.apply(RollbackRequested(at=driver.tick(), actor="alice"))
+    assert driver.state.nodes["confirm"].status is NodeStatus.CANCELLED
+    assert driver.dispatched == [Dispatch("charge", 1, 1, Phase.COMPENSATE)]
+    driver.run("charge")
+    driver.run("reserve")
+    assert driver.state.status is RunStatus.ROLLED_BACK
+    assert ("*", "rollback", "(rolled_back)") in driver.path
+
+
+def test_rollback_of_a_running_run_drains_it_first() -> None:
+    driver = Driver(booking().build())
+    driver.start()
+    driver.succeed("reserve")
+    decision = driver.apply(RollbackRequested(at=driver.tick()))
+    assert driver.state.status is RunStatus.CANCELLING  # charge is still running
+    assert any(isinstance(c, CancelNode) for c in decision.commands)
+    driver.succeed("charge")  # it finished anyway: its effect is undone too
+    assert [d.node for d in driver.dispatched] == ["charge"]
+    driver.run("charge")
+    driver.run("reserve")
+    assert driver.state.status is RunStatus.ROLLED_BACK
+
+
+def test_a_rollback_with_nothing_to_undo_ends_at_once() -> None:
+    driver = Driver(
+        cairn.Workflow("w")
+        .wait("ask", signals={"ok": "done"}, timeout="1h", on_timeout="done")
+        .end("done")
+        .build()
+    )
+    driver.start()
+    driver.apply(RollbackRequested(at=driver.tick()))
+    assert driver.state.status is RunStatus.ROLLED_BACK
+
+
+def test_a_finished_run_cannot_be_rolled_back() -> None:
+    driver = Driver(booking().build())
+    driver.start()
+    driver.succeed("reserve")
+    driver.succeed("charge")
+    driver.signal("confirmed")
+    with pytest.raises(IllegalTransition, match="finished"):
+        driver.apply(RollbackRequested(at=driver.tick()))
+
+
+def test_status_explains_a_retry_with_its_attempt_and_when() -> None:
+    wf = (
+        cairn.Workflow("w")
+        .task("call", NOOP, next="done", retry={"attempts": 5, "backoff": "4s", "jitter": "none"})
+        .end("done")
+    )
+    driver = Driver(wf.build())
+    driver.start()
+    driver.fail("call", ErrorClass.TRANSIENT, "HTTP 503")
+    driver.fire("retry:call")
+    driver.fail("call", ErrorClass.TRANSIENT, "HTTP 503")
+    (line,) = waiting_lines(driver.definition, driver.state, driver.at + 3.8)
+    assert line == "call#1: retrying (attempt 3/5, next in 4.2 s) after transient error: HTTP 503"
