@@ -97,10 +97,19 @@ class Client:
         return self.runtime.orchestrator.cancel(run_id, reason, actor=actor).ignored is None
 
     def rollback(
-        self, run_id: str, reason: str, *, actor: str | None = None, confirm: bool = False
+        self,
+        run_id: str,
+        reason: str,
+        *,
+        actor: str | None = None,
+        confirm: bool = False,
+        to_seq: int | None = None,
     ) -> None:
-        """Undo a started run, compensating every applied step; needs ``confirm=True``."""
-        self.runtime.orchestrator.rollback(run_id, reason, actor=actor, confirm=confirm)
+        """Undo a started run, compensating every applied step — or only those after event
+        ``to_seq``, then resume from there. Needs ``confirm=True``."""
+        self.runtime.orchestrator.rollback(
+            run_id, reason, actor=actor, confirm=confirm, to_seq=to_seq
+        )
 
     def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
         return self.runtime.orchestrator.events(run_id, after)

@@ -170,15 +170,20 @@ def rollback(
     run_id: Annotated[str, typer.Argument()],
     reason: Annotated[str, typer.Option(help="Why (kept in the log and on the run).")],
     actor: Annotated[str | None, typer.Option(help="Who rolls back.")] = None,
-    yes: Annotated[
-        bool, typer.Option("--yes", help="Confirm: this undoes every applied step.")
-    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm: this undoes applied steps.")] = False,
+    to_seq: Annotated[
+        int | None,
+        typer.Option(
+            "--to-seq", help="Back to the checkpoint after this event (see cairn events)."
+        ),
+    ] = None,
 ) -> None:
     """Roll a run back: stop it, run the compensation of every step that took effect
-    (last first), end rolled_back. Refused without --yes."""
+    (last first), end rolled_back; or, --to-seq S, undo only the steps after event S and
+    resume from the state the run had there. Refused without --yes."""
     client = Client()
     try:
-        client.rollback(run_id, reason, actor=actor, confirm=yes)
+        client.rollback(run_id, reason, actor=actor, confirm=yes, to_seq=to_seq)
         view = client.get_run(run_id)
     finally:
         client.close()

@@ -74,6 +74,7 @@ from cairn.orchestrator.statuses import NodeStatus, RunStatus, advance_node, adv
 
 START = "(start)"
 OPERATOR = "(operator)"  # who decides about a held node
+REWIND = "(rewind)"  # where a rollback to a checkpoint resumes the run from
 DECISIONS_KEY = "decisions"  # state field where wait decisions (signal, payload, actor) land
 # An operator's decision about a held node (see NodeHeld). The prefix is reserved: no
 # wait node may declare a signal of that name.
@@ -368,7 +369,14 @@ class _Step:
             "at": event.at,
             "rollback": True,
         }
-        self.transitions.append(Transition("*", "rollback", outcome_node(RunStatus.ROLLED_BACK)))
+        if event.to_seq is None:
+            target = outcome_node(RunStatus.ROLLED_BACK)
+        else:
+            if event.rewind is None:
+                raise EventRejected("a rollback to a checkpoint carries the state to rewind to")
+            state.cancel.update(to_seq=event.to_seq, rewind=dict(event.rewind))
+            target = REWIND
+        self.transitions.append(Transition("*", "rollback", target))
         self.stop_for_cancel(event.reason)
         return None
 
@@ -826,6 +834,9 @@ class _Step:
             return
         self.disarm(timer_id(TimerKind.CANCEL))
         reason = (state.cancel or {}).get("reason") or "cancelled"
+        if (state.cancel or {}).get("rewind") is not None:
+            self.undo_after_checkpoint(reason)
+            return
         rollback = bool((state.cancel or {}).get("rollback"))
         final = RunStatus.ROLLED_BACK if rollback else RunStatus.CANCELLED
         if (rollback or self.definition.compensate_on_cancel) and state.compensable:
@@ -849,12 +860,52 @@ class _Step:
         self.state.compensation = Compensation(pending, final_status, reason)
         self.dispatch_compensation()
 
+    def undo_after_checkpoint(self, reason: str) -> None:
+        """Rolling back to a checkpoint, once nothing runs: compensate the steps that took
+        effect after it (last first), then rewind."""
+        state = self.state
+        assert state.cancel is not None
+        kept = {
+            (s.node, s.iteration) for s in RunState.from_dict(state.cancel["rewind"]).compensable
+        }
+        undo = [s for s in state.compensable if (s.node, s.iteration) not in kept]
+        self.stop_all(reason)
+        state.compensable = [s for s in state.compensable if (s.node, s.iteration) in kept]
+        self.set_run(RunStatus.COMPENSATING)  # even with nothing to undo: never un-cancel
+        state.compensation = Compensation(
+            tuple(reversed(undo)), RunStatus.RUNNING, reason, rewind=True
+        )
+        self.dispatch_compensation()
+
+    def rewind(self) -> None:
+        """The state as it was at the checkpoint; what was in progress then starts again,
+        each as a new visit (an execution key is never reused)."""
+        state = self.state
+        assert state.cancel is not None
+        target = RunState.from_dict(state.cancel["rewind"])
+        in_progress = [
+            node for node in target.nodes.values() if node.dispatched and not node.status.terminal
+        ]
+        state.vars, state.messages = target.vars, target.messages
+        state.sessions, state.artifacts = target.sessions, target.artifacts
+        state.compensable, state.joins = target.compensable, target.joins
+        state.nodes = {k: n for k, n in target.nodes.items() if n.status.terminal}
+        state.signals_seen = list(dict.fromkeys([*target.signals_seen, *state.signals_seen]))
+        state.cancel, state.reason, state.compensation = None, None, None
+        self.set_run(RunStatus.RUNNING)
+        for node in in_progress:
+            if self.moving:
+                self.enter(node.node, REWIND, "rewind")
+
     def dispatch_compensation(self) -> None:
         compensation = self.state.compensation
         assert compensation is not None
         if not compensation.pending:
             self.state.compensation = None
-            self.finish(compensation.final_status, compensation.reason)
+            if compensation.rewind:
+                self.rewind()
+            else:
+                self.finish(compensation.final_status, compensation.reason)
             return
         step = compensation.pending[0]
         current = NodeState(step.node, step.iteration, NodeStatus.SCHEDULED, 1, first_at=self.at)

@@ -522,20 +522,56 @@ class Orchestrator:
         return decision
 
     def rollback(
-        self, run_id: str, reason: str, *, actor: str | None = None, confirm: bool = False
+        self,
+        run_id: str,
+        reason: str,
+        *,
+        actor: str | None = None,
+        confirm: bool = False,
+        to_seq: int | None = None,
     ) -> Decision:
         """Undo a started, unfinished run: stop it, compensate every step that took
-        effect (last first), end ``rolled_back``. It must be ``confirm``-ed; otherwise,
-        and for a run that cannot be rolled back, it raises and writes nothing."""
+        effect (last first), end ``rolled_back`` — or, ``to_seq``, only the steps after
+        that event, then resume from the state the run had there. It must be
+        ``confirm``-ed; otherwise, and for a run or seq that cannot be rolled back to, it
+        raises and writes nothing."""
         if not confirm:
+            what = f"the steps after seq {to_seq}" if to_seq is not None else "every step"
             raise ConfirmationRequired(
-                f"rolling back run {run_id} stops it and compensates every step that took "
+                f"rolling back run {run_id} stops it and compensates {what} that took "
                 "effect; confirm it (--yes, confirm=True)"
             )
-        requested = RollbackRequested(at=0.0, reason=reason, actor=actor)
+        rewind = None if to_seq is None else self._checkpoint(run_id, to_seq).to_dict()
+        requested = RollbackRequested(
+            at=0.0, reason=reason, actor=actor, to_seq=to_seq, rewind=rewind
+        )
         decision = self.apply(run_id, partial(stamped, requested))
         assert decision is not None
         return decision
+
+    def _checkpoint(self, run_id: str, seq: int) -> RunState:
+        """The state a rollback may rewind to: after a decision (not an audit entry)
+        before the latest, with the run going and no parallel section half joined."""
+        with self.store.reading() as tx:
+            row = tx.run(run_id)
+            if row is None:
+                raise RunNotFound(f"no run {run_id}")
+            entries = tx.events_after(run_id, seq - 1, seq) if seq >= 1 else []
+            if not entries or entries[0].type.startswith(AUDIT_ONLY) or seq >= row.last_seq:
+                raise InvalidInput(
+                    f"run {run_id} has no checkpoint at seq {seq}: pick the seq of a decision "
+                    f"(not an audit entry) from 1 to {row.last_seq - 1} (cairn events)"
+                )
+            definition = self.registry.get(row.workflow, row.version, tx)
+            state = self.restore(tx, row, definition, upto=seq)
+        if state.status not in (RunStatus.RUNNING, RunStatus.WAITING):
+            raise InvalidInput(f"at seq {seq} run {run_id} was {state.status.value}: not resumable")
+        if any(not join.done for join in state.joins.values()):
+            raise InvalidInput(
+                f"at seq {seq} run {run_id} was inside a parallel section; roll back to a "
+                "seq before its fan-out or after its join"
+            )
+        return state
 
     def fenced_out(self, key: ExecutionKey, fence: int) -> bool:
         """True if a claim newer than ``fence`` took the execution over."""

@@ -131,11 +131,16 @@ class CancelRequested(Event):
 
 @dataclass(frozen=True)
 class RollbackRequested(Event):
-    """An operator undoes the whole run (confirmed): it stops as a cancel does, then every
-    step that took effect is compensated, last first; the run ends ``rolled_back``."""
+    """An operator undoes the run (confirmed): it stops as a cancel does, then every step
+    that took effect is compensated, last first, and the run ends ``rolled_back`` — or,
+    back to a checkpoint, only the steps after it are, and the run resumes from there."""
 
     reason: str = ""
     actor: str | None = None
+    # Back to a checkpoint instead: undo only the steps after event ``to_seq`` and resume
+    # from the run's state then (``rewind``, as the history had it).
+    to_seq: int | None = None
+    rewind: Mapping[str, Any] | None = None
     type: ClassVar[str] = "rollback_requested"
 
 

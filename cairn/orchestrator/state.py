@@ -102,6 +102,7 @@ class Compensation:
     final_status: RunStatus
     reason: str | None
     current: NodeState | None = None
+    rewind: bool = False  # a rollback to a checkpoint: resume from it once all are undone
 
 
 @dataclass
@@ -201,6 +202,7 @@ class RunState:
                 "final_status": compensation.final_status.value,
                 "reason": compensation.reason,
                 "current": None if compensation.current is None else _plain(compensation.current),
+                "rewind": compensation.rewind,
             },
             "signals_seen": self.signals_seen,
             "cancel": self.cancel,
@@ -237,6 +239,7 @@ class RunState:
                 final_status=RunStatus(comp["final_status"]),
                 reason=comp.get("reason"),
                 current=_node(comp["current"]) if comp.get("current") else None,
+                rewind=comp.get("rewind", False),
             ),
             signals_seen=list(data.get("signals_seen", [])),
             cancel=data.get("cancel"),

@@ -62,8 +62,12 @@ RUN_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
     # is a rollback) or ends (a rollback with nothing to undo is rolled back at once).
     _R.CANCELLING: frozenset({_R.COMPENSATING, _R.CANCELLED, _R.ROLLED_BACK}),
     # Compensation ends compensated, cancelled (compensate-on-cancel), or failed when a
-    # compensation itself cannot be carried out.
-    _R.COMPENSATING: frozenset({_R.COMPENSATED, _R.CANCELLED, _R.FAILED, _R.ROLLED_BACK}),
+    # compensation itself cannot be carried out; or, rolling back to a checkpoint, the
+    # run resumes from it (the only way back to running, and only through an operator's
+    # confirmed rollback: a cancel is never undone).
+    _R.COMPENSATING: frozenset(
+        {_R.COMPENSATED, _R.CANCELLED, _R.FAILED, _R.ROLLED_BACK, _R.RUNNING, _R.WAITING}
+    ),
     _R.SUCCEEDED: frozenset(),
     _R.FAILED: frozenset(),
     _R.CANCELLED: frozenset(),

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cairn.durations import format_duration
-from cairn.orchestrator.decider import OPERATOR, RECOVERY_SIGNALS, START, outcome_node
+from cairn.orchestrator.decider import OPERATOR, RECOVERY_SIGNALS, REWIND, START, outcome_node
 from cairn.orchestrator.definition import (
     AnyNode,
     EndNode,
@@ -111,6 +111,14 @@ def transition_table(definition: WorkflowDefinition) -> list[TransitionRow]:
             "confirmed by an operator; compensates every applied step",
             outcome_node(RunStatus.ROLLED_BACK),
         )
+    )
+    rows.append(
+        TransitionRow("*", "rollback", "to a checkpoint: compensates the steps after it", REWIND)
+    )
+    rows.extend(
+        TransitionRow(REWIND, "rewind", "in progress at the checkpoint", node_id)
+        for node_id, node in definition.nodes.items()
+        if isinstance(node, TaskNode | WaitNode) and node_id not in definition.branch_parents
     )
     return rows
 

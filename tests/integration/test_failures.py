@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cairn.errors import ConfirmationRequired, IllegalTransition
+from cairn.errors import ConfirmationRequired, IllegalTransition, InvalidInput
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from tests.integration.conftest import Cluster
 
@@ -198,3 +198,40 @@ def test_rollback_compensates_every_applied_step_and_needs_confirmation(
     assert requested["data"]["actor"] == "alice"
     with pytest.raises(IllegalTransition):
         cluster.client.rollback(run_id, "again", confirm=True)
+
+
+def test_rollback_to_a_checkpoint_undoes_later_steps_and_resumes(cluster: Cluster) -> None:
+    cluster.worker()
+    cluster.scheduler()
+    run_id = cluster.submit("booking")
+    cluster.wait_for(
+        lambda: cluster.client.get_run(run_id).status is RunStatus.WAITING, 30, "the wait"
+    )
+    history = _history(cluster, run_id)
+    (reserved,) = [
+        e for e in history if e["type"] == "node_succeeded" and e["data"]["node"] == "reserve"
+    ]
+    last_seq = cluster.client.get_run(run_id).last_seq
+    with pytest.raises(InvalidInput, match="no checkpoint at seq 999"):
+        cluster.client.rollback(run_id, "typo", confirm=True, to_seq=999)
+    assert cluster.client.get_run(run_id).last_seq == last_seq  # nothing changed
+
+    cluster.client.rollback(
+        run_id, "charged the wrong card", actor="alice", confirm=True, to_seq=reserved["seq"]
+    )
+    # charge is undone and runs again (visit 2); reserve is kept; the run waits again.
+    cluster.wait_for(
+        lambda: ["charge", "2", "1", "start"] in _ledger(cluster, run_id), 30, "charge again"
+    )
+    cluster.wait_for(
+        lambda: cluster.client.get_run(run_id).status is RunStatus.WAITING, 30, "the wait"
+    )
+    effects = [(node, iteration, what) for node, iteration, _a, what in _ledger(cluster, run_id)]
+    assert [e for e in effects if e[2] == "undo"] == [("charge", "1", "undo")]
+    assert [e for e in effects if e[2] == "start"] == [
+        ("reserve", "1", "start"),
+        ("charge", "1", "start"),
+        ("charge", "2", "start"),
+    ]
+    cluster.client.signal(run_id, "confirmed", actor="customer")
+    assert cluster.wait(run_id, timeout_s=30).status is RunStatus.SUCCEEDED

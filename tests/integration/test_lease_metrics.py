@@ -23,10 +23,16 @@ from cairn.orchestrator.statuses import RunStatus
 from tests.integration.conftest import ROOT, Cluster
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """Ports free now, all different (each probe is held until all are picked)."""
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -63,16 +69,16 @@ def test_redis_and_memory_leases_count_the_same(redis_leases: RedisLeases) -> No
     memory = MemoryLeases()
     lease_life(redis_leases, redis_leases.client.delete)
     lease_life(memory, memory._leases.pop)  # as if it expired
-    redis_port, memory_port = free_port(), free_port()
-    servers = [
-        serve_metrics(redis_leases, redis_port, "127.0.0.1"),
-        serve_metrics(memory, memory_port, "127.0.0.1"),
+    servers = [  # port 0: the system picks a free one, no race with other processes
+        serve_metrics(redis_leases, 0, "127.0.0.1"),
+        serve_metrics(memory, 0, "127.0.0.1"),
     ]
     try:
-        from_redis, from_memory = scrape(redis_port), scrape(memory_port)
+        from_redis, from_memory = (scrape(server.server_port) for server in servers)
     finally:
         for server in servers:
             server.shutdown()
+            server.server_close()
             server.server_close()
 
     assert from_redis["cairn_lease_metrics_up"] == 1
@@ -93,19 +99,19 @@ def test_redis_and_memory_leases_count_the_same(redis_leases: RedisLeases) -> No
 
 
 def test_a_scrape_without_redis_reports_down() -> None:
-    nowhere = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))  # fail at once
+    (closed,) = free_ports(1)
+    nowhere = redis.Redis(port=closed, retry=Retry(NoBackoff(), 0))  # fail at once
     leases = RedisLeases(nowhere)
-    port = free_port()
-    server = serve_metrics(leases, port, "127.0.0.1")
+    server = serve_metrics(leases, 0, "127.0.0.1")
     try:
-        assert scrape(port) == {"cairn_lease_metrics_up": 0}
+        assert scrape(server.server_port) == {"cairn_lease_metrics_up": 0}
     finally:
         server.shutdown()
         server.server_close()
 
 
 def test_workers_and_schedulers_serve_the_fleet_numbers(cluster: Cluster) -> None:
-    worker_port, scheduler_port = free_port(), free_port()
+    worker_port, scheduler_port = free_ports(2)
     cluster.worker(CAIRN_METRICS_PORT=str(worker_port))
     cluster.spawn("scheduler", f"--metrics-port={scheduler_port}")
     runs = [cluster.submit("chain10") for _ in range(3)]

@@ -137,3 +137,29 @@ def test_status_explains_a_retry_with_its_attempt_and_when() -> None:
     driver.fail("call", ErrorClass.TRANSIENT, "HTTP 503")
     (line,) = waiting_lines(driver.definition, driver.state, driver.at + 3.8)
     assert line == "call#1: retrying (attempt 3/5, next in 4.2 s) after transient error: HTTP 503"
+
+
+def test_rollback_to_a_checkpoint_undoes_only_later_steps_then_resumes_from_it() -> None:
+    driver = Driver(booking().build())
+    driver.start()
+    driver.succeed("reserve", {"seat": "12A"})
+    at_checkpoint = driver.state  # charge was in progress here
+    driver.succeed("charge", {"charge_id": "ch_1"})
+    assert driver.state.status is RunStatus.WAITING
+    driver.apply(
+        RollbackRequested(
+            at=driver.tick(), reason="wrong card", to_seq=2, rewind=at_checkpoint.to_dict()
+        )
+    )
+    assert driver.dispatched == [Dispatch("charge", 1, 1, Phase.COMPENSATE)]  # not reserve
+    driver.run("charge")
+    # Back at the checkpoint: charge runs again, as a new visit (its key is never reused).
+    assert driver.state.status is RunStatus.RUNNING
+    assert driver.dispatched == [Dispatch("charge", 2, 1)]
+    assert "charge_id" not in driver.state.vars and driver.state.vars["seat"] == "12A"
+    assert [(s.node, s.iteration) for s in driver.state.compensable] == [("reserve", 1)]
+    assert ("(rewind)", "rewind", "charge") in driver.path
+    driver.succeed("charge", {"charge_id": "ch_2"})
+    driver.signal("confirmed")
+    assert driver.state.status is RunStatus.SUCCEEDED
+    assert driver.state.vars["charge_id"] == "ch_2"
