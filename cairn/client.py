@@ -104,11 +104,19 @@ class Client:
         actor: str | None = None,
         confirm: bool = False,
         to_seq: int | None = None,
+        step: str | None = None,
+        step_iteration: int | None = None,
     ) -> None:
         """Undo a started run, compensating every applied step — or only those after event
-        ``to_seq``, then resume from there. Needs ``confirm=True``."""
+        ``to_seq``, or only ``step``'s, then resume. Needs ``confirm=True``."""
         self.runtime.orchestrator.rollback(
-            run_id, reason, actor=actor, confirm=confirm, to_seq=to_seq
+            run_id,
+            reason,
+            actor=actor,
+            confirm=confirm,
+            to_seq=to_seq,
+            step=step,
+            step_iteration=step_iteration,
         )
 
     def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:

@@ -168,6 +168,7 @@ def cancel(
 @app.command()
 def rollback(
     run_id: Annotated[str, typer.Argument()],
+    *,
     reason: Annotated[str, typer.Option(help="Why (kept in the log and on the run).")],
     actor: Annotated[str | None, typer.Option(help="Who rolls back.")] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm: this undoes applied steps.")] = False,
@@ -177,13 +178,27 @@ def rollback(
             "--to-seq", help="Back to the checkpoint after this event (see cairn events)."
         ),
     ] = None,
+    step: Annotated[
+        str | None,
+        typer.Option("--step", help="Undo only this step's change: NODE or NODE#VISIT."),
+    ] = None,
 ) -> None:
     """Roll a run back: stop it, run the compensation of every step that took effect
     (last first), end rolled_back; or, --to-seq S, undo only the steps after event S and
-    resume from the state the run had there. Refused without --yes."""
+    resume from the state the run had there; or, --step NODE, undo only that step and
+    go on. Refused without --yes."""
+    node, iteration = _step(step) if step is not None else (None, None)
     client = Client()
     try:
-        client.rollback(run_id, reason, actor=actor, confirm=yes, to_seq=to_seq)
+        client.rollback(
+            run_id,
+            reason,
+            actor=actor,
+            confirm=yes,
+            to_seq=to_seq,
+            step=node,
+            step_iteration=iteration,
+        )
         view = client.get_run(run_id)
     finally:
         client.close()
@@ -233,6 +248,13 @@ def wait(
     )
     if view.status is not RunStatus.SUCCEEDED:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _step(text: str) -> tuple[str, int | None]:
+    node, _, visit = text.partition("#")
+    if not node or (visit and not visit.isdigit()):
+        raise InvalidInput(f"--step is NODE or NODE#VISIT, not {text!r}")
+    return node, int(visit) if visit else None
 
 
 def _json_object(text: str, option: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ unchanged state and says why.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -352,7 +353,9 @@ class _Step:
 
     def rollback_requested(self, event: RollbackRequested) -> str | None:
         """Undo the whole run: stop it as a cancel does, then compensate every step that
-        took effect (last first); it ends ``rolled_back``."""
+        took effect (last first); it ends ``rolled_back``. Or undo less and resume: back
+        to a checkpoint (``to_seq``: the steps after it), or one step (``step``: its
+        compensation only, then the run goes on from where it is)."""
         state = self.state
         if state.status not in (RunStatus.RUNNING, RunStatus.WAITING):
             why = (
@@ -369,16 +372,37 @@ class _Step:
             "at": event.at,
             "rollback": True,
         }
-        if event.to_seq is None:
-            target = outcome_node(RunStatus.ROLLED_BACK)
-        else:
+        if event.step is not None:
+            undone = self.compensable_step(event.step, event.step_iteration)
+            here = copy.deepcopy(state.to_dict())  # the checkpoint is now, less that step
+            here["compensable"] = [s for s in here["compensable"] if s != undone]
+            here["cancel"] = None
+            state.cancel.update(step=undone, rewind=here)
+            target = REWIND
+        elif event.to_seq is not None:
             if event.rewind is None:
                 raise EventRejected("a rollback to a checkpoint carries the state to rewind to")
             state.cancel.update(to_seq=event.to_seq, rewind=dict(event.rewind))
             target = REWIND
+        else:
+            target = outcome_node(RunStatus.ROLLED_BACK)
         self.transitions.append(Transition("*", "rollback", target))
         self.stop_for_cancel(event.reason)
         return None
+
+    def compensable_step(self, node: str, iteration: int | None) -> dict[str, Any]:
+        """The step a single-step rollback undoes (its latest visit unless named)."""
+        steps = [
+            step
+            for step in self.state.compensable
+            if step.node == node and (iteration is None or step.iteration == iteration)
+        ]
+        if not steps:
+            raise EventRejected(
+                f"{node}{'' if iteration is None else f'#{iteration}'} has no change to undo: "
+                "it is not a succeeded step with a compensation, or it was undone already"
+            )
+        return {"node": steps[-1].node, "iteration": steps[-1].iteration}
 
     def stop_for_cancel(self, reason: str) -> None:
         """Nothing new starts; running executions are asked to stop; the run ends once

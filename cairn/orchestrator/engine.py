@@ -529,21 +529,36 @@ class Orchestrator:
         actor: str | None = None,
         confirm: bool = False,
         to_seq: int | None = None,
+        step: str | None = None,
+        step_iteration: int | None = None,
     ) -> Decision:
         """Undo a started, unfinished run: stop it, compensate every step that took
         effect (last first), end ``rolled_back`` — or, ``to_seq``, only the steps after
-        that event, then resume from the state the run had there. It must be
-        ``confirm``-ed; otherwise, and for a run or seq that cannot be rolled back to, it
-        raises and writes nothing."""
+        that event, then resume from the state the run had there; or, ``step``, only that
+        step's change, then resume from where the run was. It must be ``confirm``-ed;
+        otherwise, and for a run, seq or step that cannot be rolled back, it raises and
+        writes nothing."""
+        if to_seq is not None and step is not None:
+            raise InvalidInput("roll back to a seq or one step, not both")
         if not confirm:
-            what = f"the steps after seq {to_seq}" if to_seq is not None else "every step"
+            what = (
+                f"the steps after seq {to_seq}"
+                if to_seq is not None
+                else (f"the step {step}" if step is not None else "every step")
+            )
             raise ConfirmationRequired(
                 f"rolling back run {run_id} stops it and compensates {what} that took "
                 "effect; confirm it (--yes, confirm=True)"
             )
         rewind = None if to_seq is None else self._checkpoint(run_id, to_seq).to_dict()
         requested = RollbackRequested(
-            at=0.0, reason=reason, actor=actor, to_seq=to_seq, rewind=rewind
+            at=0.0,
+            reason=reason,
+            actor=actor,
+            to_seq=to_seq,
+            rewind=rewind,
+            step=step,
+            step_iteration=step_iteration,
         )
         decision = self.apply(run_id, partial(stamped, requested))
         assert decision is not None

@@ -141,6 +141,9 @@ class RollbackRequested(Event):
     # from the run's state then (``rewind``, as the history had it).
     to_seq: int | None = None
     rewind: Mapping[str, Any] | None = None
+    # Or one step's change only (its latest visit unless ``step_iteration`` is given).
+    step: str | None = None
+    step_iteration: int | None = None
     type: ClassVar[str] = "rollback_requested"
 
 

@@ -235,3 +235,25 @@ def test_rollback_to_a_checkpoint_undoes_later_steps_and_resumes(cluster: Cluste
     ]
     cluster.client.signal(run_id, "confirmed", actor="customer")
     assert cluster.wait(run_id, timeout_s=30).status is RunStatus.SUCCEEDED
+
+
+def test_rollback_of_one_step_runs_only_its_compensation(cluster: Cluster) -> None:
+    cluster.worker()
+    cluster.scheduler()
+    run_id = cluster.submit("booking")
+    cluster.wait_for(
+        lambda: cluster.client.get_run(run_id).status is RunStatus.WAITING, 30, "the wait"
+    )
+    cluster.client.rollback(run_id, "seat released", actor="alice", confirm=True, step="reserve")
+    cluster.wait_for(
+        lambda: ["reserve", "1", "1", "undo"] in _ledger(cluster, run_id), 30, "the undo"
+    )
+    cluster.wait_for(
+        lambda: cluster.client.get_run(run_id).status is RunStatus.WAITING, 30, "the wait again"
+    )
+    undone = [node for node, _i, _a, what in _ledger(cluster, run_id) if what == "undo"]
+    assert undone == ["reserve"]  # charge untouched
+    cluster.client.signal(run_id, "confirmed", actor="customer")
+    view = cluster.wait(run_id, timeout_s=30)
+    assert view.status is RunStatus.SUCCEEDED
+    assert [(s.node, s.iteration) for s in view.state.compensable] == [("charge", 1)]  # type: ignore[union-attr]

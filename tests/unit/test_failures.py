@@ -163,3 +163,20 @@ def test_rollback_to_a_checkpoint_undoes_only_later_steps_then_resumes_from_it()
     driver.signal("confirmed")
     assert driver.state.status is RunStatus.SUCCEEDED
     assert driver.state.vars["charge_id"] == "ch_2"
+
+
+def test_rollback_of_one_step_undoes_only_its_change_and_goes_on() -> None:
+    driver = Driver(booking().build())
+    driver.start()
+    driver.succeed("reserve", {"seat": "12A"})
+    driver.succeed("charge", {"charge_id": "ch_1"})
+    driver.apply(RollbackRequested(at=driver.tick(), reason="seat upgrade", step="reserve"))
+    assert driver.dispatched == [Dispatch("reserve", 1, 1, Phase.COMPENSATE)]
+    driver.run("reserve")
+    # The run goes on from where it was: waiting again (a new visit), charge kept.
+    assert driver.state.status is RunStatus.WAITING
+    assert driver.state.nodes["confirm"].iteration == 2
+    assert [(s.node, s.iteration) for s in driver.state.compensable] == [("charge", 1)]
+    assert driver.state.vars["charge_id"] == "ch_1"
+    with pytest.raises(cairn.EventRejected, match="no change to undo"):  # undone already
+        driver.apply(RollbackRequested(at=driver.tick(), step="reserve"))
