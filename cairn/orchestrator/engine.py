@@ -401,7 +401,12 @@ class Orchestrator:
             wait=node,
             iteration=iteration,
         )
-        decision = self.apply(run_id, partial(stamped, received))
+        return self._apply_now(run_id, received)
+
+    def _apply_now(self, run_id: str, event: Event) -> Decision:
+        """Apply a request from outside (a signal, a cancel, a rollback), stamped with
+        the database's clock."""
+        decision = self.apply(run_id, partial(stamped, event))
         assert decision is not None  # no ``before`` that could decline
         return decision
 
@@ -517,9 +522,7 @@ class Orchestrator:
         A finished run raises :class:`IllegalTransition` and nothing is written; a second
         cancel changes nothing (``ignored``)."""
         requested = CancelRequested(at=0.0, reason=reason, actor=actor)
-        decision = self.apply(run_id, partial(stamped, requested))
-        assert decision is not None
-        return decision
+        return self._apply_now(run_id, requested)
 
     def rollback(
         self,
@@ -560,9 +563,7 @@ class Orchestrator:
             step=step,
             step_iteration=step_iteration,
         )
-        decision = self.apply(run_id, partial(stamped, requested))
-        assert decision is not None
-        return decision
+        return self._apply_now(run_id, requested)
 
     def _checkpoint(self, run_id: str, seq: int) -> RunState:
         """The state a rollback may rewind to: after a decision (not an audit entry)
