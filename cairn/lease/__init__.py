@@ -1,4 +1,2 @@
-"""Leases: Redis claims with token-checked renewal, fencing tokens and heartbeats.
-
-Empty until the worker fleet is built on it; see ``docs/architecture.md``.
-"""
+"""Leases: Redis claims with token-checked renewal, fencing tokens, heartbeats, and the
+fleet-wide lease metrics. See ``docs/leases.md``."""
