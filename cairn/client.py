@@ -21,6 +21,7 @@ from cairn.errors import CairnError
 from cairn.orchestrator.catalog import discover
 from cairn.orchestrator.definition import WorkflowDefinition
 from cairn.orchestrator.engine import RunView
+from cairn.orchestrator.explain import Awaiting
 from cairn.runtime import Runtime
 
 
@@ -118,6 +119,11 @@ class Client:
             step=step,
             step_iteration=step_iteration,
         )
+
+    def waiting(self, namespace: str | None = None, limit: int = 100) -> list[Awaiting]:
+        """Runs waiting for a person — a wait node's signal, an operator's decision about a
+        held node — longest waiting first."""
+        return self.runtime.orchestrator.waiting(namespace, limit)
 
     def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
         return self.runtime.orchestrator.events(run_id, after)

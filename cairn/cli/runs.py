@@ -13,7 +13,7 @@ from cairn.cli.main import EXIT_INVALID, _cwd_importable, app, err, out
 from cairn.client import Client, WaitTimeout
 from cairn.errors import InvalidInput
 from cairn.lease.leases import lease_key
-from cairn.orchestrator.explain import waiting_lines
+from cairn.orchestrator.explain import describe, waiting_lines
 from cairn.orchestrator.statuses import RunStatus
 
 EXIT_FAILED = 1
@@ -144,6 +144,29 @@ def signal(
     if not applied:
         out.print(f"signal {signal_id} was already applied; nothing changed", markup=False)
     out.print(f"{view.id} {view.status.value}", markup=False)
+
+
+@app.command()
+def waiting(
+    namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many runs.")] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """List runs waiting for a person, longest waiting first, with what would answer."""
+    client = Client()
+    try:
+        found = client.waiting(namespace, limit)
+    finally:
+        client.close()
+    if as_json:
+        print(json.dumps([entry.to_dict() for entry in found], indent=2))
+        return
+    if not found:
+        out.print("no run is waiting for a person")
+        return
+    now = time.time()
+    for entry in found:
+        out.print(f"{entry.run_id}  {describe(entry, now)}", markup=False)
 
 
 @app.command()

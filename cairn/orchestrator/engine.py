@@ -60,6 +60,7 @@ from cairn.orchestrator.events import (
     event_to_dict,
     stamped,
 )
+from cairn.orchestrator.explain import Awaiting, awaiting
 from cairn.orchestrator.loader import load_definition
 from cairn.orchestrator.messages import NodeMessage
 from cairn.orchestrator.state import STATE_FORMAT, RunState
@@ -814,6 +815,15 @@ class Orchestrator:
                     for e in tx.executions_of(run_id)
                 ]
         return view
+
+    def waiting(self, namespace: str | None = None, limit: int = 100) -> list[Awaiting]:
+        """What every parked run waits for (a signal, an operator), longest first."""
+        found: list[Awaiting] = []
+        with self.store.reading() as tx:
+            for row in tx.waiting_runs(namespace, limit):
+                definition = self.registry.get(row.workflow, row.version, tx)
+                found.extend(awaiting(definition, self.restore(tx, row, definition)))
+        return sorted(found, key=lambda entry: entry.since)
 
     def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
         with self.store.reading() as tx:

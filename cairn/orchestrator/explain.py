@@ -1,43 +1,86 @@
-"""Why a run is not simply running: one line per execution that waits for something —
-a retry timer, a person, a signal, a cancel — in words (``cairn status``)."""
+"""Why a run is not simply running: what each waiting execution waits for — a retry
+timer, a person, a signal, a cancel — as data (:func:`awaiting`, for ``cairn waiting``)
+and in words (:func:`waiting_lines`, for ``cairn status``)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+from typing import Any
+
 from cairn.durations import format_duration
+from cairn.orchestrator.decider import RECOVERY_SIGNALS
 from cairn.orchestrator.definition import WaitNode, WorkflowDefinition
 from cairn.orchestrator.events import Phase
 from cairn.orchestrator.state import RunState, TimerKind
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 
 
+@dataclass(frozen=True)
+class Awaiting:
+    """One execution that waits for a person: a wait node's signal, or an operator's
+    decision about a held node."""
+
+    run_id: str
+    node: str
+    iteration: int
+    phase: str
+    signals: tuple[str, ...]  # what would answer it
+    since: float  # epoch seconds
+    times_out_at: float | None = None
+    reason: str | None = None  # why a held node is held
+
+    @property
+    def held(self) -> bool:
+        return self.signals == RECOVERY_SIGNALS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "signals": list(self.signals), "held": self.held}
+
+
+def awaiting(definition: WorkflowDefinition, state: RunState) -> list[Awaiting]:
+    found = []
+    for current in state.nodes.values():
+        node = definition.nodes[current.node]
+        if current.status is NodeStatus.WAITING and isinstance(node, WaitNode):
+            found.append(
+                Awaiting(
+                    state.run_id,
+                    current.node,
+                    current.iteration,
+                    Phase.RUN.value,
+                    tuple(sorted(node.signals)),
+                    current.first_at,
+                    _due(state, TimerKind.WAIT, current.node),
+                )
+            )
+    for current, phase in state.held:
+        found.append(
+            Awaiting(
+                state.run_id,
+                current.node,
+                current.iteration,
+                phase.value,
+                RECOVERY_SIGNALS,
+                state.updated_at or current.first_at,
+                reason=current.error,
+            )
+        )
+    return found
+
+
 def waiting_lines(definition: WorkflowDefinition, state: RunState, now: float) -> list[str]:
     lines = []
     for current in state.nodes.values():
-        name = f"{current.node}#{current.iteration}"
         if current.status is NodeStatus.RETRYING:
             attempts = definition.nodes[current.node].retry.attempts
             due = _due(state, TimerKind.RETRY, current.node)
             when = "" if due is None else f", next in {_seconds(due - now)}"
             lines.append(
-                f"{name}: retrying (attempt {current.attempt + 1}/{attempts}{when}) "
-                f"after {current.error_class} error: {current.error}"
+                f"{current.node}#{current.iteration}: retrying (attempt "
+                f"{current.attempt + 1}/{attempts}{when}) after {current.error_class} "
+                f"error: {current.error}"
             )
-        elif current.status is NodeStatus.WAITING:
-            node = definition.nodes[current.node]
-            signals = ", ".join(sorted(node.signals)) if isinstance(node, WaitNode) else ""
-            due = _due(state, TimerKind.WAIT, current.node)
-            timeout = "" if due is None else f"; times out in {_seconds(due - now)}"
-            lines.append(
-                f"{name}: waiting for a signal ({signals}) since "
-                f"{_seconds(now - current.first_at)}{timeout}"
-            )
-    for current, phase in state.held:
-        what = " (compensation)" if phase is Phase.COMPENSATE else ""
-        lines.append(
-            f"{current.node}#{current.iteration}{what}: held for an operator: {current.error}\n"
-            f"  decide with: cairn signal {state.run_id} recovery.retry | recovery.complete "
-            "--payload '{\"output\": {...}}' | recovery.fail"
-        )
+    lines.extend(describe(entry, now) for entry in awaiting(definition, state))
     if state.status is RunStatus.CANCELLING and state.cancel:
         by = f" by {state.cancel['actor']}" if state.cancel.get("actor") else ""
         lines.append(
@@ -48,9 +91,28 @@ def waiting_lines(definition: WorkflowDefinition, state: RunState, now: float) -
     return lines
 
 
+def describe(entry: Awaiting, now: float) -> str:
+    name = f"{entry.node}#{entry.iteration}"
+    if entry.held:
+        what = " (compensation)" if entry.phase == Phase.COMPENSATE.value else ""
+        return (
+            f"{name}{what}: held for an operator: {entry.reason}\n"
+            f"  decide with: cairn signal {entry.run_id} recovery.retry | recovery.complete "
+            "--payload '{\"output\": {...}}' | recovery.fail"
+        )
+    timeout = (
+        "" if entry.times_out_at is None else f"; times out in {_seconds(entry.times_out_at - now)}"
+    )
+    return (
+        f"{name}: waiting for a signal ({', '.join(entry.signals)}) for "
+        f"{_seconds(now - entry.since)}{timeout}"
+    )
+
+
 def _due(state: RunState, kind: TimerKind, node: str) -> float | None:
     return min(
-        (t.due_at for t in state.timers.values() if t.kind is kind and t.node == node), default=None
+        (t.due_at for t in state.timers.values() if t.kind is kind and t.node == node),
+        default=None,
     )
 
 

@@ -423,6 +423,13 @@ class Tx:
             ).scalars()
         )
 
+    def waiting_runs(self, namespace: str | None, limit: int) -> list[Any]:
+        """Runs parked for a person (a wait, a held node), longest waiting first."""
+        query = select(runs).where(runs.c.status == "waiting")
+        if namespace is not None:
+            query = query.where(runs.c.namespace == namespace)
+        return list(self.connection.execute(query.order_by(runs.c.updated_at).limit(limit)))
+
     def runs_with_snapshots_over(self, count: int, limit: int) -> list[str]:
         return list(
             self.connection.execute(

@@ -354,6 +354,12 @@ def test_signal_decides_a_held_node_and_refuses_a_second_decision(
     client.runtime.orchestrator.apply(run_id, partial(stamped, held))
     client.close()
 
+    listed = runner.invoke(app, ["waiting"])
+    assert listed.exit_code == 0, listed.output
+    assert f"{run_id} charge#1: held for an operator: irreversible" in flat(listed.output)
+    as_json = json.loads(runner.invoke(app, ["waiting", "--json"]).stdout)
+    assert [(e["run_id"], e["node"], e["held"]) for e in as_json] == [(run_id, "charge", True)]
+
     shown = runner.invoke(app, ["status", run_id])
     assert shown.exit_code == 0, shown.output
     assert "charge#1: held for an operator: irreversible" in flat(shown.output)
