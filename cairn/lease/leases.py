@@ -32,6 +32,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,9 +44,13 @@ from cairn.lease.waits import SUM_FIELD, WaitHistogram, bucket_field, current_wa
 BEAT_TTL_PERIODS = 3
 STATS_KEY = "cairn:stats:leases"  # fleet-wide counters, kept by the scripts themselves
 WAIT_KEY = "cairn:stats:lease_wait"  # fleet-wide lease wait histogram: count per bucket, sum
-# The fence counter outlives leases (a stale holder may wake up much later); the holder
-# that commits deletes it, so only unfinished executions keep one.
+# The fence counter outlives leases (a stale holder may wake up much later). Once the
+# result is committed it is kept a while longer, not deleted: a worker that read the
+# execution as unfinished just before that commit must still get a fence above 1, whose
+# claim PostgreSQL then refuses — else it would take the free lease as a first claim and
+# run the finished node again.
 FENCE_TTL_MS = 7 * 24 * 3600 * 1000
+FINISHED_FENCE_TTL_MS = 10 * 60 * 1000
 
 # KEYS: lease, beat, stats, fence, waits. ARGV: token, ttl_ms, beat_ttl_ms, floor,
 # fence_ttl_ms, wait bucket ('' if the wait is unknown), wait_s, field, value, ...
@@ -89,12 +94,13 @@ redis.call('pexpire', KEYS[2], ARGV[3])
 return 1
 """
 
-# KEYS: lease, beat, fence. ARGV: token, "1" if the holder's result is committed.
+# KEYS: lease, beat, fence. ARGV: token, "1" if the holder's result is committed, the
+# fence's remaining life then (ms).
 RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('del', KEYS[2])
   if ARGV[2] == '1' then
-    redis.call('del', KEYS[3])
+    redis.call('pexpire', KEYS[3], ARGV[3])
   end
   return redis.call('del', KEYS[1])
 end
@@ -220,7 +226,8 @@ class RedisLeases:
 
     def release(self, lease: Lease, finished: bool = False) -> bool:
         keys = [lease.key, beat_key(lease.key), fence_key(lease.key)]
-        return bool(self._release(keys=keys, args=[lease.token, "1" if finished else "0"]))
+        args = [lease.token, "1" if finished else "0", FINISHED_FENCE_TTL_MS]
+        return bool(self._release(keys=keys, args=args))
 
     def count(self, name: str) -> None:
         self.client.hincrby(STATS_KEY, name, 1)
@@ -271,6 +278,7 @@ class MemoryLeases:
         self._leases: dict[str, tuple[str, float]] = {}
         self._beats: dict[str, dict[str, Any]] = {}
         self._fences: dict[str, int] = {}
+        self._finished: deque[tuple[float, str]] = deque()  # (forget its fence at, key)
         self._stats: dict[str, int] = {}
         self._waits: dict[str, float] = {}
 
@@ -294,6 +302,11 @@ class MemoryLeases:
                 field = bucket_field(wait_s)
                 self._waits[field] = self._waits.get(field, 0) + 1
                 self._waits[SUM_FIELD] = self._waits.get(SUM_FIELD, 0.0) + wait_s
+            now = self._clock()
+            while self._finished and self._finished[0][0] <= now:
+                expired = self._finished.popleft()[1]
+                if self._live(expired) is None:
+                    self._fences.pop(expired, None)
             token = secrets.token_hex(16)
             fence = self._fences[key] = max(self._fences.get(key, 0), floor) + 1
             self._leases[key] = (token, self._clock() + ttl_s)
@@ -331,7 +344,7 @@ class MemoryLeases:
             del self._leases[lease.key]
             self._beats.pop(lease.key, None)
             if finished:
-                self._fences.pop(lease.key, None)
+                self._finished.append((self._clock() + FINISHED_FENCE_TTL_MS / 1000, lease.key))
             return True
 
     def count(self, name: str) -> None:

@@ -511,10 +511,11 @@ class Orchestrator:
             )
         return int(seq)
 
-    def cancelling(self, run_id: str) -> bool:
-        """True if the run is being cancelled (asked by heartbeats, for ``ctx.cancelled``)."""
+    def stop_requested(self, key: ExecutionKey, attempt: int) -> bool:
+        """True once the run is being cancelled or no longer waits for this execution
+        (asked by heartbeats, for ``ctx.cancelled``)."""
         with self.store.statements() as tx:
-            return tx.run_status(run_id) == RunStatus.CANCELLING.value
+            return tx.stop_requested(key, attempt)
 
     def cancel(self, run_id: str, reason: str, *, actor: str | None = None) -> Decision:
         """Cancel a run: it moves to ``cancelling`` at once (nothing new is dispatched,

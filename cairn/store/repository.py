@@ -597,9 +597,22 @@ class Tx:
             )
         )
 
-    def run_status(self, run_id: str) -> str | None:
-        status = self.connection.execute(select(runs.c.status).where(runs.c.id == run_id))
-        return cast("str | None", status.scalar())
+    def stop_requested(self, key: ExecutionKey, attempt: int) -> bool:
+        """Should the worker running this execution stop? Its run is being cancelled, or
+        the run no longer waits for it (a join completed, a node timeout, a detach)."""
+        row = self.connection.execute(
+            select(
+                runs.c.status, executions.c.status.label("execution_status"), executions.c.attempt
+            )
+            .join(executions, executions.c.run_id == runs.c.id)
+            .where(key.where())
+        ).first()
+        return (
+            row is None
+            or row.status == "cancelling"
+            or row.execution_status not in ACTIVE_EXECUTION
+            or row.attempt != attempt
+        )
 
     def claim_execution(
         self, key: ExecutionKey, attempt: int, fence: int, *, first: bool = False

@@ -84,8 +84,9 @@ class StepContext:
 
     @property
     def cancelled(self) -> bool:
-        """True once the run is being cancelled (PostgreSQL says so; the heartbeat asks
-        on every beat): stop at the next safe point — between model and tool calls, or
+        """True once the run is being cancelled, or no longer needs this node (a join went
+        on without it, its timeout passed) — PostgreSQL says so; the heartbeat asks on
+        every beat: stop at the next safe point — between model and tool calls, or
         while iterating a stream — by raising :class:`cairn.Cancelled`
         (:meth:`raise_if_cancelled`). What the node returns anyway is kept, readable."""
         return self._cancel_requested is not None and self._cancel_requested()

@@ -26,7 +26,7 @@ from cairn.errors import CairnError, InvalidInput, UnknownNode
 from cairn.failures import Cancelled
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
-from cairn.lease.leases import Leases, lease_key
+from cairn.lease.leases import Lease, Leases, lease_key
 from cairn.orchestrator.definition import ErrorClass, OnResume, TaskNode, WorkflowDefinition
 from cairn.orchestrator.engine import NodeOutcome, Orchestrator, Restored
 from cairn.orchestrator.events import (
@@ -91,11 +91,7 @@ class NodeRunner:
         execution, run, definition, state = read
         db_time = getattr(run, "db_now", None)
         if state is None and message.phase is Phase.RUN:
-            event = NodeCancelled(
-                at=0.0, node=message.node, iteration=message.iteration, attempt=message.attempt
-            )
-            orchestrator.complete(message, NodeOutcome(event, NodeStatus.CANCELLED), self.worker)
-            return Handled.CANCELLED
+            return self._cancel_unstarted(message, execution.execution_fence)
         node = definition.nodes.get(message.node)
         if node is None:
             raise UnknownNode(f"{definition.key} has no node {message.node!r}")
@@ -117,15 +113,7 @@ class NodeRunner:
             db_time = None
         known = Restored(run, state, db_time if db_time is not None else time.time())
 
-        lease = self._through_outages(
-            f"claiming {key}",
-            lambda: self.leases.acquire(
-                lease_key(message.run_id, message.node, message.iteration, message.phase.value),
-                self.settings.lease_ttl,
-                {"worker": self.worker, "attempt": message.attempt},
-                floor=execution.execution_fence,
-            ),
-        )
+        lease = self._acquire(message, execution.execution_fence)
         if lease is None:
             return Handled.LEASE_HELD
         if (lease.fence > 1 or irreversible) and not self._claim(
@@ -138,7 +126,7 @@ class NodeRunner:
             lease,
             self.settings.heartbeat_interval,
             # Compensations are never cancelled: they are how a cancel undoes work.
-            cancel_requested=partial(orchestrator.cancelling, message.run_id)
+            cancel_requested=partial(orchestrator.stop_requested, key, message.attempt)
             if message.phase is Phase.RUN
             else None,
         )
@@ -186,6 +174,42 @@ class NodeRunner:
             log.info("result of %s discarded: %s", key, completion.reason)
             return Handled.DISCARDED
         return Handled.COMMITTED
+
+    def _cancel_unstarted(self, message: NodeMessage, fence_floor: int) -> Handled:
+        """The run is being cancelled and this node has not started here: acknowledge
+        the cancel for it — but only holding its lease, so that a duplicate message never
+        speaks for a worker that is still running it (that one stops, or is detached)."""
+        lease = self._acquire(message, fence_floor)
+        if lease is None:
+            return Handled.LEASE_HELD
+        event = NodeCancelled(
+            at=0.0, node=message.node, iteration=message.iteration, attempt=message.attempt
+        )
+        completion = None
+        try:
+            completion = self._through_outages(
+                f"committing {message.key}",
+                lambda: self.orchestrator.complete(
+                    message,
+                    NodeOutcome(event, NodeStatus.CANCELLED),
+                    self.worker,
+                    fence=lease.fence,
+                ),
+            )
+        finally:
+            self.leases.release(lease, finished=completion is not None and completion.recorded)
+        return Handled.CANCELLED
+
+    def _acquire(self, message: NodeMessage, fence_floor: int) -> Lease | None:
+        return self._through_outages(
+            f"claiming {message.key}",
+            lambda: self.leases.acquire(
+                lease_key(message.run_id, message.node, message.iteration, message.phase.value),
+                self.settings.lease_ttl,
+                {"worker": self.worker, "attempt": message.attempt},
+                floor=fence_floor,
+            ),
+        )
 
     def _read(self, message: NodeMessage) -> Handled | tuple[Any, Any, WorkflowDefinition, Any]:
         """The execution, its run, the definition and the restored state (None while the

@@ -141,3 +141,18 @@ def _lines(state: dict[str, Any]) -> list[str]:
         return []
     with open(path, encoding="utf-8") as ledger:
         return ledger.read().splitlines()
+
+
+def boom(ctx: Any, state: dict[str, Any]) -> None:
+    _record(ctx, state, "start")
+    raise PermanentError(f"{ctx.node} cannot do it")
+
+
+def hang(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """A branch that takes too long; it stops at a safe point once told to."""
+    _record(ctx, state, "start")
+    deadline = time.monotonic() + float(state.get("hang_s", 30))
+    while time.monotonic() < deadline:
+        ctx.raise_if_cancelled()
+        time.sleep(0.05)
+    return {ctx.node: "late"}

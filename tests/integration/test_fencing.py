@@ -17,9 +17,10 @@ from cairn.lease.leases import RedisLeases, lease_key
 from cairn.orchestrator.engine import NodeOutcome
 from cairn.orchestrator.events import NodeSucceeded
 from cairn.orchestrator.messages import NodeMessage
-from cairn.orchestrator.statuses import NodeStatus
+from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.store.repository import executions
+from cairn.workers.runner import Handled
 from tests.integration.conftest import WORKFLOWS
 
 
@@ -119,3 +120,22 @@ def test_a_recovery_is_recorded_with_its_checkpoint_and_what_it_skips(runtime: R
     second = NodeMessage(run_id, "chain10", 1, "n2", 1, 1)
     assert orchestrator.complete(second, _succeeded(second, "w"), "w").recorded
     assert orchestrator.get_run(run_id).state.nodes["n3"].status is NodeStatus.SCHEDULED
+
+
+def test_a_duplicate_message_never_acknowledges_a_cancel_for_a_running_worker(
+    runtime: Runtime,
+) -> None:
+    """While one worker runs a node, a duplicate of its message reaches another worker of
+    a run being cancelled: it must not report the node stopped on the first one's behalf
+    (the run would end cancelled while the call goes on, unmarked for reconciliation)."""
+    orchestrator, leases = runtime.orchestrator, runtime.leases
+    run_id = orchestrator.submit("chain10", {})
+    message = NodeMessage(run_id, "chain10", 1, "n1", 1, 1)
+    running = leases.acquire(lease_key(run_id, "n1", 1, "run"), 30.0)  # worker A has it
+    assert running is not None
+    orchestrator.cancel(run_id, "user asked")
+    assert runtime.runner.run(message.to_dict()) is Handled.LEASE_HELD
+    assert orchestrator.get_run(run_id).status is RunStatus.CANCELLING
+    leases.release(running)  # worker A went away without a word
+    assert runtime.runner.run(message.to_dict()) is Handled.CANCELLED
+    assert orchestrator.get_run(run_id).status is RunStatus.CANCELLED
