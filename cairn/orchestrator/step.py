@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.errors import EventRejected, IllegalTransition, UnknownNode
 from cairn.orchestrator.commands import ArmTimer, CancelNode, Command, DisarmTimer, SettleExecution
@@ -212,39 +212,36 @@ class Step:
                 self.disarm(timer.timer_id)
 
     # -- moves the other parts of the decider make, declared for one another -------------
+    # (for the type checker only: the composed decision, decider._Step, defines each)
 
-    def enter(self, node_id: str, source: str, label: str) -> None:
-        raise NotImplementedError
+    if TYPE_CHECKING:
 
-    def schedule(
-        self,
-        node: AnyNode,
-        iteration: int,
-        attempt: int,
-        current: NodeState | None,
-        *,
-        resumed: bool = False,
-    ) -> None:
-        raise NotImplementedError
+        def enter(self, node_id: str, source: str, label: str) -> None: ...
 
-    def after_failure(
-        self, node: AnyNode, current: NodeState, error_class: ErrorClass, message: str
-    ) -> None:
-        raise NotImplementedError
+        def schedule(
+            self,
+            node: AnyNode,
+            iteration: int,
+            attempt: int,
+            current: NodeState | None,
+            *,
+            resumed: bool = False,
+        ) -> None: ...
 
-    def node_succeeded(self, event: NodeSucceeded) -> str | None:
-        raise NotImplementedError
+        def after_failure(
+            self, node: AnyNode, current: NodeState, error_class: ErrorClass, message: str
+        ) -> None: ...
 
-    def node_failed(self, event: NodeFailed) -> str | None:
-        raise NotImplementedError
+        def node_succeeded(self, event: NodeSucceeded) -> str | None: ...
 
-    def settle_cancel(self) -> None:
-        raise NotImplementedError
+        def node_failed(self, event: NodeFailed) -> str | None: ...
 
-    def compensation_in_flight(
-        self, node: str, iteration: int, attempt: int
-    ) -> tuple[Compensation, NodeState] | str:
-        raise NotImplementedError
+        def settle_cancel(self) -> None: ...
 
-    def compensation_failed(self, event: NodeFailed, *, settled: bool = False) -> str | None:
-        raise NotImplementedError
+        def compensation_in_flight(
+            self, node: str, iteration: int, attempt: int
+        ) -> tuple[Compensation, NodeState] | str: ...
+
+        def compensation_failed(
+            self, event: NodeFailed, *, settled: bool = False
+        ) -> str | None: ...
