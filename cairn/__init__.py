@@ -16,6 +16,7 @@ from cairn.errors import (
     WorkflowDefinitionError,
 )
 from cairn.failures import (
+    BudgetExceeded,
     BusinessError,
     Cancelled,
     HandlerError,
@@ -41,6 +42,7 @@ __all__ = [
     "load_file",
     # handlers
     "BusinessError",
+    "BudgetExceeded",
     "Cancelled",
     "HandlerError",
     "PermanentError",

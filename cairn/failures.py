@@ -43,6 +43,11 @@ class BusinessError(HandlerError):
     error_class = ErrorClass.BUSINESS
 
 
+class BudgetExceeded(PermanentError):
+    """``ctx.charge`` took the execution past what it may spend (the run's budget, its
+    branch's part, or its node's): trying again would not have more to spend."""
+
+
 class Cancelled(Exception):
     """Raised by ``ctx.raise_if_cancelled()`` at a safe point once the run is being
     cancelled: the node ends cancelled and nothing it returned is kept."""

@@ -13,7 +13,7 @@ from cairn.cli.main import EXIT_INVALID, _cwd_importable, app, err, out
 from cairn.client import Client, WaitTimeout
 from cairn.errors import InvalidInput
 from cairn.lease.leases import lease_key
-from cairn.orchestrator.explain import describe, waiting_lines
+from cairn.orchestrator.explain import context_lines, describe, waiting_lines
 from cairn.orchestrator.statuses import RunStatus
 
 EXIT_FAILED = 1
@@ -73,7 +73,10 @@ def status(
         beats = _heartbeats(client, view)
         definition = orchestrator.registry.get(view.workflow, view.version)
         explained = (
-            waiting_lines(definition, view.state, time.time()) if view.state is not None else []
+            waiting_lines(definition, view.state, time.time())
+            + context_lines(definition, view.state)
+            if view.state is not None
+            else []
         )
     finally:
         client.close()

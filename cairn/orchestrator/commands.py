@@ -85,3 +85,28 @@ class DisarmTimer(Command):
 class FinishRun(Command):
     status: RunStatus
     reason: str | None
+
+
+@dataclass(frozen=True)
+class StartChild(Command):
+    """Start ``workflow`` as a child run executing ``node`` (visit ``iteration``, attempt
+    ``attempt``): in the same transaction as the decision, as ``run_id``."""
+
+    node: str
+    iteration: int
+    attempt: int
+    run_id: str
+    correlation_id: str
+    workflow: str
+    version: int | None
+    input: Mapping[str, Any]
+    budget: Mapping[str, float] | None
+    depth: int
+
+
+@dataclass(frozen=True)
+class NotifyParent(Command):
+    """This child run ended: deliver ``event`` (a ChildFinished) to its parent run."""
+
+    run_id: str
+    event: Mapping[str, Any]

@@ -21,12 +21,14 @@ and :mod:`~cairn.orchestrator.holds`, on the shared :class:`~cairn.orchestrator.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cairn.durations import format_duration
 from cairn.errors import EventRejected, IllegalTransition, NotWaiting, UnknownSignal
-from cairn.orchestrator.commands import CancelNode, Command, Dispatch
+from cairn.orchestrator.budget import added, allowance, branch_allowances
+from cairn.orchestrator.children import MAX_DEPTH, child_run_id, correlation_id, picked
+from cairn.orchestrator.commands import CancelNode, Command, Dispatch, NotifyParent, StartChild
 from cairn.orchestrator.definition import (
     AnyNode,
     EndNode,
@@ -38,6 +40,7 @@ from cairn.orchestrator.definition import (
 )
 from cairn.orchestrator.events import (
     CancelRequested,
+    ChildFinished,
     Event,
     NodeCancelled,
     NodeFailed,
@@ -49,6 +52,7 @@ from cairn.orchestrator.events import (
     RunStarted,
     SignalReceived,
     TimerFired,
+    event_to_dict,
 )
 from cairn.orchestrator.holds import Holds
 from cairn.orchestrator.joins import Joins
@@ -99,6 +103,8 @@ def decide(definition: WorkflowDefinition, state: RunState, event: Event) -> Dec
     ignored = handler(step, event)
     if ignored is not None:
         return Decision(state=state, ignored=ignored)
+    if step.state.status.terminal and not state.status.terminal and state.parent:
+        step.notify_parent()
     step.state.steps += 1
     step.state.updated_at = event.at
     return Decision(step.state, tuple(step.commands), tuple(step.transitions))
@@ -119,6 +125,8 @@ class _Step(Holds, Stopping, Joins, Step):
                 "the run has already started",
             )
         self.state.vars = dict(event.input)
+        self.state.parent = dict(event.parent) if event.parent is not None else None
+        self.state.budget = dict(event.budget) if event.budget is not None else None
         self.state.started_at = event.at
         self.enter(self.definition.start, START, "started")
         return None
@@ -130,6 +138,7 @@ class _Step(Holds, Stopping, Joins, Step):
         current, stale = self.current_execution(event.node, event.iteration, event.attempt)
         if stale:
             return stale
+        current = self.charge(current, event.charges)
         self.disarm_node_timers(event.node)
         self.absorb_context(event)
         output = dict(event.output or {})
@@ -159,6 +168,7 @@ class _Step(Holds, Stopping, Joins, Step):
         current, stale = self.current_execution(event.node, event.iteration, event.attempt)
         if stale:
             return stale
+        current = self.charge(current, event.charges)
         self.disarm_node_timers(event.node)
         if self.state.status is RunStatus.CANCELLING:
             self.set_node(
@@ -176,6 +186,7 @@ class _Step(Holds, Stopping, Joins, Step):
         current, stale = self.current_execution(event.node, event.iteration, event.attempt)
         if stale:
             return stale
+        current = self.charge(current, event.charges)
         self.disarm_node_timers(event.node)
         self.set_node(current, NodeStatus.CANCELLED)
         parent = self.definition.branch_parents.get(event.node)
@@ -193,6 +204,31 @@ class _Step(Holds, Stopping, Joins, Step):
             )
         self.settle_cancel()
         return None
+
+    def child_finished(self, event: ChildFinished) -> str | None:
+        """The child run executing a node ended: the node ends as the child did."""
+        current = self.state.nodes.get(event.node)
+        if current is not None and current.child != event.child_run_id:
+            return f"child run {event.child_run_id} no longer executes {event.node!r}"
+        common: dict[str, Any] = {
+            "at": event.at,
+            "node": event.node,
+            "iteration": event.iteration,
+            "attempt": event.attempt,
+            "charges": event.charges,
+        }
+        if event.status == RunStatus.SUCCEEDED.value:
+            node = self.known_node(event.node)
+            fields = node.child.output if isinstance(node, TaskNode) and node.child else None
+            return self.node_succeeded(
+                NodeSucceeded(**common, output=picked(fields, event.output or {}))
+            )
+        if event.status == RunStatus.CANCELLED.value:
+            return self.node_cancelled(NodeCancelled(**common))
+        message = f"child run {event.child_run_id} ended {event.status}: {event.reason or ''}"
+        return self.node_failed(
+            NodeFailed(**common, error_class=ErrorClass.PERMANENT, message=message.rstrip(": "))
+        )
 
     def signal(self, event: SignalReceived) -> str | None:
         state = self.state
@@ -320,7 +356,10 @@ class _Step(Holds, Stopping, Joins, Step):
                 node_id, visits, NodeStatus.RUNNING, first_at=self.at, dispatched=False
             )
             state.joins[node_id] = JoinState(
-                node_id, visits, dict.fromkeys(node.branches, BranchOutcome.PENDING)
+                node_id,
+                visits,
+                dict.fromkeys(node.branches, BranchOutcome.PENDING),
+                allowances=branch_allowances(definition, state, node),
             )
             if node.join.timeout is not None:
                 self.arm(
@@ -338,7 +377,7 @@ class _Step(Holds, Stopping, Joins, Step):
                 self.enter(branch, node_id, "fan_out")
         else:
             self.set_run(RunStatus.RUNNING)
-            if node.handler is not None:
+            if node.handler is not None or node.child is not None:
                 self.schedule(node, visits, 1, None)
             else:  # a pure decision node: no work to dispatch, follow the edge now
                 current = NodeState(node_id, visits, NodeStatus.SCHEDULED, first_at=self.at)
@@ -400,7 +439,11 @@ class _Step(Holds, Stopping, Joins, Step):
         else:
             cleared = {"error": None} if resumed else {}  # the hold's reason is history now
             self.set_node(current, NodeStatus.SCHEDULED, attempt=attempt, **cleared)
-        self.commands.append(Dispatch(node.id, iteration, attempt, resumed=resumed))
+        if isinstance(node, TaskNode) and node.child is not None:
+            if not self.start_child(node, iteration, attempt):
+                return
+        else:
+            self.commands.append(Dispatch(node.id, iteration, attempt, resumed=resumed))
         if node.timeout is not None:
             self.arm(
                 TimerState(
@@ -412,6 +455,67 @@ class _Step(Holds, Stopping, Joins, Step):
                     attempt,
                 )
             )
+
+    def start_child(self, node: TaskNode, iteration: int, attempt: int) -> bool:
+        """Start the child run that executes ``node``; False if it may not (nested too
+        deep), and the node has failed instead."""
+        assert node.child is not None
+        run_id = self.state.run_id
+        depth = (self.state.parent or {}).get("depth", 0) + 1
+        current = self.state.nodes[node.id]
+        if depth > MAX_DEPTH:
+            self.node_failure(
+                node,
+                current,
+                ErrorClass.PERMANENT,
+                f"child workflow {node.child.workflow!r} would nest {depth} runs deep "
+                f"(at most {MAX_DEPTH})",
+            )
+            return False
+        child = child_run_id(run_id, node.id, iteration, attempt)
+        self.state.nodes[node.id] = replace(current, child=child)
+        self.commands.append(
+            StartChild(
+                node=node.id,
+                iteration=iteration,
+                attempt=attempt,
+                run_id=child,
+                correlation_id=correlation_id(run_id, node.id, iteration, attempt),
+                workflow=node.child.workflow,
+                version=node.child.version,
+                input=picked(node.child.input, self.state.vars),
+                budget=allowance(self.definition, self.state, node.id) or None,
+                depth=depth,
+            )
+        )
+        return True
+
+    def notify_parent(self) -> None:
+        """This child run has ended: tell its parent's node, with what it spent."""
+        state, parent = self.state, self.state.parent
+        assert parent is not None
+        finished = ChildFinished(
+            at=self.at,
+            node=parent["node"],
+            iteration=parent["iteration"],
+            attempt=parent["attempt"],
+            child_run_id=state.run_id,
+            correlation_id=parent["correlation_id"],
+            status=state.status.value,
+            output=state.vars if state.status is RunStatus.SUCCEEDED else None,
+            reason=state.reason,
+            charges=dict(state.spent) or None,
+        )
+        self.commands.append(NotifyParent(parent["run_id"], event_to_dict(finished)))
+
+    def charge(self, current: NodeState, charges: Mapping[str, float] | None) -> NodeState:
+        """Count what an execution spent against its visit and the run."""
+        if not charges:
+            return current
+        self.state.spent = added(self.state.spent, charges)
+        charged = replace(current, spent=added(current.spent, charges))
+        self.state.nodes[current.node] = charged
+        return charged
 
     def node_failure(
         self,
@@ -475,6 +579,7 @@ _HANDLERS: dict[type[Event], Callable[[_Step, Any], str | None]] = {
     NodeCancelled: _Step.node_cancelled,
     NodeHeld: _Step.node_held,
     PlanInvalidated: _Step.plan_invalidated,
+    ChildFinished: _Step.child_finished,
     SignalReceived: _Step.signal,
     TimerFired: _Step.timer_fired,
     CancelRequested: _Step.cancel_requested,

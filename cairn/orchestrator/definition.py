@@ -151,6 +151,9 @@ class Node:
     # What a parallel branch contributes when it fails or times out and the join
     # accepts that (critical policy, join timeout).
     default: Mapping[str, Any] | None = None
+    # What one visit of this node may spend, per unit (``{"tokens": 20000}``), across its
+    # attempts; for a parallel node, what its branches together may spend.
+    budget: Mapping[str, float] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     kind = "node"
@@ -162,13 +165,27 @@ class Node:
 
 
 @dataclass(frozen=True)
+class ChildRun:
+    """A task that runs another registered workflow as a child run: ``input`` names the
+    state fields passed as its input (all, if None); ``output`` the fields of its final
+    state merged back (all, if None)."""
+
+    workflow: str
+    version: int | None = None
+    input: tuple[str, ...] | None = None
+    output: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
 class TaskNode(Node):
-    """Runs ``handler`` (if any), then follows ``next``, ``branch`` or ``route``.
+    """Runs ``handler`` (or a ``child`` workflow run, or nothing), then follows ``next``,
+    ``branch`` or ``route``.
 
     A task with none of the three is a parallel branch: its continuation is its join.
     """
 
     handler: Ref | None = None
+    child: ChildRun | None = None
     next: str | None = None
     branch: Branch | None = None
     route: Route | None = None
@@ -214,6 +231,8 @@ class ParallelNode(Node):
     branches: tuple[str, ...] = ()
     join: Join = field(default_factory=Join)
     next: str = ""
+    # How the budget left for the fan-out is split: weight per branch (default 1 each).
+    shares: Mapping[str, float] = field(default_factory=dict)
 
     kind = "parallel"
 
@@ -264,6 +283,8 @@ class WorkflowDefinition:
     # A JSON Schema the run's input must match (checked at submit).
     input_schema: Mapping[str, Any] | None = None
     on_resume: OnResume | None = None
+    # What the whole run may spend, per unit (model tokens, dollars): ``ctx.charge``.
+    budget: Mapping[str, float] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
     # The definition in file form (callables as import paths): what is registered.
     spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)

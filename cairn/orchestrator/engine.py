@@ -29,6 +29,7 @@ from jsonschema import Draft202012Validator
 
 from cairn.config import Settings
 from cairn.errors import (
+    CairnError,
     ConfirmationRequired,
     InvalidInput,
     RunNotFound,
@@ -36,6 +37,7 @@ from cairn.errors import (
     UnknownWorkflow,
 )
 from cairn.faults import fault_point
+from cairn.orchestrator.children import child_run_id
 from cairn.orchestrator.commands import (
     ArmTimer,
     CancelNode,
@@ -45,12 +47,15 @@ from cairn.orchestrator.commands import (
     Dispatch,
     FinishRun,
     HoldExecution,
+    NotifyParent,
     SettleExecution,
+    StartChild,
 )
 from cairn.orchestrator.decider import Decision, decide
 from cairn.orchestrator.definition import WorkflowDefinition
 from cairn.orchestrator.events import (
     CancelRequested,
+    ChildFinished,
     Event,
     Phase,
     RollbackRequested,
@@ -83,7 +88,16 @@ AUDIT_ONLY = "audit"  # events with this "type" prefix are history, not decider 
 # outranks it.
 ANY_FENCE = 2**31 - 1
 # Commands that change rows besides the step's own (the fast path takes none of them).
-ROW_COMMANDS = (ArmTimer, DisarmTimer, CancelNode, DetachNode, HoldExecution, SettleExecution)
+ROW_COMMANDS = (
+    ArmTimer,
+    DisarmTimer,
+    CancelNode,
+    DetachNode,
+    HoldExecution,
+    SettleExecution,
+    StartChild,
+    NotifyParent,
+)
 
 
 class Publisher(Protocol):
@@ -307,10 +321,10 @@ class Orchestrator:
             now = tx.now()
             state = RunState(run_id, definition.name, definition.version)
             row = tx.run(run_id, lock=True)
-            messages = self._advance(
+            advanced = self._advance(
                 tx, row, definition, state, RunStarted(at=now, input=values["input"])
-            ).messages
-        self._publish(messages)
+            )
+        self._after_commit(advanced)
         return str(run_id)
 
     def _existing_run(self, values: Mapping[str, Any], tx: Tx | None = None) -> str:
@@ -369,7 +383,7 @@ class Orchestrator:
             definition = self.registry.get(row.workflow, row.version, tx)
             state = self.restore(tx, row, definition)
             advanced = self._advance(tx, row, definition, state, make_event(now))
-        self._publish(advanced.messages)
+        self._after_commit(advanced)
         return advanced.decision
 
     def signal(
@@ -453,7 +467,7 @@ class Orchestrator:
                     raise _Discard(advanced.decision)
         except _Discard as discard:  # the run has moved on: keep nothing of this result
             return Completion(False, discard.decision.ignored or "", discard.decision)
-        self._publish(advanced.messages)
+        self._after_commit(advanced)
         return Completion(True, decision=advanced.decision)
 
     def _complete_optimistically(
@@ -638,6 +652,8 @@ class Orchestrator:
     class _Advanced:
         decision: Decision
         messages: list[NodeMessage]
+        # Inbox entries (id, run) this transaction posted for other runs.
+        posted: list[tuple[int, str]] = field(default_factory=list)
 
     @dataclass
     class _Plan:
@@ -699,13 +715,14 @@ class Orchestrator:
         decision, plan = self._plan(row, definition, state, event)
         if plan is None:
             return self._Advanced(decision, [])
-        self._carry_out(tx, row, plan)
+        others = self._Advanced(plan.decision, [])
+        self._carry_out(tx, row, plan, others)
         self._log_finish(row.id, plan.decision)
         outbox_ids = tx.write_step(row.id, self._writes(plan, event, self.sent.drain()))
-        messages = [
+        others.messages[:0] = [
             replace(m, outbox_id=i) for m, i in zip(plan.dispatches, outbox_ids, strict=True)
         ]
-        return self._Advanced(plan.decision, messages)
+        return others
 
     @staticmethod
     def _log_finish(run_id: str, decision: Decision) -> None:
@@ -728,9 +745,13 @@ class Orchestrator:
         last = (row.snapshot_at or row.created_at).timestamp()
         return bool(at - last >= self.settings.snapshot_every_s)
 
-    def _carry_out(self, tx: Tx, row: Any, plan: Orchestrator._Plan) -> None:
+    def _carry_out(
+        self, tx: Tx, row: Any, plan: Orchestrator._Plan, advanced: Orchestrator._Advanced
+    ) -> None:
         """The rows a decision changes besides the step's own: timers, cancellations,
-        and held executions (held, or settled by an operator)."""
+        held executions (held, or settled by an operator), child runs started, and
+        events for other runs (the child runs' messages and the inbox entries are added
+        to ``advanced``, to be sent once committed)."""
         new = plan.decision.state
         for command in plan.row_commands:
             if isinstance(command, ArmTimer):
@@ -743,12 +764,122 @@ class Orchestrator:
                 if node is not None and not node.active:
                     key = ExecutionKey(row.id, command.node, command.iteration, Phase.RUN.value)
                     tx.set_execution_status(key, node.status.value)
+                if node is not None and node.child is not None and isinstance(command, CancelNode):
+                    child = child_run_id(row.id, command.node, command.iteration, command.attempt)
+                    stop = CancelRequested(
+                        at=0.0, reason=f"its parent: {command.reason}", actor=f"run {row.id}"
+                    )
+                    advanced.posted.append((tx.post(child, event_to_dict(stop)), child))
             elif isinstance(command, HoldExecution):
                 key = ExecutionKey(row.id, command.node, command.iteration, command.phase.value)
                 tx.hold_execution(key, command.attempt)
             elif isinstance(command, SettleExecution):
                 key = ExecutionKey(row.id, command.node, command.iteration, command.phase.value)
                 tx.settle_execution(key, command.status.value, command.result, command.error)
+            elif isinstance(command, StartChild):
+                self._start_child(tx, row, command, new.updated_at, advanced)
+            elif isinstance(command, NotifyParent):
+                advanced.posted.append((tx.post(command.run_id, command.event), command.run_id))
+
+    def _start_child(
+        self,
+        tx: Tx,
+        parent: Any,
+        command: StartChild,
+        at: float | None,
+        advanced: Orchestrator._Advanced,
+    ) -> None:
+        """Insert the child run and take its first step, in the parent's transaction.
+        Its id derives from the parent execution: started twice is started once."""
+        at = at if at is not None else utcnow().timestamp()
+        link = {
+            "run_id": parent.id,
+            "node": command.node,
+            "iteration": command.iteration,
+            "attempt": command.attempt,
+            "correlation_id": command.correlation_id,
+            "depth": command.depth,
+        }
+        refused: str | None = None
+        try:
+            definition = self.registry.get(command.workflow, command.version, tx)
+            payload = self.check_input(definition, command.input)
+        except (UnknownWorkflow, InvalidInput) as exc:
+            refused = str(exc)
+        if refused is not None:  # the parent's node fails; nothing else can be done here
+            finished = ChildFinished(
+                at=at,
+                node=command.node,
+                iteration=command.iteration,
+                attempt=command.attempt,
+                child_run_id=command.run_id,
+                correlation_id=command.correlation_id,
+                status=RunStatus.FAILED.value,
+                reason=f"the child run could not start: {refused}",
+            )
+            advanced.posted.append((tx.post(parent.id, event_to_dict(finished)), parent.id))
+            return
+        stamp = from_epoch(at)
+        values = {
+            "id": command.run_id,
+            "namespace": parent.namespace,
+            "workflow": definition.name,
+            "version": definition.version,
+            "status": RunStatus.PENDING.value,
+            "input": payload,
+            "request_id": None,
+            "current": [],
+            "created_at": stamp,
+            "updated_at": stamp,
+        }
+        if not tx.insert_run(values):
+            return
+        log.info(
+            "run %s: %s started child run %s (%s, correlation %s)",
+            parent.id,
+            command.node,
+            command.run_id,
+            definition.key,
+            command.correlation_id,
+        )
+        started = RunStarted(at=at, input=payload, parent=link, budget=command.budget)
+        state = RunState(command.run_id, definition.name, definition.version)
+        child = self._advance(tx, tx.run(command.run_id, lock=True), definition, state, started)
+        advanced.messages.extend(child.messages)
+        advanced.posted.extend(child.posted)
+
+    def _after_commit(self, advanced: Orchestrator._Advanced) -> None:
+        self._publish(advanced.messages)
+        for entry, run_id in advanced.posted:
+            try:
+                self.deliver(entry, run_id)
+            except Exception:  # committed already: the scheduler will deliver it
+                log.warning(
+                    "delivering inbox entry %d to run %s failed", entry, run_id, exc_info=True
+                )
+
+    def deliver(self, entry: int, run_id: str) -> bool:
+        """Apply an inbox entry to its run (and take it), in one transaction; False if
+        another process took it first. A run that refuses the event (a cancel for a
+        child that has ended meanwhile) or no longer exists gets the entry removed."""
+        taken: dict[str, Any] = {}
+
+        def take(tx: Tx) -> bool:
+            event = tx.take_posted(entry)
+            taken["event"] = event
+            return event is not None
+
+        try:
+            decision = self.apply(
+                run_id, lambda now: stamped(event_from_dict(taken["event"]), now), before=take
+            )
+        except CairnError as refused:
+            with self.store.transaction() as tx:
+                event = tx.take_posted(entry)
+            if event is not None:
+                log.info("run %s refused %s: %s", run_id, event.get("type"), refused)
+            return event is not None
+        return decision is not None
 
     def _publish(self, messages: Sequence[NodeMessage]) -> None:
         if not messages:

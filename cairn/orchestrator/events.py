@@ -32,6 +32,10 @@ class Event:
 @dataclass(frozen=True)
 class RunStarted(Event):
     input: Mapping[str, Any] = field(default_factory=dict)
+    # A child run: the parent execution it reports back to (run_id, node, iteration,
+    # attempt, correlation_id, depth) and, if the parent's node has a budget, its part.
+    parent: Mapping[str, Any] | None = None
+    budget: Mapping[str, float] | None = None
     type: ClassVar[str] = "run_started"
 
 
@@ -46,6 +50,8 @@ class NodeSucceeded(Event):
     # and tool sessions created or updated (a session set to None is closed).
     messages: tuple[Mapping[str, Any], ...] = ()
     sessions: Mapping[str, Any] | None = None
+    # What the execution spent (``ctx.charge``): counted against the run's budget.
+    charges: Mapping[str, float] | None = None
     type: ClassVar[str] = "node_succeeded"
 
 
@@ -57,6 +63,7 @@ class NodeFailed(Event):
     error_class: ErrorClass = ErrorClass.PERMANENT
     message: str = ""
     phase: Phase = Phase.RUN
+    charges: Mapping[str, float] | None = None
     type: ClassVar[str] = "node_failed"
 
 
@@ -68,6 +75,7 @@ class NodeCancelled(Event):
     iteration: int = 1
     attempt: int = 1
     phase: Phase = Phase.RUN
+    charges: Mapping[str, float] | None = None
     type: ClassVar[str] = "node_cancelled"
 
 
@@ -96,6 +104,23 @@ class PlanInvalidated(Event):
     attempt: int = 1
     reason: str = ""
     type: ClassVar[str] = "plan_invalidated"
+
+
+@dataclass(frozen=True)
+class ChildFinished(Event):
+    """A child run ended; its parent's node (``node`` visit ``iteration`` attempt
+    ``attempt``) finishes with it. ``correlation_id`` is in both runs' histories."""
+
+    node: str = ""
+    iteration: int = 1
+    attempt: int = 1
+    child_run_id: str = ""
+    correlation_id: str = ""
+    status: str = ""
+    output: Mapping[str, Any] | None = None
+    reason: str | None = None
+    charges: Mapping[str, float] | None = None
+    type: ClassVar[str] = "child_finished"
 
 
 @dataclass(frozen=True)
@@ -156,6 +181,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeCancelled,
         NodeHeld,
         PlanInvalidated,
+        ChildFinished,
         SignalReceived,
         TimerFired,
         CancelRequested,

@@ -1,6 +1,7 @@
 """Why a run is not simply running: what each waiting execution waits for — a retry
-timer, a person, a signal, a cancel — as data (:func:`awaiting`, for ``cairn waiting``)
-and in words (:func:`waiting_lines`, for ``cairn status``)."""
+timer, a person, a signal, a child run, a cancel — as data (:func:`awaiting`, for
+``cairn waiting``) and in words (:func:`waiting_lines`, for ``cairn status``); and what
+it has spent of its budget, and which runs it is linked to (:func:`context_lines`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cairn.durations import format_duration
+from cairn.orchestrator.budget import run_limits
 from cairn.orchestrator.decider import RECOVERY_SIGNALS
 from cairn.orchestrator.definition import WaitNode, WorkflowDefinition
 from cairn.orchestrator.events import Phase
@@ -80,6 +82,10 @@ def waiting_lines(definition: WorkflowDefinition, state: RunState, now: float) -
                 f"{current.attempt + 1}/{attempts}{when}) after {current.error_class} "
                 f"error: {current.error}"
             )
+        elif current.child is not None and current.active:
+            lines.append(
+                f"{current.node}#{current.iteration}: running as child run {current.child}"
+            )
     lines.extend(describe(entry, now) for entry in awaiting(definition, state))
     if state.status is RunStatus.CANCELLING and state.cancel:
         by = f" by {state.cancel['actor']}" if state.cancel.get("actor") else ""
@@ -87,6 +93,28 @@ def waiting_lines(definition: WorkflowDefinition, state: RunState, now: float) -
             f"cancelling{by}: {state.cancel.get('reason')}; waiting for "
             f"{len(state.active_nodes)} running node(s) to stop (or "
             f"{format_duration(definition.cancel_timeout)} after the request, detached)"
+        )
+    return lines
+
+
+def context_lines(definition: WorkflowDefinition, state: RunState) -> list[str]:
+    """The run's spending against its budget, and its parent run if it is a child."""
+    lines = []
+    limits = run_limits(definition, state)
+    units = sorted(set(state.spent) | set(limits))
+    if units:
+        spent = ", ".join(
+            f"{state.spent.get(unit, 0.0):g}"
+            + (f" of {limits[unit]:g}" if unit in limits else "")
+            + f" {unit}"
+            for unit in units
+        )
+        lines.append(f"spent: {spent}")
+    parent = state.parent
+    if parent:
+        lines.append(
+            f"child of run {parent['run_id']} (node {parent['node']}#{parent['iteration']}, "
+            f"correlation {parent['correlation_id']})"
         )
     return lines
 

@@ -91,7 +91,7 @@ class Joins(Step):
         if parent.join.rest is JoinRest.CANCEL:
             for branch, outcome in join.outcomes.items():
                 if outcome is BranchOutcome.PENDING:
-                    self.stop_execution(self.state.nodes[branch], "the join is complete")
+                    self.stop_branch(branch, "the join is complete")
                     join = join.with_outcome(branch, BranchOutcome.CANCELLED)
         self.state.joins[parent.id] = replace(join, done=True)
         self.state.vars.update(merged)
@@ -102,7 +102,7 @@ class Joins(Step):
         self.disarm(timer_id(TimerKind.JOIN_TIMEOUT, parent.id, join.iteration))
         for branch, outcome in join.outcomes.items():
             if outcome is BranchOutcome.PENDING:
-                self.stop_execution(self.state.nodes[branch], "the join failed")
+                self.stop_branch(branch, "the join failed")
                 join = join.with_outcome(branch, BranchOutcome.CANCELLED)
         self.state.joins[parent.id] = replace(join, done=True)
         current = self.set_node(
@@ -112,5 +112,12 @@ class Joins(Step):
             error=reason,
         )
         self.after_failure(parent, current, ErrorClass.PERMANENT, f"join failed: {reason}")
+
+    def stop_branch(self, branch: str, reason: str) -> None:
+        """Stop a pending branch — if it started: a branch that fails as it is entered
+        (a child nested too deep) can decide the join before its siblings start."""
+        current = self.state.nodes.get(branch)
+        if current is not None:
+            self.stop_execution(current, reason)
 
     # -- ending: success, failure, cancellation, compensation ---------------------------

@@ -27,6 +27,7 @@ from cairn.orchestrator.definition import (
     NO_RETRY,
     AnyNode,
     Branch,
+    ChildRun,
     EndNode,
     ErrorClass,
     Jitter,
@@ -50,10 +51,11 @@ from cairn.orchestrator.validation import validate_graph
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 KIND_KEYS = ("end", "wait", "parallel")
 EDGE_KEYS = ("next", "branch", "route")
-COMMON_KEYS = {"max_visits", "retry", "on_error", "compensate", "timeout", "default"}
-TASK_KEYS = COMMON_KEYS | {"handler", "irreversible", *EDGE_KEYS}
+COMMON_KEYS = {"max_visits", "retry", "on_error", "compensate", "timeout", "default", "budget"}
+TASK_KEYS = COMMON_KEYS | {"handler", "child", "irreversible", *EDGE_KEYS}
+CHILD_KEYS = {"workflow", "version", "input", "output"}
 WAIT_KEYS = COMMON_KEYS | {"wait"}
-PARALLEL_KEYS = COMMON_KEYS | {"parallel", "join", "next"}
+PARALLEL_KEYS = COMMON_KEYS | {"parallel", "join", "next", "shares"}
 END_KEYS = {"end"}
 TOP_KEYS = {
     "name",
@@ -66,6 +68,7 @@ TOP_KEYS = {
     "cancel_timeout",
     "input",
     "on_resume",
+    "budget",
 }
 
 
@@ -203,6 +206,7 @@ class _Parser:
         cancel_timeout = self.duration(spec.get("cancel_timeout"), None, "cancel_timeout")
         input_schema = self.input_schema(spec.get("input"))
         on_resume = self.on_resume(spec.get("on_resume"))
+        budget = self.amounts(spec.get("budget"), None, "budget") or {}
         return WorkflowDefinition(
             name=name,
             version=version,
@@ -214,6 +218,7 @@ class _Parser:
             cancel_timeout=cancel_timeout or DEFAULT_CANCEL_TIMEOUT,
             input_schema=input_schema,
             on_resume=on_resume,
+            budget=budget,
             extra={k: v for k, v in spec.items() if k not in TOP_KEYS},
             spec=plain_spec(spec),
         )
@@ -251,7 +256,7 @@ class _Parser:
             self.fault("not_a_mapping", f"a node is a mapping, got {type(raw).__name__}", node_id)
             return None
         kinds = [key for key in KIND_KEYS if key in raw]
-        has_task_keys = "handler" in raw or "branch" in raw or "route" in raw
+        has_task_keys = any(key in raw for key in ("handler", "child", "branch", "route"))
         if has_task_keys or ("next" in raw and "parallel" not in raw):
             kinds.append("task")
         if len(kinds) > 1:
@@ -304,6 +309,7 @@ class _Parser:
             "compensate": self.ref(raw.get("compensate"), node_id, "compensate"),
             "timeout": self.duration(raw.get("timeout"), node_id, "timeout"),
             "default": default,
+            "budget": self.amounts(raw.get("budget"), node_id, "budget"),
         }
 
     def task_node(self, node_id: str, raw: Mapping[str, Any], common: dict[str, Any]) -> TaskNode:
@@ -319,15 +325,51 @@ class _Parser:
             irreversible = False
         if irreversible and raw.get("handler") is None:
             self.fault("bad_value", "'irreversible' marks a node with a handler", node_id)
+        child = self.child(node_id, raw["child"]) if "child" in raw else None
+        if child is not None and "handler" in raw:
+            self.fault(
+                "ambiguous_node", "a task runs a handler or a child workflow, not both", node_id
+            )
         return TaskNode(
             id=node_id,
             handler=self.ref(raw.get("handler"), node_id, "handler"),
+            child=child,
             next=next_node,
             branch=self.branch(node_id, raw["branch"]) if "branch" in raw else None,
             route=self.route(node_id, raw["route"]) if "route" in raw else None,
             irreversible=irreversible,
             extra={k: v for k, v in raw.items() if k not in TASK_KEYS},
             **common,
+        )
+
+    def child(self, node_id: str, raw: object) -> ChildRun | None:
+        if isinstance(raw, str):
+            raw = {"workflow": raw}
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("workflow"), str):
+            self.fault(
+                "bad_value",
+                "'child' names a workflow, or is a mapping with 'workflow' and optionally "
+                "'version', 'input' and 'output' (lists of state fields)",
+                node_id,
+            )
+            return None
+        unknown = set(raw) - CHILD_KEYS
+        if unknown:
+            self.fault("bad_value", f"'child' has no field(s) {sorted(unknown)}", node_id)
+        fields: dict[str, tuple[str, ...] | None] = {}
+        for what in ("input", "output"):
+            names = raw.get(what)
+            if names is not None and (
+                not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+            ):
+                self.fault("bad_value", f"'child.{what}' is a list of state fields", node_id)
+                names = None
+            fields[what] = tuple(names) if names is not None else None
+        return ChildRun(
+            workflow=raw["workflow"],
+            version=self.positive_int(raw.get("version"), "child.version", node_id),
+            input=fields["input"],
+            output=fields["output"],
         )
 
     def branch(self, node_id: str, raw: object) -> Branch | None:
@@ -423,10 +465,21 @@ class _Parser:
                 "a parallel node needs 'next': where the run goes after the join",
                 node_id,
             )
+        shares = self.amounts(raw.get("shares"), node_id, "shares") or {}
+        for branch in shares:
+            if branch not in branches:
+                self.fault(
+                    "join_unknown_branch",
+                    f"shares names {branch!r}, which is not one of this node's branches",
+                    node_id,
+                )
+        if shares and not any(shares.values()):
+            self.fault("bad_value", "'shares' gives every branch a weight of 0", node_id)
         return ParallelNode(
             id=node_id,
             branches=tuple(branches),
             join=join,
+            shares=shares,
             next=self.target(next_node, node_id, "next") if next_node is not None else "",
             extra={k: v for k, v in raw.items() if k not in PARALLEL_KEYS},
             **common,
@@ -567,6 +620,29 @@ class _Parser:
         except ValueError as exc:
             self.fault("bad_duration", f"{what}: {exc}", node_id)
             return None
+
+    def amounts(self, raw: object, node_id: str | None, what: str) -> dict[str, float] | None:
+        """A mapping of names (budget units, branches) to non-negative numbers."""
+        if raw is None:
+            return None
+        if not isinstance(raw, Mapping) or not raw:
+            self.fault("bad_value", f"'{what}' maps names to amounts, got {raw!r}", node_id)
+            return None
+        amounts: dict[str, float] = {}
+        for name, amount in raw.items():
+            if (
+                isinstance(amount, bool)
+                or not isinstance(amount, int | float)
+                or not 0 <= amount < float("inf")
+            ):
+                self.fault(
+                    "bad_value",
+                    f"{what}.{name} must be a non-negative number, got {amount!r}",
+                    node_id,
+                )
+                continue
+            amounts[str(name)] = float(amount)
+        return amounts
 
     def positive_int(self, raw: object, what: str, node_id: str | None) -> int | None:
         if raw is None:

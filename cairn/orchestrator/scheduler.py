@@ -5,6 +5,8 @@ path, so running it twice, or several schedulers at once, is harmless:
 
 - **relay**: outbox rows a crash left unpublished are claimed with ``FOR UPDATE SKIP
   LOCKED``, published, and marked sent in the same transaction;
+- **inbox**: events one run left for another (a child's end, a parent's cancel) that
+  were not applied right after their commit are applied, each once;
 - **timers**: a due timer is taken (deleted) in the same transaction as the advance
   it causes, after the run row is locked — so it fires exactly once, late timers
   included, and a worker advancing the same run is never deadlocked against it;
@@ -52,12 +54,15 @@ def _take_timer(run_id: str, timer_id: str, tx: Tx) -> bool:
 @dataclass
 class PassReport:
     relayed: int = 0
+    delivered: int = 0
     fired: int = 0
     recovered: int = 0
     compacted: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.relayed or self.fired or self.recovered or self.compacted)
+        return bool(
+            self.relayed or self.delivered or self.fired or self.recovered or self.compacted
+        )
 
 
 @dataclass
@@ -70,7 +75,10 @@ class Scheduler:
 
     def run_once(self) -> PassReport:
         report = PassReport(
-            relayed=self.relay(), fired=self.fire_timers(), recovered=self.recover()
+            relayed=self.relay(),
+            delivered=self.deliver(),
+            fired=self.fire_timers(),
+            recovered=self.recover(),
         )
         self._passes += 1
         if self._passes % COMPACT_EVERY_PASSES == 0:
@@ -123,6 +131,11 @@ class Scheduler:
             tx.mark_sent([row.id for row in rows])
         log.info("relayed %d unsent message(s)", len(rows))
         return len(rows)
+
+    def deliver(self) -> int:
+        with self.orchestrator.store.reading() as tx:
+            posted = tx.posted(BATCH)
+        return sum(self.orchestrator.deliver(entry.id, entry.run_id) for entry in posted)
 
     def fire_timers(self) -> int:
         with self.orchestrator.store.reading() as tx:

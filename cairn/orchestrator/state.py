@@ -52,6 +52,10 @@ class NodeState:
     # False for a parallel node: it "runs" while its branches do, but no worker executes
     # it, so nothing is ever dispatched, cancelled or awaited under its key.
     dispatched: bool = True
+    # What this visit has spent so far, across its attempts (see ``ctx.charge``).
+    spent: Mapping[str, float] | None = None
+    # The child run executing this node, for a task that runs a child workflow.
+    child: str | None = None
 
     @property
     def active(self) -> bool:
@@ -66,6 +70,8 @@ class JoinState:
     outcomes: Mapping[str, BranchOutcome]
     outputs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     done: bool = False
+    # Each branch's part of the budget, per unit, fixed when the branches start.
+    allowances: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def with_outcome(
         self, branch: str, outcome: BranchOutcome, output: Mapping[str, Any] | None = None
@@ -126,6 +132,14 @@ class RunState:
     signals_seen: list[str] = field(default_factory=list)
     cancel: dict[str, Any] | None = None
     reason: str | None = None
+    # What the run has spent, per budget unit, by every execution whose result counted.
+    spent: dict[str, float] = field(default_factory=dict)
+    # Limits given by a parent run (its node's part of its budget), on top of the
+    # definition's own.
+    budget: dict[str, float] | None = None
+    # For a child run: the parent execution it reports to (run_id, node, iteration,
+    # attempt, correlation_id, depth).
+    parent: dict[str, Any] | None = None
     steps: int = 0
     started_at: float | None = None
     updated_at: float | None = None
@@ -145,6 +159,7 @@ class RunState:
             compensable=list(self.compensable),
             signals_seen=list(self.signals_seen),
             cancel=dict(self.cancel) if self.cancel is not None else None,
+            spent=dict(self.spent),
         )
 
     @property
@@ -190,6 +205,7 @@ class RunState:
                     "outcomes": {b: o.value for b, o in join.outcomes.items()},
                     "outputs": dict(join.outputs),
                     "done": join.done,
+                    "allowances": dict(join.allowances),
                 }
                 for name, join in self.joins.items()
             },
@@ -207,6 +223,9 @@ class RunState:
             "signals_seen": self.signals_seen,
             "cancel": self.cancel,
             "reason": self.reason,
+            "spent": self.spent,
+            "budget": self.budget,
+            "parent": self.parent,
             "steps": self.steps,
             "started_at": self.started_at,
             "updated_at": self.updated_at,
@@ -244,6 +263,9 @@ class RunState:
             signals_seen=list(data.get("signals_seen", [])),
             cancel=data.get("cancel"),
             reason=data.get("reason"),
+            spent=dict(data.get("spent", {})),
+            budget=data.get("budget"),
+            parent=data.get("parent"),
             steps=data.get("steps", 0),
             started_at=data.get("started_at"),
             updated_at=data.get("updated_at"),
@@ -252,10 +274,12 @@ class RunState:
 
 
 def _plain(entry: Any) -> dict[str, Any]:
-    """A flat frozen entry (node, timer, step) as a dict, enums as their values."""
+    """A flat frozen entry (node, timer, step) as a dict, enums as their values, unset
+    optional fields left out."""
     return {
         name: (value.value if isinstance(value, StrEnum) else value)
         for name, value in entry.__dict__.items()
+        if value is not None  # every optional field defaults to None: keep snapshots small
     }
 
 
@@ -270,6 +294,7 @@ def _join(data: Mapping[str, Any]) -> JoinState:
         outcomes={k: BranchOutcome(v) for k, v in data["outcomes"].items()},
         outputs=dict(data.get("outputs", {})),
         done=data.get("done", False),
+        allowances=dict(data.get("allowances", {})),
     )
 
 

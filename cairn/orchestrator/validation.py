@@ -143,15 +143,15 @@ def _join_faults(definition: WorkflowDefinition) -> Iterator[DefinitionFault]:
             owners[branch] = node_id
             if (
                 not isinstance(branch_node, TaskNode)
-                or branch_node.handler is None
+                or (branch_node.handler is None and branch_node.child is None)
                 or branch_node.next
                 or branch_node.branch
                 or branch_node.route
             ):
                 yield DefinitionFault(
                     "join_non_branch",
-                    f"branch {branch!r} must be a task with a handler and no edges of its own "
-                    "(its continuation is the join)",
+                    f"branch {branch!r} must be a task with a handler (or a child workflow) and "
+                    "no edges of its own (its continuation is the join)",
                     node_id,
                 )
     for node_id, node in definition.nodes.items():

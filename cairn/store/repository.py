@@ -37,6 +37,7 @@ from cairn.store import fastpath
 from cairn.store.database import autocommit_twin
 from cairn.store.schema import (
     EventRow,
+    InboxRow,
     NodeExecutionRow,
     OutboxRow,
     RunRow,
@@ -51,6 +52,7 @@ snapshots = cast(Table, SnapshotRow.__table__)
 executions = cast(Table, NodeExecutionRow.__table__)
 outbox = cast(Table, OutboxRow.__table__)
 timers = cast(Table, TimerRow.__table__)
+inbox = cast(Table, InboxRow.__table__)
 workflows = cast(Table, WorkflowRow.__table__)
 
 ACTIVE_EXECUTION = ("scheduled", "running")
@@ -687,6 +689,26 @@ class Tx:
             self.connection.execute(self._mark_sent_statement(ids))
 
     # -- timers -------------------------------------------------------------------------
+
+    def post(self, run_id: str, event: Mapping[str, Any]) -> int:
+        """Leave an event for ``run_id`` in the inbox; returns its id."""
+        stmt = insert(inbox).values(run_id=run_id, event=dict(event), created_at=utcnow())
+        return int(self.connection.execute(stmt.returning(inbox.c.id)).scalar_one())
+
+    def posted(self, limit: int) -> list[Any]:
+        """Inbox entries, oldest first: (id, run_id)."""
+        return list(
+            self.connection.execute(
+                select(inbox.c.id, inbox.c.run_id).order_by(inbox.c.id).limit(limit)
+            )
+        )
+
+    def take_posted(self, entry_id: int) -> dict[str, Any] | None:
+        """Remove an inbox entry and return its event; None if another process took it."""
+        row = self.connection.execute(
+            delete(inbox).where(inbox.c.id == entry_id).returning(inbox.c.event)
+        ).first()
+        return dict(row.event) if row is not None else None
 
     def arm_timer(self, run_id: str, timer_id: str, due_at: float) -> None:
         stmt = self._insert(timers).values(

@@ -157,6 +157,19 @@ class OutboxRow(Base):
     publishes: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
+class InboxRow(Base):
+    """Events for a run from another run (a child's end, a parent's cancel), committed
+    with the decision that caused them and applied in a transaction of their own."""
+
+    __tablename__ = "inbox"
+    __table_args__ = (Index("ix_inbox_created_at", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(36))
+    event: Mapped[dict[str, Any]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class TimerRow(Base):
     """Durable timers: retries, wait timeouts, node and join timeouts, cancel timeouts."""
 

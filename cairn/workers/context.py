@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from cairn.failures import Cancelled
+from cairn.failures import BudgetExceeded, Cancelled
 from cairn.orchestrator.state import RunState
 
 log = logging.getLogger("cairn.handler")
@@ -46,6 +47,7 @@ class StepContext:
         lease_valid: Callable[[], bool] | None = None,
         cancel_requested: Callable[[], bool] | None = None,
         resumed: bool = False,
+        allowance: Mapping[str, float] | None = None,
     ) -> None:
         self.run_id = run_id
         self.workflow = workflow
@@ -66,6 +68,8 @@ class StepContext:
         self._lease_valid = lease_valid
         self._cancel_requested = cancel_requested
         self.last_progress: Progress | None = None
+        self._allowance = dict(allowance or {})
+        self.charges: dict[str, float] = {}
         self.log = logging.LoggerAdapter(
             log, {"run_id": run_id, "node": node, "iteration": iteration, "attempt": attempt}
         )
@@ -90,6 +94,32 @@ class StepContext:
         while iterating a stream — by raising :class:`cairn.Cancelled`
         (:meth:`raise_if_cancelled`). What the node returns anyway is kept, readable."""
         return self._cancel_requested is not None and self._cancel_requested()
+
+    def charge(self, **amounts: float) -> None:
+        """Report what this step spent (``ctx.charge(tokens=1834, usd=0.02)``): counted
+        against the run's budget, its branch's part and its node's, with the step's
+        result. Past what the execution may spend, raises :class:`cairn.BudgetExceeded`
+        (the charge still counts: it was spent)."""
+        for unit, amount in amounts.items():
+            if isinstance(amount, bool) or not isinstance(amount, int | float):
+                raise TypeError(f"ctx.charge({unit}=...) takes a number, not {amount!r}")
+            if not 0 <= amount < math.inf:
+                raise ValueError(f"ctx.charge({unit}={amount!r}): amounts are finite and >= 0")
+        for unit, amount in amounts.items():
+            self.charges[unit] = self.charges.get(unit, 0.0) + float(amount)
+        over = [
+            f"{self.charges[unit]:g} of {self._allowance[unit]:g} {unit}"
+            for unit in amounts
+            if unit in self._allowance and self.charges[unit] > self._allowance[unit]
+        ]
+        if over:
+            raise BudgetExceeded(f"{self.node} is over its budget: spent {', '.join(over)}")
+
+    def remaining(self, unit: str) -> float | None:
+        """What this execution may still spend of ``unit`` (None: no limit)."""
+        if unit not in self._allowance:
+            return None
+        return max(0.0, self._allowance[unit] - self.charges.get(unit, 0.0))
 
     def raise_if_cancelled(self) -> None:
         """A safe point: raise :class:`cairn.Cancelled` if the run is being cancelled."""

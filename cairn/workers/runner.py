@@ -27,6 +27,7 @@ from cairn.failures import Cancelled
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.leases import Lease, Leases, lease_key
+from cairn.orchestrator.budget import allowance
 from cairn.orchestrator.definition import ErrorClass, OnResume, TaskNode, WorkflowDefinition
 from cairn.orchestrator.engine import NodeOutcome, Orchestrator, Restored
 from cairn.orchestrator.events import (
@@ -143,6 +144,9 @@ class NodeRunner:
                 lease_valid=lambda: beat.valid,
                 cancel_requested=beat.cancelled.is_set,
                 resumed=message.resumed,
+                allowance=allowance(definition, state, message.node)
+                if message.phase is Phase.RUN
+                else None,
                 on_progress=lambda p: self.heartbeats.progress(
                     beat, done=p.done, total=p.total, message=p.message
                 ),
@@ -312,7 +316,12 @@ class NodeRunner:
         except Cancelled:
             ctx.log.info("stopped at a safe point: the run is being cancelled")
             cancelled = NodeCancelled(
-                at=0.0, node=node, iteration=iteration, attempt=attempt, phase=phase
+                at=0.0,
+                node=node,
+                iteration=iteration,
+                attempt=attempt,
+                phase=phase,
+                charges=ctx.charges or None,
             )
             return NodeOutcome(
                 cancelled, NodeStatus.CANCELLED, duration_s=time.perf_counter() - started
@@ -330,6 +339,7 @@ class NodeRunner:
                 error_class=error_class,
                 message=text,
                 phase=phase,
+                charges=ctx.charges or None,
             )
             return NodeOutcome(
                 failed,
@@ -348,6 +358,7 @@ class NodeRunner:
             phase=phase,
             messages=ctx.added_messages(),
             sessions=ctx.changed_sessions() or None,
+            charges=ctx.charges or None,
         )
         return NodeOutcome(succeeded, NodeStatus.SUCCEEDED, result=output, duration_s=duration)
 

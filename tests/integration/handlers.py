@@ -156,3 +156,22 @@ def hang(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
         ctx.raise_if_cancelled()
         time.sleep(0.05)
     return {ctx.node: "late"}
+
+
+def spend(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """A model-calling step: ``calls[node]`` calls of ``tokens_per_call`` tokens each,
+    ``call_s[node]`` seconds each, each reported with ``ctx.charge`` (which stops it once
+    over budget); a safe point between calls."""
+    _record(ctx, state, "start")
+    calls = int((state.get("calls") or {}).get(ctx.node, 3))
+    call_s = float((state.get("call_s") or {}).get(ctx.node, 0.0))
+    for _ in range(calls):
+        ctx.raise_if_cancelled()
+        time.sleep(call_s)
+        ctx.charge(tokens=int(state.get("tokens_per_call", 100)))
+    return {f"{ctx.node}_tokens": ctx.charges.get("tokens", 0.0)}
+
+
+def pick(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    step(ctx, state)
+    return {"found": "LH 123", "picked_by": ctx.run_id}

@@ -37,7 +37,16 @@ from cairn.store.repository import ACTIVE_EXECUTION, outbox, runs, snapshots
 from cairn.store.schema import Base
 from tests.integration.conftest import ROOT, WORKFLOWS, _admin, _db_url, _drop
 
-TABLES = {"workflows", "runs", "events", "snapshots", "node_executions", "outbox", "timers"}
+TABLES = {
+    "workflows",
+    "runs",
+    "events",
+    "snapshots",
+    "node_executions",
+    "outbox",
+    "timers",
+    "inbox",
+}
 CHAIN = [f"n{i}" for i in range(1, 11)]
 HEAD = ScriptDirectory(str(MIGRATIONS)).get_current_head()
 
