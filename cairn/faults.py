@@ -23,6 +23,7 @@ KNOWN = frozenset(
         "complete.after_commit",  # a result is committed, the broker message is not acked
         "publish.after_commit",  # a decision is committed, its messages are not published
         "snapshot.before_commit",  # a step carrying a snapshot is ready, not committed
+        "inbox.after_commit",  # an event for another run is committed, not yet applied
     }
 )
 

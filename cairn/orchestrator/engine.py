@@ -850,6 +850,8 @@ class Orchestrator:
 
     def _after_commit(self, advanced: Orchestrator._Advanced) -> None:
         self._publish(advanced.messages)
+        if advanced.posted:
+            fault_point("inbox.after_commit")
         for entry, run_id in advanced.posted:
             try:
                 self.deliver(entry, run_id)

@@ -5,6 +5,7 @@ cancelled parent takes its child with it."""
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from cairn.orchestrator.state import BranchOutcome
@@ -116,3 +117,28 @@ def test_cancelling_a_parent_cancels_its_child(cluster: Cluster) -> None:
     (requested,) = _events(cluster, child_id, "cancel_requested")
     assert requested["actor"] == f"run {run_id}" and "changed plans" in requested["reason"]
     assert child.state is not None and child.state.nodes["search"].status is NodeStatus.CANCELLED
+
+
+def test_kill_9_between_a_childs_end_and_its_parent_hearing_of_it(cluster: Cluster) -> None:
+    """inbox.after_commit: the child's last step is committed with the event for its
+    parent; the worker dies before applying it. The scheduler applies it, once."""
+    doomed = cluster.spawn(  # threads: the fault point kills the whole worker, not a child
+        "worker",
+        "--concurrency=1",
+        "--pool=threads",
+        env={"CAIRN_FAULT_POINTS": "inbox.after_commit"},
+    )
+    cluster.scheduler()
+    run_id = cluster.submit("trip", {"calls": {"search": 1}})
+    assert doomed.wait(timeout=30) == -signal.SIGKILL  # right after the child's last commit
+    cluster.worker()
+    view = cluster.wait(run_id, timeout_s=60)
+    assert view.status is RunStatus.SUCCEEDED, cluster.log_tails()
+    assert view.state is not None
+    child_id = view.state.nodes["flights"].child
+    assert child_id is not None
+    assert len(_events(cluster, run_id, "child_finished")) == 1
+    counts = cluster.executions()
+    assert counts[(child_id, "search", 1)] == 1 and counts[(child_id, "pick", 1)] == 1
+    with cluster.client.runtime.store.reading() as tx:
+        assert tx.posted(10) == []
