@@ -75,6 +75,11 @@ TIMER_P99_TARGET_S = 1.0
 T = TypeVar("T")
 
 
+# Runs/s assumed when no runs were parked (and so the submit rate was not measured): it
+# only sets how far ahead the timers are scheduled.
+ASSUMED_SUBMIT_RATE = 300.0
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -738,7 +743,7 @@ def main() -> None:
                             fleet,
                             args.timers,
                             args.timer_window,
-                            parked.submit_rate,
+                            parked.submit_rate or ASSUMED_SUBMIT_RATE,
                             args.submit_threads,
                         )
                     print()

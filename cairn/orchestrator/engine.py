@@ -368,15 +368,20 @@ class Orchestrator:
         make_event: Callable[[float], Event],
         *,
         before: Callable[[Tx], bool] | None = None,
+        skip_locked: bool = False,
     ) -> Decision | None:
         """Advance ``run_id`` by the event ``make_event(now)``, in one transaction.
 
         ``before`` runs first in the same transaction (e.g. claiming a timer); if it
-        returns False, nothing is done.
+        returns False, nothing is done. ``skip_locked``: if another transaction is
+        advancing the run, do nothing rather than wait (a scheduler moves on to the next
+        timer; it will find this one again if it is still due).
         """
         with self.store.transaction() as tx:
-            row, now = tx.lock_run(run_id)
+            row, now = tx.lock_run(run_id, skip_locked=skip_locked)
             if row is None:
+                if skip_locked:
+                    return None
                 raise RunNotFound(f"no run {run_id}")
             if before is not None and not before(tx):
                 return None

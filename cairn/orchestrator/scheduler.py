@@ -9,7 +9,10 @@ path, so running it twice, or several schedulers at once, is harmless:
   were not applied right after their commit are applied, each once;
 - **timers**: a due timer is taken (deleted) in the same transaction as the advance
   it causes, after the run row is locked — so it fires exactly once, late timers
-  included, and a worker advancing the same run is never deadlocked against it;
+  included, and a worker advancing the same run is never deadlocked against it; a run
+  another transaction holds is skipped and looked at again a moment later, so several
+  schedulers share the due timers instead of queueing on the same ones; an idle
+  scheduler sleeps until the next timer is due, at most one interval;
 - **recovery**: an execution dispatched long ago, unfinished, with no live lease, is
   published again under the same key (its worker died, or its message was lost) —
   unless that needs a person: an irreversible node a worker had claimed, or a node that
@@ -22,6 +25,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -34,13 +38,14 @@ from cairn.orchestrator.events import NodeFailed, NodeHeld, Phase, TimerFired, s
 from cairn.orchestrator.messages import NodeMessage
 from cairn.orchestrator.statuses import NodeStatus
 from cairn.reconnect import is_outage
-from cairn.store.repository import ExecutionKey, Tx
+from cairn.store.repository import ExecutionKey, Tx, to_epoch
 
 log = logging.getLogger(__name__)
 
 BATCH = 500
 OUTAGE_MAX_WAIT_S = 5.0
 COMPACT_EVERY_PASSES = 120
+SKIPPED_TIMER_RETRY_S = 0.01
 
 
 def _timer_fired(timer_id: str, at: float) -> TimerFired:
@@ -72,6 +77,7 @@ class Scheduler:
     settings: Settings
     relay_after: float | None = None  # seconds; default from settings
     _passes: int = field(default=0, init=False)
+    _next_timer_at: float | None = field(default=None, init=False)  # time.monotonic()
 
     def run_once(self) -> PassReport:
         report = PassReport(
@@ -105,7 +111,7 @@ class Scheduler:
                 log.info("scheduler back after %d failed pass(es)", failures)
                 failures = 0
             if not report:
-                stop.wait(self.settings.scheduler_interval)
+                stop.wait(self.idle_wait())
 
     def relay(self) -> int:
         relay_after = (
@@ -138,18 +144,38 @@ class Scheduler:
         return sum(self.orchestrator.deliver(entry.id, entry.run_id) for entry in posted)
 
     def fire_timers(self) -> int:
+        """Fire the due timers, soonest first, and note when the next one comes due (an
+        idle scheduler wakes up for it instead of sleeping a whole interval). A run
+        another scheduler is advancing is skipped, not waited for: several schedulers
+        leapfrog one another through the due timers instead of queueing on the same."""
+        interval = self.settings.scheduler_interval
         with self.orchestrator.store.reading() as tx:
-            due = tx.due_timers(tx.now(), BATCH)
+            now = tx.now()
+            timers = tx.due_timers(now + interval, BATCH)
+        read_at = time.monotonic()
+        due = [t for t in timers if to_epoch(t.due_at) <= now]
+        upcoming = [to_epoch(t.due_at) - now for t in timers if to_epoch(t.due_at) > now]
+        self._next_timer_at = read_at + min(upcoming) if upcoming else None
         fired = 0
         for timer in due:
             decision = self.orchestrator.apply(
                 timer.run_id,
                 partial(_timer_fired, timer.timer_id),
                 before=partial(_take_timer, timer.run_id, timer.timer_id),
+                skip_locked=True,
             )
             if decision is not None:
                 fired += 1
+            else:  # taken by another scheduler, or its run was busy: look again soon
+                self._next_timer_at = time.monotonic() + SKIPPED_TIMER_RETRY_S
         return fired
+
+    def idle_wait(self) -> float:
+        """How long an idle scheduler sleeps: one interval, or until the next timer."""
+        wait = self.settings.scheduler_interval
+        if self._next_timer_at is not None:
+            wait = min(wait, max(0.0, self._next_timer_at - time.monotonic()))
+        return wait
 
     def recover(self) -> int:
         """Dispatch again what has no result and no live lease, unless recovery needs a

@@ -66,6 +66,11 @@ def from_epoch(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
+def to_epoch(stamp: datetime) -> float:
+    """Seconds since the epoch; SQLite hands back stored UTC times without a zone."""
+    return (stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)).timestamp()
+
+
 def spec_digest(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -310,14 +315,17 @@ class Tx:
             select(runs).where(runs.c.namespace == namespace, runs.c.request_id == request_id)
         ).first()
 
-    def lock_run(self, run_id: str) -> tuple[Any, float]:
+    def lock_run(self, run_id: str, *, skip_locked: bool = False) -> tuple[Any, float]:
         """Lock the run row for this transaction; also read the database clock, in the same
-        round trip, so that every event's time comes from one clock."""
+        round trip, so that every event's time comes from one clock. ``skip_locked``: a
+        row another transaction holds comes back as None instead of being waited for."""
         if self.dialect != "postgresql":
             return self.run(run_id, lock=True), utcnow().timestamp()
         clock = func.extract("epoch", func.clock_timestamp()).label("db_now")
         row = self.connection.execute(
-            select(runs, clock).where(runs.c.id == run_id).with_for_update(of=runs)
+            select(runs, clock)
+            .where(runs.c.id == run_id)
+            .with_for_update(of=runs, skip_locked=skip_locked)
         ).first()
         return row, (float(row.db_now) if row is not None else 0.0)
 
@@ -725,13 +733,14 @@ class Tx:
             delete(timers).where(timers.c.run_id == run_id, timers.c.timer_id == timer_id)
         )
 
-    def due_timers(self, now: float, limit: int) -> list[Any]:
+    def due_timers(self, until: float, limit: int) -> list[Any]:
+        """Timers due by ``until``, soonest first: (run_id, timer_id, due_at)."""
         return list(
             self.connection.execute(
-                select(timers.c.run_id, timers.c.timer_id)
+                select(timers.c.run_id, timers.c.timer_id, timers.c.due_at)
                 .where(
                     timers.c.fired_at.is_(None),
-                    timers.c.due_at <= from_epoch(now),
+                    timers.c.due_at <= from_epoch(until),
                 )
                 .order_by(timers.c.due_at)
                 .limit(limit)
