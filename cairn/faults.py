@@ -24,6 +24,7 @@ KNOWN = frozenset(
         "publish.after_commit",  # a decision is committed, its messages are not published
         "snapshot.before_commit",  # a step carrying a snapshot is ready, not committed
         "inbox.after_commit",  # an event for another run is committed, not yet applied
+        "effect.after_call",  # an external call returned; its outcome is not recorded
     }
 )
 

@@ -16,12 +16,14 @@ from typing import Any
 
 from cairn import faults
 from cairn.config import Settings
+from cairn.effects.adapters import load_adapters
 from cairn.lease.leases import Leases, MemoryLeases, RedisLeases
 from cairn.orchestrator.catalog import discover
 from cairn.orchestrator.engine import Orchestrator, Publisher
 from cairn.orchestrator.scheduler import Scheduler
 from cairn.store.database import make_engine, upgrade
 from cairn.store.repository import Store
+from cairn.workers.cache import MemoryResultCache, RedisResultCache, ResultCache
 from cairn.workers.inprocess import InProcessBroker
 from cairn.workers.runner import NodeRunner
 
@@ -54,6 +56,7 @@ class Runtime:
         migrate: bool | None = None,
     ) -> Runtime:
         faults.arm(settings.fault_points)
+        load_adapters(settings.effect_adapters)
         engine = make_engine(settings.effective_database_url)
         if migrate if migrate is not None else settings.database_url is None:
             upgrade(engine)  # the embedded database migrates itself; servers use `cairn db`
@@ -63,7 +66,11 @@ class Runtime:
         if settings.broker_url is not None:
             from cairn.workers.app import CeleryPublisher, make_celery  # noqa: PLC0415
 
-            publisher = CeleryPublisher(celery_app or make_celery(settings), settings.queue)
+            publisher = CeleryPublisher(
+                celery_app or make_celery(settings),
+                settings.queue,
+                copies=2 if settings.duplicate_deliveries else 1,
+            )
         else:
             broker = InProcessBroker(concurrency)
             publisher = broker
@@ -71,8 +78,17 @@ class Runtime:
             RedisLeases.from_url(settings.redis_url) if settings.redis_url else MemoryLeases()
         )
         orchestrator = Orchestrator(store, publisher, settings)
+        cache: ResultCache = (
+            RedisResultCache.from_url(settings.redis_url)
+            if settings.redis_url
+            else MemoryResultCache()
+        )
         runner = NodeRunner(
-            orchestrator, leases, settings, worker or f"{socket.gethostname()}:{os.getpid()}"
+            orchestrator,
+            leases,
+            settings,
+            worker or f"{socket.gethostname()}:{os.getpid()}",
+            cache=cache,
         )
         relay_after = EMBEDDED_RELAY_AFTER_S if broker is not None else None
         scheduler = Scheduler(orchestrator, leases, settings, relay_after=relay_after)

@@ -102,6 +102,22 @@ class Settings(BaseModel):
     scheduler_interval: float = Field(
         default=0.5, gt=0, description="Seconds between scheduler passes."
     )
+    effect_adapters: list[str] = Field(
+        default_factory=list,
+        description="Comma-separated 'name=module:attr' adapters that ask external systems "
+        "whether an effect took place (see docs/effects.md).",
+    )
+    reconcile_grace: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds an effect may stay in intent (its call in flight) before the "
+        "reconciler asks the external system about it.",
+    )
+    duplicate_deliveries: bool = Field(
+        default=False,
+        description="Tests only: publish every node message twice (at-least-once delivery, "
+        "made certain).",
+    )
     fault_points: list[str] = Field(
         default_factory=list,
         description="Tests only: comma-separated fault points where the process kills itself.",
@@ -135,8 +151,26 @@ class Settings(BaseModel):
         description="Serve the lease metrics for Prometheus on this port (worker, "
         "scheduler); unset: not served.",
     )
+    artifacts_url: str | None = Field(
+        default=None,
+        description="Object store for artifact content: file:///path, "
+        "s3://bucket/prefix[?endpoint_url=...&region=...] (pip install 'cairn[s3]'); "
+        "unset: CAIRN_HOME/artifacts.",
+    )
+    artifacts_retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="`cairn artifacts-cleanup` deletes the artifacts of runs finished more "
+        "than this many days ago; unset: kept.",
+    )
+    artifacts_orphan_grace_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Blobs no artifact names (a writer died before registering) are "
+        "deleted by `cairn artifacts-cleanup` once this old, seconds.",
+    )
 
-    @field_validator("workflows", "fault_points", mode="before")
+    @field_validator("workflows", "fault_points", "effect_adapters", mode="before")
     @classmethod
     def _split_paths(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -169,6 +203,10 @@ class Settings(BaseModel):
     @property
     def effective_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.home / 'cairn.db'}"
+
+    @property
+    def effective_artifacts_url(self) -> str:
+        return self.artifacts_url or (self.home / "artifacts").resolve().as_uri()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

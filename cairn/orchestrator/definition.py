@@ -164,6 +164,25 @@ class Node:
             yield f"failed:{error_class.value}", target
 
 
+class PersistKind(StrEnum):
+    DURABLE = "durable"  # every execution's result is a checkpoint (the default)
+    CACHED = "cached"  # ...and reusable: kept in Redis for ``ttl``, by ``key`` fields
+
+
+@dataclass(frozen=True)
+class Persist:
+    """How a task's result is kept. ``cached``: a result is reused, without running the
+    handler, by any execution of the same node (any run of the workflow) whose state has
+    the same values in ``key`` (every field, if empty) within ``ttl`` of it being stored."""
+
+    kind: PersistKind = PersistKind.DURABLE
+    ttl: timedelta | None = None
+    key: tuple[str, ...] = ()
+
+
+DURABLE = Persist()
+
+
 @dataclass(frozen=True)
 class ChildRun:
     """A task that runs another registered workflow as a child run: ``input`` names the
@@ -192,6 +211,10 @@ class TaskNode(Node):
     # Its effect cannot be taken back or safely repeated (a payment, a sent message):
     # once a worker may have started it, only an operator decides whether it runs again.
     irreversible: bool = False
+    persist: Persist = DURABLE
+    # Nodes whose cached results this node's success makes stale (the final report is
+    # stored: its cached parts go).
+    invalidates: tuple[str, ...] = ()
 
     kind = "task"
 

@@ -52,6 +52,9 @@ class NodeSucceeded(Event):
     sessions: Mapping[str, Any] | None = None
     # What the execution spent (``ctx.charge``): counted against the run's budget.
     charges: Mapping[str, float] | None = None
+    # Artifacts the handler put (``ctx.artifacts``): name -> reference (name, version,
+    # sha256, size, uri); the content is in the object store, never in the log.
+    artifacts: Mapping[str, Mapping[str, Any]] | None = None
     type: ClassVar[str] = "node_succeeded"
 
 

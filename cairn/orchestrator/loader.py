@@ -23,6 +23,7 @@ from cairn.durations import parse_duration
 from cairn.errors import DefinitionFault, WorkflowDefinitionError
 from cairn.orchestrator.definition import (
     DEFAULT_CANCEL_TIMEOUT,
+    DURABLE,
     END_STATUSES,
     NO_RETRY,
     AnyNode,
@@ -36,6 +37,8 @@ from cairn.orchestrator.definition import (
     JoinRest,
     OnResume,
     ParallelNode,
+    Persist,
+    PersistKind,
     Ref,
     RetryPolicy,
     Route,
@@ -52,7 +55,15 @@ NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 KIND_KEYS = ("end", "wait", "parallel")
 EDGE_KEYS = ("next", "branch", "route")
 COMMON_KEYS = {"max_visits", "retry", "on_error", "compensate", "timeout", "default", "budget"}
-TASK_KEYS = COMMON_KEYS | {"handler", "child", "irreversible", *EDGE_KEYS}
+TASK_KEYS = COMMON_KEYS | {
+    "handler",
+    "child",
+    "irreversible",
+    "persist",
+    "invalidates",
+    *EDGE_KEYS,
+}
+CACHED_FORM = re.compile(r"^cached\((?P<ttl>[^)]+)\)$")
 CHILD_KEYS = {"workflow", "version", "input", "output"}
 WAIT_KEYS = COMMON_KEYS | {"wait"}
 PARALLEL_KEYS = COMMON_KEYS | {"parallel", "join", "next", "shares"}
@@ -330,10 +341,16 @@ class _Parser:
             self.fault(
                 "ambiguous_node", "a task runs a handler or a child workflow, not both", node_id
             )
+        invalidates = raw.get("invalidates", [])
+        if not isinstance(invalidates, list) or not all(isinstance(n, str) for n in invalidates):
+            self.fault("bad_value", "'invalidates' is a list of nodes", node_id)
+            invalidates = []
         return TaskNode(
             id=node_id,
             handler=self.ref(raw.get("handler"), node_id, "handler"),
             child=child,
+            persist=self.persist(node_id, raw.get("persist")),
+            invalidates=tuple(invalidates),
             next=next_node,
             branch=self.branch(node_id, raw["branch"]) if "branch" in raw else None,
             route=self.route(node_id, raw["route"]) if "route" in raw else None,
@@ -341,6 +358,27 @@ class _Parser:
             extra={k: v for k, v in raw.items() if k not in TASK_KEYS},
             **common,
         )
+
+    def persist(self, node_id: str, raw: object) -> Persist:
+        """``durable`` (default), ``cached(10m)`` or ``{cached: 10m, key: [field, ...]}``."""
+        if raw is None or raw == PersistKind.DURABLE.value:
+            return DURABLE
+        if isinstance(raw, str) and (match := CACHED_FORM.match(raw.strip())):
+            raw = {"cached": match["ttl"]}
+        if not isinstance(raw, Mapping) or "cached" not in raw or set(raw) - {"cached", "key"}:
+            self.fault(
+                "bad_value",
+                f"'persist' is 'durable', 'cached(TTL)' or {{cached: TTL, key: [field, ...]}}, "
+                f"got {raw!r}",
+                node_id,
+            )
+            return DURABLE
+        ttl = self.duration(raw["cached"], node_id, "persist.cached")
+        key = raw.get("key", [])
+        if not isinstance(key, list) or not all(isinstance(field, str) for field in key):
+            self.fault("bad_value", "'persist.key' is a list of state fields", node_id)
+            key = []
+        return Persist(PersistKind.CACHED, ttl, tuple(key)) if ttl is not None else DURABLE
 
     def child(self, node_id: str, raw: object) -> ChildRun | None:
         if isinstance(raw, str):

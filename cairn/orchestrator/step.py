@@ -108,6 +108,12 @@ class Step:
                 self.state.sessions.pop(name, None)
             else:
                 self.state.sessions[name] = session
+        for name, ref in (event.artifacts or {}).items():
+            # Branches of a fan-out may put the same name: the newest version stays,
+            # whichever branch reports first.
+            kept = self.state.artifacts.get(name)
+            if kept is None or int(kept.get("version", 0)) <= int(ref.get("version", 0)):
+                self.state.artifacts[name] = dict(ref)
 
     @property
     def moving(self) -> bool:

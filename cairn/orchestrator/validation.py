@@ -14,6 +14,7 @@ from cairn.orchestrator.decider import RECOVERY_PREFIX
 from cairn.orchestrator.definition import (
     EndNode,
     ParallelNode,
+    PersistKind,
     TaskNode,
     WaitNode,
     WorkflowDefinition,
@@ -42,6 +43,7 @@ def validate_graph(definition: WorkflowDefinition) -> list[DefinitionFault]:
                 if name.startswith(RECOVERY_PREFIX)
             )
     faults.extend(_join_faults(definition))
+    faults.extend(_persist_faults(definition))
     if definition.start in definition.branch_parents:
         faults.append(
             DefinitionFault(
@@ -162,6 +164,28 @@ def _join_faults(definition: WorkflowDefinition) -> Iterator[DefinitionFault]:
                     f"{label} leads into {target!r}, a branch of {owners[target]!r}; branches "
                     "run only through their parallel node",
                     node_id,
+                )
+
+
+def _persist_faults(definition: WorkflowDefinition) -> Iterator[DefinitionFault]:
+    for node_id, node in definition.nodes.items():
+        if not isinstance(node, TaskNode):
+            continue
+        cached = node.persist.kind is PersistKind.CACHED
+        if cached and (node.irreversible or node.compensate is not None or node.child):
+            yield DefinitionFault(
+                "bad_persist",
+                "a cached result would stand in for running the node: a node with external "
+                "effects (irreversible, compensable) or a child run must be durable",
+                node_id,
+            )
+        if cached and node.handler is None:
+            yield DefinitionFault("bad_persist", "only a task with a handler is cached", node_id)
+        for target in node.invalidates:
+            other = definition.nodes.get(target)
+            if not isinstance(other, TaskNode) or other.persist.kind is not PersistKind.CACHED:
+                yield DefinitionFault(
+                    "bad_persist", f"invalidates {target!r}, which is not a cached task", node_id
                 )
 
 

@@ -36,6 +36,7 @@ from cairn.faults import fault_point
 from cairn.store import fastpath
 from cairn.store.database import autocommit_twin
 from cairn.store.schema import (
+    EffectRow,
     EventRow,
     InboxRow,
     NodeExecutionRow,
@@ -53,6 +54,7 @@ executions = cast(Table, NodeExecutionRow.__table__)
 outbox = cast(Table, OutboxRow.__table__)
 timers = cast(Table, TimerRow.__table__)
 inbox = cast(Table, InboxRow.__table__)
+effects = cast(Table, EffectRow.__table__)
 workflows = cast(Table, WorkflowRow.__table__)
 
 ACTIVE_EXECUTION = ("scheduled", "running")
@@ -697,6 +699,71 @@ class Tx:
             self.connection.execute(self._mark_sent_statement(ids))
 
     # -- timers -------------------------------------------------------------------------
+
+    # -- the effects ledger -----------------------------------------------------------
+
+    def record_intent(self, values: Mapping[str, Any]) -> bool:
+        """Record the intent to apply a new effect; False if its key is already known."""
+        # RETURNING, not rowcount: with an autoincrement key SQLAlchemy adds its own
+        # RETURNING, and the rowcount of a skipped insert is then not 0.
+        stmt = self._insert(effects).values(**values).on_conflict_do_nothing()
+        return self.connection.execute(stmt.returning(effects.c.id)).first() is not None
+
+    def effect(self, namespace: str, key: str, *, lock: bool = False) -> Any:
+        query = select(effects).where(effects.c.namespace == namespace, effects.c.key == key)
+        if lock:
+            query = query.with_for_update()
+        return self.connection.execute(query).first()
+
+    def update_effect(
+        self,
+        effect_id: int,
+        changes: Mapping[str, Any],
+        *,
+        status: str | None = None,
+        fence_at_most: int | None = None,
+    ) -> bool:
+        """Change an effect, only while it is in ``status`` and no claim newer than
+        ``fence_at_most`` has taken it over; True if it changed."""
+        query = update(effects).where(effects.c.id == effect_id)
+        if status is not None:
+            query = query.where(effects.c.status == status)
+        if fence_at_most is not None:
+            query = query.where(effects.c.fence <= fence_at_most)
+        values = {**changes, "updated_at": utcnow()}
+        return bool(self.connection.execute(query.values(**values)).rowcount)
+
+    def effects_to_check(self, stale_before: float, limit: int) -> list[Any]:
+        """Ids of the effects the reconciler should look at: intents older than
+        ``stale_before`` (their caller may have died), and applied effects never
+        checked against the outside world."""
+        query = (
+            select(effects.c.id)
+            .where(
+                ((effects.c.status == "intent") & (effects.c.updated_at < from_epoch(stale_before)))
+                | ((effects.c.status == "applied") & effects.c.checked_at.is_(None))
+            )
+            .order_by(effects.c.id)
+            .limit(limit)
+        )
+        return [row.id for row in self.connection.execute(query)]
+
+    def claim_effect(self, effect_id: int) -> Any:
+        """Lock an effect for this transaction, or None if another holds it (PostgreSQL
+        skips it; SQLite has one writer anyway)."""
+        query = select(effects).where(effects.c.id == effect_id)
+        if self.dialect == "postgresql":
+            query = query.with_for_update(skip_locked=True)
+        return self.connection.execute(query).first()
+
+    def effects_of(self, run_id: str) -> list[Any]:
+        return list(
+            self.connection.execute(
+                select(effects).where(effects.c.run_id == run_id).order_by(effects.c.id)
+            )
+        )
+
+    # -- the inbox ----------------------------------------------------------------------
 
     def post(self, run_id: str, event: Mapping[str, Any]) -> int:
         """Leave an event for ``run_id`` in the inbox; returns its id."""

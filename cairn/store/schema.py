@@ -170,6 +170,42 @@ class InboxRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class EffectRow(Base):
+    """The effects ledger: each external side effect by its business key — the intent
+    recorded before the call, the outcome after (see migration 0006)."""
+
+    __tablename__ = "effects"
+    __table_args__ = (
+        UniqueConstraint("namespace", "key"),
+        Index("ix_effects_status_updated_at", "status", "updated_at"),
+        Index("ix_effects_run_id", "run_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(String(100))
+    key: Mapped[str] = mapped_column(String(500))
+    name: Mapped[str] = mapped_column(String(200))  # the effect type: its adapter's name
+    run_id: Mapped[str] = mapped_column(String(36))
+    node: Mapped[str] = mapped_column(String(200))
+    iteration: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
+    # The fencing token of the claim that last called (or resolved) it.
+    fence: Mapped[int] = mapped_column(Integer, server_default="0")
+    status: Mapped[str] = mapped_column(String(20))
+    calls: Mapped[int] = mapped_column(Integer, server_default="0")
+    result: Mapped[Any | None] = mapped_column(Json)
+    digest: Mapped[str | None] = mapped_column(String(64))
+    error_class: Mapped[str | None] = mapped_column(String(20))
+    error: Mapped[str | None] = mapped_column(Text)
+    # What the reconciler does when the ledger says applied and the world says absent.
+    policy: Mapped[str] = mapped_column(String(20), server_default="flag")
+    compensate: Mapped[str | None] = mapped_column(String(300))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
 class TimerRow(Base):
     """Durable timers: retries, wait timeouts, node and join timeouts, cancel timeouts."""
 
@@ -187,3 +223,36 @@ class TimerRow(Base):
     timer_id: Mapped[str] = mapped_column(String(300), primary_key=True)
     due_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     fired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ArtifactRow(Base):
+    """An artifact's registration: its content lives in the object store under its
+    sha256; this row says which run made it, where, from what, and which version of
+    its name it is (see migration 0007 and :mod:`cairn.artifacts`)."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (
+        UniqueConstraint("run_id", "name", "version"),
+        # A node that runs again (a retry, a recovery) and puts the same content under the
+        # same name gets the registration it made before, not a new version.
+        UniqueConstraint("run_id", "node", "iteration", "name", "sha256"),
+        Index("ix_artifacts_sha256", "sha256"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(36))
+    name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    uri: Mapped[str] = mapped_column(Text)
+    node: Mapped[str] = mapped_column(String(200))
+    iteration: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
+    phase: Mapped[str] = mapped_column(String(20))
+    call_id: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str | None] = mapped_column(String(200))
+    tool: Mapped[str | None] = mapped_column(String(200))
+    params: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    meta: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -134,13 +134,14 @@ def checked_strategy(task: Any, app: Celery, consumer: Any, **kwargs: Any) -> An
 
 
 class CeleryPublisher:
-    def __init__(self, app: Celery, queue: str) -> None:
+    def __init__(self, app: Celery, queue: str, copies: int = 1) -> None:
         self.app = app
         self.queue = queue
+        self.copies = copies  # >1 only in tests: every message delivered more than once
 
     def publish(self, messages: Sequence[NodeMessage]) -> bool:
         with self.app.producer_or_acquire() as producer:
-            for message in messages:
+            for message in [m for m in messages for _ in range(self.copies)]:
                 body = message.to_dict()
                 # argsrepr given: Celery would otherwise saferepr() the arguments per message
                 self.app.send_task(

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from cairn.artifacts import Artifacts
+from cairn.effects.ledger import EffectLedger, idempotency_headers
 from cairn.failures import BudgetExceeded, Cancelled
 from cairn.orchestrator.state import RunState
 
@@ -48,6 +50,8 @@ class StepContext:
         cancel_requested: Callable[[], bool] | None = None,
         resumed: bool = False,
         allowance: Mapping[str, float] | None = None,
+        artifacts: Artifacts | None = None,
+        effects: EffectLedger | None = None,
     ) -> None:
         self.run_id = run_id
         self.workflow = workflow
@@ -68,6 +72,9 @@ class StepContext:
         self._lease_valid = lease_valid
         self._cancel_requested = cancel_requested
         self.last_progress: Progress | None = None
+        # Put and read artifacts (large content, with provenance): see docs/artifacts.md.
+        self.artifacts = artifacts if artifacts is not None else Artifacts.unavailable(run_id, node)
+        self._effects = effects
         self._allowance = dict(allowance or {})
         self.charges: dict[str, float] = {}
         self.log = logging.LoggerAdapter(
@@ -94,6 +101,32 @@ class StepContext:
         while iterating a stream — by raising :class:`cairn.Cancelled`
         (:meth:`raise_if_cancelled`). What the node returns anyway is kept, readable."""
         return self._cancel_requested is not None and self._cancel_requested()
+
+    def effect(
+        self,
+        name: str,
+        key: str,
+        call: Callable[[str], Any],
+        *,
+        compensate: Callable[..., Any] | str | None = None,
+        policy: str = "flag",
+    ) -> Any:
+        """Apply an external side effect once, however often this node runs: ``key`` is
+        a business key the workflow chooses ("order-123:charge") — the same on every
+        retry, recovery and replay. The intent is recorded first, then ``call(key)`` runs
+        (pass the key on as the idempotency key: :meth:`idempotency_headers`), then its
+        JSON result is recorded and returned — and returned again, without calling, to
+        any later execution. ``policy`` says what the reconciler does if the external
+        system later has no trace of it: ``flag`` (for a person), ``reapply`` or
+        ``compensate``. See docs/effects.md."""
+        if self._effects is None:
+            raise RuntimeError("this context has no effects ledger (one built by hand, in a test?)")
+        return self._effects.effect(name, key, call, compensate=compensate, policy=policy)
+
+    def idempotency_headers(self, key: str) -> dict[str, str]:
+        """``{"Idempotency-Key": key, "X-Cairn-Fence": <this claim's fencing token>}``."""
+        fence = self._effects.fence if self._effects is not None else None
+        return idempotency_headers(key, fence)
 
     def charge(self, **amounts: float) -> None:
         """Report what this step spent (``ctx.charge(tokens=1834, usd=0.02)``): counted
@@ -130,6 +163,9 @@ class StepContext:
         """The state for the handler's ``state`` argument: this context's private copy
         (what the handler changes there reaches the run only through its return value)."""
         return self._vars
+
+    def added_artifacts(self) -> dict[str, dict[str, Any]]:
+        return self.artifacts.created()
 
     def added_messages(self) -> tuple[dict[str, Any], ...]:
         return tuple(self.messages[self._messages_before :])

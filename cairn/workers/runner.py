@@ -15,20 +15,28 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
 from typing import Any, TypeVar
 
+from cairn.artifacts import Artifacts
 from cairn.config import Settings
+from cairn.effects.ledger import EffectLedger
 from cairn.errors import CairnError, InvalidInput, UnknownNode
 from cairn.failures import Cancelled
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.leases import Lease, Leases, lease_key
 from cairn.orchestrator.budget import allowance
-from cairn.orchestrator.definition import ErrorClass, OnResume, TaskNode, WorkflowDefinition
+from cairn.orchestrator.definition import (
+    ErrorClass,
+    OnResume,
+    PersistKind,
+    TaskNode,
+    WorkflowDefinition,
+)
 from cairn.orchestrator.engine import NodeOutcome, Orchestrator, Restored
 from cairn.orchestrator.events import (
     NodeCancelled,
@@ -42,6 +50,7 @@ from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.payloads import storable_json
 from cairn.reconnect import through_outages
 from cairn.store.repository import ACTIVE_EXECUTION, ExecutionKey
+from cairn.workers.cache import MemoryResultCache, ResultCache, cache_key
 from cairn.workers.classify import classify
 from cairn.workers.context import StepContext
 
@@ -70,6 +79,7 @@ class NodeRunner:
     leases: Leases
     settings: Settings
     worker: str
+    cache: ResultCache = field(default_factory=MemoryResultCache)
     heartbeats: Heartbeats = field(init=False)
 
     def __post_init__(self) -> None:
@@ -147,12 +157,39 @@ class NodeRunner:
                 allowance=allowance(definition, state, message.node)
                 if message.phase is Phase.RUN
                 else None,
+                effects=EffectLedger(
+                    orchestrator.store,
+                    namespace=run.namespace,
+                    run_id=message.run_id,
+                    node=message.node,
+                    iteration=message.iteration,
+                    attempt=message.attempt,
+                    fence=lease.fence,
+                    max_payload_bytes=self.settings.max_payload_bytes,
+                ),
                 on_progress=lambda p: self.heartbeats.progress(
                     beat, done=p.done, total=p.total, message=p.message
                 ),
+                artifacts=Artifacts.for_step(
+                    orchestrator.store,
+                    self.settings,
+                    run_id=message.run_id,
+                    node=message.node,
+                    iteration=message.iteration,
+                    attempt=message.attempt,
+                    phase=message.phase.value,
+                ),
             )
             check = definition.on_resume if message.resumed and message.phase is Phase.RUN else None
-            outcome = self._execute(ref.resolve(), ctx, message, check)
+            entry = self._cache_entry(run.namespace, definition, message, state.vars)
+            cached = self.cache.get(entry) if entry is not None else None
+            if cached is not None:
+                ctx.log.info("result taken from the cache (%s)", entry)
+                outcome = self._succeeded(ctx, message, cached, 0.0)
+            else:
+                outcome = self._execute(ref.resolve(), ctx, message, check)
+                if entry is not None and outcome.status is NodeStatus.SUCCEEDED:
+                    self._keep(definition, message, entry, outcome.result or {})
             fault_point("handler.after_return")
             if not beat.valid:
                 self._stale(message, lease.fence, caught_by="lease")
@@ -171,6 +208,15 @@ class NodeRunner:
                 self.leases.release(lease, finished=completion is not None and completion.recorded)
             except Exception:  # the lease expires on its own
                 log.warning("releasing %s failed", lease.key, exc_info=True)
+        if (
+            completion.recorded
+            and outcome.status is NodeStatus.SUCCEEDED
+            and isinstance(node, TaskNode)
+            and node.invalidates
+        ):
+            self._invalidate(
+                run.namespace, definition, node, {**state.vars, **(outcome.result or {})}
+            )
         if not completion.recorded:
             if orchestrator.fenced_out(key, lease.fence):
                 self._stale(message, lease.fence, caught_by="fence")
@@ -348,19 +394,75 @@ class NodeRunner:
                 error=traceback.format_exc(limit=20),
                 duration_s=duration,
             )
-        duration = time.perf_counter() - started
+        return self._succeeded(ctx, message, output, time.perf_counter() - started)
+
+    @staticmethod
+    def _succeeded(
+        ctx: StepContext, message: NodeMessage, output: dict[str, Any], duration: float
+    ) -> NodeOutcome:
         succeeded = NodeSucceeded(
             at=0.0,
-            node=node,
-            iteration=iteration,
-            attempt=attempt,
+            node=message.node,
+            iteration=message.iteration,
+            attempt=message.attempt,
             output=output,
-            phase=phase,
+            phase=message.phase,
             messages=ctx.added_messages(),
             sessions=ctx.changed_sessions() or None,
             charges=ctx.charges or None,
+            artifacts=ctx.added_artifacts() or None,
         )
         return NodeOutcome(succeeded, NodeStatus.SUCCEEDED, result=output, duration_s=duration)
+
+    # -- persist: cached ----------------------------------------------------------------
+
+    @staticmethod
+    def _cache_entry(
+        namespace: str,
+        definition: WorkflowDefinition,
+        message: NodeMessage,
+        state: Mapping[str, Any],
+    ) -> str | None:
+        node = definition.nodes[message.node]
+        if (
+            message.phase is not Phase.RUN
+            or not isinstance(node, TaskNode)
+            or node.persist.kind is not PersistKind.CACHED
+        ):
+            return None
+        return cache_key(namespace, definition.name, node.id, node.persist, state)
+
+    def _keep(
+        self,
+        definition: WorkflowDefinition,
+        message: NodeMessage,
+        entry: str,
+        result: Mapping[str, Any],
+    ) -> None:
+        node = definition.nodes[message.node]
+        assert isinstance(node, TaskNode) and node.persist.ttl is not None
+        ttl = node.persist.ttl
+        try:
+            self.cache.put(entry, result, ttl.total_seconds())
+        except Exception:  # a cache that is down costs recomputation, nothing else
+            log.warning("could not cache the result of %s", message.key, exc_info=True)
+
+    def _invalidate(
+        self,
+        namespace: str,
+        definition: WorkflowDefinition,
+        node: TaskNode,
+        state: Mapping[str, Any],
+    ) -> None:
+        entries = []
+        for target in node.invalidates:
+            cached = definition.nodes[target]
+            assert isinstance(cached, TaskNode)
+            entries.append(cache_key(namespace, definition.name, target, cached.persist, state))
+        try:
+            self.cache.delete(*entries)
+        except Exception:
+            log.warning("could not invalidate %s's cached results", node.invalidates, exc_info=True)
 
     def _check_output(self, output: Any) -> dict[str, Any]:
         if output is None:

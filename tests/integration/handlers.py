@@ -175,3 +175,16 @@ def spend(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
 def pick(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     step(ctx, state)
     return {"found": "LH 123", "picked_by": ctx.run_id}
+
+
+def report_part(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """One part of a weekly report: expensive, and the same for everyone that week."""
+    _record(ctx, state, "start")
+    return {ctx.node: f"{ctx.node} of week {state['week']}"}
+
+
+def report_final(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    _record(ctx, state, "start")
+    if state.get("fail_final"):
+        raise PermanentError("the report store is read-only today")
+    return {"report": " / ".join(state[part] for part in ("sales", "traffic", "costs"))}

@@ -46,6 +46,8 @@ TABLES = {
     "outbox",
     "timers",
     "inbox",
+    "effects",
+    "artifacts",
 }
 CHAIN = [f"n{i}" for i in range(1, 11)]
 HEAD = ScriptDirectory(str(MIGRATIONS)).get_current_head()

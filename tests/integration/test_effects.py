@@ -1,0 +1,305 @@
+"""Exactly-once side effects on real PostgreSQL, Redis, Celery workers and a real HTTP
+service that honours Idempotency-Key and misbehaves on request: the effects ledger,
+crashes around the external call, `cairn reconcile`, and the acceptance test — many
+runs, every message delivered twice, workers killed at random — after which the
+service's state equals a single clean execution."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cairn.effects import Effect
+from cairn.orchestrator.statuses import RunStatus
+from tests.integration.conftest import ROOT, Cluster
+
+ADAPTERS = (
+    "payments.charge=tests.integration.effect_handlers:Charges,"
+    "mail.send=tests.integration.effect_handlers:Emails"
+)
+
+
+class Service:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    def stats(self) -> dict[str, Any]:
+        return self.call("GET", "/stats")  # type: ignore[no-any-return]
+
+    def fault(self, mode: str, times: int = 1, **options: Any) -> None:
+        self.call("POST", "/faults", {"mode": mode, "times": times, **options})
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.effect_service", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == b"ready"
+        yield Service(f"http://127.0.0.1:{port}")
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+@pytest.fixture
+def shop(cluster: Cluster, service: Service) -> Cluster:
+    """The cluster, its processes pointed at the service and its adapters."""
+    cluster.env.update({"EFFECT_SERVICE_URL": service.url, "CAIRN_EFFECT_ADAPTERS": ADAPTERS})
+    return cluster
+
+
+def effects_of(cluster: Cluster, run_id: str) -> dict[str, Effect]:
+    with cluster.client.runtime.store.reading() as tx:
+        return {row.key: Effect.from_row(row) for row in tx.effects_of(run_id)}
+
+
+def reconcile(cluster: Cluster, tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    report = tmp_path / f"drift-{time.monotonic_ns()}.json"
+    process = cluster.spawn("reconcile", "--report", str(report), *args)
+    code = process.wait(timeout=60)
+    return code, json.loads(report.read_text())
+
+
+def test_an_effect_is_recorded_and_never_called_again(shop: Cluster, service: Service) -> None:
+    """The node runs twice (its worker is killed after the handler returned, before the
+    commit); the second run gets the recorded results back without calling."""
+    doomed = shop.spawn(
+        "worker",
+        "--concurrency=1",
+        "--pool=threads",
+        env={"CAIRN_FAULT_POINTS": "handler.after_return"},
+    )
+    shop.scheduler()
+    run_id = shop.submit("order", {"order": "o-1"})
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    shop.worker()
+    view = shop.wait(run_id)
+    assert view.status is RunStatus.SUCCEEDED, shop.log_tails()
+    stats = service.stats()
+    assert stats["requested"] == {"o-1:charge": 1, "o-1:receipt": 1}, (
+        effects_of(shop, run_id),
+        shop.log_tails(),
+    )
+    assert stats["applied"] == {"o-1:charge": 1, "o-1:receipt": 1}
+    effects = effects_of(shop, run_id)
+    assert {key: (e.status, e.calls) for key, e in effects.items()} == {
+        "o-1:charge": ("applied", 1),
+        "o-1:receipt": ("applied", 1),
+    }
+    assert view.state is not None
+    assert view.state.vars["charge_id"] == effects["o-1:charge"].result["id"]
+
+
+@pytest.mark.parametrize("fault", ["drop", "error"])
+def test_a_call_that_applied_but_did_not_say_so_is_retried_with_its_key(
+    shop: Cluster, service: Service, fault: str
+) -> None:
+    """The service applies the charge, then drops the connection (or answers 500): the
+    node retries, the same key comes back to the service, which replays its answer."""
+    shop.worker()
+    shop.scheduler()
+    service.fault(fault, times=1)
+    run_id = shop.submit("order", {"order": f"o-{fault}"})
+    assert shop.wait(run_id).status is RunStatus.SUCCEEDED, shop.log_tails()
+    stats = service.stats()
+    assert stats["applied"][f"o-{fault}:charge"] == 1
+    assert stats["requested"][f"o-{fault}:charge"] == 2
+    charge = effects_of(shop, run_id)[f"o-{fault}:charge"]
+    assert (charge.status, charge.calls) == ("applied", 2)
+
+
+def test_a_crash_between_the_call_and_the_ledger_is_repaired_by_reconcile(
+    shop: Cluster, service: Service, tmp_path: Path
+) -> None:
+    """effect.after_call: the charge is applied at the service, the worker dies before
+    the ledger hears of it. `cairn reconcile` finds it there and backfills the ledger;
+    the node, recovered, gets the recorded result: the service is called once."""
+    doomed = shop.spawn(
+        "worker",
+        "--concurrency=1",
+        "--pool=threads",
+        env={"CAIRN_FAULT_POINTS": "effect.after_call"},
+    )
+    run_id = shop.submit("order", {"order": "o-crash"})
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    assert effects_of(shop, run_id)["o-crash:charge"].status == "intent"
+    code, drift = reconcile(shop, tmp_path, "--grace", "0.001")
+    assert code == 0, drift
+    assert [(e["key"], e["action"]) for e in drift["fixed"]] == [("o-crash:charge", "backfilled")]
+    assert drift["needs_human"] == []
+    charge = effects_of(shop, run_id)["o-crash:charge"]
+    assert charge.status == "applied" and charge.result["key"] == "o-crash:charge"
+    shop.worker()
+    shop.scheduler()
+    assert shop.wait(run_id).status is RunStatus.SUCCEEDED, shop.log_tails()
+    assert service.stats()["requested"]["o-crash:charge"] == 1
+    assert effects_of(shop, run_id)["o-crash:charge"].calls == 1
+
+
+def test_a_worker_resolves_a_left_intent_through_the_adapter_before_calling(
+    shop: Cluster, service: Service
+) -> None:
+    """The same crash, no reconciler: the recovered node asks the service first."""
+    doomed = shop.spawn(
+        "worker",
+        "--concurrency=1",
+        "--pool=threads",
+        env={"CAIRN_FAULT_POINTS": "effect.after_call"},
+    )
+    run_id = shop.submit("order", {"order": "o-self"})
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    shop.worker()
+    shop.scheduler()
+    assert shop.wait(run_id).status is RunStatus.SUCCEEDED, shop.log_tails()
+    assert service.stats()["requested"]["o-self:charge"] == 1
+    charge = effects_of(shop, run_id)["o-self:charge"]
+    assert (charge.status, charge.calls) == ("applied", 1)
+
+
+def test_reconcile_reports_a_business_discrepancy_for_a_person(
+    shop: Cluster, service: Service, tmp_path: Path
+) -> None:
+    shop.worker()
+    shop.scheduler()
+    runs = {order: shop.submit("order", {"order": order}) for order in ("o-a", "o-b")}
+    for run_id in runs.values():
+        assert shop.wait(run_id).status is RunStatus.SUCCEEDED, shop.log_tails()
+    service.call("DELETE", "/charges/o-b:charge")  # refunded by hand, outside cairn
+    metrics = tmp_path / "reconcile.prom"
+    code, drift = reconcile(shop, tmp_path, "--metrics-file", str(metrics))
+    assert code == 1  # something needs a person
+    assert drift["checked"] == 4 and drift["consistent"] == 3 and drift["fixed"] == []
+    (entry,) = drift["needs_human"]
+    assert entry["key"] == "o-b:charge" and entry["reason"] == "missing_externally"
+    assert entry["run_id"] == runs["o-b"] and entry["ledger"] == "applied"
+    assert 'cairn_reconcile_drift{reason="missing_externally"} 1.0' in metrics.read_text()
+    assert effects_of(shop, runs["o-b"])["o-b:charge"].status == "flagged"
+    # A second pass finds nothing new: what it saw is settled.
+    code, again = reconcile(shop, tmp_path)
+    assert code == 0 and again["checked"] == 0
+
+
+def test_reapply_policy_restores_what_went_missing(
+    shop: Cluster, service: Service, tmp_path: Path
+) -> None:
+    shop.worker()
+    shop.scheduler()
+    run_id = shop.submit("order", {"order": "o-r", "policy": "reapply"})
+    assert shop.wait(run_id).status is RunStatus.SUCCEEDED, shop.log_tails()
+    service.call("DELETE", "/charges/o-r:charge")  # lost by the payment provider
+    code, drift = reconcile(shop, tmp_path)
+    assert code == 0
+    assert [(e["key"], e["action"]) for e in drift["fixed"]] == [("o-r:charge", "reapplied")]
+    assert service.call("GET", "/charges/o-r:charge")["reapplied"] is True
+
+
+def test_two_reconcilers_at_once_repair_each_effect_once(
+    shop: Cluster, service: Service, tmp_path: Path
+) -> None:
+    """Twenty charges applied at the service whose ledger entries a crash left in intent
+    (the effect.after_call window, reproduced directly); two passes at once."""
+    doomed = shop.spawn(
+        "worker",
+        "--concurrency=1",
+        "--pool=threads",
+        env={"CAIRN_FAULT_POINTS": "effect.after_call"},
+    )
+    first = shop.submit("order", {"order": "o-0"})
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    template = effects_of(shop, first)["o-0:charge"]
+    with shop.client.runtime.store.transaction() as tx:
+        for n in range(1, 20):
+            key = f"o-{n}:charge"
+            service.call("POST", "/faults", {"mode": None})
+            request = urllib.request.Request(
+                service.url + "/charges",
+                data=json.dumps({"order": f"o-{n}"}).encode(),
+                method="POST",
+                headers={"Idempotency-Key": key},
+            )
+            urllib.request.urlopen(request, timeout=10).close()
+            tx.record_intent(
+                {
+                    **{
+                        name: getattr(template, name)
+                        for name in ("namespace", "name", "run_id", "node", "iteration")
+                    },
+                    "key": key,
+                    "attempt": 1,
+                    "status": "intent",
+                    "calls": 1,
+                    "created_at": template.created_at,
+                    "updated_at": template.created_at,
+                }
+            )
+    reports = [tmp_path / "a.json", tmp_path / "b.json"]
+    passes = [
+        shop.spawn("reconcile", "--grace", "0.001", "--report", str(report)) for report in reports
+    ]
+    assert [p.wait(timeout=60) for p in passes] == [0, 0]
+    fixed = [
+        entry["key"] for report in reports for entry in json.loads(report.read_text())["fixed"]
+    ]
+    assert sorted(fixed) == sorted(f"o-{n}:charge" for n in range(20))  # each once
+
+
+def test_many_runs_every_message_twice_and_workers_killed_equal_one_clean_execution(
+    shop: Cluster, service: Service
+) -> None:
+    """The acceptance test: 200 orders, each submitted three times (request ids), every
+    node message delivered twice, workers killed at random while they run. Every order
+    is charged and mailed exactly once at the service."""
+    shop.env["CAIRN_DUPLICATE_DELIVERIES"] = "true"  # workers and scheduler publish twice
+    shop.settings = shop.settings.model_copy(update={"duplicate_deliveries": True})  # and we
+    workers = [shop.worker(concurrency=2) for _ in range(2)]
+    shop.scheduler()
+    rng = random.Random(7)
+    orders = [f"acc-{n}" for n in range(200)]
+    run_ids: dict[str, str] = {}
+    kills = 0
+    for index, order in enumerate(orders):
+        ids = {shop.submit("order", {"order": order}, request_id=order) for _ in range(3)}
+        assert len(ids) == 1  # the request layer: one run per request id
+        run_ids[order] = ids.pop()
+        if index % 25 == 12:  # a worker dies mid-flight, another takes its place
+            victim = workers.pop(rng.randrange(len(workers)))
+            shop.kill(victim)
+            kills += 1
+            workers.append(shop.worker(concurrency=2))
+    deadline = time.monotonic() + 240
+    for order, run_id in run_ids.items():
+        view = shop.wait(run_id, timeout_s=max(1.0, deadline - time.monotonic()))
+        assert view.status is RunStatus.SUCCEEDED, (order, shop.log_tails())
+    stats = service.stats()
+    expected = {f"{order}:{what}" for order in orders for what in ("charge", "receipt")}
+    assert set(stats["applied"]) == expected
+    assert set(stats["applied"].values()) == {1}  # each effect applied exactly once
+    assert stats["records"] == len(expected)
+    assert kills == 8
