@@ -134,6 +134,7 @@ def bench_cairn(
     processes: int = 1,
     *,
     redis_leases: bool = True,
+    workflow: str = "bench_chain10",
 ) -> Figures:
     from cairn.client import Client  # noqa: PLC0415
     from cairn.config import Settings  # noqa: PLC0415
@@ -163,12 +164,12 @@ def bench_cairn(
     )
     client = Client(settings)
     try:
-        warm = client.submit("bench_chain10", {})
+        warm = client.submit(workflow, {})
         client.wait(warm, 60)
         time.sleep(1.5)
         before = commits(database)
         started = time.perf_counter()
-        run_ids = [client.submit("bench_chain10", {}) for _ in range(runs)]
+        run_ids = [client.submit(workflow, {}) for _ in range(runs)]
         wait_finished(url, run_ids)
         elapsed = time.perf_counter() - started
         for run_id in run_ids:
@@ -187,6 +188,8 @@ def bench_cairn(
         with admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     name = "cairn (durable)" if redis_leases else "cairn, no Redis leases"
+    if workflow != "bench_chain10":
+        name = "cairn, half ephemeral"
     return Figures(name, runs, elapsed, latencies, after - before)
 
 
@@ -304,6 +307,12 @@ def main() -> None:
         help="also run cairn with in-process leases instead of Redis, to show what the "
         "fleet's leases and heartbeats cost",
     )
+    parser.add_argument(
+        "--ephemeral",
+        action="store_true",
+        help="also run the chain with every other step persist: ephemeral, to show what "
+        "skipping those steps' own commits saves",
+    )
     args = parser.parse_args()
     workdir = Path(os.environ.get("BENCH_WORKDIR", "/tmp/cairn-bench"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -316,6 +325,7 @@ def main() -> None:
     print(f"{'':<22} {'runs/s':>8} {'steps/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'commits/step':>14}")
     ratios: list[float] = []
     lease_costs: list[float] = []
+    ephemeral_gains: list[float] = []
     for _round in range(args.rounds):
         celery_figures = bench_celery(*setup)
         cairn_figures = bench_cairn(*setup)
@@ -328,11 +338,21 @@ def main() -> None:
             print(unleased.row())
             lease_costs.append(1 - cairn_figures.steps_per_s / unleased.steps_per_s)
             print(f"{'  Redis leases cost':<22} {lease_costs[-1] * 100:>17.0f}%")
+        if args.ephemeral:
+            half = bench_cairn(*setup, workflow="bench_chain10_ephemeral")
+            print(half.row())
+            ephemeral_gains.append(half.steps_per_s / cairn_figures.steps_per_s)
+            print(f"{'  vs all durable':<22} {ephemeral_gains[-1]:>18.2f}x")
     print(
         f"\ncairn / plain Celery steps/s, median of {len(ratios)}: "
         f"{statistics.median(ratios):.2f}x  (range {min(ratios):.2f}-{max(ratios):.2f}; "
         f"target >= 0.5x; commits/step target <= 1.5)"
     )
+    if ephemeral_gains:
+        print(
+            f"half the steps ephemeral, steps/s against all durable, median of "
+            f"{len(ephemeral_gains)}: {statistics.median(ephemeral_gains):.2f}x"
+        )
     if lease_costs:
         print(
             f"Redis leases and heartbeats cost, median of {len(lease_costs)}: "

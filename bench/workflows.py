@@ -26,6 +26,18 @@ for _index in range(1, STEPS + 1):
     chain10.task(f"s{_index}", noop, next=f"s{_index + 1}" if _index < STEPS else "done")
 chain10.end("done")
 
+# The same chain with every other step a pure query (persist: ephemeral): each is
+# committed with the durable step after it, by the worker that ran both.
+chain10_ephemeral = Workflow("bench_chain10_ephemeral", version=1)
+for _index in range(1, STEPS + 1):
+    chain10_ephemeral.task(
+        f"s{_index}",
+        noop,
+        next=f"s{_index + 1}" if _index < STEPS else "done",
+        persist="ephemeral" if _index % 2 else "durable",
+    )
+chain10_ephemeral.end("done")
+
 # -- the baseline: the same ten trivial tasks as a plain Celery chain (no durability) ----
 
 baseline = Celery(

@@ -88,6 +88,8 @@ class EffectLedger:
     attempt: int
     fence: int
     max_payload_bytes: int
+    # Why this execution may not apply effects at all (an ephemeral node), if it may not.
+    refusal: str | None = None
 
     def effect(
         self,
@@ -98,6 +100,8 @@ class EffectLedger:
         compensate: Callable[..., Any] | str | None = None,
         policy: Policy | str = Policy.FLAG,
     ) -> Any:
+        if self.refusal is not None:
+            raise PermanentError(self.refusal)
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
             raise InvalidInput(f"an effect's name is identifier-like, got {name!r}")
         if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:

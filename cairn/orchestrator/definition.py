@@ -167,6 +167,7 @@ class Node:
 class PersistKind(StrEnum):
     DURABLE = "durable"  # every execution's result is a checkpoint (the default)
     CACHED = "cached"  # ...and reusable: kept in Redis for ``ttl``, by ``key`` fields
+    EPHEMERAL = "ephemeral"  # recomputed after a crash: committed with the node after it
 
 
 @dataclass(frozen=True)

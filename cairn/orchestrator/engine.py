@@ -475,6 +475,59 @@ class Orchestrator:
         self._after_commit(advanced)
         return Completion(True, decision=advanced.decision)
 
+    def complete_fused(
+        self, steps: Sequence[tuple[NodeMessage, NodeOutcome]], worker: str, fence: int
+    ) -> Completion:
+        """Record an ephemeral node's result and the results of the nodes its worker ran
+        on after it, in one transaction (see :mod:`cairn.orchestrator.fusion`): each
+        step's advance dispatches the next, whose execution row is then finished at
+        once and whose message is never published. If the run went elsewhere meanwhile
+        (the decision now dispatches something else), the results from there on are
+        not recorded: those nodes run again when dispatched, like any lost result."""
+        (first, first_outcome), rest = steps[0], steps[1:]
+        try:
+            with self.store.transaction() as tx:
+                row, now = tx.finish_and_lock(
+                    first.key, first.attempt, fence, _result_values(first_outcome, worker)
+                )
+                if row is None:
+                    return Completion(
+                        False, f"a result for {first.key} attempt {first.attempt} is recorded"
+                    )
+                definition = self.registry.get(row.workflow, row.version, tx)
+                state = self.restore(tx, row, definition)
+                advanced = self._advance(
+                    tx, row, definition, state, replace(first_outcome.event, at=now), last=False
+                )
+                if advanced.decision.ignored:
+                    raise _Discard(advanced.decision)
+                sent: list[NodeMessage] = []
+                for message, outcome in rest:
+                    ran = [
+                        m
+                        for m in advanced.messages
+                        if (m.key, m.attempt) == (message.key, message.attempt)
+                    ]
+                    if not ran:
+                        break
+                    tx.mark_sent([m.outbox_id for m in ran if m.outbox_id is not None])
+                    sent.extend(m for m in advanced.messages if m not in ran)
+                    row, now = tx.finish_and_lock(
+                        message.key, message.attempt, fence, _result_values(outcome, worker)
+                    )
+                    assert row is not None  # its execution row was inserted just now
+                    state = advanced.decision.state
+                    posted = advanced.posted
+                    advanced = self._advance(
+                        tx, row, definition, state, replace(outcome.event, at=now), last=False
+                    )
+                    advanced.posted[:0] = posted
+                advanced.messages[:0] = sent
+        except _Discard as discard:
+            return Completion(False, discard.decision.ignored or "", discard.decision)
+        self._after_commit(advanced)
+        return Completion(True, decision=advanced.decision)
+
     def _complete_optimistically(
         self, message: NodeMessage, outcome: NodeOutcome, worker: str, known: Restored, fence: int
     ) -> Completion | None:
@@ -715,15 +768,24 @@ class Orchestrator:
         return decision, self._Plan(decision, values, snapshot, dispatches, row_commands)
 
     def _advance(
-        self, tx: Tx, row: Any, definition: WorkflowDefinition, state: RunState, event: Event
+        self,
+        tx: Tx,
+        row: Any,
+        definition: WorkflowDefinition,
+        state: RunState,
+        event: Event,
+        *,
+        last: bool = True,
     ) -> Orchestrator._Advanced:
+        """Decide and write one step. ``last``: it is the transaction's last write, which
+        commits it; otherwise the caller's transaction goes on (and commits later)."""
         decision, plan = self._plan(row, definition, state, event)
         if plan is None:
             return self._Advanced(decision, [])
         others = self._Advanced(plan.decision, [])
         self._carry_out(tx, row, plan, others)
         self._log_finish(row.id, plan.decision)
-        outbox_ids = tx.write_step(row.id, self._writes(plan, event, self.sent.drain()))
+        outbox_ids = tx.write_step(row.id, self._writes(plan, event, self.sent.drain()), last=last)
         others.messages[:0] = [
             replace(m, outbox_id=i) for m, i in zip(plan.dispatches, outbox_ids, strict=True)
         ]
@@ -849,7 +911,9 @@ class Orchestrator:
         )
         started = RunStarted(at=at, input=payload, parent=link, budget=command.budget)
         state = RunState(command.run_id, definition.name, definition.version)
-        child = self._advance(tx, tx.run(command.run_id, lock=True), definition, state, started)
+        child = self._advance(
+            tx, tx.run(command.run_id, lock=True), definition, state, started, last=False
+        )
         advanced.messages.extend(child.messages)
         advanced.posted.extend(child.posted)
 

@@ -360,16 +360,19 @@ class _Parser:
         )
 
     def persist(self, node_id: str, raw: object) -> Persist:
-        """``durable`` (default), ``cached(10m)`` or ``{cached: 10m, key: [field, ...]}``."""
+        """``durable`` (default), ``ephemeral``, ``cached(10m)`` or ``{cached: 10m, key:
+        [field, ...]}``."""
         if raw is None or raw == PersistKind.DURABLE.value:
             return DURABLE
+        if raw == PersistKind.EPHEMERAL.value:
+            return Persist(PersistKind.EPHEMERAL)
         if isinstance(raw, str) and (match := CACHED_FORM.match(raw.strip())):
             raw = {"cached": match["ttl"]}
         if not isinstance(raw, Mapping) or "cached" not in raw or set(raw) - {"cached", "key"}:
             self.fault(
                 "bad_value",
-                f"'persist' is 'durable', 'cached(TTL)' or {{cached: TTL, key: [field, ...]}}, "
-                f"got {raw!r}",
+                "'persist' is 'durable', 'ephemeral', 'cached(TTL)' or "
+                f"{{cached: TTL, key: [field, ...]}}, got {raw!r}",
                 node_id,
             )
             return DURABLE

@@ -171,16 +171,25 @@ def _persist_faults(definition: WorkflowDefinition) -> Iterator[DefinitionFault]
     for node_id, node in definition.nodes.items():
         if not isinstance(node, TaskNode):
             continue
-        cached = node.persist.kind is PersistKind.CACHED
-        if cached and (node.irreversible or node.compensate is not None or node.child):
+        kind = node.persist.kind
+        if kind is not PersistKind.DURABLE and (
+            node.irreversible or node.compensate is not None or node.child
+        ):
+            why = (
+                "a cached result would stand in for running it"
+                if kind is PersistKind.CACHED
+                else "it may run again after a crash with no record of the first time"
+            )
             yield DefinitionFault(
                 "bad_persist",
-                "a cached result would stand in for running the node: a node with external "
-                "effects (irreversible, compensable) or a child run must be durable",
+                f"{why}: a node with external effects (irreversible, compensable) or a child "
+                f"run must be durable, not {kind.value}",
                 node_id,
             )
-        if cached and node.handler is None:
-            yield DefinitionFault("bad_persist", "only a task with a handler is cached", node_id)
+        if kind is not PersistKind.DURABLE and node.handler is None:
+            yield DefinitionFault(
+                "bad_persist", f"only a task with a handler can be {kind.value}", node_id
+            )
         for target in node.invalidates:
             other = definition.nodes.get(target)
             if not isinstance(other, TaskNode) or other.persist.kind is not PersistKind.CACHED:

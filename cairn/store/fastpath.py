@@ -250,11 +250,15 @@ def finish_and_lock(
         return cursor.execute(FINISH_AND_LOCK, params).fetchone()
 
 
-def write_step(connection: Connection[Any], run_id: str, writes: StepWrites) -> list[int]:
+def write_step(
+    connection: Connection[Any], run_id: str, writes: StepWrites, *, commit: bool = True
+) -> list[int]:
     """Every write of a step and the COMMIT, pipelined: one round trip for all of them.
 
     It ends the transaction, so it must be the transaction's last statement; the caller's
-    SQLAlchemy commit then finds nothing left to do.
+    SQLAlchemy commit then finds nothing left to do. ``commit=False`` leaves the
+    transaction open, for a step that is not its transaction's last (a child run started
+    by its parent's step, the steps after an ephemeral node).
     """
     with connection.pipeline():
         cursors = []
@@ -264,7 +268,8 @@ def write_step(connection: Connection[Any], run_id: str, writes: StepWrites) -> 
             cursor.execute(DISPATCH, params)
             cursors.append(cursor)
         connection.execute(RECORD_STEP, {"run_id": run_id, **_step_params(writes)})
-        connection.commit()
+        if commit:
+            connection.commit()
     ids = []
     for cursor in cursors:
         row = cursor.fetchone()

@@ -337,13 +337,13 @@ class Tx:
             query = query.with_for_update()
         return self.connection.execute(query).first()
 
-    def write_step(self, run_id: str, writes: StepWrites) -> list[int]:
+    def write_step(self, run_id: str, writes: StepWrites, *, last: bool = True) -> list[int]:
         """Write what a decision produced: each dispatch (its idempotency row and outbox
         message), the event, a snapshot when due, the run row, and published messages
-        marked sent; return the outbox ids. This is the last statement of its transaction:
-        on PostgreSQL it commits in the same round trip (see cairn.store.fastpath)."""
+        marked sent; return the outbox ids. The ``last`` statement of its transaction
+        commits it in the same round trip on PostgreSQL (see cairn.store.fastpath)."""
         if self.dialect == "postgresql":
-            return fastpath.write_step(self._driver(), run_id, writes)
+            return fastpath.write_step(self._driver(), run_id, writes, commit=last)
         ids = []
         for key, attempt, payload in writes.dispatches:
             self.connection.execute(self._schedule_statement(key, attempt))
@@ -698,9 +698,7 @@ class Tx:
         if ids:
             self.connection.execute(self._mark_sent_statement(ids))
 
-    # -- timers -------------------------------------------------------------------------
-
-    # -- the effects ledger -----------------------------------------------------------
+    # -- the effects ledger -------------------------------------------------------------
 
     def record_intent(self, values: Mapping[str, Any]) -> bool:
         """Record the intent to apply a new effect; False if its key is already known."""
@@ -784,6 +782,8 @@ class Tx:
             delete(inbox).where(inbox.c.id == entry_id).returning(inbox.c.event)
         ).first()
         return dict(row.event) if row is not None else None
+
+    # -- timers -------------------------------------------------------------------------
 
     def arm_timer(self, run_id: str, timer_id: str, due_at: float) -> None:
         stmt = self._insert(timers).values(

@@ -45,7 +45,9 @@ from cairn.orchestrator.events import (
     Phase,
     PlanInvalidated,
 )
+from cairn.orchestrator.fusion import MAX_FUSED, fused_next
 from cairn.orchestrator.messages import InvalidMessage, NodeMessage
+from cairn.orchestrator.state import RunState
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.payloads import storable_json
 from cairn.reconnect import through_outages
@@ -143,62 +145,23 @@ class NodeRunner:
         )
         completion = None
         try:
-            ctx = StepContext(
-                run_id=message.run_id,
-                workflow=message.workflow,
-                node=message.node,
-                iteration=message.iteration,
-                attempt=message.attempt,
-                phase=message.phase.value,
-                state=state,
-                lease_valid=lambda: beat.valid,
-                cancel_requested=beat.cancelled.is_set,
-                resumed=message.resumed,
-                allowance=allowance(definition, state, message.node)
-                if message.phase is Phase.RUN
-                else None,
-                effects=EffectLedger(
-                    orchestrator.store,
-                    namespace=run.namespace,
-                    run_id=message.run_id,
-                    node=message.node,
-                    iteration=message.iteration,
-                    attempt=message.attempt,
-                    fence=lease.fence,
-                    max_payload_bytes=self.settings.max_payload_bytes,
-                ),
-                on_progress=lambda p: self.heartbeats.progress(
-                    beat, done=p.done, total=p.total, message=p.message
-                ),
-                artifacts=Artifacts.for_step(
-                    orchestrator.store,
-                    self.settings,
-                    run_id=message.run_id,
-                    node=message.node,
-                    iteration=message.iteration,
-                    attempt=message.attempt,
-                    phase=message.phase.value,
-                ),
-            )
-            check = definition.on_resume if message.resumed and message.phase is Phase.RUN else None
-            entry = self._cache_entry(run.namespace, definition, message, state.vars)
-            cached = self.cache.get(entry) if entry is not None else None
-            if cached is not None:
-                ctx.log.info("result taken from the cache (%s)", entry)
-                outcome = self._succeeded(ctx, message, cached, 0.0)
-            else:
-                outcome = self._execute(ref.resolve(), ctx, message, check)
-                if entry is not None and outcome.status is NodeStatus.SUCCEEDED:
-                    self._keep(definition, message, entry, outcome.result or {})
+            claimed = _Claimed(run, definition, known, lease.fence, beat)
+            ctx = self._context(claimed, message, state)
+            outcome = self._outcome(claimed, message, state, ctx, ref.resolve())
             fault_point("handler.after_return")
             if not beat.valid:
                 self._stale(message, lease.fence, caught_by="lease")
                 return Handled.LEASE_LOST
+            steps = [(message, outcome), *self._run_on(claimed, message, outcome)]
             # The result exists only here: ride out a database restart rather than lose it.
             completion = self._through_outages(
                 f"committing {key}",
-                lambda: orchestrator.complete(
-                    message, outcome, self.worker, known=known, fence=lease.fence
+                lambda: (
+                    orchestrator.complete(
+                        message, outcome, self.worker, known=known, fence=lease.fence
+                    )
+                    if len(steps) == 1
+                    else orchestrator.complete_fused(steps, self.worker, fence=lease.fence)
                 ),
             )
             fault_point("complete.after_commit")
@@ -208,15 +171,8 @@ class NodeRunner:
                 self.leases.release(lease, finished=completion is not None and completion.recorded)
             except Exception:  # the lease expires on its own
                 log.warning("releasing %s failed", lease.key, exc_info=True)
-        if (
-            completion.recorded
-            and outcome.status is NodeStatus.SUCCEEDED
-            and isinstance(node, TaskNode)
-            and node.invalidates
-        ):
-            self._invalidate(
-                run.namespace, definition, node, {**state.vars, **(outcome.result or {})}
-            )
+        if completion.recorded:
+            self._invalidate(run.namespace, definition, state.vars, steps)
         if not completion.recorded:
             if orchestrator.fenced_out(key, lease.fence):
                 self._stale(message, lease.fence, caught_by="fence")
@@ -224,6 +180,94 @@ class NodeRunner:
             log.info("result of %s discarded: %s", key, completion.reason)
             return Handled.DISCARDED
         return Handled.COMMITTED
+
+    def _context(self, claimed: _Claimed, message: NodeMessage, state: RunState) -> StepContext:
+        definition, beat = claimed.definition, claimed.beat
+        node = definition.nodes[message.node]
+        ephemeral = isinstance(node, TaskNode) and node.persist.kind is PersistKind.EPHEMERAL
+        return StepContext(
+            run_id=message.run_id,
+            workflow=message.workflow,
+            node=message.node,
+            iteration=message.iteration,
+            attempt=message.attempt,
+            phase=message.phase.value,
+            state=state,
+            lease_valid=lambda: beat.valid,
+            cancel_requested=beat.cancelled.is_set,
+            resumed=message.resumed,
+            allowance=allowance(definition, state, message.node)
+            if message.phase is Phase.RUN
+            else None,
+            effects=EffectLedger(
+                self.orchestrator.store,
+                namespace=claimed.run.namespace,
+                run_id=message.run_id,
+                node=message.node,
+                iteration=message.iteration,
+                attempt=message.attempt,
+                fence=claimed.fence,
+                max_payload_bytes=self.settings.max_payload_bytes,
+                refusal=f"{message.node} is ephemeral: it may run again after a crash "
+                "without a record, so it cannot have external effects"
+                if ephemeral
+                else None,
+            ),
+            on_progress=lambda p: self.heartbeats.progress(
+                beat, done=p.done, total=p.total, message=p.message
+            ),
+            artifacts=Artifacts.for_step(
+                self.orchestrator.store,
+                self.settings,
+                run_id=message.run_id,
+                node=message.node,
+                iteration=message.iteration,
+                attempt=message.attempt,
+                phase=message.phase.value,
+            ),
+        )
+
+    def _outcome(
+        self,
+        claimed: _Claimed,
+        message: NodeMessage,
+        state: RunState,
+        ctx: StepContext,
+        handler: Any,
+    ) -> NodeOutcome:
+        """Run the handler — or take a cached node's result from the cache."""
+        definition, namespace = claimed.definition, claimed.run.namespace
+        check = definition.on_resume if message.resumed and message.phase is Phase.RUN else None
+        entry = self._cache_entry(namespace, definition, message, state.vars)
+        cached = self.cache.get(entry) if entry is not None else None
+        if cached is not None:
+            ctx.log.info("result taken from the cache (%s)", entry)
+            return self._succeeded(ctx, message, cached, 0.0)
+        outcome = self._execute(handler, ctx, message, check)
+        if entry is not None and outcome.status is NodeStatus.SUCCEEDED:
+            self._keep(definition, message, entry, outcome.result or {})
+        return outcome
+
+    def _run_on(
+        self, claimed: _Claimed, message: NodeMessage, outcome: NodeOutcome
+    ) -> list[tuple[NodeMessage, NodeOutcome]]:
+        """After an ephemeral node: run what it leads to here and now, so that both
+        results are committed together (one commit, no broker round trip) — as long as
+        the decision is simply "run that task next" (see persist: ephemeral)."""
+        definition = claimed.definition
+        steps: list[tuple[NodeMessage, NodeOutcome]] = []
+        state = claimed.known.state
+        while len(steps) < MAX_FUSED and claimed.beat.valid:
+            following = fused_next(definition, state, message, outcome, claimed.known.now())
+            if following is None:
+                break
+            state, message = following
+            node = definition.nodes[message.node]
+            assert isinstance(node, TaskNode) and node.handler is not None
+            ctx = self._context(claimed, message, state)
+            outcome = self._outcome(claimed, message, state, ctx, node.handler.resolve())
+            steps.append((message, outcome))
+        return steps
 
     def _cancel_unstarted(self, message: NodeMessage, fence_floor: int) -> Handled:
         """The run is being cancelled and this node has not started here: acknowledge
@@ -451,18 +495,29 @@ class NodeRunner:
         self,
         namespace: str,
         definition: WorkflowDefinition,
-        node: TaskNode,
         state: Mapping[str, Any],
+        steps: list[tuple[NodeMessage, NodeOutcome]],
     ) -> None:
+        """Committed: the cached results the succeeded nodes invalidate are deleted."""
         entries = []
-        for target in node.invalidates:
-            cached = definition.nodes[target]
-            assert isinstance(cached, TaskNode)
-            entries.append(cache_key(namespace, definition.name, target, cached.persist, state))
+        values = dict(state)
+        for message, outcome in steps:
+            values.update(outcome.result or {})
+            node = definition.nodes[message.node]
+            if outcome.status is not NodeStatus.SUCCEEDED or not isinstance(node, TaskNode):
+                continue
+            for target in node.invalidates:
+                cached = definition.nodes[target]
+                assert isinstance(cached, TaskNode)
+                entries.append(
+                    cache_key(namespace, definition.name, target, cached.persist, values)
+                )
+        if not entries:
+            return
         try:
             self.cache.delete(*entries)
         except Exception:
-            log.warning("could not invalidate %s's cached results", node.invalidates, exc_info=True)
+            log.warning("could not invalidate cached results %s", entries, exc_info=True)
 
     def _check_output(self, output: Any) -> dict[str, Any]:
         if output is None:
@@ -483,6 +538,18 @@ class NodeRunner:
                 else str(exc)
             ) from exc
         return output
+
+
+@dataclass(frozen=True)
+class _Claimed:
+    """What one message's execution holds: its run as read, the definition, the state as
+    the decider last left it, its claim's fencing token and heartbeat."""
+
+    run: Any
+    definition: WorkflowDefinition
+    known: Restored
+    fence: int
+    beat: Any
 
 
 class _OutputError(CairnError):

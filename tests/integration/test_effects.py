@@ -75,6 +75,16 @@ def shop(cluster: Cluster, service: Service) -> Cluster:
     return cluster
 
 
+def doomed_worker(cluster: Cluster, fault_point: str) -> subprocess.Popen[bytes]:
+    """A worker that kills itself at ``fault_point`` (threads: the whole process dies)."""
+    return cluster.spawn(
+        "worker",
+        "--concurrency=1",
+        "--pool=threads",
+        env={"CAIRN_FAULT_POINTS": fault_point},
+    )
+
+
 def effects_of(cluster: Cluster, run_id: str) -> dict[str, Effect]:
     with cluster.client.runtime.store.reading() as tx:
         return {row.key: Effect.from_row(row) for row in tx.effects_of(run_id)}
@@ -90,12 +100,7 @@ def reconcile(cluster: Cluster, tmp_path: Path, *args: str) -> tuple[int, dict[s
 def test_an_effect_is_recorded_and_never_called_again(shop: Cluster, service: Service) -> None:
     """The node runs twice (its worker is killed after the handler returned, before the
     commit); the second run gets the recorded results back without calling."""
-    doomed = shop.spawn(
-        "worker",
-        "--concurrency=1",
-        "--pool=threads",
-        env={"CAIRN_FAULT_POINTS": "handler.after_return"},
-    )
+    doomed = doomed_worker(shop, "handler.after_return")
     shop.scheduler()
     run_id = shop.submit("order", {"order": "o-1"})
     assert doomed.wait(timeout=30) == -signal.SIGKILL
@@ -141,12 +146,7 @@ def test_a_crash_between_the_call_and_the_ledger_is_repaired_by_reconcile(
     """effect.after_call: the charge is applied at the service, the worker dies before
     the ledger hears of it. `cairn reconcile` finds it there and backfills the ledger;
     the node, recovered, gets the recorded result: the service is called once."""
-    doomed = shop.spawn(
-        "worker",
-        "--concurrency=1",
-        "--pool=threads",
-        env={"CAIRN_FAULT_POINTS": "effect.after_call"},
-    )
+    doomed = doomed_worker(shop, "effect.after_call")
     run_id = shop.submit("order", {"order": "o-crash"})
     assert doomed.wait(timeout=30) == -signal.SIGKILL
     assert effects_of(shop, run_id)["o-crash:charge"].status == "intent"
@@ -167,12 +167,7 @@ def test_a_worker_resolves_a_left_intent_through_the_adapter_before_calling(
     shop: Cluster, service: Service
 ) -> None:
     """The same crash, no reconciler: the recovered node asks the service first."""
-    doomed = shop.spawn(
-        "worker",
-        "--concurrency=1",
-        "--pool=threads",
-        env={"CAIRN_FAULT_POINTS": "effect.after_call"},
-    )
+    doomed = doomed_worker(shop, "effect.after_call")
     run_id = shop.submit("order", {"order": "o-self"})
     assert doomed.wait(timeout=30) == -signal.SIGKILL
     shop.worker()
@@ -225,12 +220,7 @@ def test_two_reconcilers_at_once_repair_each_effect_once(
 ) -> None:
     """Twenty charges applied at the service whose ledger entries a crash left in intent
     (the effect.after_call window, reproduced directly); two passes at once."""
-    doomed = shop.spawn(
-        "worker",
-        "--concurrency=1",
-        "--pool=threads",
-        env={"CAIRN_FAULT_POINTS": "effect.after_call"},
-    )
+    doomed = doomed_worker(shop, "effect.after_call")
     first = shop.submit("order", {"order": "o-0"})
     assert doomed.wait(timeout=30) == -signal.SIGKILL
     template = effects_of(shop, first)["o-0:charge"]
@@ -303,3 +293,27 @@ def test_many_runs_every_message_twice_and_workers_killed_equal_one_clean_execut
     assert set(stats["applied"].values()) == {1}  # each effect applied exactly once
     assert stats["records"] == len(expected)
     assert kills == 8
+
+
+def test_a_worker_paused_mid_call_is_replaced_without_a_second_call(
+    shop: Cluster, service: Service
+) -> None:
+    """A slow call; its worker is stopped (SIGSTOP) while the call is in flight, past its
+    lease. The worker that takes the node over finds the intent, asks the service — it
+    has the charge — and backfills; the paused worker, resumed, records nothing."""
+    service.fault("slow", times=1, delay_s=1.0)
+    paused = shop.worker(concurrency=1)
+    shop.scheduler()
+    run_id = shop.submit("order", {"order": "o-slow"})
+    shop.wait_for(
+        lambda: service.stats()["requested"].get("o-slow:charge") == 1, 30, "the slow call"
+    )
+    shop.signal(paused, signal.SIGSTOP)
+    shop.worker(concurrency=1)
+    view = shop.wait(run_id, timeout_s=60)
+    shop.signal(paused, signal.SIGCONT)
+    assert view.status is RunStatus.SUCCEEDED, shop.log_tails()
+    stats = service.stats()
+    assert stats["applied"]["o-slow:charge"] == 1 and stats["requested"]["o-slow:charge"] == 1
+    charge = effects_of(shop, run_id)["o-slow:charge"]
+    assert (charge.status, charge.calls) == ("applied", 1)

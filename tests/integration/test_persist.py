@@ -49,3 +49,49 @@ def test_cached_parts_are_reused_across_runs_until_the_final_report_is_stored(
     other_week = cluster.submit("weekly_report", {"week": "2026-W49"})
     assert cluster.wait(other_week).status is RunStatus.SUCCEEDED
     assert part_executions(cluster) == 9
+
+
+def test_ephemeral_nodes_are_committed_with_the_durable_node_after_them(
+    cluster: Cluster,
+) -> None:
+    worker = cluster.worker()
+    cluster.scheduler()
+    run_id = cluster.submit("lookup")
+    view = cluster.wait(run_id)
+    assert view.status is RunStatus.SUCCEEDED, cluster.log_tails()
+    events = cluster.client.events(run_id)
+    assert [(e["type"], e["data"].get("node")) for e in events] == [
+        ("run_started", None),
+        ("node_succeeded", "fetch"),
+        ("node_succeeded", "shape"),
+        ("node_succeeded", "store"),
+    ]
+    # One worker message, one commit: the three results arrived together.
+    log = worker.log_path.read_text()  # type: ignore[attr-defined]
+    assert "Task lookup.fetch[" in log
+    assert "Task lookup.shape[" not in log and "Task lookup.store[" not in log
+    with cluster.client.runtime.store.reading() as tx:
+        executions = {e.node: e.status for e in tx.executions_of(run_id)}
+        unsent = tx.connection.exec_driver_sql(
+            "SELECT count(*) FROM outbox WHERE sent_at IS NULL"
+        ).scalar()
+    assert executions == {"fetch": "succeeded", "shape": "succeeded", "store": "succeeded"}
+    assert unsent == 0
+    assert view.state is not None and view.state.vars["last"] == "store"
+
+
+def test_a_crash_before_the_commit_recomputes_the_ephemeral_nodes(cluster: Cluster) -> None:
+    """The durable node's worker dies mid-node: nothing of the three was committed, so
+    recovery runs the ephemeral ones again — a pure query is as cheap to redo as to keep."""
+    worker = cluster.worker(concurrency=1)
+    cluster.scheduler()
+    run_id = cluster.submit("lookup", {"slow": {"store": 30}})
+    cluster.wait_for(lambda: cluster.executions()[(run_id, "store", 1)] == 1, 30, "store")
+    cluster.kill(worker)
+    cluster.worker()
+    view = cluster.wait(run_id, timeout_s=60)
+    assert view.status is RunStatus.SUCCEEDED, cluster.log_tails()
+    counts = cluster.executions()
+    assert [counts[(run_id, node, 1)] for node in ("fetch", "shape", "store")] == [2, 2, 2]
+    node_results = [e for e in cluster.client.events(run_id) if e["type"] == "node_succeeded"]
+    assert [e["data"]["node"] for e in node_results] == ["fetch", "shape", "store"]

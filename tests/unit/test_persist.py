@@ -6,8 +6,18 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from cairn import Workflow, load_definition
-from cairn.orchestrator.definition import Persist, PersistKind, TaskNode
+import pytest
+
+from cairn import PermanentError, Workflow, load_definition
+from cairn.effects import EffectLedger
+from cairn.orchestrator.decider import decide
+from cairn.orchestrator.definition import Persist, PersistKind, TaskNode, WorkflowDefinition
+from cairn.orchestrator.engine import NodeOutcome
+from cairn.orchestrator.events import NodeFailed, NodeSucceeded, RunStarted
+from cairn.orchestrator.fusion import fused_next
+from cairn.orchestrator.messages import NodeMessage
+from cairn.orchestrator.state import RunState
+from cairn.orchestrator.statuses import NodeStatus
 from cairn.workers.cache import MemoryResultCache, cache_key
 from tests.unit.test_loader import faults_of, pairs
 
@@ -65,3 +75,65 @@ def test_the_memory_cache_expires_entries() -> None:
     cache.put("k", {"x": 2}, ttl_s=60)
     cache.delete("k")
     assert cache.get("k") is None
+
+
+# -- ephemeral ----------------------------------------------------------------------------
+
+
+def lookup(**after: object) -> Workflow:
+    wf = Workflow("lookup", version=1)
+    wf.task("fetch", NOOP, next="then", persist="ephemeral")
+    wf.task("then", NOOP, next="done", **after)
+    return wf.end("done")
+
+
+def fetched(definition: WorkflowDefinition) -> tuple[RunState, NodeOutcome]:
+    state = decide(definition, RunState("r", "lookup", 1), RunStarted(at=1.0)).state
+    event = NodeSucceeded(at=0.0, node="fetch", output={"x": 1})
+    return state, NodeOutcome(event, NodeStatus.SUCCEEDED, result={"x": 1})
+
+
+MESSAGE = NodeMessage("r", "lookup", 1, "fetch", 1, 1)
+
+
+def test_an_ephemeral_node_runs_on_into_a_plain_task() -> None:
+    definition = lookup().build()
+    state, outcome = fetched(definition)
+    following = fused_next(definition, state, MESSAGE, outcome, now=2.0)
+    assert following is not None
+    after, message = following
+    assert (message.node, message.iteration, message.attempt) == ("then", 1, 1)
+    assert after.vars == {"x": 1} and after.nodes["fetch"].status is NodeStatus.SUCCEEDED
+
+
+def test_it_does_not_run_on_when_the_decision_is_more_than_a_dispatch() -> None:
+    for after in ({"timeout": "5m"}, {"irreversible": True}):  # a timer to arm; a claim
+        definition = lookup(**after).build()
+        state, outcome = fetched(definition)
+        assert fused_next(definition, state, MESSAGE, outcome, now=2.0) is None
+    durable = Workflow("lookup", version=1)
+    durable.task("fetch", NOOP, next="then").task("then", NOOP, next="done").end("done")
+    definition = durable.build()
+    state, outcome = fetched(definition)
+    assert fused_next(definition, state, MESSAGE, outcome, now=2.0) is None  # not ephemeral
+    failed = NodeOutcome(NodeFailed(at=0.0, node="fetch"), NodeStatus.FAILED)
+    assert fused_next(lookup().build(), state, MESSAGE, failed, now=2.0) is None
+
+
+def test_an_ephemeral_node_cannot_have_effects() -> None:
+    spec = lookup().to_spec()
+    spec["nodes"]["fetch"]["compensate"] = NOOP
+    assert pairs(faults_of(spec)) == {("bad_persist", "fetch")}
+    refused = EffectLedger(
+        store=None,  # type: ignore[arg-type]  # never reached: refused first
+        namespace="default",
+        run_id="r",
+        node="fetch",
+        iteration=1,
+        attempt=1,
+        fence=1,
+        max_payload_bytes=1000,
+        refusal="fetch is ephemeral",
+    )
+    with pytest.raises(PermanentError, match="ephemeral"):
+        refused.effect("shop.charge", "k", lambda key: None)
