@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install services test lint format check
+.PHONY: install services test lint format check flower
 
 install:  ## install cairn and everything its tests and linters need
 	$(PYTHON) -m pip install -e ".[dev]"
@@ -15,6 +15,13 @@ lint:  ## ruff (lint + format check) and mypy
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
+
+FLOWER_PORT ?= 5555
+FLOWER_ADDRESS ?= 127.0.0.1
+
+flower:  ## Flower on CAIRN_BROKER_URL at http://$(FLOWER_ADDRESS):$(FLOWER_PORT) (workers: --events)
+	@test -n "$$CAIRN_BROKER_URL" || { echo "make flower: set CAIRN_BROKER_URL" >&2; exit 2; }
+	$(PYTHON) -m celery -A cairn.workers.app flower --port=$(FLOWER_PORT) --address=$(FLOWER_ADDRESS)
 
 format:
 	$(PYTHON) -m ruff format .

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from cairn.config import Settings
 from cairn.errors import CairnError
+from cairn.orchestrator.batches import SubmitItem, Submitted
 from cairn.orchestrator.catalog import discover
 from cairn.orchestrator.definition import WorkflowDefinition
 from cairn.orchestrator.engine import RunView
@@ -69,6 +70,14 @@ class Client:
         return self.runtime.orchestrator.submit(
             workflow, run_input, request_id=request_id, namespace=namespace, version=version
         )
+
+    def submit_batch(
+        self, runs: Sequence[SubmitItem | Mapping[str, Any]], *, namespace: str = "default"
+    ) -> list[Submitted]:
+        """Start up to 1,000 runs in one transaction (``{"workflow", "input",
+        "request_id"?, "version"?}`` each); every item is answered on its own."""
+        items = [r if isinstance(r, SubmitItem) else SubmitItem.from_dict(r) for r in runs]
+        return self.runtime.orchestrator.submit_batch(items, namespace=namespace)
 
     def get_run(self, run_id: str) -> RunView:
         return self.runtime.orchestrator.get_run(run_id)

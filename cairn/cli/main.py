@@ -109,7 +109,7 @@ def _cwd_importable() -> None:
 
 
 def main() -> None:
-    from cairn.cli import artifacts, demo, effects, processes, runs  # noqa: F401, PLC0415
+    from cairn.cli import api, artifacts, demo, effects, processes, runs  # noqa: F401, PLC0415
 
     _cwd_importable()
     try:

@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from cairn.errors import ConfigError
 
@@ -168,6 +176,18 @@ class Settings(BaseModel):
         gt=0,
         description="Blobs no artifact names (a writer died before registering) are "
         "deleted by `cairn artifacts-cleanup` once this old, seconds.",
+    )
+    api_keys: SecretStr | None = Field(
+        default=None,
+        description="API keys of `cairn api`: comma-separated 'namespace:key'; each key sees "
+        "only its namespace's runs.",
+    )
+    api_keys_file: Path | None = Field(
+        default=None,
+        description="A file of further API keys, one 'namespace:key' a line (# comments).",
+    )
+    api_max_body_bytes: int = Field(
+        default=1_048_576, ge=1024, description="Largest request body `cairn api` accepts."
     )
 
     @field_validator("workflows", "fault_points", "effect_adapters", mode="before")

@@ -37,6 +37,7 @@ from cairn.errors import (
     UnknownWorkflow,
 )
 from cairn.faults import fault_point
+from cairn.orchestrator.batches import MAX_BATCH, SubmitItem, Submitted
 from cairn.orchestrator.children import child_run_id
 from cairn.orchestrator.commands import (
     ArmTimer,
@@ -290,6 +291,82 @@ class Orchestrator:
             if run_id is not None:
                 return run_id
         return self._submit_in_transaction(values, definition)
+
+    def submit_batch(
+        self, items: Sequence[SubmitItem], *, namespace: str = "default"
+    ) -> list[Submitted]:
+        """Start up to MAX_BATCH runs in one transaction; each item is answered on its
+        own. An item that names an unknown workflow, or whose input does not match, is
+        refused (and the others start); an item whose request id is taken — before, or
+        by an earlier item of the batch — gets the run it already has."""
+        if len(items) > MAX_BATCH:
+            raise InvalidInput(f"a batch holds at most {MAX_BATCH} runs, not {len(items)}")
+        answers: list[Submitted | None] = [None] * len(items)
+        accepted: list[tuple[int, dict[str, Any], WorkflowDefinition]] = []
+        # The newest version is looked up once per workflow, not once per item.
+        definitions: dict[tuple[str, int | None], WorkflowDefinition] = {}
+        for index, item in enumerate(items):
+            try:
+                which = (item.workflow, item.version)
+                if which not in definitions:
+                    definitions[which] = self.registry.get(item.workflow, item.version)
+                definition = definitions[which]
+                payload = self.check_input(definition, item.input)
+            except CairnError as refused:
+                answers[index] = Submitted(index, error_code=refused.code, error=str(refused))
+                continue
+            values: dict[str, Any] = {
+                "id": str(uuid.uuid4()),
+                "namespace": namespace,
+                "workflow": definition.name,
+                "version": definition.version,
+                "status": RunStatus.PENDING.value,
+                "input": payload,
+                "request_id": item.request_id,
+                "current": [],
+            }
+            accepted.append((index, values, definition))
+        messages: list[NodeMessage] = []
+        with self.store.transaction() as tx:
+            now = tx.now()
+            stamp = from_epoch(now)
+            slow = []
+            pipelined = []
+            for index, values, definition in accepted:
+                values.update(created_at=stamp, updated_at=stamp)
+                fresh = _FreshRun(values["id"], stamp)
+                state = RunState(values["id"], definition.name, definition.version)
+                event = RunStarted(at=now, input=values["input"])
+                _decision, plan = self._plan(fresh, definition, state, event)
+                if (
+                    self.store.dialect == "postgresql"
+                    and plan is not None
+                    and not plan.row_commands
+                ):
+                    pipelined.append((index, values, plan, event))
+                else:  # timers to arm (or SQLite): the step's general path
+                    slow.append((index, values, definition, state, event))
+            # The common case: each run and its first step one statement, all pipelined.
+            writes = [
+                (values, self._writes(plan, event, [])) for _, values, plan, event in pipelined
+            ]
+            submitted = tx.submit_runs(writes) if writes else []
+            for (index, values, plan, _), (inserted, ids) in zip(pipelined, submitted, strict=True):
+                if inserted:
+                    messages.extend(_with_outbox_ids(plan.dispatches, ids))
+                    answers[index] = Submitted(index, values["id"], created=True)
+                else:  # its request id is taken, before or by an earlier item
+                    answers[index] = Submitted(index, self._existing_run(values, tx))
+            for index, values, definition, state, event in slow:
+                if not tx.insert_run(values):
+                    answers[index] = Submitted(index, self._existing_run(values, tx))
+                    continue
+                row = tx.run(values["id"], lock=True)
+                advanced = self._advance(tx, row, definition, state, event, last=False)
+                messages.extend(advanced.messages)
+                answers[index] = Submitted(index, values["id"], created=True)
+        self._publish(messages)
+        return [answer for answer in answers if answer is not None]
 
     def _submit_in_one_statement(
         self, values: dict[str, Any], definition: WorkflowDefinition, now: float

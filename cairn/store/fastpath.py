@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections import namedtuple
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from psycopg import ClientCursor, Connection, errors, generators, pq
@@ -306,7 +306,32 @@ def submit_run(
 ) -> tuple[bool, dict[tuple[str, int, str], int]]:
     """Run SUBMIT_RUN on an autocommit connection. Returns (the run was inserted, outbox
     id by (node, iteration, phase))."""
-    params = {
+    row = _one_statement(connection, SUBMIT_RUN, _submit_params(values, writes))
+    return bool(row.inserted), _outbox_ids(row)
+
+
+def submit_runs(
+    connection: Connection[Any], runs: Sequence[tuple[Mapping[str, Any], StepWrites]]
+) -> list[tuple[bool, dict[tuple[str, int, str], int]]]:
+    """SUBMIT_RUN for many runs, pipelined — sent together, answered together — in the
+    caller's transaction (a batch: its commit is the caller's)."""
+    with connection.pipeline():
+        cursors = []
+        for values, writes in runs:
+            cursor = connection.cursor(row_factory=namedtuple_row)
+            cursor.execute(SUBMIT_RUN, _submit_params(values, writes), prepare=True)
+            cursors.append(cursor)
+    answers = []
+    for cursor in cursors:
+        row: Any = cursor.fetchone()
+        assert row is not None
+        answers.append((bool(row.inserted), _outbox_ids(row)))
+        cursor.close()
+    return answers
+
+
+def _submit_params(values: Mapping[str, Any], writes: StepWrites) -> dict[str, Any]:
+    return {
         "run_id": values["id"],
         "namespace": values["namespace"],
         "workflow": values["workflow"],
@@ -316,8 +341,6 @@ def submit_run(
         "created_at": values["created_at"],
         **_step_params(writes),
     }
-    row = _one_statement(connection, SUBMIT_RUN, params)
-    return bool(row.inserted), _outbox_ids(row)
 
 
 def _one_statement(connection: Connection[Any], query: str, params: Mapping[str, Any]) -> Any:

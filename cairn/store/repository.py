@@ -261,8 +261,9 @@ class Tx:
                 name=name, version=version, digest=digest, spec=dict(spec), registered_at=utcnow()
             )
             .on_conflict_do_nothing()
+            .returning(workflows.c.name)  # not rowcount: -1 for a skipped insert here
         )
-        if self.connection.execute(stmt).rowcount:
+        if self.connection.execute(stmt).first() is not None:
             return True
         existing = self.connection.execute(
             select(workflows.c.digest).where(
@@ -300,8 +301,9 @@ class Tx:
 
     def insert_run(self, values: Mapping[str, Any]) -> bool:
         """Insert a run; False if its (namespace, request id) already exists."""
+        # RETURNING, not rowcount: psycopg reports -1 for a skipped insert here.
         stmt = self._insert(runs).values(**values).on_conflict_do_nothing()
-        return bool(self.connection.execute(stmt).rowcount)
+        return self.connection.execute(stmt.returning(runs.c.id)).first() is not None
 
     def submit_run(
         self, values: Mapping[str, Any], writes: StepWrites
@@ -311,6 +313,15 @@ class Tx:
         if self.dialect != "postgresql":
             raise StoreError("the one-statement submit needs PostgreSQL")
         return fastpath.submit_run(self._driver(), values, writes)
+
+    def submit_runs(
+        self, runs: Sequence[tuple[Mapping[str, Any], StepWrites]]
+    ) -> list[tuple[bool, dict[tuple[str, int, str], int]]]:
+        """PostgreSQL only: :meth:`submit_run` for many runs, pipelined, in this
+        transaction."""
+        if self.dialect != "postgresql":
+            raise StoreError("the pipelined submit needs PostgreSQL")
+        return fastpath.submit_runs(self._driver(), runs)
 
     def run_by_request(self, namespace: str, request_id: str) -> Any:
         return self.connection.execute(
@@ -404,6 +415,72 @@ class Tx:
         if workflow:
             query = query.where(runs.c.workflow == workflow)
         return list(self.connection.execute(query))
+
+    def runs_page(
+        self,
+        namespace: str,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: tuple[datetime, str] | None = None,
+    ) -> list[Any]:
+        """A page of a namespace's runs, newest first, keyset-paginated on (created_at,
+        id): the page after ``before`` stays the same while new runs arrive (an offset
+        would shift)."""
+        query = select(
+            runs.c.id,
+            runs.c.workflow,
+            runs.c.version,
+            runs.c.status,
+            runs.c.request_id,
+            runs.c.current,
+            runs.c.reason,
+            runs.c.last_seq,
+            runs.c.created_at,
+            runs.c.updated_at,
+        ).where(runs.c.namespace == namespace)
+        if status:
+            query = query.where(runs.c.status == status)
+        if workflow:
+            query = query.where(runs.c.workflow == workflow)
+        if before is not None:
+            created, run_id = before
+            query = query.where(
+                (runs.c.created_at < created)
+                | ((runs.c.created_at == created) & (runs.c.id < run_id))
+            )
+        order = (runs.c.created_at.desc(), runs.c.id.desc())
+        return list(self.connection.execute(query.order_by(*order).limit(limit)))
+
+    def runs_by_requests(self, namespace: str, request_ids: Sequence[str]) -> list[Any]:
+        """The runs these request ids already started in the namespace (one query for a
+        whole batch)."""
+        if not request_ids:
+            return []
+        return list(
+            self.connection.execute(
+                select(
+                    runs.c.id, runs.c.workflow, runs.c.version, runs.c.input, runs.c.request_id
+                ).where(runs.c.namespace == namespace, runs.c.request_id.in_(list(request_ids)))
+            )
+        )
+
+    def run_head(self, run_id: str) -> Any:
+        """A run's namespace, status and last seq, without its cached state: what a
+        progress stream polls."""
+        return self.connection.execute(
+            select(runs.c.namespace, runs.c.status, runs.c.last_seq).where(runs.c.id == run_id)
+        ).first()
+
+    def registered_workflows(self) -> list[Any]:
+        return list(
+            self.connection.execute(
+                select(workflows.c.name, workflows.c.version, workflows.c.registered_at).order_by(
+                    workflows.c.name, workflows.c.version
+                )
+            )
+        )
 
     # -- events and snapshots -----------------------------------------------------------
 
@@ -702,8 +779,7 @@ class Tx:
 
     def record_intent(self, values: Mapping[str, Any]) -> bool:
         """Record the intent to apply a new effect; False if its key is already known."""
-        # RETURNING, not rowcount: with an autoincrement key SQLAlchemy adds its own
-        # RETURNING, and the rowcount of a skipped insert is then not 0.
+        # RETURNING, not rowcount: psycopg reports -1 for a skipped insert here.
         stmt = self._insert(effects).values(**values).on_conflict_do_nothing()
         return self.connection.execute(stmt.returning(effects.c.id)).first() is not None
 

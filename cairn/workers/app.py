@@ -34,6 +34,7 @@ from celery.worker.strategy import default as default_strategy
 
 from cairn.config import Settings
 from cairn.lease.waits import delivered
+from cairn.orchestrator.batches import SubmitItem, Submitted
 from cairn.orchestrator.messages import NodeMessage
 from cairn.reconnect import is_outage
 from cairn.workers.liveness import PING_TASK, Liveness
@@ -42,6 +43,8 @@ from cairn.workers.transport import TRANSPORT as REDIS_TRANSPORT
 log = logging.getLogger(__name__)
 
 NODE_TASK = "cairn.node"
+SUBMIT_TASK = "cairn.submit"
+SUBMIT_BATCH_TASK = "cairn.submit_batch"
 PUBLISHED_HEADER = "cairn_published_at"  # epoch seconds, set by CeleryPublisher
 
 
@@ -93,11 +96,41 @@ def make_celery(settings: Settings) -> Celery:
                     raise Reject(error, requeue=True) from error
                 raise
 
+    @app.task(name=SUBMIT_TASK, ignore_result=True)
+    def submit(
+        workflow: str,
+        input: dict[str, Any] | None = None,
+        request_id: str | None = None,
+        namespace: str = "default",
+        version: int | None = None,
+    ) -> str | None:
+        """Start a run from any Celery/kombu client (JSON). There is no result backend:
+        give a request id to find the run again (and to make a resent message one run)."""
+        return _submitted(
+            _process_runtime(app),
+            [SubmitItem(workflow, input or {}, request_id, version)],
+            namespace,
+        )[0].run_id
+
+    @app.task(name=SUBMIT_BATCH_TASK, ignore_result=True)
+    def submit_batch(runs: list[dict[str, Any]], namespace: str = "default") -> int:
+        """Start up to 1,000 runs in one transaction; returns how many were accepted."""
+        items = [SubmitItem.from_dict(run) for run in runs]
+        return sum(answer.ok for answer in _submitted(_process_runtime(app), items, namespace))
+
     @app.task(name=PING_TASK, ignore_result=True, Strategy="cairn.workers.liveness:ping_strategy")
     def ping(**_kwargs: Any) -> None:
         """Never runs: the consumer answers a ping itself (see its strategy)."""
 
     return app
+
+
+def _submitted(runtime: Any, items: list[SubmitItem], namespace: str) -> list[Submitted]:
+    answers: list[Submitted] = runtime.orchestrator.submit_batch(items, namespace=namespace)
+    for answer in answers:
+        if not answer.ok:  # acked anyway: sending it again would be refused again
+            log.error("submit refused (item %d): %s", answer.index, answer.error)
+    return answers
 
 
 def _published_at(request: Any) -> float | None:

@@ -75,16 +75,40 @@ def database_url(pg_template: str) -> Iterator[str]:
     _drop(name)
 
 
+SLOTS = 7  # pairs of logical databases: 2-3, 4-5, ..., 14-15
+SLOT_CLAIM_S = 900  # a claim outlives any test; a crashed test's claim then lapses
+
+
 @pytest.fixture
 def redis_urls() -> Iterator[tuple[str, str]]:
-    """(broker, leases): a pair of logical databases no other test uses at the same time."""
-    slot = next(_redis_slots) % 7 + 1
+    """(broker, leases): a pair of logical databases no other test uses at the same time
+    — in this process or in another test run on the same Redis (a claim in database 0,
+    taken with SET NX), so that two test runs side by side never share a broker."""
+    claims = redis.Redis.from_url(f"{REDIS}/0")
+    owner = f"{os.getpid()}:{next(_redis_slots)}"
+    deadline = time.monotonic() + SLOT_CLAIM_S
+    slot = None
+    while slot is None:
+        for candidate in range(1, SLOTS + 1):
+            if claims.set(f"cairn-test-slot:{candidate}", owner, nx=True, ex=SLOT_CLAIM_S):
+                slot = candidate
+                break
+        else:
+            if time.monotonic() > deadline:
+                raise RuntimeError("no free Redis test slot: are stale test runs alive?")
+            time.sleep(0.2)
     urls = (f"{REDIS}/{2 * slot}", f"{REDIS}/{2 * slot + 1}")
-    for url in urls:
-        redis.Redis.from_url(url).flushdb()
-    yield urls
-    for url in urls:
-        redis.Redis.from_url(url).flushdb()
+    try:
+        for url in urls:
+            redis.Redis.from_url(url).flushdb()
+        yield urls
+        for url in urls:
+            redis.Redis.from_url(url).flushdb()
+    finally:
+        key = f"cairn-test-slot:{slot}"
+        if claims.get(key) == owner.encode():
+            claims.delete(key)
+        claims.close()
 
 
 @dataclass

@@ -1,0 +1,119 @@
+"""The FastAPI app: built from one Settings object by :func:`create_app`.
+
+One :class:`~cairn.runtime.Runtime` per API process, built at startup (the database pool,
+the Celery publisher, the leases for heartbeats) and closed at shutdown. The API executes
+no node: with a broker configured the Celery workers do; in the embedded mode (no
+broker, no database URL) nothing else could run what the in-process broker holds, so
+this process also starts the worker threads and the scheduler, as ``cairn worker`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from sqlalchemy import text
+from starlette.concurrency import run_in_threadpool
+
+from cairn.api import errors, runs, stream
+from cairn.api.auth import ApiKeys
+from cairn.api.deps import Namespace, runtime_of
+from cairn.api.limits import BodyLimitMiddleware
+from cairn.api.metrics import CONTENT_TYPE_LATEST, ApiMetrics, MetricsMiddleware
+from cairn.api.models import WorkflowInfo, WorkflowList
+from cairn.config import Settings
+from cairn.runtime import Runtime
+from cairn.store.repository import to_epoch
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "1"
+
+
+def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
+    """The app. ``runtime``: use this one (tests, embedding) instead of building one at
+    startup; the caller then closes it."""
+    keys = ApiKeys.from_settings(settings)  # a bad key file fails here, before serving
+    metrics = ApiMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = runtime is None
+        app.state.runtime = runtime or await run_in_threadpool(Runtime.build, settings)
+        if owned and app.state.runtime.broker is not None:
+            app.state.runtime.start_workers()
+            app.state.runtime.start_scheduler()
+        if not len(keys):
+            log.warning("no API keys configured (CAIRN_API_KEYS): every request is refused")
+        try:
+            yield
+        finally:
+            if owned:
+                await run_in_threadpool(app.state.runtime.close)
+
+    app = FastAPI(
+        title="cairn",
+        version=API_VERSION,
+        description="Submit, follow, signal and cancel durable workflow runs. See docs/api.md.",
+        lifespan=lifespan,
+    )
+    app.state.keys = keys
+    app.state.metrics = metrics
+    errors.install(app)
+    app.include_router(runs.router)
+    app.include_router(stream.router)
+    app.include_router(_operations())
+    # The last added is the outermost: metrics see what the body limit refuses too.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app
+
+
+def _operations() -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/v1/workflows", response_model=WorkflowList, responses=runs.ERRORS)
+    def list_workflows(
+        runtime: Annotated[Runtime, Depends(runtime_of)], _namespace: Namespace
+    ) -> WorkflowList:
+        """Registered workflows, every version (definitions are shared by all namespaces)."""
+        with runtime.store.reading() as tx:
+            rows = tx.registered_workflows()
+        return WorkflowList(
+            workflows=[
+                WorkflowInfo(
+                    name=row.name, version=row.version, registered_at=to_epoch(row.registered_at)
+                )
+                for row in rows
+            ]
+        )
+
+    @router.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        """The process is up and its event loop answers (a liveness probe): nothing else
+        is checked, so a database outage does not get every API pod restarted."""
+        return {"status": "ok"}
+
+    @router.get("/readyz", include_in_schema=False)
+    def readyz(request: Request) -> Response:
+        """PostgreSQL answers (a readiness probe): take this pod out of the Service while
+        it cannot serve, without restarting it."""
+        runtime: Runtime | None = getattr(request.app.state, "runtime", None)
+        try:
+            if runtime is None:
+                raise RuntimeError("starting")
+            with runtime.store.reading() as tx:
+                tx.connection.execute(text("SELECT 1"))
+        except Exception as exc:  # any failure means: not ready
+            log.warning("not ready: %s", exc)
+            return errors.error_response(503, "unavailable", "the database cannot be reached")
+        return Response('{"status":"ready"}', media_type="application/json")
+
+    @router.get("/metrics", include_in_schema=False)
+    def prometheus(request: Request) -> Response:
+        return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    return router

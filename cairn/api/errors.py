@@ -1,0 +1,141 @@
+"""Errors as JSON: ``{"error": {"code", "message"}}``, with a stable code.
+
+The code is the one the engine's :class:`~cairn.errors.CairnError` carries (clients
+match on it; the message is for people); the HTTP status is chosen here, by error type.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cairn.api.auth import Unauthorized
+from cairn.artifacts.errors import ArtifactNotFound
+from cairn.errors import (
+    CairnError,
+    ConfigError,
+    ConfirmationRequired,
+    EventRejected,
+    IllegalTransition,
+    InvalidInput,
+    RunNotFound,
+    UnknownWorkflow,
+)
+
+log = logging.getLogger(__name__)
+
+
+class IdempotencyConflict(CairnError):
+    """An Idempotency-Key reused with a different request."""
+
+    code = "idempotency_conflict"
+
+
+class PayloadTooLarge(CairnError):
+    code = "payload_too_large"
+
+
+class UnsupportedMediaType(CairnError):
+    code = "unsupported_media_type"
+
+
+# Most specific first: the first isinstance match decides.
+STATUS_BY_ERROR: tuple[tuple[type[CairnError], int], ...] = (
+    (Unauthorized, 401),
+    (RunNotFound, 404),
+    (UnknownWorkflow, 404),
+    (ArtifactNotFound, 404),
+    (PayloadTooLarge, 413),
+    (UnsupportedMediaType, 415),
+    (InvalidInput, 422),
+    (IdempotencyConflict, 409),
+    (EventRejected, 409),  # a signal the run cannot take: the run's state conflicts
+    (IllegalTransition, 409),  # cancelling a finished run
+    (ConfirmationRequired, 409),
+    (ConfigError, 500),
+)
+
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+}
+
+
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def error_response(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(error_body(code, message, **extra), status_code=status, headers=headers)
+
+
+def status_of(exc: CairnError) -> int:
+    for kind, status in STATUS_BY_ERROR:
+        if isinstance(exc, kind):
+            return status
+    return 400  # refused on purpose, for a reason without a status of its own
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every failure into the one error shape."""
+
+    async def cairn_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, CairnError)
+        status = status_of(exc)
+        if status >= 500:
+            log.error("request failed: %s", exc)
+        return error_response(status, exc.code, str(exc))
+
+    async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        fields = [
+            {"field": ".".join(str(part) for part in err["loc"]), "message": err["msg"]}
+            for err in exc.errors()
+        ]
+        message = "; ".join(f"{entry['field']}: {entry['message']}" for entry in fields)
+        return error_response(422, "validation_error", message or "invalid request", fields=fields)
+
+    async def http_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        code = HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    async def data_error(_request: Request, exc: Exception) -> JSONResponse:
+        # A value the database refused (out of range, too long): the request's fault, as
+        # far as the client can tell; the field checks should have caught it first.
+        log.warning("the database refused a value: %s", exc)
+        return error_response(422, "invalid_value", "a value in the request cannot be stored")
+
+    async def unavailable(_request: Request, exc: Exception) -> JSONResponse:
+        log.warning("database unavailable: %s", exc)
+        return error_response(503, "unavailable", "the database cannot be reached; try again")
+
+    async def internal(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(500, "internal_error", "internal error")
+
+    app.add_exception_handler(CairnError, cairn_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    # The hot path's SQL runs on psycopg directly (cairn.store.fastpath): its errors come
+    # unwrapped by SQLAlchemy, and mean the same.
+    for refused in (DataError, psycopg.DataError):
+        app.add_exception_handler(refused, data_error)
+    for down in (OperationalError, psycopg.OperationalError):
+        app.add_exception_handler(down, unavailable)
+    app.add_exception_handler(Exception, internal)

@@ -1,0 +1,96 @@
+"""Request bodies: JSON only, and no larger than ``CAIRN_API_MAX_BODY_BYTES``.
+
+Checked before the app sees the body: a declared ``Content-Length`` over the limit is
+refused at once, unread, and a body without one (chunked) is counted as it arrives and
+refused as soon as it passes the limit, so no more than the limit is ever held. A body
+within the limit is read here and handed on whole, which is cheap at this size and makes
+the limit hold whatever the endpoint does with its body.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cairn.api.errors import error_body
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class BodyLimitMiddleware:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        headers = {key.lower(): value for key, value in scope["headers"]}
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                await _refuse(send, 400, "bad_request", "Content-Length is not a number")
+                return
+            if int(declared) > self.max_bytes:
+                await self._too_large(send)
+                return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client went away: nobody to answer
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if body and content_type != b"application/json":
+            await _refuse(
+                send,
+                415,
+                "unsupported_media_type",
+                "request bodies are JSON: send Content-Type: application/json",
+            )
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: wait for the disconnect, as usual
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Send) -> None:
+        await _refuse(
+            send,
+            413,
+            "payload_too_large",
+            f"the request body is larger than {self.max_bytes} bytes",
+        )
+
+
+async def _refuse(send: Send, status: int, code: str, message: str) -> None:
+    body = json.dumps(error_body(code, message)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),  # the rest of a refused body is not read
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

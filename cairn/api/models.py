@@ -1,0 +1,160 @@
+"""Request and response bodies. Requests forbid unknown fields (a typo in ``"imput"``
+must not start a run with an empty input), and every string that reaches a column has
+the column's limit and must be storable text, so a bad value is a 422 naming the field,
+never a database error."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from cairn.orchestrator.batches import MAX_BATCH
+from cairn.payloads import storable_text
+
+MAX_INT = 2**31 - 1  # PostgreSQL integer columns (version, seq)
+
+
+def _storable(value: str) -> str:
+    if not storable_text(value):
+        raise ValueError("contains a NUL character or text that is not valid Unicode")
+    return value
+
+
+# Lengths are the columns' (runs.workflow, runs.request_id: 200 characters).
+WorkflowName = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_storable)]
+RequestId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_storable)]
+Short = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_storable)]
+Reason = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_storable)]
+Version = Annotated[int, Field(ge=1, le=MAX_INT)]
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SubmitRequest(Request):
+    workflow: WorkflowName
+    input: dict[str, Any] = Field(default_factory=dict, description="The run's input.")
+    version: Version | None = Field(default=None, description="Pin a version (default newest).")
+
+
+class BatchItem(Request):
+    workflow: WorkflowName
+    input: dict[str, Any] = Field(default_factory=dict)
+    version: Version | None = None
+    request_id: RequestId | None = Field(
+        default=None, description="Idempotency: the same request id returns the same run."
+    )
+
+
+class BatchRequest(Request):
+    runs: list[BatchItem] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class SignalRequest(Request):
+    payload: dict[str, Any] | None = None
+    actor: Short | None = Field(default=None, description="Who decides (kept in the log).")
+    signal_id: RequestId | None = Field(
+        default=None, description="Idempotency: the same signal id is applied once."
+    )
+    node: Short | None = Field(
+        default=None, description="The wait or held node this answers (if several)."
+    )
+
+
+class CancelRequest(Request):
+    reason: Reason = "cancelled through the API"
+    actor: Short | None = None
+
+
+class Submitted(BaseModel):
+    run_id: str
+    status_url: str
+
+
+class BatchResult(BaseModel):
+    index: int
+    run_id: str | None = None
+    status_url: str | None = None
+    created: bool | None = None
+    error: dict[str, str] | None = None
+
+
+class BatchResponse(BaseModel):
+    created: int
+    existing: int
+    refused: int
+    results: list[BatchResult]
+
+
+class RunSummary(BaseModel):
+    id: str
+    workflow: str
+    version: int
+    status: str
+    request_id: str | None
+    current: list[str]
+    reason: str | None
+    last_seq: int
+    created_at: float = Field(description="Epoch seconds.")
+    updated_at: float = Field(description="Epoch seconds.")
+
+
+class RunPage(BaseModel):
+    runs: list[RunSummary]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
+
+
+class Progress(BaseModel):
+    steps: int = Field(description="Decisions taken so far (events applied).")
+    done: int = Field(description="Distinct task nodes that have succeeded.")
+    total: int = Field(
+        description="Task nodes in the definition: an upper bound, since branches not "
+        "taken never run (and loops revisit nodes)."
+    )
+
+
+class RunDetail(RunSummary):
+    namespace: str
+    nodes: dict[str, str]
+    visits: dict[str, int]
+    progress: Progress
+    heartbeats: dict[str, dict[str, Any] | None]
+    last_event: dict[str, Any] | None
+    vars: dict[str, Any]
+    result: dict[str, Any] | None = Field(description="The final state, once succeeded.")
+    waiting: list[dict[str, Any]] = Field(description="What would answer each wait.")
+    explain: list[str]
+    links: dict[str, str]
+
+
+class EventPage(BaseModel):
+    events: list[dict[str, Any]]
+    next_after: int = Field(description="Pass as ?after= for the next page.")
+
+
+class SignalResult(BaseModel):
+    run_id: str
+    applied: bool = Field(description="False if this signal id was applied before.")
+    status: str
+
+
+class CancelResult(BaseModel):
+    run_id: str
+    changed: bool = Field(description="False if the run was already being cancelled.")
+    status: str
+
+
+class ArtifactList(BaseModel):
+    artifacts: list[dict[str, Any]]
+
+
+class WorkflowInfo(BaseModel):
+    name: str
+    version: int
+    registered_at: float
+
+
+class WorkflowList(BaseModel):
+    workflows: list[WorkflowInfo]

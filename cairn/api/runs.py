@@ -1,0 +1,483 @@
+"""``/v1/runs``: submit (one or a batch), read, list, events, signals, cancel, artifacts.
+
+Endpoints are plain ``def``: FastAPI runs them on its thread pool, so the synchronous
+orchestrator never blocks the event loop. Every run is looked up within the caller's
+namespace; a run of another namespace is "not found", exactly like a missing one, so a
+key cannot even learn that another tenant's run exists.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+
+from cairn.api.deps import Namespace, runtime_of, storable
+from cairn.api.errors import IdempotencyConflict
+from cairn.api.models import (
+    MAX_INT,
+    ArtifactList,
+    BatchItem,
+    BatchRequest,
+    BatchResponse,
+    BatchResult,
+    CancelRequest,
+    CancelResult,
+    EventPage,
+    Progress,
+    RunDetail,
+    RunPage,
+    RunSummary,
+    SignalRequest,
+    SignalResult,
+    SubmitRequest,
+    Submitted,
+)
+from cairn.artifacts.registry import ArtifactRegistry
+from cairn.errors import InvalidInput, RunNotFound
+from cairn.lease.leases import lease_key
+from cairn.orchestrator.batches import SubmitItem
+from cairn.orchestrator.definition import TaskNode
+from cairn.orchestrator.explain import awaiting, context_lines, waiting_lines
+from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.runtime import Runtime
+from cairn.store.repository import to_epoch
+
+router = APIRouter(prefix="/v1")
+
+RunId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="A run id, as submit returned it.",
+    ),
+]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        min_length=1,
+        max_length=200,
+        description="Request-level idempotency: the same key and body return the same run; "
+        "the same key with another body is refused (409).",
+    ),
+]
+Runtime_ = Annotated[Runtime, Depends(runtime_of)]
+EVENTS_PAGE_MAX = 1000
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "No API key, or a wrong one."},
+    404: {"description": "No such run in this key's namespace."},
+    422: {"description": "A field is missing, unknown or of the wrong type (named)."},
+}
+
+
+def status_url(run_id: str) -> str:
+    return f"/v1/runs/{run_id}"
+
+
+# -- submit -----------------------------------------------------------------------------
+
+
+@router.post(
+    "/runs",
+    status_code=202,
+    response_model=Submitted,
+    responses={
+        200: {"model": Submitted, "description": "The run this Idempotency-Key started."},
+        409: {"description": "The Idempotency-Key was used with another request."},
+        **ERRORS,
+    },
+)
+def submit_run(
+    *,
+    body: SubmitRequest,
+    request: Request,
+    response: Response,
+    runtime: Runtime_,
+    namespace: Namespace,
+    idempotency_key: IdempotencyKey = None,
+) -> Submitted:
+    """Start a run; 202 with its id at once (the run goes on in the background)."""
+    metrics = request.app.state.metrics
+    key = storable(idempotency_key, "Idempotency-Key")
+    if key is not None:
+        existing = _by_request(runtime, namespace, key)
+        if existing is not None:
+            _same_request(existing, body, key)
+            metrics.submitted.labels("single", "existing").inc()
+            response.status_code = 200
+            return _submitted(response, str(existing.id))
+    try:
+        run_id = runtime.orchestrator.submit(
+            body.workflow, body.input, request_id=key, namespace=namespace, version=body.version
+        )
+    except Exception:
+        metrics.submitted.labels("single", "refused").inc()
+        raise
+    if key is not None:
+        # Two requests with one key may both have found nothing above; the one whose
+        # insert lost got the winner's run back and must compare bodies too.
+        winner = _by_request(runtime, namespace, key)
+        assert winner is not None
+        _same_request(winner, body, key)
+    metrics.submitted.labels("single", "created").inc()
+    return _submitted(response, run_id)
+
+
+@router.post(
+    "/runs:batch",
+    response_model=BatchResponse,
+    responses={413: {"description": "The body is over CAIRN_API_MAX_BODY_BYTES."}, **ERRORS},
+)
+def submit_batch(
+    body: BatchRequest, request: Request, runtime: Runtime_, namespace: Namespace
+) -> BatchResponse:
+    """Start up to 1,000 runs in one transaction. Each item is answered on its own (by
+    index): the run it started, the run its ``request_id`` already had (``created``
+    false; a different workflow or input under a taken request id is refused as an
+    ``idempotency_conflict``), or the error that refused it."""
+    answers: dict[int, BatchResult] = {}
+    # Request ids already taken (before, or by an earlier item of this batch) are
+    # answered here — a taken id with another workflow or input is a conflict, which
+    # only the row can tell — and only fresh items go to the orchestrator, which answers
+    # an id taken meanwhile (a concurrent submit) with the run that took it.
+    request_ids = [item.request_id for item in body.runs if item.request_id is not None]
+    with runtime.store.reading() as tx:
+        taken = {row.request_id: row for row in tx.runs_by_requests(namespace, request_ids)}
+    first_of: dict[str, int] = {}
+    fresh: list[int] = []
+    later: list[tuple[int, int]] = []  # (index, index of the batch's first item with its id)
+    for index, item in enumerate(body.runs):
+        rid = item.request_id
+        if rid is not None and rid in taken:
+            answers[index] = _existing(index, taken[rid], item)
+        elif rid is not None and rid in first_of:
+            later.append((index, first_of[rid]))
+        else:
+            if rid is not None:
+                first_of[rid] = index
+            fresh.append(index)
+    items = [
+        SubmitItem(item.workflow, item.input, item.request_id, item.version)
+        for item in (body.runs[index] for index in fresh)
+    ]
+    submitted = runtime.orchestrator.submit_batch(items, namespace=namespace) if items else []
+    for answer in submitted:
+        index = fresh[answer.index]
+        if answer.run_id is None:
+            error = {"code": str(answer.error_code), "message": str(answer.error)}
+            answers[index] = BatchResult(index=index, error=error)
+        elif answer.created:
+            answers[index] = BatchResult(
+                index=index,
+                run_id=answer.run_id,
+                status_url=status_url(answer.run_id),
+                created=True,
+            )
+        else:  # taken by a concurrent request since the read above
+            row = _rows(runtime, [answer.run_id])[answer.run_id]
+            answers[index] = _existing(index, row, body.runs[index])
+    for index, first in later:
+        first_answer = answers[first]
+        if first_answer.run_id is None:
+            answers[index] = BatchResult(index=index, error=first_answer.error)
+        elif not _matches(body.runs[first], body.runs[index]):
+            answers[index] = _conflict(index, body.runs[index].request_id, first_answer.run_id)
+        else:
+            answers[index] = first_answer.model_copy(update={"index": index, "created": False})
+    results = [answers[index] for index in range(len(body.runs))]
+    created = sum(1 for r in results if r.created)
+    existing = sum(1 for r in results if r.created is False)
+    refused = len(results) - created - existing
+    metrics = request.app.state.metrics
+    for outcome, count in (("created", created), ("existing", existing), ("refused", refused)):
+        if count:
+            metrics.submitted.labels("batch", outcome).inc(count)
+    return BatchResponse(created=created, existing=existing, refused=refused, results=results)
+
+
+def _existing(index: int, row: Any, item: BatchItem) -> BatchResult:
+    if not _matches(row, item):
+        return _conflict(index, item.request_id, str(row.id))
+    return BatchResult(
+        index=index, run_id=str(row.id), status_url=status_url(str(row.id)), created=False
+    )
+
+
+def _conflict(index: int, request_id: str | None, run_id: str) -> BatchResult:
+    conflict = IdempotencyConflict(
+        f"request id {request_id!r} started another run ({run_id}) with a different "
+        "workflow or input"
+    )
+    return BatchResult(index=index, error={"code": conflict.code, "message": str(conflict)})
+
+
+def _submitted(response: Response, run_id: str) -> Submitted:
+    response.headers["Location"] = status_url(run_id)
+    return Submitted(run_id=run_id, status_url=status_url(run_id))
+
+
+def _by_request(runtime: Runtime, namespace: str, request_id: str) -> Any:
+    with runtime.store.reading() as tx:
+        return tx.run_by_request(namespace, request_id)
+
+
+def _rows(runtime: Runtime, run_ids: list[str]) -> dict[str, Any]:
+    if not run_ids:
+        return {}
+    with runtime.store.reading() as tx:
+        return {run_id: tx.run(run_id) for run_id in run_ids}
+
+
+def _matches(row: Any, body: SubmitRequest | BatchItem) -> bool:
+    """Is the run ``row`` what this request asks for? Inputs compare as canonical JSON,
+    so 1 and true (equal in Python) are different requests, as they are to a handler."""
+    return bool(
+        row.workflow == body.workflow
+        and (body.version is None or row.version == body.version)
+        and _canonical(row.input) == _canonical(body.input)
+    )
+
+
+def _same_request(row: Any, body: SubmitRequest, key: str) -> None:
+    if not _matches(row, body):
+        raise IdempotencyConflict(
+            f"Idempotency-Key {key!r} was used for another request (run {row.id}, "
+            f"workflow {row.workflow}); use a new key for a new request"
+        )
+
+
+def _canonical(value: Mapping[str, Any]) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+@router.get("/runs/{run_id}", response_model=RunDetail, responses=ERRORS)
+def get_run(run_id: RunId, runtime: Runtime_, namespace: Namespace) -> RunDetail:
+    """A run: status, where it is, progress, liveness of its running nodes, its last
+    event, its state, and in words why it waits."""
+    orchestrator = runtime.orchestrator
+    view = orchestrator.get_run(run_id)
+    if view.namespace != namespace:
+        raise RunNotFound(f"no run {run_id}")
+    state = view.state
+    assert state is not None  # get_run always restores it
+    definition = orchestrator.registry.get(view.workflow, view.version)
+    running = [(n.node, n.iteration, "run") for n in state.active_nodes]
+    current = state.compensation.current if state.compensation else None
+    if current is not None and current.active:
+        running.append((current.node, current.iteration, "compensate"))
+    beats = (
+        runtime.leases.beats([lease_key(run_id, *entry) for entry in running]) if running else []
+    )
+    with runtime.store.reading() as tx:
+        last = tx.events_after(run_id, view.last_seq - 1, upto=view.last_seq)
+    tasks = {name for name, node in definition.nodes.items() if isinstance(node, TaskNode)}
+    done = {n.node for n in state.nodes.values() if n.status is NodeStatus.SUCCEEDED}
+    return RunDetail(
+        id=view.id,
+        namespace=view.namespace,
+        workflow=view.workflow,
+        version=view.version,
+        status=view.status.value,
+        request_id=view.request_id,
+        current=view.current,
+        reason=view.reason,
+        last_seq=view.last_seq,
+        created_at=view.created_at,
+        updated_at=view.updated_at,
+        nodes={name: node.status.value for name, node in state.nodes.items()},
+        visits=dict(state.visits),
+        progress=Progress(steps=state.steps, done=len(done & tasks), total=len(tasks)),
+        heartbeats={
+            f"{node}#{iteration}" + ("" if phase == "run" else f" ({phase})"): beat
+            for (node, iteration, phase), beat in zip(running, beats, strict=True)
+        },
+        last_event=({"seq": last[0].seq, "type": last[0].type, "at": last[0].at} if last else None),
+        vars=state.vars,
+        result=state.vars if view.status is RunStatus.SUCCEEDED else None,
+        waiting=[entry.to_dict() for entry in awaiting(definition, state)],
+        explain=waiting_lines(definition, state, time.time()) + context_lines(definition, state),
+        links={
+            "self": status_url(run_id),
+            "events": f"{status_url(run_id)}/events",
+            "stream": f"{status_url(run_id)}/stream",
+            "artifacts": f"{status_url(run_id)}/artifacts",
+        },
+    )
+
+
+@router.get("/runs", response_model=RunPage, responses=ERRORS)
+def list_runs(
+    *,
+    runtime: Runtime_,
+    namespace: Namespace,
+    status: Annotated[RunStatus | None, Query(description="Only runs in this status.")] = None,
+    workflow: Annotated[
+        str | None, Query(min_length=1, max_length=200, description="Only this workflow.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=200, description="next_cursor of the previous page.")
+    ] = None,
+) -> RunPage:
+    """The namespace's runs, newest first, a page at a time."""
+    before = _decode_cursor(cursor) if cursor else None
+    with runtime.store.reading() as tx:
+        rows = tx.runs_page(
+            namespace,
+            status=status.value if status else None,
+            workflow=storable(workflow, "workflow"),
+            limit=limit + 1,  # one more tells whether there is a next page
+            before=before,
+        )
+    page = rows[:limit]
+    next_cursor = _encode_cursor(page[-1]) if len(rows) > limit else None
+    return RunPage(runs=[_summary(row) for row in page], next_cursor=next_cursor)
+
+
+def _summary(row: Any) -> RunSummary:
+    return RunSummary(
+        id=row.id,
+        workflow=row.workflow,
+        version=row.version,
+        status=row.status,
+        request_id=row.request_id,
+        current=list(row.current or []),
+        reason=row.reason,
+        last_seq=row.last_seq,
+        created_at=to_epoch(row.created_at),
+        updated_at=to_epoch(row.updated_at),
+    )
+
+
+def _encode_cursor(row: Any) -> str:
+    raw = json.dumps([row.created_at.isoformat(), row.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, run_id = json.loads(raw)
+        return datetime.fromisoformat(created), str(run_id)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise InvalidInput("cursor: not a cursor this API returned") from exc
+
+
+@router.get("/runs/{run_id}/events", response_model=EventPage, responses=ERRORS)
+def run_events(
+    run_id: RunId,
+    runtime: Runtime_,
+    namespace: Namespace,
+    after: Annotated[int, Query(ge=0, le=MAX_INT, description="Only events after this seq.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=EVENTS_PAGE_MAX)] = EVENTS_PAGE_MAX,
+) -> EventPage:
+    """The run's event log after ``after``, oldest first (the history is append-only:
+    a page once read never changes)."""
+    with runtime.store.reading() as tx:
+        _check(tx.run_head(run_id), run_id, namespace)
+        rows = tx.events_after(run_id, after, upto=after + limit)
+    events = [event_dict(row) for row in rows]
+    return EventPage(events=events, next_after=events[-1]["seq"] if events else after)
+
+
+def event_dict(row: Any) -> dict[str, Any]:
+    return {
+        "seq": row.seq,
+        "type": row.type,
+        "at": row.at,
+        "data": row.data,
+        "outcome": row.outcome,
+    }
+
+
+def _check(head: Any, run_id: str, namespace: str) -> Any:
+    if head is None or head.namespace != namespace:
+        raise RunNotFound(f"no run {run_id}")
+    return head
+
+
+def head_in(runtime: Runtime, run_id: str, namespace: str) -> Any:
+    """The run's head (namespace, status, last seq) if the namespace may see it."""
+    with runtime.store.reading() as tx:
+        return _check(tx.run_head(run_id), run_id, namespace)
+
+
+# -- acting on a run --------------------------------------------------------------------
+
+
+@router.post(
+    "/runs/{run_id}/signals/{name}",
+    response_model=SignalResult,
+    responses={409: {"description": "The run cannot take this signal now."}, **ERRORS},
+)
+def send_signal(
+    *,
+    run_id: RunId,
+    name: Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")],
+    runtime: Runtime_,
+    namespace: Namespace,
+    body: SignalRequest | None = None,
+    idempotency_key: IdempotencyKey = None,
+) -> SignalResult:
+    """Send a signal to a waiting run (a wait's signal; ``recovery.retry``,
+    ``recovery.complete``, ``recovery.fail`` for a held node). Applied at once; the same
+    ``signal_id`` (or Idempotency-Key) twice is applied once. A signal the run cannot
+    take (not waiting, not declared, already decided) is refused with 409 and its code."""
+    head_in(runtime, run_id, namespace)
+    body = body or SignalRequest()
+    decision = runtime.orchestrator.signal(
+        run_id,
+        name,
+        body.payload,
+        actor=body.actor,
+        signal_id=body.signal_id or storable(idempotency_key, "Idempotency-Key"),
+        node=body.node,
+    )
+    return SignalResult(
+        run_id=run_id, applied=decision.ignored is None, status=decision.state.status.value
+    )
+
+
+@router.post(
+    "/runs/{run_id}/cancel",
+    status_code=202,
+    response_model=CancelResult,
+    responses={409: {"description": "The run has finished already."}, **ERRORS},
+)
+def cancel_run(
+    run_id: RunId, runtime: Runtime_, namespace: Namespace, body: CancelRequest | None = None
+) -> CancelResult:
+    """Cancel a run: it moves to ``cancelling`` at once and ends ``cancelled`` once its
+    running nodes have stopped (see docs/failures.md). 409 for a finished run."""
+    head_in(runtime, run_id, namespace)
+    body = body or CancelRequest()
+    decision = runtime.orchestrator.cancel(run_id, body.reason, actor=body.actor)
+    return CancelResult(
+        run_id=run_id, changed=decision.ignored is None, status=decision.state.status.value
+    )
+
+
+@router.get("/runs/{run_id}/artifacts", response_model=ArtifactList, responses=ERRORS)
+def run_artifacts(
+    run_id: RunId,
+    runtime: Runtime_,
+    namespace: Namespace,
+    name: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+) -> ArtifactList:
+    """Every registered artifact version of the run (of ``name`` only, if given), with
+    its reference and provenance. The content stays in the object store."""
+    head_in(runtime, run_id, namespace)
+    found = ArtifactRegistry(runtime.store).versions(run_id, storable(name, "name"))
+    return ArtifactList(artifacts=[info.to_dict() for info in found])

@@ -1,0 +1,105 @@
+"""``GET /v1/runs/{id}/stream``: the run's events as Server-Sent Events, as they are
+appended, until the run ends.
+
+The events table is polled (each poll: the run's head, then any newer events; two
+indexed reads on one connection, on a pool thread) rather than pushed: PostgreSQL is the
+only place every process writes, so it is the one source any API replica can follow, and
+a stream missed by no notification. Each event carries ``id: <seq>``; a client that lost
+the connection reconnects with ``Last-Event-ID`` (browsers' EventSource do so by
+themselves) and gets exactly the events after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from cairn.api.deps import Namespace
+from cairn.api.models import MAX_INT
+from cairn.api.runs import ERRORS, RunId, event_dict, head_in
+from cairn.orchestrator.statuses import RunStatus
+from cairn.runtime import Runtime
+
+router = APIRouter(prefix="/v1")
+
+POLL_S = 0.25  # a new event reaches the client within this (plus one read)
+KEEPALIVE_S = 15.0  # a comment line, so that proxies do not close a quiet stream
+RETRY_MS = 1000  # how soon an EventSource reconnects after a drop
+
+
+@router.get(
+    "/runs/{run_id}/stream",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "text/event-stream: `id: <seq>`, `event: <type>`, `data: <event "
+            "JSON>` per event; a last `event: end` with the final status.",
+            "content": {"text/event-stream": {}},
+        },
+        **ERRORS,
+    },
+)
+async def stream_run(
+    run_id: RunId,
+    request: Request,
+    namespace: Namespace,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_INT, description="Start after this seq.")
+    ] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(pattern=r"^[0-9]{1,10}$", description="Resume after this seq (reconnects)."),
+    ] = None,
+) -> StreamingResponse:
+    runtime: Runtime = request.app.state.runtime
+    await run_in_threadpool(head_in, runtime, run_id, namespace)  # 404 before any byte
+    start = int(last_event_id) if last_event_id is not None else (after or 0)
+    return StreamingResponse(
+        _events(runtime, run_id, min(start, MAX_INT), request),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _events(runtime: Runtime, run_id: str, seq: int, request: Request) -> AsyncIterator[str]:
+    yield f"retry: {RETRY_MS}\n\n"
+    quiet_since = time.monotonic()
+    while True:
+        head, rows = await run_in_threadpool(_read, runtime, run_id, seq)
+        for row in rows:
+            yield _format(row.seq, row.type, event_dict(row))
+            seq = row.seq
+        if rows:
+            quiet_since = time.monotonic()
+        if head is None:  # the run was deleted (retention) while we streamed
+            return
+        if RunStatus(head.status).terminal and seq >= head.last_seq:
+            yield f"event: end\ndata: {json.dumps({'status': head.status, 'last_seq': seq})}\n\n"
+            return
+        if time.monotonic() - quiet_since >= KEEPALIVE_S:
+            yield ": keepalive\n\n"
+            quiet_since = time.monotonic()
+        if await request.is_disconnected():
+            return
+        await asyncio.sleep(POLL_S)
+
+
+def _read(runtime: Runtime, run_id: str, seq: int) -> tuple[Any, list[Any]]:
+    # Head first: if it says the run has ended at seq N, the events read after it
+    # include N, so the stream never ends before sending the last event.
+    with runtime.store.reading() as tx:
+        head = tx.run_head(run_id)
+        rows = tx.events_after(run_id, seq) if head is not None and head.last_seq > seq else []
+    return head, rows
+
+
+def _format(seq: int, kind: str, data: dict[str, Any]) -> str:
+    # json.dumps escapes newlines, so the data is one line, as SSE requires.
+    return f"id: {seq}\nevent: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"

@@ -1,0 +1,37 @@
+"""``cairn api``: the HTTP API on uvicorn."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cairn.cli.main import _cwd_importable, app
+from cairn.config import Settings
+
+
+@app.command()
+def api(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+) -> None:
+    """Serve the HTTP API (docs/api.md): submit, read, stream, signal and cancel runs.
+    One process per replica; scale with replicas, not with uvicorn workers, so that each
+    process keeps one database pool."""
+    _cwd_importable()  # the embedded mode runs handlers in this process
+    import uvicorn  # noqa: PLC0415 - the other commands need not import the server
+
+    from cairn.api import create_app  # noqa: PLC0415
+
+    settings = Settings.from_env()
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=settings.log_level.lower(),
+        # Behind a load balancer the client address comes from X-Forwarded-For; trusted
+        # from loopback only by default (FORWARDED_ALLOW_IPS widens it).
+        proxy_headers=True,
+        access_log=False,  # /metrics counts requests; a line per request is too much
+        timeout_graceful_shutdown=10,
+    )

@@ -1,0 +1,563 @@
+"""The HTTP API against a real uvicorn server (``cairn api`` as a subprocess) backed by
+PostgreSQL, Redis, a Celery worker and the scheduler, so that runs really execute.
+
+One deployment serves the whole module (starting a worker per test would cost more than
+the tests): every test works on runs of its own, in one of two namespaces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import schemathesis
+from hypothesis import HealthCheck, settings
+
+from cairn.config import Settings
+from tests.integration.conftest import (
+    FAST,
+    REDIS,
+    ROOT,
+    WORKFLOWS,
+    Cluster,
+    _admin,
+    _db_url,
+    _drop,
+    _redis_slots,
+)
+from tests.integration.test_lease_metrics import free_ports
+
+KEY_A = "alpha-key-0123456789abcdef"
+KEY_B = "beta-key-0123456789abcdef0"
+A = {"Authorization": f"Bearer {KEY_A}"}
+B = {"Authorization": f"Bearer {KEY_B}"}
+MAX_BODY = 65_536
+
+
+@dataclass
+class Deployment:
+    cluster: Cluster
+    base_url: str
+
+    @property
+    def ledger(self) -> Path:
+        return self.cluster.ledger
+
+
+@pytest.fixture(scope="module")
+def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """Database, Redis, worker, scheduler and the API server for this module."""
+    name = f"cairn_t_{uuid.uuid4().hex[:12]}"
+    with _admin() as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    slot = next(_redis_slots) % 7 + 1
+    broker, leases = f"{REDIS}/{2 * slot}", f"{REDIS}/{2 * slot + 1}"
+    for url in (broker, leases):
+        redis.Redis.from_url(url).flushdb()
+    tmp = tmp_path_factory.mktemp("api")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("CAIRN_")}
+    env.update(FAST)
+    env.update(
+        {
+            "CAIRN_DATABASE_URL": _db_url(name),
+            "CAIRN_BROKER_URL": broker,
+            "CAIRN_REDIS_URL": leases,
+            "CAIRN_WORKFLOWS": str(WORKFLOWS),
+            "CAIRN_HOME": str(tmp / "home"),
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
+    logs = tmp / "logs"
+    logs.mkdir()
+    cluster = Cluster(settings, env, logs, tmp / "ledger.txt")
+    (port,) = free_ports(1)
+    keys_file = tmp / "keys"
+    keys_file.write_text(f"# the second namespace's key comes from a file\nbeta:{KEY_B}\n")
+    try:
+        cluster.worker(concurrency=2)
+        cluster.scheduler()
+        cluster.spawn(
+            "api",
+            f"--port={port}",
+            env={
+                "CAIRN_API_KEYS": f"alpha:{KEY_A}",
+                "CAIRN_API_KEYS_FILE": str(keys_file),
+                "CAIRN_API_MAX_BODY_BYTES": str(MAX_BODY),
+            },
+        )
+        base_url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"{base_url}/readyz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        cluster.wait_for(ready, timeout_s=30, what="the API to be ready")
+        yield Deployment(cluster, base_url)
+    finally:
+        cluster.stop()
+        for url in (broker, leases):
+            redis.Redis.from_url(url).flushdb()
+        _drop(name)
+
+
+@pytest.fixture(scope="module")
+def http(deployment: Deployment) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=deployment.base_url, timeout=10) as client:
+        yield client
+
+
+def submit(http: httpx.Client, ledger: Path, workflow: str = "approval", **extra: Any) -> str:
+    headers = extra.pop("headers", A)
+    response = http.post(
+        "/v1/runs",
+        json={"workflow": workflow, "input": {"ledger": str(ledger), **extra}},
+        headers=headers,
+    )
+    assert response.status_code == 202, response.text
+    return str(response.json()["run_id"])
+
+
+def wait_status(
+    http: httpx.Client,
+    run_id: str,
+    *statuses: str,
+    headers: dict[str, str] = A,
+    timeout_s: float = 60,
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = http.get(f"/v1/runs/{run_id}", headers=headers).json()
+        if run["status"] in statuses:
+            return dict(run)
+        terminal = {"succeeded", "failed", "cancelled", "compensated", "rolled_back"}
+        assert run["status"] not in terminal, f"run {run_id} ended {run['status']}: {run['reason']}"
+        assert time.monotonic() < deadline, f"run {run_id} still {run['status']}"
+        time.sleep(0.05)
+
+
+def error_code(response: httpx.Response) -> str:
+    return str(response.json()["error"]["code"])
+
+
+# -- operations and auth ----------------------------------------------------------------
+
+
+def test_probes_and_metrics_need_no_key(http: httpx.Client) -> None:
+    assert http.get("/healthz").json() == {"status": "ok"}
+    assert http.get("/readyz").status_code == 200
+    spec = http.get("/openapi.json").json()
+    assert "/v1/runs" in spec["paths"]
+    assert "/v1/runs/{run_id}/stream" in spec["paths"]
+    metrics = http.get("/metrics")
+    assert metrics.status_code == 200
+    assert "cairn_api_requests_total" in metrics.text
+
+
+def test_every_v1_endpoint_refuses_without_a_valid_key(http: httpx.Client) -> None:
+    run = "00000000-0000-0000-0000-000000000000"
+    calls = [
+        ("POST", "/v1/runs", {"workflow": "approval"}),
+        ("POST", "/v1/runs:batch", {"runs": [{"workflow": "approval"}]}),
+        ("GET", "/v1/runs", None),
+        ("GET", f"/v1/runs/{run}", None),
+        ("GET", f"/v1/runs/{run}/events", None),
+        ("GET", f"/v1/runs/{run}/stream", None),
+        ("POST", f"/v1/runs/{run}/signals/approve", {}),
+        ("POST", f"/v1/runs/{run}/cancel", {}),
+        ("GET", f"/v1/runs/{run}/artifacts", None),
+        ("GET", "/v1/workflows", None),
+    ]
+    wrong = [
+        {},
+        {"Authorization": "Bearer not-a-key-at-all-0000"},
+        {"Authorization": f"Basic {KEY_A}"},
+        {"Authorization": f"Bearer {KEY_A}x"},
+    ]
+    for method, path, body in calls:
+        for headers in wrong:
+            response = http.request(method, path, json=body, headers=headers)
+            assert response.status_code == 401, (method, path, headers, response.text)
+            assert error_code(response) == "unauthorized"
+            assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_workflows(http: httpx.Client) -> None:
+    found = http.get("/v1/workflows", headers=A).json()["workflows"]
+    assert {"approval", "chain10", "artifacts"} <= {w["name"] for w in found}
+
+
+# -- submit, read, list -----------------------------------------------------------------
+
+
+def test_submit_signal_and_read(http: httpx.Client, deployment: Deployment) -> None:
+    response = http.post(
+        "/v1/runs",
+        json={"workflow": "approval", "input": {"ledger": str(deployment.ledger)}},
+        headers=A,
+    )
+    assert response.status_code == 202
+    run_id = response.json()["run_id"]
+    assert response.json()["status_url"] == f"/v1/runs/{run_id}"
+    assert response.headers["location"] == f"/v1/runs/{run_id}"
+
+    run = wait_status(http, run_id, "waiting")
+    assert run["namespace"] == "alpha"
+    assert run["nodes"] == {"draft": "succeeded", "review": "waiting"}
+    assert run["progress"] == {"steps": 2, "done": 1, "total": 2}
+    assert run["waiting"][0]["signals"] == ["approve", "reject"]
+    assert any("waiting for a signal (approve, reject)" in line for line in run["explain"])
+    assert run["last_event"]["seq"] == run["last_seq"] == 2
+    assert run["result"] is None
+
+    refused = http.post(f"/v1/runs/{run_id}/signals/maybe", json={}, headers=A)
+    assert refused.status_code == 409
+    assert error_code(refused) == "unknown_signal"
+
+    body = {"payload": {"note": "ship it"}, "actor": "alice", "signal_id": "sig-1"}
+    applied = http.post(f"/v1/runs/{run_id}/signals/approve", json=body, headers=A)
+    assert applied.status_code == 200, applied.text
+    assert applied.json()["applied"] is True
+    again = http.post(f"/v1/runs/{run_id}/signals/approve", json=body, headers=A)
+    assert again.status_code == 200
+    assert again.json()["applied"] is False  # the same signal id is applied once
+
+    run = wait_status(http, run_id, "succeeded")
+    assert run["result"]["decisions"]["review"]["actor"] == "alice"
+    assert run["progress"]["done"] == 2
+
+    late = http.post(f"/v1/runs/{run_id}/signals/approve", json={}, headers=A)
+    assert late.status_code == 409
+    assert error_code(late) == "not_waiting"
+
+    events = http.get(f"/v1/runs/{run_id}/events", headers=A).json()
+    assert [e["seq"] for e in events["events"]] == list(range(1, run["last_seq"] + 1))
+    assert events["next_after"] == run["last_seq"]
+    page = http.get(f"/v1/runs/{run_id}/events?after=1&limit=2", headers=A).json()
+    assert [e["seq"] for e in page["events"]] == [2, 3]
+    assert page["events"][1]["type"] == "signal_received"
+
+
+def test_list_runs_pages_by_keyset(http: httpx.Client, deployment: Deployment) -> None:
+    mine = {submit(http, deployment.ledger, "chain10") for _ in range(5)}
+    seen: list[str] = []
+    cursor = None
+    while True:
+        query = "/v1/runs?workflow=chain10&limit=2" + (f"&cursor={cursor}" if cursor else "")
+        page = http.get(query, headers=A).json()
+        seen.extend(run["id"] for run in page["runs"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert mine <= set(seen)
+    assert len(seen) == len(set(seen))  # no run twice across pages
+    created = [
+        run["created_at"] for run in http.get("/v1/runs?limit=500", headers=A).json()["runs"]
+    ]
+    assert created == sorted(created, reverse=True)
+
+    for run_id in mine:
+        wait_status(http, run_id, "succeeded")
+    done = http.get("/v1/runs?status=succeeded&workflow=chain10&limit=500", headers=A).json()
+    assert mine <= {run["id"] for run in done["runs"]}
+    assert http.get("/v1/runs?status=running&workflow=chain10", headers=A).json()["runs"] == []
+    bad = http.get("/v1/runs?cursor=bm90LWEtY3Vyc29y", headers=A)
+    assert bad.status_code == 422
+    assert "cursor" in bad.json()["error"]["message"]
+
+
+def test_namespaces_are_isolated(http: httpx.Client, deployment: Deployment) -> None:
+    run_id = submit(http, deployment.ledger)
+    wait_status(http, run_id, "waiting")
+    for method, path in [
+        ("GET", f"/v1/runs/{run_id}"),
+        ("GET", f"/v1/runs/{run_id}/events"),
+        ("GET", f"/v1/runs/{run_id}/stream"),
+        ("GET", f"/v1/runs/{run_id}/artifacts"),
+        ("POST", f"/v1/runs/{run_id}/signals/approve"),
+        ("POST", f"/v1/runs/{run_id}/cancel"),
+    ]:
+        response = http.request(method, path, headers=B, json={} if method == "POST" else None)
+        assert response.status_code == 404, (path, response.text)  # never 403
+        assert error_code(response) == "run_not_found"
+    assert run_id not in {
+        run["id"] for run in http.get("/v1/runs?limit=500", headers=B).json()["runs"]
+    }
+    # B's signal and cancel changed nothing.
+    assert wait_status(http, run_id, "waiting")["last_seq"] == 2
+    theirs = submit(http, deployment.ledger, headers=B)
+    assert http.get(f"/v1/runs/{theirs}", headers=A).status_code == 404
+    assert http.get(f"/v1/runs/{theirs}", headers=B).json()["namespace"] == "beta"
+
+
+# -- idempotency and batches ------------------------------------------------------------
+
+
+def test_idempotent_submit(http: httpx.Client, deployment: Deployment) -> None:
+    key = {"Idempotency-Key": f"order-{uuid.uuid4()}"}
+    body = {"workflow": "chain10", "input": {"ledger": str(deployment.ledger), "n": 1}}
+    first = http.post("/v1/runs", json=body, headers={**A, **key})
+    assert first.status_code == 202
+    second = http.post("/v1/runs", json=body, headers={**A, **key})
+    assert second.status_code == 200
+    assert second.json()["run_id"] == first.json()["run_id"]
+
+    changed = {**body, "input": {**body["input"], "n": 2}}
+    conflict = http.post("/v1/runs", json=changed, headers={**A, **key})
+    assert conflict.status_code == 409
+    assert error_code(conflict) == "idempotency_conflict"
+    other_workflow = http.post(
+        "/v1/runs", json={**body, "workflow": "approval"}, headers={**A, **key}
+    )
+    assert other_workflow.status_code == 409
+    # true and 1 are equal in Python, not to a handler: a different request.
+    typed = {**body, "input": {**body["input"], "n": True}}
+    assert http.post("/v1/runs", json=typed, headers={**A, **key}).status_code == 409
+
+    # Keys belong to a namespace: the same key elsewhere is another request.
+    elsewhere = http.post("/v1/runs", json=body, headers={**B, **key})
+    assert elsewhere.status_code == 202
+    assert elsewhere.json()["run_id"] != first.json()["run_id"]
+    wait_status(http, first.json()["run_id"], "succeeded")
+    assert http.post("/v1/runs", json=body, headers={**A, **key}).json() == first.json()
+
+
+def test_batch(http: httpx.Client, deployment: Deployment) -> None:
+    ledger = str(deployment.ledger)
+    taken = f"batch-{uuid.uuid4()}"
+    before = http.post(
+        "/v1/runs:batch",
+        json={"runs": [{"workflow": "chain10", "input": {"ledger": ledger}, "request_id": taken}]},
+        headers=A,
+    ).json()
+    assert before["created"] == 1
+    items = [{"workflow": "chain10", "input": {"ledger": ledger, "i": i}} for i in range(3)] + [
+        {"workflow": "no_such_workflow"},
+        {"workflow": "chain10", "input": {"ledger": ledger}, "request_id": taken},
+        {"workflow": "chain10", "input": {"ledger": ledger, "other": 1}, "request_id": taken},
+        {"workflow": "chain10", "input": {"ledger": 5}},  # does not match the input schema
+    ]
+    response = http.post("/v1/runs:batch", json={"runs": items}, headers=A)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert (result["created"], result["existing"], result["refused"]) == (3, 1, 3)
+    answers = result["results"]
+    assert [a["index"] for a in answers] == list(range(len(items)))
+    assert all(a["created"] for a in answers[:3])
+    assert answers[3]["error"]["code"] == "unknown_workflow"
+    assert answers[4]["run_id"] == before["results"][0]["run_id"]
+    assert answers[4]["created"] is False
+    assert answers[5]["error"]["code"] == "idempotency_conflict"
+    assert answers[6]["error"]["code"] == "invalid_input"
+    for answer in answers[:3]:
+        assert wait_status(http, answer["run_id"], "succeeded")["namespace"] == "alpha"
+
+    too_many = http.post("/v1/runs:batch", json={"runs": [{"workflow": "x"}] * 1001}, headers=A)
+    assert too_many.status_code == 422
+    assert too_many.json()["error"]["fields"][0]["field"] == "body.runs"
+
+
+# -- refusals ---------------------------------------------------------------------------
+
+
+def test_bodies_over_the_limit_are_refused_with_413(http: httpx.Client) -> None:
+    big = json.dumps({"workflow": "approval", "input": {"blob": "x" * MAX_BODY}}).encode()
+    declared = http.post("/v1/runs", content=big, headers={**A, "Content-Type": "application/json"})
+    assert declared.status_code == 413
+    assert error_code(declared) == "payload_too_large"
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        for start in range(0, len(big), 4096):
+            yield big[start : start + 4096]
+
+    streamed = http.post(
+        "/v1/runs", content=chunks(), headers={**A, "Content-Type": "application/json"}
+    )
+    assert streamed.status_code == 413
+    assert error_code(streamed) == "payload_too_large"
+
+
+def test_unknown_fields_and_wrong_types_are_named(http: httpx.Client) -> None:
+    cases = [
+        ({"workflow": "approval", "imput": {}}, "body.imput"),
+        ({"workflow": "approval", "input": "not an object"}, "body.input"),
+        ({"workflow": "approval", "version": "one"}, "body.version"),
+        ({"input": {}}, "body.workflow"),
+        ({"workflow": "approval", "input": {"nul": "a\u0000b"}}, None),  # storable JSON only
+    ]
+    for body, field in cases:
+        response = http.post("/v1/runs", json=body, headers=A)
+        assert response.status_code == 422, (body, response.text)
+        error = response.json()["error"]
+        if field is not None:
+            assert error["code"] == "validation_error"
+            assert [f["field"] for f in error["fields"]] == [field]
+            assert field in error["message"]
+        else:
+            assert error["code"] == "invalid_input"
+    plain = http.post(
+        "/v1/runs", content=b"workflow=approval", headers={**A, "Content-Type": "text/plain"}
+    )
+    assert plain.status_code == 415
+    not_json = http.post(
+        "/v1/runs", content=b"{oops", headers={**A, "Content-Type": "application/json"}
+    )
+    assert not_json.status_code == 422
+    unknown = http.post("/v1/runs", json={"workflow": "nope"}, headers=A)
+    assert unknown.status_code == 404
+    assert error_code(unknown) == "unknown_workflow"
+    assert error_code(http.get("/v1/nothing-here", headers=A)) == "not_found"
+
+
+# -- cancel, artifacts ------------------------------------------------------------------
+
+
+def test_cancel(http: httpx.Client, deployment: Deployment) -> None:
+    run_id = submit(http, deployment.ledger)
+    wait_status(http, run_id, "waiting")
+    response = http.post(
+        f"/v1/runs/{run_id}/cancel", json={"reason": "changed my mind", "actor": "bob"}, headers=A
+    )
+    assert response.status_code == 202, response.text
+    assert response.json()["changed"] is True
+    run = wait_status(http, run_id, "cancelled")
+    assert "changed my mind" in (run["reason"] or "")
+    again = http.post(f"/v1/runs/{run_id}/cancel", headers=A)  # no body: the default reason
+    assert again.status_code == 409
+    assert error_code(again) == "illegal_transition"
+
+
+def test_artifacts(http: httpx.Client, deployment: Deployment) -> None:
+    run_id = submit(http, deployment.ledger, "artifacts", topic="cairns")
+    wait_status(http, run_id, "succeeded")
+    found = http.get(f"/v1/runs/{run_id}/artifacts", headers=A).json()["artifacts"]
+    assert found, "the artifacts workflow puts artifacts"
+    assert all(a["run_id"] == run_id and len(a["sha256"]) == 64 for a in found)
+    name = found[0]["name"]
+    only = http.get(f"/v1/runs/{run_id}/artifacts?name={name}", headers=A).json()["artifacts"]
+    assert {a["name"] for a in only} == {name}
+
+
+# -- streaming --------------------------------------------------------------------------
+
+
+def read_sse(
+    http: httpx.Client, run_id: str, count: int | None, last_event_id: int | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Events until ``count`` were read (then the connection is dropped) or the stream
+    ends; and the end event, if it came."""
+    headers = dict(A)
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = str(last_event_id)
+    events: list[dict[str, Any]] = []
+    end = None
+    with http.stream("GET", f"/v1/runs/{run_id}/stream", headers=headers, timeout=20) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        fields: dict[str, str] = {}
+        for line in response.iter_lines():
+            if line:
+                name, _, value = line.partition(": ")
+                fields[name] = value
+                continue
+            if fields.get("event") == "end":
+                end = json.loads(fields["data"])
+                break
+            if "id" in fields:
+                event = json.loads(fields["data"])
+                assert int(fields["id"]) == event["seq"]
+                assert fields["event"] == event["type"]
+                events.append(event)
+                if count is not None and len(events) >= count:
+                    break  # drop the connection mid-stream
+            fields = {}
+    return events, end
+
+
+def test_stream_resumes_after_a_dropped_connection(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    run_id = submit(http, deployment.ledger)
+    wait_status(http, run_id, "waiting")
+    first, end = read_sse(http, run_id, count=1)
+    assert end is None
+    assert [e["seq"] for e in first] == [1]
+    # While nobody listens, the run goes on.
+    http.post(f"/v1/runs/{run_id}/signals/approve", json={}, headers=A)
+    rest, end = read_sse(http, run_id, count=None, last_event_id=first[-1]["seq"])
+    assert end is not None and end["status"] == "succeeded"
+    log = http.get(f"/v1/runs/{run_id}/events", headers=A).json()["events"]
+    assert first + rest == log  # exactly the rest: nothing twice, nothing lost
+    assert [e["seq"] for e in rest] == list(range(2, len(log) + 1))
+
+
+def test_stream_follows_a_live_run(http: httpx.Client, deployment: Deployment) -> None:
+    run_id = submit(http, deployment.ledger, "chain10", slow={"n5": 0.5})
+    events, end = read_sse(http, run_id, count=None)
+    assert end == {"status": "succeeded", "last_seq": events[-1]["seq"]}
+    assert events == http.get(f"/v1/runs/{run_id}/events", headers=A).json()["events"]
+    caught_up, end = read_sse(http, run_id, count=None, last_event_id=events[-1]["seq"])
+    assert caught_up == []
+    assert end is not None
+
+
+# -- metrics and latency ----------------------------------------------------------------
+
+
+def test_metrics_count_by_route_and_submit_latency(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    latencies = []
+    for i in range(200):
+        started = time.perf_counter()
+        response = http.post(
+            "/v1/runs", json={"workflow": "approval", "input": {"i": i}}, headers=A
+        )
+        latencies.append(time.perf_counter() - started)
+        assert response.status_code == 202
+    latencies.sort()
+    p50, p99 = statistics.median(latencies), latencies[int(len(latencies) * 0.99) - 1]
+    print(f"\nsubmit through the API: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms")
+    text = http.get("/metrics").text
+    assert 'cairn_api_requests_total{method="POST",route="/v1/runs",status="202"}' in text
+    assert 'route="/v1/runs/{run_id}"' in text
+    assert 'cairn_api_runs_submitted_total{kind="single",outcome="created"}' in text
+    assert (
+        'cairn_api_request_duration_seconds_bucket{le="0.05",method="POST",route="/v1/runs"}'
+        in text
+    )
+
+
+# -- schemathesis -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def api_schema(deployment: Deployment) -> Any:
+    return schemathesis.openapi.from_url(f"{deployment.base_url}/openapi.json")
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+@schema.parametrize()
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+def test_no_server_errors_for_any_request(case: Any) -> None:
+    response = case.call(headers=A, timeout=10)
+    assert response.status_code < 500, (case.method, case.formatted_path, response.text)

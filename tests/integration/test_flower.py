@@ -1,0 +1,126 @@
+"""Flower watches a real fleet: `make flower` against the cluster's broker sees the node
+tasks of a real run by their workflow/node names, while the run is going and after it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+from cairn.orchestrator.statuses import RunStatus
+from tests.integration.conftest import ROOT, Cluster
+from tests.integration.test_lease_metrics import free_ports
+
+AUTH = "ops:flower-test"  # Flower serves its API only with authentication (or opted out)
+NODES = [f"chain10.n{i}" for i in range(1, 11)]
+
+
+def get(port: int, path: str) -> tuple[int, bytes]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    request.add_header("Authorization", "Basic " + base64.b64encode(AUTH.encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+    except OSError:
+        return 0, b""
+
+
+def tasks_of(port: int, run_id: str) -> dict[str, list[dict[str, Any]]]:
+    """Flower's tasks for one run, by name (the run id is in every node message's args).
+
+    A name may have several tasks: delivery is at-least-once (a relayed or recovered
+    message), and the decider ignores the duplicates.
+    """
+    status, body = get(port, "/api/tasks?limit=1000")
+    if status != 200:
+        return {}
+    tasks: dict[str, list[dict[str, Any]]] = {}
+    for task in json.loads(body).values():
+        if run_id in (task.get("args") or "") and task.get("name"):
+            tasks.setdefault(task["name"], []).append(task)
+    return tasks
+
+
+def states(tasks: dict[str, list[dict[str, Any]]], name: str) -> set[str]:
+    return {task["state"] for task in tasks.get(name, [])}
+
+
+def flower(cluster: Cluster, port: int) -> subprocess.Popen[bytes]:
+    """`make flower` as an operator runs it, in its own process group (make and Flower)."""
+    log_path = cluster.logs / "flower.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            ["make", "-s", "flower", f"PYTHON={sys.executable}", f"FLOWER_PORT={port}"],
+            cwd=ROOT,
+            env={**cluster.env, "FLOWER_BASIC_AUTH": AUTH},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    process.log_path = log_path  # type: ignore[attr-defined]
+    cluster.processes.append(process)  # reaped by the fixture's teardown
+    return process
+
+
+def test_flower_shows_the_node_tasks_of_a_running_workflow(cluster: Cluster) -> None:
+    (port,) = free_ports(1)
+    process = flower(cluster, port)
+    worker = cluster.worker(CAIRN_TASK_EVENTS="true")
+    # Relay and recovery at their patient pace: a node message published by the fast path
+    # is then delivered once, and the slow node's task is the one Flower shows running.
+    cluster.scheduler(CAIRN_OUTBOX_RELAY_AFTER="10", CAIRN_RECOVERY_AFTER="10")
+
+    # Task events are broadcast, not queued: Flower sees only what happens while it
+    # listens. The worker's online/heartbeat events in Flower's metrics say it does.
+    def listening() -> bool:
+        status, body = get(port, "/metrics")
+        return status == 200 and re.search(rb'flower_worker_online\{worker="[^"]+"\} 1', body)
+
+    cluster.wait_for(listening, 30, "Flower to hear the worker's events")
+    assert get(port, "/api/tasks")[0] == 200
+    assert get(port, "/healthcheck") == (200, b"OK")
+
+    run_id = cluster.submit("chain10", {"slow": {"n4": 3.0}})
+
+    # During the run: n4 dawdles for 3 s; Flower shows it started, n1..n3 succeeded, and
+    # nothing of n5..n10, which are not dispatched yet.
+    def running_n4() -> bool:
+        tasks = tasks_of(port, run_id)
+        return "STARTED" in states(tasks, "chain10.n4") and all(
+            "SUCCESS" in states(tasks, name) for name in NODES[:3]
+        )
+
+    cluster.wait_for(running_n4, 20, "Flower to show chain10.n4 running after n1..n3")
+    assert not set(tasks_of(port, run_id)) & set(NODES[4:])
+
+    assert cluster.wait(run_id, 30).status is RunStatus.SUCCEEDED
+
+    def all_succeeded() -> bool:
+        tasks = tasks_of(port, run_id)
+        return sorted(tasks) == sorted(NODES) and all(
+            "SUCCESS" in states(tasks, name) for name in NODES
+        )
+
+    cluster.wait_for(all_succeeded, 10, "Flower to show every node task succeeded")
+    after = [task for tasks in tasks_of(port, run_id).values() for task in tasks]
+    assert all(task["worker"].startswith("celery@") for task in after)
+    assert max(t["runtime"] or 0 for t in after if t["name"] == "chain10.n4") >= 3.0
+
+    # The task-type view lists workflow.node names, not one opaque "cairn.node".
+    status, body = get(port, "/api/task/types")
+    assert status == 200
+    assert set(NODES) <= set(json.loads(body)["task-types"])
+
+    # Stopping make stops Flower with it (one process group): nothing left on the port.
+    Cluster.signal(process, signal.SIGTERM)
+    process.wait(timeout=10)
+    cluster.wait_for(lambda: get(port, "/healthcheck")[0] == 0, 5, "Flower to stop")
+    assert worker.poll() is None

@@ -1,0 +1,80 @@
+"""Enqueueing without HTTP, on real services: a batch in one transaction with per-item
+answers, and the Celery tasks `cairn.submit` / `cairn.submit_batch` sent by a plain
+Celery client (JSON), as other services would."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from cairn.orchestrator.batches import SubmitItem
+from cairn.orchestrator.statuses import RunStatus
+from tests.integration.conftest import Cluster
+
+
+def test_a_batch_starts_its_good_items_and_answers_each(cluster: Cluster) -> None:
+    cluster.worker()
+    cluster.scheduler()
+    existing = cluster.submit("chain10", request_id="already")
+    ledger = {"ledger": str(cluster.ledger)}
+    answers = cluster.client.submit_batch(
+        [
+            {"workflow": "chain10", "input": ledger, "request_id": "a"},
+            {"workflow": "no_such_flow", "input": {}},
+            {"workflow": "chain10", "input": ledger, "request_id": "a"},  # same as item 0
+            SubmitItem("chain10", ledger, request_id="already"),
+            {"workflow": "chain10", "input": ledger},
+        ]
+    )
+    assert [a.index for a in answers] == [0, 1, 2, 3, 4]
+    assert answers[1].error_code == "unknown_workflow" and answers[1].run_id is None
+    assert answers[0].created and answers[4].created
+    assert answers[2].run_id == answers[0].run_id and not answers[2].created
+    assert answers[3].run_id == existing and not answers[3].created
+    for answer in (answers[0], answers[4]):
+        assert answer.run_id is not None
+        assert cluster.wait(answer.run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
+
+
+def test_other_services_enqueue_through_celery_tasks(cluster: Cluster) -> None:
+    worker = cluster.worker()
+    cluster.scheduler()
+    sender = Celery("another_service", broker=cluster.settings.broker_url, set_as_current=False)
+    sender.conf.task_serializer = "json"
+    try:
+        queue = cluster.settings.queue
+        ledger = {"ledger": str(cluster.ledger)}
+        sender.send_task(
+            "cairn.submit",
+            kwargs={"workflow": "chain10", "input": ledger, "request_id": "svc-1"},
+            queue=queue,
+        )
+        sender.send_task(
+            "cairn.submit_batch",
+            kwargs={
+                "runs": [
+                    {"workflow": "chain10", "input": ledger, "request_id": f"svc-b{n}"}
+                    for n in range(3)
+                ]
+                + [{"workflow": "chain10", "input": {"ledger": 5}}],  # refused: no effect
+                "namespace": "team-b",
+            },
+            queue=queue,
+        )
+        sender.send_task("cairn.submit", kwargs={"workflow": 42}, queue=queue)  # nonsense
+    finally:
+        sender.close()
+
+    def run_of(namespace: str, request_id: str) -> str | None:
+        with cluster.client.runtime.store.reading() as tx:
+            row = tx.run_by_request(namespace, request_id)
+        return str(row.id) if row is not None else None
+
+    cluster.wait_for(lambda: run_of("default", "svc-1") is not None, 30, "the submitted run")
+    cluster.wait_for(lambda: run_of("team-b", "svc-b2") is not None, 30, "the batch")
+    for namespace, request_id in [("default", "svc-1")] + [
+        ("team-b", f"svc-b{n}") for n in range(3)
+    ]:
+        run_id = run_of(namespace, request_id)
+        assert run_id is not None
+        assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
+    assert worker.poll() is None  # the nonsense message did not hurt the worker
