@@ -273,19 +273,9 @@ class Orchestrator:
             raise UnknownWorkflow(f"workflow {which} is not registered")
         definition = self.registry.get(workflow, found)
         payload = self.check_input(definition, run_input)
-        stamp = from_epoch(now)
-        values = {
-            "id": str(uuid.uuid4()),
-            "namespace": namespace,
-            "workflow": definition.name,
-            "version": definition.version,
-            "status": RunStatus.PENDING.value,
-            "input": payload,
-            "request_id": request_id,
-            "current": [],
-            "created_at": stamp,
-            "updated_at": stamp,
-        }
+        values = _new_run(
+            str(uuid.uuid4()), namespace, definition, payload, request_id=request_id, at=now
+        )
         if self.store.dialect == "postgresql":
             run_id = self._submit_in_one_statement(values, definition, now)
             if run_id is not None:
@@ -315,16 +305,10 @@ class Orchestrator:
             except CairnError as refused:
                 answers[index] = Submitted(index, error_code=refused.code, error=str(refused))
                 continue
-            values: dict[str, Any] = {
-                "id": str(uuid.uuid4()),
-                "namespace": namespace,
-                "workflow": definition.name,
-                "version": definition.version,
-                "status": RunStatus.PENDING.value,
-                "input": payload,
-                "request_id": item.request_id,
-                "current": [],
-            }
+            run_id = str(uuid.uuid4())
+            values = _new_run(
+                run_id, namespace, definition, payload, request_id=item.request_id, at=0.0
+            )
             accepted.append((index, values, definition))
         messages: list[NodeMessage] = []
         with self.store.transaction() as tx:
@@ -963,19 +947,9 @@ class Orchestrator:
             )
             advanced.posted.append((tx.post(parent.id, event_to_dict(finished)), parent.id))
             return
-        stamp = from_epoch(at)
-        values = {
-            "id": command.run_id,
-            "namespace": parent.namespace,
-            "workflow": definition.name,
-            "version": definition.version,
-            "status": RunStatus.PENDING.value,
-            "input": payload,
-            "request_id": None,
-            "current": [],
-            "created_at": stamp,
-            "updated_at": stamp,
-        }
+        values = _new_run(
+            command.run_id, parent.namespace, definition, payload, request_id=None, at=at
+        )
         if not tx.insert_run(values):
             return
         log.info(
@@ -1124,6 +1098,31 @@ class _FreshRun:
     last_seq: int = 0
     snapshot_seq: int = 0
     snapshot_at: datetime | None = None
+
+
+def _new_run(
+    run_id: str,
+    namespace: str,
+    definition: WorkflowDefinition,
+    payload: Mapping[str, Any],
+    *,
+    request_id: str | None,
+    at: float,
+) -> dict[str, Any]:
+    """The row of a run about to start."""
+    stamp = from_epoch(at)
+    return {
+        "id": run_id,
+        "namespace": namespace,
+        "workflow": definition.name,
+        "version": definition.version,
+        "status": RunStatus.PENDING.value,
+        "input": payload,
+        "request_id": request_id,
+        "current": [],
+        "created_at": stamp,
+        "updated_at": stamp,
+    }
 
 
 def _with_outbox_ids(
