@@ -110,6 +110,12 @@ class Settings(BaseModel):
     scheduler_interval: float = Field(
         default=0.5, gt=0, description="Seconds between scheduler passes."
     )
+    run_retention_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Runs that ended this many seconds ago are deleted with their history "
+        "(events, snapshots, executions, timers) by the scheduler; 0 keeps them forever.",
+    )
     effect_adapters: list[str] = Field(
         default_factory=list,
         description="Comma-separated 'name=module:attr' adapters that ask external systems "

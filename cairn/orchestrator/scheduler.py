@@ -17,7 +17,9 @@ path, so running it twice, or several schedulers at once, is harmless:
   published again under the same key (its worker died, or its message was lost) —
   unless that needs a person: an irreversible node a worker had claimed, or a node that
   keeps killing its workers, is *held* and the run waits for an operator's decision;
-- **compaction**: old snapshots are thinned (the event log is kept).
+- **compaction**: old snapshots are thinned (the event log is kept);
+- **retention**: runs that ended longer ago than ``CAIRN_RUN_RETENTION_S`` are deleted
+  with their history (off by default).
 """
 
 from __future__ import annotations
@@ -63,10 +65,16 @@ class PassReport:
     fired: int = 0
     recovered: int = 0
     compacted: int = 0
+    expired: int = 0
 
     def __bool__(self) -> bool:
         return bool(
-            self.relayed or self.delivered or self.fired or self.recovered or self.compacted
+            self.relayed
+            or self.delivered
+            or self.fired
+            or self.recovered
+            or self.compacted
+            or self.expired
         )
 
 
@@ -89,6 +97,7 @@ class Scheduler:
         self._passes += 1
         if self._passes % COMPACT_EVERY_PASSES == 0:
             report.compacted = self.compact()
+            report.expired = self.expire()
         self.orchestrator.flush_sent()
         return report
 
@@ -318,6 +327,18 @@ class Scheduler:
             worker="scheduler",
         )
         log.error("%s: %s", message.key, reason)
+
+    def expire(self) -> int:
+        """Delete runs that ended longer ago than CAIRN_RUN_RETENTION_S (if set), a
+        batch per pass; returns how many."""
+        retention = self.settings.run_retention_s
+        if not retention:
+            return 0
+        with self.orchestrator.store.transaction() as tx:
+            expired = tx.delete_runs(tx.expired_runs(tx.now() - retention, BATCH))
+        if expired:
+            log.info("deleted %d run(s) that ended over %.0f s ago", expired, retention)
+        return expired
 
     def compact(self) -> int:
         """Keep the newest snapshots of each run, and one per stretch of older history, so

@@ -36,6 +36,7 @@ from cairn.faults import fault_point
 from cairn.store import fastpath
 from cairn.store.database import autocommit_twin
 from cairn.store.schema import (
+    ArtifactRow,
     EffectRow,
     EventRow,
     InboxRow,
@@ -55,6 +56,7 @@ outbox = cast(Table, OutboxRow.__table__)
 timers = cast(Table, TimerRow.__table__)
 inbox = cast(Table, InboxRow.__table__)
 effects = cast(Table, EffectRow.__table__)
+artifacts = cast(Table, ArtifactRow.__table__)
 workflows = cast(Table, WorkflowRow.__table__)
 
 ACTIVE_EXECUTION = ("scheduled", "running")
@@ -539,6 +541,31 @@ class Tx:
                 )
             ).rowcount
         )
+
+    # -- retention ----------------------------------------------------------------------
+
+    def expired_runs(self, finished_before: float, limit: int) -> list[str]:
+        """Runs that ended before ``finished_before``, oldest first — once their artifacts
+        are gone (artifacts have their own retention, and their blobs go with them)."""
+        has_artifacts = select(artifacts.c.run_id).where(artifacts.c.run_id == runs.c.id)
+        query = (
+            select(runs.c.id)
+            .where(runs.c.finished_at < from_epoch(finished_before), ~has_artifacts.exists())
+            .order_by(runs.c.finished_at)
+            .limit(limit)
+        )
+        return [str(row.id) for row in self.connection.execute(query)]
+
+    def delete_runs(self, run_ids: Sequence[str]) -> int:
+        """Delete runs and everything kept for them — events, snapshots, executions,
+        outbox messages, timers, inbox entries — except the effects ledger, whose keys
+        keep guarding the outside world against a late duplicate call."""
+        if not run_ids:
+            return 0
+        ids = list(run_ids)
+        for table in (events, snapshots, executions, outbox, timers, inbox):
+            self.connection.execute(delete(table).where(table.c.run_id.in_(ids)))
+        return int(self.connection.execute(delete(runs).where(runs.c.id.in_(ids))).rowcount)
 
     # -- node executions (the idempotency table) ----------------------------------------
 
