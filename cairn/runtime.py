@@ -21,6 +21,7 @@ from cairn.lease.leases import Leases, MemoryLeases, RedisLeases
 from cairn.orchestrator.catalog import discover
 from cairn.orchestrator.engine import Orchestrator, Publisher
 from cairn.orchestrator.scheduler import Scheduler
+from cairn.sentry import init_sentry
 from cairn.store.database import make_engine, upgrade
 from cairn.store.repository import Store
 from cairn.workers.cache import MemoryResultCache, RedisResultCache, ResultCache
@@ -57,6 +58,7 @@ class Runtime:
     ) -> Runtime:
         faults.arm(settings.fault_points)
         load_adapters(settings.effect_adapters)
+        init_sentry(settings)
         engine = make_engine(settings.effective_database_url)
         if migrate if migrate is not None else settings.database_url is None:
             upgrade(engine)  # the embedded database migrates itself; servers use `cairn db`

@@ -7,7 +7,11 @@ import time
 from typing import Annotated, Any
 
 import typer
+from rich.console import Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from cairn.cli.main import EXIT_INVALID, _cwd_importable, app, err, out
 from cairn.client import Client, WaitTimeout
@@ -274,6 +278,79 @@ def wait(
     )
     if view.status is not RunStatus.SUCCEEDED:
         raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+def watch(
+    run_id: Annotated[str, typer.Argument()],
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes.")] = 0.5,
+    timeout: Annotated[float | None, typer.Option(help="Give up after this many s.")] = None,
+) -> None:
+    """Follow a run live until it ends: a progress bar of its steps, what each running
+    node is doing (heartbeats), what it waits for, and every recovery. Exit 0 if it
+    succeeded, 1 if not, 3 on timeout."""
+    client = Client()
+    recoveries: list[str] = []
+    seen = 0
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        orchestrator = client.runtime.orchestrator
+        with Live(console=out, refresh_per_second=4, transient=False) as live:
+            while True:
+                view = orchestrator.get_run(run_id)
+                definition = orchestrator.registry.get(view.workflow, view.version)
+                for event in orchestrator.events(run_id, after=seen):
+                    seen = event["seq"]
+                    if event["type"] == "audit.recovered":
+                        recoveries.append(_recovered_line(event["data"]))
+                live.update(
+                    _watch_view(view, definition, _heartbeats(client, view), recoveries, client)
+                )
+                if view.status.terminal:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    raise typer.Exit(EXIT_TIMEOUT)
+                time.sleep(interval)
+    finally:
+        client.close()
+    if view.status is not RunStatus.SUCCEEDED:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _watch_view(
+    view: Any,
+    definition: Any,
+    beats: dict[str, dict[str, Any] | None],
+    recoveries: list[str],
+    client: Client,
+) -> Group:
+    """One frame of ``cairn watch``."""
+    state = view.state
+    tasks = [n for n, node in definition.nodes.items() if node.kind == "task"]
+    done = (
+        sum(1 for n in tasks if n in state.nodes and state.nodes[n].status.terminal)
+        if state is not None
+        else 0
+    )
+    bar = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), expand=False
+    )
+    bar.add_task(f"{view.workflow}@{view.version}", total=len(tasks) or 1, completed=done)
+    lines = [f"{view.id}  {view.status.value}" + (f": {view.reason}" if view.reason else "")]
+    interval = client.settings.heartbeat_interval
+    lines += [f"{running}: {_liveness(beat, interval)}" for running, beat in beats.items()]
+    if state is not None:
+        lines += waiting_lines(definition, state, time.time()) + context_lines(definition, state)
+    lines += recoveries
+    return Group(bar, *(Text(line) for line in lines))
+
+
+def _recovered_line(data: dict[str, Any]) -> str:
+    skipped = data.get("skipped_done") or []
+    return (
+        f"recovered {data.get('node')}#{data.get('iteration')} ({data.get('cause')}) from "
+        f"checkpoint at seq {data.get('from_seq')}, skipped {len(skipped)} finished step(s)"
+    )
 
 
 def _step(text: str) -> tuple[str, int | None]:

@@ -110,6 +110,13 @@ class Settings(BaseModel):
     scheduler_interval: float = Field(
         default=0.5, gt=0, description="Seconds between scheduler passes."
     )
+    sentry_dsn: SecretStr | None = Field(
+        default=None,
+        description="Report errors to Sentry, tagged with run, workflow and node; unset: off.",
+    )
+    sentry_environment: str = Field(
+        default="production", description="The Sentry environment errors are reported under."
+    )
     run_retention_s: float = Field(
         default=0.0,
         ge=0,

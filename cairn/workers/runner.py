@@ -50,7 +50,8 @@ from cairn.orchestrator.messages import InvalidMessage, NodeMessage
 from cairn.orchestrator.state import RunState
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.payloads import storable_json
-from cairn.reconnect import through_outages
+from cairn.reconnect import is_outage, through_outages
+from cairn.sentry import node_scope, report_failure
 from cairn.store.repository import ACTIVE_EXECUTION, ExecutionKey
 from cairn.workers.cache import MemoryResultCache, ResultCache, cache_key
 from cairn.workers.classify import classify
@@ -90,7 +91,14 @@ class NodeRunner:
     def run(self, body: Any) -> Handled:
         try:
             message = NodeMessage.from_dict(body)
-            return self._run(message)
+            with node_scope(message):
+                try:
+                    return self._run(message)
+                except Exception as error:  # cairn's own failure: tagged, then as before
+                    rejected = isinstance(error, InvalidMessage | UnknownNode)
+                    if not rejected and not is_outage(error):
+                        report_failure(error, ErrorClass.PERMANENT)
+                    raise
         except (InvalidMessage, UnknownNode) as exc:
             log.error("rejected node message %s: %s", _short(body), exc)
             return Handled.REJECTED
@@ -419,6 +427,7 @@ class NodeRunner:
         except Exception as exc:
             duration = time.perf_counter() - started
             error_class = classify(exc)
+            report_failure(exc, error_class)
             text = f"{type(exc).__name__}: {exc}"
             ctx.log.warning("handler failed (%s): %s", error_class.value, text)
             failed = NodeFailed(

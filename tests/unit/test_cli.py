@@ -388,3 +388,42 @@ def test_signal_decides_a_held_node_and_refuses_a_second_decision(
     assert "no node held for an operator" in str(refused.exception)
     bad = runner.invoke(app, ["signal", run_id, "recovery.retry", "--payload", "[1]"])
     assert "must be a JSON object" in str(bad.exception)
+
+
+# -- watch ---------------------------------------------------------------------------------
+
+
+def test_watch_follows_a_run_to_its_end(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the embedded default: a finished run's last frame, a waiting run's explanation
+    (then the timeout), and a recovery in the run's history."""
+    monkeypatch.setenv("CAIRN_HOME", str(tmp_path))
+    monkeypatch.setenv("CAIRN_WORKFLOWS", "tests/integration/workflows")
+    client = Client()
+    client.runtime.start_workers()
+    done = client.submit("chain10", {"ledger": str(tmp_path / "ledger")})
+    client.wait(done, 20)
+    waiting = client.submit("approval", {"ledger": str(tmp_path / "ledger")})
+    client.runtime.orchestrator.record(
+        done,
+        "recovered",
+        {
+            "node": "n4",
+            "iteration": 1,
+            "cause": "worker died",
+            "from_seq": 4,
+            "skipped_done": ["n1#1", "n2#1", "n3#1"],
+        },
+    )
+    client.close()
+
+    finished = runner.invoke(app, ["watch", done, "--interval", "0.05"])
+    assert finished.exit_code == 0, finished.output
+    text = flat(finished.output)
+    assert f"{done} succeeded" in text and "10/10" in text
+    assert "recovered n4#1 (worker died) from checkpoint at seq 4, skipped 3 finished" in text
+
+    parked = runner.invoke(app, ["watch", waiting, "--interval", "0.05", "--timeout", "0.3"])
+    assert parked.exit_code == 3
+    assert "waiting for a signal (approve, reject)" in flat(parked.output)
