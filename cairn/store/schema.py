@@ -60,6 +60,15 @@ class RunRow(Base):
     __table_args__ = (
         UniqueConstraint("namespace", "request_id"),
         Index("ix_runs_status_updated_at", "status", "updated_at"),
+        # Listing a namespace's runs, newest first (migration 0008).
+        Index("ix_runs_namespace_created_at_id", "namespace", "created_at", "id"),
+        # Retention: the runs that ended before a cutoff.
+        Index(
+            "ix_runs_finished_at",
+            "finished_at",
+            postgresql_where=text("finished_at IS NOT NULL"),
+            sqlite_where=text("finished_at IS NOT NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
