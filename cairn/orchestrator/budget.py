@@ -12,7 +12,7 @@ and the state, like the decider that uses them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from cairn.orchestrator.definition import ParallelNode, WorkflowDefinition
 from cairn.orchestrator.state import RunState
@@ -79,11 +79,7 @@ def _least(*limits: Amounts) -> dict[str, float]:
     """Unit by unit, the smallest of the given limits (a unit one of them leaves out is
     limited by the others)."""
     least: dict[str, float] = {}
-    for unit, amount in _items(limits):
-        least[unit] = min(amount, least.get(unit, amount))
-    return least
-
-
-def _items(limits: Iterable[Amounts]) -> Iterable[tuple[str, float]]:
     for limit in limits:
-        yield from limit.items()
+        for unit, amount in limit.items():
+            least[unit] = min(amount, least.get(unit, amount))
+    return least

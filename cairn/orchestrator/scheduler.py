@@ -162,9 +162,12 @@ class Scheduler:
             now = tx.now()
             timers = tx.due_timers(now + interval, BATCH)
         read_at = time.monotonic()
+        # Soonest first: the due ones, then (if any) the next to come due.
         due = [t for t in timers if to_epoch(t.due_at) <= now]
-        upcoming = [to_epoch(t.due_at) - now for t in timers if to_epoch(t.due_at) > now]
-        self._next_timer_at = read_at + min(upcoming) if upcoming else None
+        upcoming = timers[len(due)] if len(due) < len(timers) else None
+        self._next_timer_at = (
+            read_at + to_epoch(upcoming.due_at) - now if upcoming is not None else None
+        )
         fired = 0
         for timer in due:
             decision = self.orchestrator.apply(
