@@ -23,6 +23,7 @@ from cairn.orchestrator.catalog import discover
 from cairn.orchestrator.definition import WorkflowDefinition
 from cairn.orchestrator.engine import RunView
 from cairn.orchestrator.explain import Awaiting
+from cairn.orchestrator.timeline import Timeline
 from cairn.runtime import Runtime
 
 
@@ -66,16 +67,22 @@ class Client:
         request_id: str | None = None,
         namespace: str = "default",
         version: int | None = None,
+        webhook: str | None = None,
     ) -> str:
         return self.runtime.orchestrator.submit(
-            workflow, run_input, request_id=request_id, namespace=namespace, version=version
+            workflow,
+            run_input,
+            request_id=request_id,
+            namespace=namespace,
+            version=version,
+            webhook=webhook,
         )
 
     def submit_batch(
         self, runs: Sequence[SubmitItem | Mapping[str, Any]], *, namespace: str = "default"
     ) -> list[Submitted]:
         """Start up to 1,000 runs in one transaction (``{"workflow", "input",
-        "request_id"?, "version"?}`` each); every item is answered on its own."""
+        "request_id"?, "version"?, "webhook"?}`` each); every item is answered on its own."""
         items = [r if isinstance(r, SubmitItem) else SubmitItem.from_dict(r) for r in runs]
         return self.runtime.orchestrator.submit_batch(items, namespace=namespace)
 
@@ -136,6 +143,11 @@ class Client:
 
     def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
         return self.runtime.orchestrator.events(run_id, after)
+
+    def timeline(self, run_id: str) -> Timeline:
+        """The run's history, its state at any seq, diffs and bisection: read-only, rebuilt
+        from the log (see docs/time-travel.md)."""
+        return Timeline(self.runtime.orchestrator, run_id)
 
     def wait(self, run_id: str, timeout_s: float = 60.0, poll_s: float = 0.2) -> RunView:
         """Poll until the run is terminal; raise :class:`WaitTimeout` after ``timeout_s``."""

@@ -19,11 +19,12 @@ from cairn.config import Settings
 from cairn.effects.adapters import load_adapters
 from cairn.lease.leases import Leases, MemoryLeases, RedisLeases
 from cairn.orchestrator.catalog import discover
-from cairn.orchestrator.engine import Orchestrator, Publisher
+from cairn.orchestrator.engine import Orchestrator, Publisher, Registry
 from cairn.orchestrator.scheduler import Scheduler
 from cairn.sentry import init_sentry
 from cairn.store.database import make_engine, upgrade
 from cairn.store.repository import Store
+from cairn.webhooks.notifier import Notifier
 from cairn.workers.cache import MemoryResultCache, RedisResultCache, ResultCache
 from cairn.workers.inprocess import InProcessBroker
 from cairn.workers.runner import NodeRunner
@@ -45,6 +46,7 @@ class Runtime:
     broker: InProcessBroker | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _notifier: Notifier | None = None
 
     @classmethod
     def build(
@@ -55,7 +57,11 @@ class Runtime:
         worker: str | None = None,
         concurrency: int = 2,
         migrate: bool | None = None,
+        register: bool = True,
     ) -> Runtime:
+        """Every part, from ``settings``. ``register``: register the definitions of
+        CAIRN_WORKFLOWS (a Celery worker's children leave it to their parent, which did
+        so once before forking them)."""
         faults.arm(settings.fault_points)
         load_adapters(settings.effect_adapters)
         init_sentry(settings)
@@ -80,6 +86,7 @@ class Runtime:
             RedisLeases.from_url(settings.redis_url) if settings.redis_url else MemoryLeases()
         )
         orchestrator = Orchestrator(store, publisher, settings)
+        orchestrator.anomaly_counter = leases.count
         cache: ResultCache = (
             RedisResultCache.from_url(settings.redis_url)
             if settings.redis_url
@@ -95,18 +102,13 @@ class Runtime:
         relay_after = EMBEDDED_RELAY_AFTER_S if broker is not None else None
         scheduler = Scheduler(orchestrator, leases, settings, relay_after=relay_after)
         runtime = cls(settings, store, orchestrator, leases, runner, scheduler, broker)
-        runtime.register_configured()
+        if register:
+            runtime.register_configured()
         return runtime
 
     def register_configured(self) -> None:
         """Register every definition named by ``CAIRN_WORKFLOWS``; refuse invalid ones."""
-        if not self.settings.workflows:
-            return
-        for found in discover(self.settings.workflows):
-            if found.error is not None:
-                raise found.error
-            assert found.definition is not None
-            self.orchestrator.registry.register(found.definition)
+        _register(self.orchestrator.registry, self.settings.workflows)
 
     def start_workers(self) -> None:
         """Embedded mode: execute node messages on this process's threads."""
@@ -118,19 +120,28 @@ class Runtime:
         self.broker.start(self.runner.run)
 
     def start_scheduler(self) -> None:
-        thread = threading.Thread(
-            target=self.scheduler.run_forever,
-            args=(self._stop,),
-            name="cairn-scheduler",
-            daemon=True,
+        """The scheduler's passes, and beside them the webhook notifier: a receiver that
+        answers slowly must not make timers late."""
+        self._notifier = Notifier(
+            self.store,
+            self.settings,
+            self.orchestrator.webhook_secrets,
+            metrics=self.scheduler.metrics,
         )
-        thread.start()
-        self._threads.append(thread)
+        for target, name in (
+            (self.scheduler.run_forever, "cairn-scheduler"),
+            (self._notifier.run_forever, "cairn-notifier"),
+        ):
+            thread = threading.Thread(target=target, args=(self._stop,), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def close(self) -> None:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
+        if self._notifier is not None:
+            self._notifier.close()
         if self.broker is not None:
             self.broker.stop()
         try:
@@ -140,3 +151,22 @@ class Runtime:
                 "could not mark published messages sent; the relay will resend them", exc_info=True
             )
         self.store.dispose()
+
+
+def register_definitions(settings: Settings) -> None:
+    """Register the definitions of CAIRN_WORKFLOWS, and let go of the database: what a
+    Celery worker does once before forking its children, so that no child spends its
+    first task on it."""
+    engine = make_engine(settings.effective_database_url)
+    try:
+        _register(Registry(Store(engine)), settings.workflows)
+    finally:
+        engine.dispose()
+
+
+def _register(registry: Registry, workflows: list[str]) -> None:
+    for found in discover(workflows) if workflows else ():
+        if found.error is not None:
+            raise found.error
+        assert found.definition is not None
+        registry.register(found.definition)

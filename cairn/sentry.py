@@ -4,14 +4,16 @@ Off unless ``CAIRN_SENTRY_DSN`` is set. A node execution gets its own scope with
 tags ``run_id``, ``workflow``, ``node``, ``iteration``, ``attempt`` and ``phase``, so an
 error — a handler's permanent or business failure (a transient one is retried by the
 node's policy and is not news yet), or cairn's own — arrives in Sentry saying which run
-to look at. With Sentry off, a node pays one check.
+to look at. With Sentry off, a node pays one check. A run stopped for an anomaly (a loop
+without progress, a ping-pong, an oscillation) is an alert of its own, grouped by
+workflow and kind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import sentry_sdk
 from sentry_sdk.integrations.celery import CeleryIntegration
@@ -65,3 +67,32 @@ def report_failure(error: BaseException, error_class: ErrorClass) -> None:
     """A handler failed: worth a Sentry event unless its retry policy is on it."""
     if error_class is not ErrorClass.TRANSIENT and reporting():
         sentry_sdk.capture_exception(error)
+
+
+# What the decider did about an anomaly (cairn.orchestrator.watch): an intervention is
+# the run helping itself, like a transient failure's retry, and is not news yet.
+_ANOMALY_LEVELS: dict[str, Literal["error", "warning"]] = {
+    "failed": "error",
+    "handed_off": "warning",
+}
+
+
+def report_anomaly(
+    run_id: str, workflow: str, *, node: str, kind: str, action: str, detail: str
+) -> bool:
+    """A run was stopped (failed, or handed to a person) for an anomaly: alert, grouped
+    by workflow and kind rather than by the text, which names fingerprints. True if an
+    event was sent."""
+    level = _ANOMALY_LEVELS.get(action)
+    if level is None or not reporting():
+        return False
+    with sentry_sdk.isolation_scope() as scope:
+        scope.set_tag("run_id", run_id)
+        scope.set_tag("workflow", workflow)
+        scope.set_tag("node", node)
+        scope.set_tag("anomaly", kind)
+        scope.set_tag("action", action)
+        scope.set_context("anomaly", {"kind": kind, "action": action, "detail": detail})
+        scope.fingerprint = ["cairn-anomaly", workflow, kind]
+        sentry_sdk.capture_message(f"anomaly:{kind} in {workflow}: {detail}", level=level)
+    return True

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cairn.config import Settings
+from cairn.config.secrets import namespaced, secret_lines
 from cairn.errors import CairnError, ConfigError
 
-# Namespaces are stored in runs.namespace (100 characters) and appear in URLs and logs.
-NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MIN_KEY_LENGTH = 16
 
 
@@ -36,37 +34,16 @@ class ApiKeys:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ApiKeys:
-        lines: list[tuple[str, str]] = []
-        if settings.api_keys is not None:
-            given = settings.api_keys.get_secret_value().split(",")
-            lines.extend((entry, "CAIRN_API_KEYS") for entry in given)
-        if settings.api_keys_file is not None:
-            try:
-                text = settings.api_keys_file.read_text()
-            except OSError as exc:
-                raise ConfigError(f"CAIRN_API_KEYS_FILE: cannot read it: {exc}") from exc
-            lines.extend((line, f"{settings.api_keys_file}") for line in text.splitlines())
-        return cls.parse(lines)
+        return cls.parse(
+            secret_lines(
+                settings.api_keys, "CAIRN_API_KEYS", settings.api_keys_file, "CAIRN_API_KEYS_FILE"
+            )
+        )
 
     @classmethod
     def parse(cls, lines: Iterable[tuple[str, str]]) -> ApiKeys:
         entries: dict[bytes, str] = {}
-        for raw, source in lines:
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            namespace, sep, key = line.partition(":")
-            namespace, key = namespace.strip(), key.strip()
-            # Never echo the key in the error: this message ends up in logs.
-            if not sep or not key:
-                raise ConfigError(f"{source}: an API key is 'namespace:key', got {namespace!r}:…")
-            if not NAMESPACE.fullmatch(namespace):
-                raise ConfigError(f"{source}: {namespace!r} is not a valid namespace name")
-            if len(key) < MIN_KEY_LENGTH:
-                raise ConfigError(
-                    f"{source}: the key of namespace {namespace!r} is shorter than "
-                    f"{MIN_KEY_LENGTH} characters"
-                )
+        for namespace, key, source in namespaced(lines, "key", MIN_KEY_LENGTH):
             digest = _digest(key)
             if entries.get(digest, namespace) != namespace:
                 raise ConfigError(f"{source}: one key is given to two namespaces")

@@ -27,6 +27,15 @@ RequestId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_
 Short = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_storable)]
 Reason = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_storable)]
 Version = Annotated[int, Field(ge=1, le=MAX_INT)]
+WebhookUrl = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=2000,
+        description="Announce the run's end and milestones here, signed (docs/webhooks.md).",
+    ),
+    AfterValidator(_storable),
+]
 
 
 class Request(BaseModel):
@@ -37,12 +46,14 @@ class SubmitRequest(Request):
     workflow: WorkflowName
     input: dict[str, Any] = Field(default_factory=dict, description="The run's input.")
     version: Version | None = Field(default=None, description="Pin a version (default newest).")
+    webhook: WebhookUrl | None = None
 
 
 class BatchItem(Request):
     workflow: WorkflowName
     input: dict[str, Any] = Field(default_factory=dict)
     version: Version | None = None
+    webhook: WebhookUrl | None = None
     request_id: RequestId | None = Field(
         default=None, description="Idempotency: the same request id returns the same run."
     )
@@ -68,9 +79,28 @@ class CancelRequest(Request):
     actor: Short | None = None
 
 
+class ForkRequest(Request):
+    at_seq: Annotated[int, Field(ge=1, le=MAX_INT)] = Field(
+        description="Fork from the run's state after this event (a checkpoint: cairn events)."
+    )
+    patch: dict[str, Any] | None = Field(
+        default=None, description="A JSON merge patch (RFC 7386) of the run's vars."
+    )
+    confirm: bool = Field(
+        default=False,
+        description="Must be true: the fork is a real run whose effects reach the outside "
+        "world, under fresh idempotency keys. (Dry runs: `cairn fork` without --live.)",
+    )
+
+
 class Submitted(BaseModel):
     run_id: str
     status_url: str
+
+
+class Forked(Submitted):
+    parent_run_id: str
+    fork_seq: int
 
 
 class BatchResult(BaseModel):
@@ -116,11 +146,19 @@ class Progress(BaseModel):
 
 
 class RunDetail(RunSummary):
+    parent_run_id: str | None = Field(
+        default=None, description="A fork's parent run (POST /v1/runs/{id}/fork)."
+    )
+    fork_seq: int | None = Field(default=None, description="The parent's seq it forked at.")
     namespace: str
     nodes: dict[str, str]
     visits: dict[str, int]
     progress: Progress
-    heartbeats: dict[str, dict[str, Any] | None]
+    heartbeats: dict[str, dict[str, Any] | None] = Field(
+        description="Each running execution's last heartbeat (None: none yet): worker, "
+        "done/total/message as the handler reports them, age_s since the beat, and "
+        "eta_s, the seconds left at the rate of progress so far (None without a total)."
+    )
     last_event: dict[str, Any] | None
     vars: dict[str, Any]
     result: dict[str, Any] | None = Field(description="The final state, once succeeded.")

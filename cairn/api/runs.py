@@ -30,6 +30,8 @@ from cairn.api.models import (
     CancelRequest,
     CancelResult,
     EventPage,
+    Forked,
+    ForkRequest,
     Progress,
     RunDetail,
     RunPage,
@@ -41,6 +43,7 @@ from cairn.api.models import (
 )
 from cairn.artifacts.registry import ArtifactRegistry
 from cairn.errors import InvalidInput, RunNotFound
+from cairn.lease.heartbeat import beat_view
 from cairn.lease.leases import lease_key
 from cairn.orchestrator.batches import SubmitItem
 from cairn.orchestrator.definition import TaskNode
@@ -48,6 +51,7 @@ from cairn.orchestrator.explain import awaiting, context_lines, waiting_lines
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.store.repository import to_epoch
+from cairn.workers.fork import fork_live, fork_point
 
 router = APIRouter(prefix="/v1")
 
@@ -117,7 +121,12 @@ def submit_run(
             return _submitted(response, str(existing.id))
     try:
         run_id = runtime.orchestrator.submit(
-            body.workflow, body.input, request_id=key, namespace=namespace, version=body.version
+            body.workflow,
+            body.input,
+            request_id=key,
+            namespace=namespace,
+            version=body.version,
+            webhook=body.webhook,
         )
     except Exception:
         metrics.submitted.labels("single", "refused").inc()
@@ -166,7 +175,7 @@ def submit_batch(
                 first_of[rid] = index
             fresh.append(index)
     items = [
-        SubmitItem(item.workflow, item.input, item.request_id, item.version)
+        SubmitItem(item.workflow, item.input, item.request_id, item.version, item.webhook)
         for item in (body.runs[index] for index in fresh)
     ]
     submitted = runtime.orchestrator.submit_batch(items, namespace=namespace) if items else []
@@ -244,6 +253,7 @@ def _matches(row: Any, body: SubmitRequest | BatchItem) -> bool:
         row.workflow == body.workflow
         and (body.version is None or row.version == body.version)
         and _canonical(row.input) == _canonical(body.input)
+        and row.webhook_url == (body.webhook.strip() if body.webhook else None)
     )
 
 
@@ -296,11 +306,15 @@ def get_run(run_id: RunId, runtime: Runtime_, namespace: Namespace) -> RunDetail
         last_seq=view.last_seq,
         created_at=view.created_at,
         updated_at=view.updated_at,
+        parent_run_id=view.parent_run_id,
+        fork_seq=view.fork_seq,
         nodes={name: node.status.value for name, node in state.nodes.items()},
         visits=dict(state.visits),
         progress=Progress(steps=state.steps, done=len(done & tasks), total=len(tasks)),
         heartbeats={
-            f"{node}#{iteration}" + ("" if phase == "run" else f" ({phase})"): beat
+            f"{node}#{iteration}" + ("" if phase == "run" else f" ({phase})"): (
+                beat_view(beat) if beat is not None else None
+            )
             for (node, iteration, phase), beat in zip(running, beats, strict=True)
         },
         last_event=({"seq": last[0].seq, "type": last[0].type, "at": last[0].at} if last else None),
@@ -466,6 +480,28 @@ def cancel_run(
     decision = runtime.orchestrator.cancel(run_id, body.reason, actor=body.actor)
     return CancelResult(
         run_id=run_id, changed=decision.ignored is None, status=decision.state.status.value
+    )
+
+
+@router.post(
+    "/runs/{run_id}/fork",
+    status_code=202,
+    response_model=Forked,
+    responses={409: {"description": "Not confirmed."}, **ERRORS},
+)
+def fork_run(
+    run_id: RunId, body: ForkRequest, response: Response, runtime: Runtime_, namespace: Namespace
+) -> Forked:
+    """Start a live fork: a new run of this namespace from the run's checkpoint after
+    ``at_seq``, its vars patched, linked to it (``parent_run_id``, ``fork_seq``); its
+    effects get fresh keys (docs/time-travel.md). 409 unless ``confirm`` is true; 422 if
+    ``at_seq`` is not a checkpoint."""
+    head_in(runtime, run_id, namespace)
+    point = fork_point(runtime.orchestrator, run_id, body.at_seq, body.patch)
+    fork_id = fork_live(runtime.orchestrator, point, confirm=body.confirm)
+    response.headers["Location"] = status_url(fork_id)
+    return Forked(
+        run_id=fork_id, status_url=status_url(fork_id), parent_run_id=run_id, fork_seq=body.at_seq
     )
 
 

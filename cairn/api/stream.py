@@ -1,5 +1,6 @@
 """``GET /v1/runs/{id}/stream``: the run's events as Server-Sent Events, as they are
-appended, until the run ends.
+appended, until the run ends — and between them, the progress its running nodes report
+through their heartbeats.
 
 The events table is polled (each poll: the run's head, then any newer events; two
 indexed reads on one connection, on a pool thread) rather than pushed: PostgreSQL is the
@@ -7,6 +8,11 @@ only place every process writes, so it is the one source any API replica can fol
 a stream missed by no notification. Each event carries ``id: <seq>``; a client that lost
 the connection reconnects with ``Last-Event-ID`` (browsers' EventSource do so by
 themselves) and gets exactly the events after it.
+
+Progress (``event: progress``) is sent whenever what a running node reports changes
+(its ``ctx.progress``, its worker): it carries no ``id``, so a reconnect resumes after
+the last *event*, and progress is simply read afresh. It comes from the heartbeat
+records in Redis, which may be lost; the events never are.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from starlette.concurrency import run_in_threadpool
 from cairn.api.deps import Namespace
 from cairn.api.models import MAX_INT
 from cairn.api.runs import ERRORS, RunId, event_dict, head_in
+from cairn.lease.heartbeat import beat_view
+from cairn.lease.leases import lease_key
 from cairn.orchestrator.statuses import RunStatus
 from cairn.runtime import Runtime
 
@@ -71,12 +79,21 @@ async def stream_run(
 async def _events(runtime: Runtime, run_id: str, seq: int, request: Request) -> AsyncIterator[str]:
     yield f"retry: {RETRY_MS}\n\n"
     quiet_since = time.monotonic()
+    reported: dict[str, Any] | None = None
     while True:
-        head, rows = await run_in_threadpool(_read, runtime, run_id, seq)
+        head, rows, running = await run_in_threadpool(_read, runtime, run_id, seq)
         for row in rows:
             yield _format(row.seq, row.type, event_dict(row))
             seq = row.seq
-        if rows:
+        progress = {  # what changes it, not the beat's age
+            execution: {k: v for k, v in beat.items() if k not in ("age_s", "eta_s")}
+            for execution, beat in running.items()
+        }
+        if progress and progress != reported:
+            data = {"seq": seq, "running": running}
+            yield f"event: progress\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+        reported = progress
+        if rows or progress:
             quiet_since = time.monotonic()
         if head is None:  # the run was deleted (retention) while we streamed
             return
@@ -91,13 +108,27 @@ async def _events(runtime: Runtime, run_id: str, seq: int, request: Request) -> 
         await asyncio.sleep(POLL_S)
 
 
-def _read(runtime: Runtime, run_id: str, seq: int) -> tuple[Any, list[Any]]:
+def _read(
+    runtime: Runtime, run_id: str, seq: int
+) -> tuple[Any, list[Any], dict[str, dict[str, Any]]]:
+    """The run's head, its events after ``seq``, and what its running nodes report."""
     # Head first: if it says the run has ended at seq N, the events read after it
     # include N, so the stream never ends before sending the last event.
     with runtime.store.reading() as tx:
         head = tx.run_head(run_id)
         rows = tx.events_after(run_id, seq) if head is not None and head.last_seq > seq else []
-    return head, rows
+    if head is None or RunStatus(head.status).terminal or not head.current:
+        return head, rows, {}
+    running = [execution.rpartition("#") for execution in head.current]
+    beats = runtime.leases.beats(
+        [lease_key(run_id, node, int(iteration), "run") for node, _, iteration in running]
+    )
+    views = {
+        execution: beat_view(beat)
+        for execution, beat in zip(head.current, beats, strict=True)
+        if beat is not None
+    }
+    return head, rows, views
 
 
 def _format(seq: int, kind: str, data: dict[str, Any]) -> str:

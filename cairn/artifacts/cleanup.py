@@ -74,13 +74,16 @@ def expire(
     *,
     clock: Callable[[], float] = time.time,
     batch: int = 1000,
+    max_batches: int | None = None,
 ) -> CleanupReport:
     """Delete the artifacts of runs that finished more than ``retention`` ago: their
-    rows, then each blob no remaining row shares."""
+    rows, then each blob no remaining row shares; all of them, or ``max_batches``
+    batches (a scheduler pass must not run for long)."""
     finished_before = from_epoch(clock() - retention.total_seconds())
-    rows = blobs = 0
-    while True:
+    rows = blobs = batches = 0
+    while max_batches is None or batches < max_batches:
         shas = registry.expire(finished_before, limit=batch)
+        batches += 1
         rows += len(shas)
         blobs += _delete_unreferenced(registry, objects, shas)
         if len(shas) < batch:

@@ -109,7 +109,17 @@ def _cwd_importable() -> None:
 
 
 def main() -> None:
-    from cairn.cli import api, artifacts, demo, effects, processes, runs  # noqa: F401, PLC0415
+    from cairn.cli import (  # noqa: F401, PLC0415
+        api,
+        artifacts,
+        demo,
+        effects,
+        processes,
+        replay,
+        runs,
+        sla,
+        timeline,
+    )
 
     _cwd_importable()
     try:

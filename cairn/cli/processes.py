@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from prometheus_client.registry import Collector
 
 from cairn.cli.main import EXIT_INVALID, _cwd_importable, app, err, out
 from cairn.config import Settings
 from cairn.lease.leases import Leases, RedisLeases
-from cairn.runtime import Runtime
+from cairn.runtime import Runtime, register_definitions
 from cairn.store.database import current_revision, make_engine, upgrade
 
 db = typer.Typer(help="The database schema.", no_args_is_help=True)
@@ -87,6 +88,7 @@ def worker(  # noqa: PLR0917 - typer passes options by name
                 )
             # The parent serves: its children come and go, the counters are in Redis.
             _serve_metrics(RedisLeases.from_url(settings.redis_url), settings.metrics_port)
+        register_definitions(settings)
         celery_app = make_celery(settings)
         argv = [
             "worker",
@@ -166,11 +168,11 @@ def _with(settings: Settings, **options: Any) -> Settings:
     return settings.model_validate({**settings.model_dump(), **given}) if given else settings
 
 
-def _serve_metrics(leases: Leases, port: int) -> None:
+def _serve_metrics(leases: Leases, port: int, *more: Collector) -> None:
     from cairn.lease.metrics import serve_metrics  # noqa: PLC0415
 
-    serve_metrics(leases, port)
-    out.print(f"lease metrics on :{port}/metrics")
+    serve_metrics(leases, port, more=more)
+    out.print(f"metrics on :{port}/metrics")
 
 
 def _serve(runtime: Runtime) -> None:
@@ -179,7 +181,14 @@ def _serve(runtime: Runtime) -> None:
         signal.signal(signum, lambda *_: stop.set())
     runtime.start_scheduler()
     if runtime.settings.metrics_port is not None:
-        _serve_metrics(runtime.leases, runtime.settings.metrics_port)
+        from cairn.orchestrator.metrics import FleetCollector  # noqa: PLC0415
+
+        _serve_metrics(
+            runtime.leases,
+            runtime.settings.metrics_port,
+            FleetCollector(runtime.store),
+            runtime.scheduler.metrics.registry,
+        )
     out.print("cairn running; Ctrl-C to stop")
     stop.wait()
     runtime.close()

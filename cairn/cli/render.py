@@ -65,10 +65,11 @@ def as_mermaid(definition: WorkflowDefinition) -> str:
     lines = ["flowchart TD"]
     for node_id, node in definition.nodes.items():
         lines.append(f"    {mermaid_id(node_id)}{_shape(node_id, node)}")
+    # Anomaly moves leave every watched node: drawn, they would bury the graph.
     rows = [
         row
         for row in transition_table(definition)
-        if row.source != "*" and row.event != "compensate"
+        if row.source != "*" and row.event != "compensate" and not row.event.startswith("anomaly_")
     ]
     for pseudo in sorted({r.source for r in rows} | {r.target for r in rows}):
         if pseudo.startswith("(") and pseudo.endswith(")"):
@@ -80,6 +81,11 @@ def as_mermaid(definition: WorkflowDefinition) -> str:
             f'    {mermaid_id(row.source)} {arrow}|"{_escape(label)}"| {mermaid_id(row.target)}'
         )
     lines.append("    %% cancel is possible from every node: * --cancel--> (cancelled)")
+    if definition.anomaly is not None:
+        stop = definition.anomaly.handoff or "(failed)"
+        lines.append(
+            f"    %% an anomaly may stop the run at any node: * --anomaly_detected--> {stop}"
+        )
     return "\n".join(lines)
 
 

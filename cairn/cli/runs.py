@@ -48,12 +48,16 @@ def submit(
     request_id: Annotated[
         str | None, typer.Option(help="Idempotency key: the same id returns the same run.")
     ] = None,
+    webhook: Annotated[
+        str | None,
+        typer.Option(help="Announce the run's end and milestones to this URL, signed."),
+    ] = None,
 ) -> None:
     """Start a run; print its id."""
     payload = _json_object(input_json, "--input")
     client = Client()
     try:
-        print(client.submit(workflow, payload, request_id=request_id))
+        print(client.submit(workflow, payload, request_id=request_id, webhook=webhook))
     finally:
         client.close()
 
@@ -95,6 +99,8 @@ def status(
         out.print(f"{running}: {_liveness(beat, interval)}", markup=False)
     for line in explained:
         out.print(line, markup=False)
+    if view.parent_run_id is not None:
+        out.print(f"forked from run {view.parent_run_id} at seq {view.fork_seq}", markup=False)
     if view.reason:
         out.print(f"reason: {view.reason}", markup=False)
     table = Table("node", "visit", "phase", "status", "attempt", "duration", "worker")
@@ -251,7 +257,10 @@ def events(
         print(json.dumps(history, indent=2))
         return
     for entry in history:
-        moves = ", ".join(f"{s} -{label}-> {t}" for s, label, t in entry["outcome"]["transitions"])
+        # An audit entry (a recovery, an operator's note) decided nothing: no moves.
+        moves = ", ".join(
+            f"{s} -{label}-> {t}" for s, label, t in entry["outcome"].get("transitions", [])
+        )
         out.print(
             f"{entry['seq']:>5}  {_clock(entry['at'])}  {entry['type']:<16} "
             f"{_subject(entry['data'])}  {moves}",
@@ -387,11 +396,18 @@ def _fleet_status(as_json: bool) -> None:
         )
         return
     interval = client.settings.heartbeat_interval
+    lease_counts = {name: count for name, count in stats.items() if "|" not in name}
     out.print(
-        "leases: " + ", ".join(f"{name} {count}" for name, count in sorted(stats.items()))
-        if stats
+        "leases: " + ", ".join(f"{name} {count}" for name, count in sorted(lease_counts.items()))
+        if lease_counts
         else "leases: none taken yet"
     )
+    anomalies = [[*name.split("|")[1:], str(n)] for name, n in stats.items() if "|" in name]
+    if anomalies:  # "anomalies|workflow|kind|action" (cairn.orchestrator.alerts)
+        out.print(
+            "anomalies: " + ", ".join(f"{w} {k} {a} {n}" for w, k, a, n in sorted(anomalies)),
+            markup=False,
+        )
     if waits.count:  # the histogram behind cairn_lease_wait_seconds
         out.print(f"lease wait (publish to lease): {waits.summary()}", markup=False)
     by_worker: dict[str, list[dict[str, Any]]] = {}

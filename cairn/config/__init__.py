@@ -11,6 +11,7 @@ in ``CAIRN_LEASE_TLL`` must not leave a fleet on a default nobody chose.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +31,8 @@ from pydantic import (
 from cairn.errors import ConfigError
 
 ENV_PREFIX = "CAIRN_"
+# In a per-workflow setting ("0.99,weekly_report=0.95"), the value for every other workflow.
+EVERY_WORKFLOW = "*"
 
 
 class Settings(BaseModel):
@@ -134,6 +137,22 @@ class Settings(BaseModel):
         description="Seconds an effect may stay in intent (its call in flight) before the "
         "reconciler asks the external system about it.",
     )
+    slo_success_rate: dict[str, float] = Field(
+        default_factory=dict,
+        description="`cairn sla` flags a workflow whose runs succeed (retries allowed) less "
+        "often than this, 0..1: '0.99' for all, '0.99,weekly_report=0.95' to override one; "
+        "unset: not checked.",
+    )
+    slo_first_try_rate: dict[str, float] = Field(
+        default_factory=dict,
+        description="...whose runs succeed with no step retried or recovered less often "
+        "than this, 0..1 (same form).",
+    )
+    slo_p95_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="...whose succeeded runs take longer than this end to end at the 95th "
+        "percentile, seconds (same form).",
+    )
     duplicate_deliveries: bool = Field(
         default=False,
         description="Tests only: publish every node message twice (at-least-once delivery, "
@@ -202,8 +221,40 @@ class Settings(BaseModel):
     api_max_body_bytes: int = Field(
         default=1_048_576, ge=1024, description="Largest request body `cairn api` accepts."
     )
+    webhook_secrets: SecretStr | None = Field(
+        default=None,
+        description="Webhook signing secrets: comma-separated 'namespace:secret' (several for "
+        "one namespace: each signs, for rotation). A run may name a webhook only if its "
+        "namespace has a secret.",
+    )
+    webhook_secrets_file: Path | None = Field(
+        default=None,
+        description="A file of further webhook secrets, one 'namespace:secret' a line.",
+    )
+    webhook_hosts: list[str] = Field(
+        default_factory=list,
+        description="Comma-separated host patterns a webhook URL may name (fnmatch: "
+        "'*.example.com'); empty: any host.",
+    )
+    webhook_timeout_s: float = Field(
+        default=10.0, gt=0, description="How long one webhook delivery may take, seconds."
+    )
+    webhook_retry_base_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="The first webhook retry's delay; each later one doubles it (with jitter).",
+    )
+    webhook_retry_max_s: float = Field(
+        default=3600.0, gt=0, description="The longest delay between webhook retries, seconds."
+    )
+    webhook_max_attempts: int = Field(
+        default=20,
+        ge=1,
+        description="Deliveries of one notification before it is given up (over up to 9 h with "
+        "the default delays).",
+    )
 
-    @field_validator("workflows", "fault_points", "effect_adapters", mode="before")
+    @field_validator("workflows", "fault_points", "effect_adapters", "webhook_hosts", mode="before")
     @classmethod
     def _split_paths(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -217,6 +268,31 @@ class Settings(BaseModel):
         if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
             raise ValueError(f"unknown log level {value!r}")
         return level
+
+    @field_validator("slo_success_rate", "slo_first_try_rate", "slo_p95_s", mode="before")
+    @classmethod
+    def _split_per_workflow(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return per_workflow(value)
+        return value
+
+    @field_validator("slo_success_rate", "slo_first_try_rate")
+    @classmethod
+    def _rates(cls, value: dict[str, float]) -> dict[str, float]:
+        for workflow, rate in value.items():
+            if not 0 <= rate <= 1:
+                raise ValueError(f"{_which(workflow)}: a rate is between 0 and 1, got {rate}")
+        return value
+
+    @field_validator("slo_p95_s")
+    @classmethod
+    def _positive_seconds(cls, value: dict[str, float]) -> dict[str, float]:
+        for workflow, seconds in value.items():
+            if not 0 < seconds < math.inf:
+                raise ValueError(
+                    f"{_which(workflow)}: seconds are positive and finite, got {seconds}"
+                )
+        return value
 
     @model_validator(mode="after")
     def _renew_often_enough(self) -> Settings:
@@ -277,6 +353,28 @@ class Settings(BaseModel):
         return data
 
 
+def per_workflow(text: str) -> dict[str, str]:
+    """``"0.99,weekly_report=0.95"`` → ``{"*": "0.99", "weekly_report": "0.95"}``: a value
+    for every workflow and overrides by name, in one variable (values stay text for the
+    field's own type to check)."""
+    values: dict[str, str] = {}
+    for part in (part.strip() for part in text.split(",")):
+        if not part:
+            continue
+        workflow, named, value = part.rpartition("=")
+        key = workflow.strip() if named else EVERY_WORKFLOW
+        if not key:
+            raise ValueError(f"{part!r} names no workflow before '='")
+        if key in values:
+            raise ValueError(f"{_which(key)} is given twice")
+        values[key] = value.strip()
+    return values
+
+
+def _which(key: str) -> str:
+    return "the default" if key == EVERY_WORKFLOW else f"workflow {key!r}"
+
+
 def _variable(location: tuple[int | str, ...]) -> str:
     """The variable a validation error is about (a cross-field check has no location)."""
     return f"{ENV_PREFIX}{location[0]}".upper() if location else "settings"
@@ -291,4 +389,4 @@ def _mask_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
-__all__ = ["ENV_PREFIX", "Settings"]
+__all__ = ["ENV_PREFIX", "EVERY_WORKFLOW", "Settings", "per_workflow"]

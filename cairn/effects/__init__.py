@@ -1,5 +1,7 @@
 """Exactly-once side effects: the effects ledger (``ctx.effect``) and the adapters that
-ask external systems what really happened. See ``docs/effects.md``."""
+ask external systems what really happened (see ``docs/effects.md``); and what answers
+effects in a replay instead of the outside world: replay stubs (see
+``docs/time-travel.md``)."""
 
 from cairn.effects.adapters import (
     Adapter,
@@ -19,6 +21,7 @@ from cairn.effects.ledger import (
     digest_of,
     idempotency_headers,
 )
+from cairn.effects.replay import ReplayRefused, StubRequest, register_stub, replay_stub
 
 __all__ = [
     "Adapter",
@@ -28,6 +31,8 @@ __all__ = [
     "EffectStatus",
     "EffectUnresolved",
     "Policy",
+    "ReplayRefused",
+    "StubRequest",
     "Verdict",
     "adapter_for",
     "digest_of",
@@ -35,4 +40,6 @@ __all__ = [
     "idempotency_headers",
     "load_adapters",
     "register_adapter",
+    "register_stub",
+    "replay_stub",
 ]

@@ -90,6 +90,9 @@ class EffectLedger:
     max_payload_bytes: int
     # Why this execution may not apply effects at all (an ephemeral node), if it may not.
     refusal: str | None = None
+    # A live fork's run id: its keys are scoped by it (:func:`scoped_key`), so that
+    # neither this ledger nor the external system dedupes them against its parent's.
+    scope: str | None = None
 
     def effect(
         self,
@@ -102,13 +105,7 @@ class EffectLedger:
     ) -> Any:
         if self.refusal is not None:
             raise PermanentError(self.refusal)
-        if not isinstance(name, str) or not NAME_PATTERN.match(name):
-            raise InvalidInput(f"an effect's name is identifier-like, got {name!r}")
-        if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
-            raise InvalidInput(
-                f"an effect's key is a non-empty business key of at most {MAX_KEY_LENGTH} "
-                f"characters (e.g. 'order-123:charge'), got {key!r}"
-            )
+        key = self.checked_key(name, key)
         policy = Policy(policy)
         compensate_path = ref_path_of(compensate) if callable(compensate) else compensate
         recorded = self._begin(name, key, policy, compensate_path)
@@ -137,6 +134,28 @@ class EffectLedger:
         fault_point("effect.after_call")
         self._finish(key, applied(result))
         return result
+
+    def scoped(self, key: str) -> str:
+        """``key`` as this ledger records it and sends it out (see :func:`scoped_key`)."""
+        return scoped_key(key, self.scope)
+
+    def checked_key(self, name: str, key: str) -> str:
+        """The key as recorded (scoped), once ``name`` and ``key`` are found well-formed;
+        :class:`InvalidInput` otherwise."""
+        if not isinstance(name, str) or not NAME_PATTERN.match(name):
+            raise InvalidInput(f"an effect's name is identifier-like, got {name!r}")
+        if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
+            raise InvalidInput(
+                f"an effect's key is a non-empty business key of at most {MAX_KEY_LENGTH} "
+                f"characters (e.g. 'order-123:charge'), got {key!r}"
+            )
+        recorded = self.scoped(key)
+        if len(recorded) > MAX_KEY_LENGTH:
+            raise InvalidInput(
+                f"effect key {key!r} scoped to this forked run is {recorded!r}: longer than "
+                f"{MAX_KEY_LENGTH} characters"
+            )
+        return recorded
 
     # -- the two transactions around the call --------------------------------------------
 
@@ -258,6 +277,26 @@ def applied(result: Any, *, checked: bool = False) -> dict[str, Any]:
     }
 
 
+FORK_SCOPE = "@fork:"
+
+
+def scoped_key(key: str, scope: str | None) -> str:
+    """The key a run records and sends out for the business key ``key``: the key itself,
+    or, in a live fork (``scope``: the fork's run id), ``<key>@fork:<run id>`` — fresh, so
+    that neither the ledger nor the external system's idempotency takes the fork's effect
+    for its parent's. Idempotent: a key already scoped by ``scope`` is left as it is."""
+    if scope is None:
+        return key
+    suffix = f"{FORK_SCOPE}{scope}"
+    return key if key.endswith(suffix) else key + suffix
+
+
+def effect_scope(run: Any) -> str | None:
+    """The effect-key scope of a run, from its row: its own id if it is a live fork (it
+    has a fork point), None for any other run."""
+    return str(run.id) if getattr(run, "fork_seq", None) is not None else None
+
+
 def idempotency_headers(key: str, fence: int | None = None) -> dict[str, str]:
     """HTTP headers carrying an effect's key (``Idempotency-Key``, as payment and
     messaging APIs expect) and, if given, the caller's fencing token."""
@@ -268,11 +307,14 @@ def idempotency_headers(key: str, fence: int | None = None) -> dict[str, str]:
 
 
 __all__ = [
+    "FORK_SCOPE",
     "EffectLedger",
     "EffectStatus",
     "EffectUnresolved",
     "Policy",
     "applied",
     "digest_of",
+    "effect_scope",
     "idempotency_headers",
+    "scoped_key",
 ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,3 +131,32 @@ class Heartbeats:
                 beat.cancelled.set()
         except Exception:  # the database is away: the commit checks again
             log.warning("could not check %s for a cancel", beat.lease.key, exc_info=True)
+
+
+def beat_view(beat: Mapping[str, Any]) -> dict[str, Any]:
+    """A heartbeat record as clients see it: the worker, the handler's progress (numbers,
+    not Redis's strings), seconds since the last beat, and an estimate of the seconds
+    left — from the rate of progress so far, when the handler reports a total."""
+    done, total = _number(beat.get("done")), _number(beat.get("total"))
+    started, beat_at = _number(beat.get("started_at")), _number(beat.get("beat_at"))
+    eta_s = None
+    if done and total is not None and started is not None and beat_at is not None:
+        rate = done / max(beat_at - started, 1e-9)
+        eta_s = max(0.0, total - done) / rate
+    return {
+        "worker": beat.get("worker"),
+        "done": done,
+        "total": total,
+        "message": beat.get("message") or None,
+        "age_s": _number(beat.get("age_s")),
+        "eta_s": eta_s,
+    }
+
+
+def _number(value: object) -> float | None:
+    if value is None or value in ("", "None"):
+        return None
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None

@@ -39,11 +39,21 @@ from typing import Any, Protocol
 
 import redis
 
-from cairn.lease.waits import SUM_FIELD, WaitHistogram, bucket_field, current_wait
+from cairn.lease.waits import (
+    STEP_BUCKETS_S,
+    SUM_FIELD,
+    WaitHistogram,
+    bucket_field,
+    current_wait,
+)
 
 BEAT_TTL_PERIODS = 3
 STATS_KEY = "cairn:stats:leases"  # fleet-wide counters, kept by the scripts themselves
 WAIT_KEY = "cairn:stats:lease_wait"  # fleet-wide lease wait histogram: count per bucket, sum
+# Fleet-wide histograms of the parts of a step its holder timed (execution, commit), as
+# "<part>:<bucket>" counts and "<part>:sum", added to by the release.
+STEP_KEY = "cairn:stats:step"
+STEP_PARTS = ("execution", "commit")
 # The fence counter outlives leases (a stale holder may wake up much later). Once the
 # result is committed it is kept a while longer, not deleted: a worker that read the
 # execution as unfinished just before that commit must still get a fence above 1, whose
@@ -94,9 +104,12 @@ redis.call('pexpire', KEYS[2], ARGV[3])
 return 1
 """
 
-# KEYS: lease, beat, fence. ARGV: token, "1" if the holder's result is committed, the
-# fence's remaining life then (ms).
+# KEYS: lease, beat, fence, step histograms. ARGV: token, "1" if the holder's result is
+# committed, the fence's remaining life then (ms), then (histogram field, amount) pairs.
 RELEASE = """
+for i = 4, #ARGV, 2 do
+  redis.call('hincrbyfloat', KEYS[4], ARGV[i], ARGV[i + 1])
+end
 if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('del', KEYS[2])
   if ARGV[2] == '1' then
@@ -130,9 +143,13 @@ class Leases(Protocol):
         """Update the heartbeat record without renewing (progress between renewals)."""
         ...
 
-    def release(self, lease: Lease, finished: bool = False) -> bool:
+    def release(
+        self, lease: Lease, finished: bool = False, timings: Mapping[str, float] | None = None
+    ) -> bool:
         """Give the lease up (token-checked); ``finished``: the holder's result is
-        committed, so the execution's fence counter is needed no more."""
+        committed, so the execution's fence counter is needed no more. ``timings``: the
+        seconds the step's parts took (:data:`STEP_PARTS`), counted into the fleet's
+        histograms in the same round trip."""
         ...
 
     def count(self, name: str) -> None:
@@ -160,6 +177,10 @@ class Leases(Protocol):
 
     def waits(self) -> WaitHistogram:
         """Fleet-wide histogram of lease waits (see :mod:`cairn.lease.waits`)."""
+        ...
+
+    def step_times(self) -> dict[str, WaitHistogram]:
+        """Fleet-wide histograms of the timed parts of steps, by part."""
         ...
 
 
@@ -224,9 +245,16 @@ class RedisLeases:
         ]
         return bool(self._renew(keys=[lease.key, beat_key(lease.key), STATS_KEY], args=args))
 
-    def release(self, lease: Lease, finished: bool = False) -> bool:
-        keys = [lease.key, beat_key(lease.key), fence_key(lease.key)]
-        args = [lease.token, "1" if finished else "0", FINISHED_FENCE_TTL_MS]
+    def release(
+        self, lease: Lease, finished: bool = False, timings: Mapping[str, float] | None = None
+    ) -> bool:
+        keys = [lease.key, beat_key(lease.key), fence_key(lease.key), STEP_KEY]
+        args: list[str | int | float] = [
+            lease.token,
+            "1" if finished else "0",
+            FINISHED_FENCE_TTL_MS,
+            *_step_fields(timings),
+        ]
         return bool(self._release(keys=keys, args=args))
 
     def count(self, name: str) -> None:
@@ -242,6 +270,10 @@ class RedisLeases:
     def waits(self) -> WaitHistogram:
         fields: dict[bytes, bytes] = self.client.hgetall(WAIT_KEY)  # type: ignore[assignment]
         return WaitHistogram.from_fields({k.decode(): float(v) for k, v in fields.items()})
+
+    def step_times(self) -> dict[str, WaitHistogram]:
+        fields: dict[bytes, bytes] = self.client.hgetall(STEP_KEY)  # type: ignore[assignment]
+        return _step_histograms({k.decode(): float(v) for k, v in fields.items()})
 
     def forget(self, key: str) -> None:
         self.client.delete(beat_key(key))
@@ -281,6 +313,7 @@ class MemoryLeases:
         self._finished: deque[tuple[float, str]] = deque()  # (forget its fence at, key)
         self._stats: dict[str, int] = {}
         self._waits: dict[str, float] = {}
+        self._steps: dict[str, float] = {}
 
     def _live(self, key: str) -> tuple[str, float] | None:
         entry = self._leases.get(key)
@@ -336,8 +369,13 @@ class MemoryLeases:
             }
             return True
 
-    def release(self, lease: Lease, finished: bool = False) -> bool:
+    def release(
+        self, lease: Lease, finished: bool = False, timings: Mapping[str, float] | None = None
+    ) -> bool:
         with self._lock:
+            fields = _step_fields(timings)
+            for field, amount in zip(fields[::2], fields[1::2], strict=True):
+                self._steps[field] = self._steps.get(field, 0.0) + amount
             entry = self._live(lease.key)
             if entry is None or entry[0] != lease.token:
                 return False
@@ -370,6 +408,10 @@ class MemoryLeases:
         with self._lock:
             return WaitHistogram.from_fields(self._waits)
 
+    def step_times(self) -> dict[str, WaitHistogram]:
+        with self._lock:
+            return _step_histograms(self._steps)
+
     def running(self) -> list[dict[str, Any]]:
         keys = list(self._beats)
         return [
@@ -382,6 +424,27 @@ class MemoryLeases:
         with self._lock:
             now = self._clock()
             return [_decoded(self._beats[key], now) if key in self._beats else None for key in keys]
+
+
+def _step_fields(timings: Mapping[str, float] | None) -> list[Any]:
+    """(field, amount) pairs, flat, adding each timed part to its histogram."""
+    fields: list[Any] = []
+    for part, seconds in (timings or {}).items():
+        if part in STEP_PARTS and seconds is not None and seconds >= 0:
+            bucket = bucket_field(seconds, STEP_BUCKETS_S)
+            fields += [f"{part}:{bucket}", 1, f"{part}:{SUM_FIELD}", round(seconds, 6)]
+    return fields
+
+
+def _step_histograms(fields: Mapping[str, float]) -> dict[str, WaitHistogram]:
+    by_part: dict[str, dict[str, float]] = {part: {} for part in STEP_PARTS}
+    for field, value in fields.items():
+        part, _, label = field.partition(":")
+        if part in by_part:
+            by_part[part][label] = value
+    return {
+        part: WaitHistogram.from_fields(found, STEP_BUCKETS_S) for part, found in by_part.items()
+    }
 
 
 def _flat(record: Mapping[str, Any] | None) -> list[str]:

@@ -39,6 +39,9 @@ WAIT_BUCKETS_S: tuple[float, ...] = (
     60.0,
     300.0,
 )
+# A step's execution and commit: from a millisecond (a commit, a trivial handler) to
+# minutes (a model call).
+STEP_BUCKETS_S: tuple[float, ...] = (0.001, 0.0025, *WAIT_BUCKETS_S)
 INF = "+Inf"
 SUM_FIELD = "sum"
 
@@ -63,9 +66,9 @@ def current_wait() -> float | None:
     return max(0.0, time.time() - published_at)
 
 
-def bucket_field(wait_s: float) -> str:
+def bucket_field(wait_s: float, bounds: tuple[float, ...] = WAIT_BUCKETS_S) -> str:
     """The histogram field a wait is counted in: its bucket's upper bound."""
-    for bound in WAIT_BUCKETS_S:
+    for bound in bounds:
         if wait_s <= bound:
             return _label(bound)
     return INF
@@ -77,20 +80,24 @@ def _label(bound: float) -> str:
 
 @dataclass(frozen=True)
 class WaitHistogram:
-    """Lease waits: a count per bucket (not cumulative, one increment per wait; the
-    last bucket is above every bound) and the sum of all waits."""
+    """Lease waits (or any durations): a count per bucket (not cumulative, one increment
+    per wait; the last bucket is above every bound) and the sum of all waits."""
 
     counts: tuple[int, ...]
     sum_s: float
+    bounds: tuple[float, ...] = WAIT_BUCKETS_S
 
     @classmethod
-    def from_fields(cls, fields: Mapping[str, float]) -> WaitHistogram:
+    def from_fields(
+        cls, fields: Mapping[str, float], bounds: tuple[float, ...] = WAIT_BUCKETS_S
+    ) -> WaitHistogram:
         """From the stored fields (bucket label → count, ``sum``); unknown labels, left
         by another bucket layout, are dropped."""
-        labels = [*(_label(b) for b in WAIT_BUCKETS_S), INF]
+        labels = [*(_label(b) for b in bounds), INF]
         return cls(
             tuple(int(fields.get(label, 0)) for label in labels),
             float(fields.get(SUM_FIELD, 0.0)),
+            bounds,
         )
 
     @property
@@ -99,7 +106,7 @@ class WaitHistogram:
 
     def cumulative(self) -> list[tuple[str, int]]:
         """Prometheus's form: (upper bound, waits at or below it), ending with +Inf."""
-        labels = [*(_label(b) for b in WAIT_BUCKETS_S), INF]
+        labels = [*(_label(b) for b in self.bounds), INF]
         total = 0
         buckets = []
         for label, count in zip(labels, self.counts, strict=True):
@@ -113,7 +120,7 @@ class WaitHistogram:
         if not self.count:
             return None
         rank = q * self.count
-        for bound, (_, total) in zip(WAIT_BUCKETS_S, self.cumulative(), strict=False):
+        for bound, (_, total) in zip(self.bounds, self.cumulative(), strict=False):
             if total >= rank:
                 return bound
         return math.inf
@@ -129,7 +136,7 @@ class WaitHistogram:
             parts.append(
                 f"{name} <= {_ms(bound)}"
                 if math.isfinite(bound)
-                else f"{name} > {_ms(WAIT_BUCKETS_S[-1])}"
+                else f"{name} > {_ms(self.bounds[-1])}"
             )
         return ", ".join(parts)
 

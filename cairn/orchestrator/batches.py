@@ -20,6 +20,7 @@ class SubmitItem:
     input: Mapping[str, Any] = field(default_factory=dict)
     request_id: str | None = None
     version: int | None = None
+    webhook: str | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SubmitItem:
@@ -28,6 +29,7 @@ class SubmitItem:
             input=data.get("input") or {},
             request_id=data.get("request_id"),
             version=data.get("version"),
+            webhook=data.get("webhook"),
         )
 
 

@@ -110,3 +110,15 @@ class NotifyParent(Command):
 
     run_id: str
     event: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ReportAnomaly(Command):
+    """The run was caught looping without progress, ping-ponging or oscillating, and
+    ``action`` was taken (``intervened``, ``failed``, ``handed_off``): count it and, if
+    the run was stopped, alert. The scene is in the run state (``anomalies``)."""
+
+    kind: str
+    action: str
+    node: str
+    detail: str

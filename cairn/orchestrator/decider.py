@@ -13,9 +13,10 @@ already given up on, a timer that was disarmed) is *ignored*: the decision carri
 unchanged state and says why.
 
 This module holds the event handlers and how a run moves along the graph; joins,
-stopping (failure, cancel, compensation, rollback) and operator holds are parts of the
-same decision in :mod:`~cairn.orchestrator.joins`, :mod:`~cairn.orchestrator.stopping`
-and :mod:`~cairn.orchestrator.holds`, on the shared :class:`~cairn.orchestrator.step.Step`.
+stopping (failure, cancel, compensation, rollback), operator holds and the anomaly watch
+are parts of the same decision in :mod:`~cairn.orchestrator.joins`,
+:mod:`~cairn.orchestrator.stopping`, :mod:`~cairn.orchestrator.holds` and
+:mod:`~cairn.orchestrator.watch`, on the shared :class:`~cairn.orchestrator.step.Step`.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from cairn.orchestrator.events import (
     Phase,
     PlanInvalidated,
     RollbackRequested,
+    RunForked,
     RunStarted,
     SignalReceived,
     TimerFired,
@@ -80,6 +82,7 @@ from cairn.orchestrator.step import (
     timer_id,
 )
 from cairn.orchestrator.stopping import Stopping
+from cairn.orchestrator.watch import Watch
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def decide(definition: WorkflowDefinition, state: RunState, event: Event) -> Dec
     return Decision(step.state, tuple(step.commands), tuple(step.transitions))
 
 
-class _Step(Holds, Stopping, Joins, Step):
+class _Step(Watch, Holds, Stopping, Joins, Step):
     """One decision: the event handlers and how a run moves along the graph."""
 
     # -- events -------------------------------------------------------------------------
@@ -141,6 +144,7 @@ class _Step(Holds, Stopping, Joins, Step):
         current = self.charge(current, event.charges)
         self.disarm_node_timers(event.node)
         self.absorb_context(event)
+        self.note_tool_calls(event)
         output = dict(event.output or {})
         if (
             self.state.status is RunStatus.CANCELLING
@@ -327,6 +331,8 @@ class _Step(Holds, Stopping, Joins, Step):
                 Transition(node_id, "visits_exceeded", outcome_node(RunStatus.FAILED))
             )
             self.fail_run(f"max_visits: {node_id!r} was entered more than {limit} times")
+            return
+        if self.anomaly_diverted(node_id):
             return
         if isinstance(node, EndNode):
             self.transitions.append(Transition(node_id, "end", outcome_node(node.status)))
@@ -584,6 +590,7 @@ _HANDLERS: dict[type[Event], Callable[[_Step, Any], str | None]] = {
     TimerFired: _Step.timer_fired,
     CancelRequested: _Step.cancel_requested,
     RollbackRequested: _Step.rollback_requested,
+    RunForked: _Step.forked,
 }
 
 

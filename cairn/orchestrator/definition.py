@@ -287,6 +287,70 @@ class OnResume:
     replan: str
 
 
+class AnomalyKind(StrEnum):
+    NO_PROGRESS = "no_progress"  # the fingerprint stayed the same round a loop
+    PING_PONG = "ping_pong"  # the same calls (nodes or tools) repeat, A-B-A-B...
+    OSCILLATION = "oscillation"  # a watched field keeps going back to earlier values
+
+
+@dataclass(frozen=True)
+class NoProgressRule:
+    """``steps`` moves in a row left the fingerprint as it was, and a node came round
+    again among them (a chain of nodes that write nothing is not a loop)."""
+
+    steps: int = 6
+
+
+@dataclass(frozen=True)
+class PingPongRule:
+    """The last calls are one block of 2..``max_period`` calls (with at least two
+    different calls in it) repeated ``repeats`` times. A node call is the node with the
+    fingerprint it was entered with; a tool call is the tool with its arguments."""
+
+    max_period: int = 3
+    repeats: int = 3
+
+
+@dataclass(frozen=True)
+class OscillationRule:
+    """Within the last ``window`` steps, one of ``fields`` went back ``returns`` times to
+    a value it had held earlier in the window (x: 1, 2, 1, 2 is two returns)."""
+
+    fields: tuple[str, ...]
+    window: int = 12
+    returns: int = 3
+
+
+@dataclass(frozen=True)
+class AnomalyPolicy:
+    """What the decider watches for while a run moves (the ``anomaly:`` block), and what
+    it does on a detection: intervene ``interventions`` times per kind (append ``hint``
+    to the messages, drop ``drop`` and set ``assign`` in the state), then end the run
+    failed — or, with ``handoff``, hand it to that wait node (a person)."""
+
+    no_progress: NoProgressRule | None = None
+    ping_pong: PingPongRule | None = None
+    oscillation: OscillationRule | None = None
+    # The fingerprint: these state fields (every field if empty) less ``ignore``, and the
+    # content digest of every artifact.
+    fields: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    hint: str | None = None
+    drop: tuple[str, ...] = ()
+    assign: Mapping[str, Any] = field(default_factory=dict)
+    interventions: int = 1
+    handoff: str | None = None
+
+    @property
+    def kinds(self) -> tuple[AnomalyKind, ...]:
+        rules = (
+            (AnomalyKind.NO_PROGRESS, self.no_progress),
+            (AnomalyKind.PING_PONG, self.ping_pong),
+            (AnomalyKind.OSCILLATION, self.oscillation),
+        )
+        return tuple(kind for kind, rule in rules if rule is not None)
+
+
 DEFAULT_CANCEL_TIMEOUT = timedelta(minutes=5)
 
 END_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
@@ -309,6 +373,8 @@ class WorkflowDefinition:
     on_resume: OnResume | None = None
     # What the whole run may spend, per unit (model tokens, dollars): ``ctx.charge``.
     budget: Mapping[str, float] = field(default_factory=dict)
+    # Runtime anomaly detection (no-progress loops, ping-pong, oscillation); off if None.
+    anomaly: AnomalyPolicy | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     # The definition in file form (callables as import paths): what is registered.
     spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)

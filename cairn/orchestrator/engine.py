@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
@@ -37,6 +37,7 @@ from cairn.errors import (
     UnknownWorkflow,
 )
 from cairn.faults import fault_point
+from cairn.orchestrator.alerts import report_anomalies
 from cairn.orchestrator.batches import MAX_BATCH, SubmitItem, Submitted
 from cairn.orchestrator.children import child_run_id
 from cairn.orchestrator.commands import (
@@ -60,6 +61,7 @@ from cairn.orchestrator.events import (
     Event,
     Phase,
     RollbackRequested,
+    RunForked,
     RunStarted,
     SignalReceived,
     event_from_dict,
@@ -81,6 +83,8 @@ from cairn.store.repository import (
     from_epoch,
     utcnow,
 )
+from cairn.webhooks.notices import Notice, check_url, notices
+from cairn.webhooks.signing import WebhookSecrets
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +108,11 @@ ROW_COMMANDS = (
 class Publisher(Protocol):
     def publish(self, messages: Sequence[NodeMessage]) -> bool:
         """Hand messages to the broker; False if they were not taken (left to the relay)."""
+        ...
+
+    def backlog(self) -> int | None:
+        """Node messages waiting in the queue for a worker; None if the broker cannot
+        say (recovery then assumes none)."""
         ...
 
 
@@ -225,6 +234,9 @@ class RunView:
     updated_at: float
     state: RunState | None = None
     executions: list[dict[str, Any]] = field(default_factory=list)
+    # Lineage of a fork: the run it was forked from, and after which of its events.
+    parent_run_id: str | None = None
+    fork_seq: int | None = None
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -253,6 +265,9 @@ class Orchestrator:
         self.settings = settings
         self.registry = registry or Registry(store)
         self.sent = SentMarks()
+        self.webhook_secrets = WebhookSecrets.from_settings(settings)
+        # Counts anomalies fleet-wide (Runtime sets it to the leases' counters).
+        self.anomaly_counter: Callable[[str], None] | None = None
 
     # -- submit -------------------------------------------------------------------------
 
@@ -264,8 +279,11 @@ class Orchestrator:
         request_id: str | None = None,
         namespace: str = "default",
         version: int | None = None,
+        webhook: str | None = None,
     ) -> str:
-        """Start a run; the same (namespace, request id) returns the same run."""
+        """Start a run; the same (namespace, request id) returns the same run. Its end
+        and milestones are announced to ``webhook``, if given (see docs/webhooks.md)."""
+        webhook = self.check_webhook(webhook, namespace)
         with self.store.statements() as tx:
             found, now = tx.workflow_version(workflow, version)
         if found is None:
@@ -274,7 +292,13 @@ class Orchestrator:
         definition = self.registry.get(workflow, found)
         payload = self.check_input(definition, run_input)
         values = _new_run(
-            str(uuid.uuid4()), namespace, definition, payload, request_id=request_id, at=now
+            str(uuid.uuid4()),
+            namespace,
+            definition,
+            payload,
+            request_id=request_id,
+            at=now,
+            webhook=webhook,
         )
         if self.store.dialect == "postgresql":
             run_id = self._submit_in_one_statement(values, definition, now)
@@ -302,12 +326,19 @@ class Orchestrator:
                     definitions[which] = self.registry.get(item.workflow, item.version)
                 definition = definitions[which]
                 payload = self.check_input(definition, item.input)
+                webhook = self.check_webhook(item.webhook, namespace)
             except CairnError as refused:
                 answers[index] = Submitted(index, error_code=refused.code, error=str(refused))
                 continue
             run_id = str(uuid.uuid4())
             values = _new_run(
-                run_id, namespace, definition, payload, request_id=item.request_id, at=0.0
+                run_id,
+                namespace,
+                definition,
+                payload,
+                request_id=item.request_id,
+                at=0.0,
+                webhook=webhook,
             )
             accepted.append((index, values, definition))
         messages: list[NodeMessage] = []
@@ -318,14 +349,14 @@ class Orchestrator:
             pipelined = []
             for index, values, definition in accepted:
                 values.update(created_at=stamp, updated_at=stamp)
-                fresh = _FreshRun(values["id"], stamp)
+                fresh = _FreshRun.of(values)
                 state = RunState(values["id"], definition.name, definition.version)
                 event = RunStarted(at=now, input=values["input"])
                 _decision, plan = self._plan(fresh, definition, state, event)
                 if (
                     self.store.dialect == "postgresql"
                     and plan is not None
-                    and not plan.row_commands
+                    and not plan.writes_other_rows
                 ):
                     pipelined.append((index, values, plan, event))
                 else:  # timers to arm (or SQLite): the step's general path
@@ -358,11 +389,11 @@ class Orchestrator:
         """The run and its first step as one statement, when the first decision only
         dispatches (no timers to arm); None otherwise."""
         run_id = values["id"]
-        fresh = _FreshRun(run_id, values["created_at"])
+        fresh = _FreshRun.of(values)
         state = RunState(run_id, definition.name, definition.version)
         event = RunStarted(at=now, input=values["input"])
         decision, plan = self._plan(fresh, definition, state, event)
-        if plan is None or plan.row_commands:
+        if plan is None or plan.writes_other_rows:
             return None
         sent = self.sent.drain()
         with self.store.statements(writes=True) as tx:
@@ -371,6 +402,7 @@ class Orchestrator:
             self.sent.add(sent)  # nothing was written, the marks included
             return self._existing_run(values)
         self._log_finish(run_id, decision)
+        report_anomalies(run_id, decision, self.anomaly_counter)
         self._publish(_with_outbox_ids(plan.dispatches, ids))
         return str(run_id)
 
@@ -398,6 +430,19 @@ class Orchestrator:
             with self.store.reading() as reader:
                 row = reader.run_by_request(values["namespace"], values["request_id"])
         return str(row.id)
+
+    def check_webhook(self, url: str | None, namespace: str) -> str | None:
+        """A run's webhook URL as stored, or :class:`InvalidInput`: a URL webhooks may
+        call, for a namespace that has a secret to sign with (nothing is sent unsigned)."""
+        if url is None:
+            return None
+        checked = check_url(url, self.settings.webhook_hosts)
+        if not self.webhook_secrets.of(namespace):
+            raise InvalidInput(
+                f"webhook: namespace {namespace!r} has no signing secret "
+                "(CAIRN_WEBHOOK_SECRETS): its runs cannot name a webhook"
+            )
+        return checked
 
     def check_input(self, definition: WorkflowDefinition, run_input: object) -> dict[str, Any]:
         """The input as it will be stored: a JSON object PostgreSQL can hold, within the
@@ -597,7 +642,7 @@ class Orchestrator:
         definition = self.registry.get(message.workflow, message.version)
         event = replace(outcome.event, at=known.now())
         decision, plan = self._plan(known.row, definition, known.state, event)
-        if plan is None or plan.row_commands:
+        if plan is None or plan.writes_other_rows:
             return None
         sent = self.sent.drain()
         with self.store.statements(writes=True) as tx:
@@ -617,6 +662,7 @@ class Orchestrator:
                 False, f"a result for {message.key} attempt {message.attempt} is already recorded"
             )
         self._log_finish(message.run_id, decision)
+        report_anomalies(message.run_id, decision, self.anomaly_counter)
         self._publish(_with_outbox_ids(plan.dispatches, ids))
         return Completion(True, decision=decision)
 
@@ -700,18 +746,20 @@ class Orchestrator:
         )
         return self._apply_now(run_id, requested)
 
-    def _checkpoint(self, run_id: str, seq: int) -> RunState:
+    def _checkpoint(self, run_id: str, seq: int, *, latest: bool = False) -> RunState:
         """The state a rollback may rewind to: after a decision (not an audit entry)
-        before the latest, with the run going and no parallel section half joined."""
+        before the latest (``latest``: or the latest itself, for a fork), with the run
+        going and no parallel section half joined."""
         with self.store.reading() as tx:
             row = tx.run(run_id)
             if row is None:
                 raise RunNotFound(f"no run {run_id}")
+            last = row.last_seq if latest else row.last_seq - 1
             entries = tx.events_after(run_id, seq - 1, seq) if seq >= 1 else []
-            if not entries or entries[0].type.startswith(AUDIT_ONLY) or seq >= row.last_seq:
+            if not entries or entries[0].type.startswith(AUDIT_ONLY) or seq > last:
                 raise InvalidInput(
                     f"run {run_id} has no checkpoint at seq {seq}: pick the seq of a decision "
-                    f"(not an audit entry) from 1 to {row.last_seq - 1} (cairn events)"
+                    f"(not an audit entry) from 1 to {last} (cairn events)"
                 )
             definition = self.registry.get(row.workflow, row.version, tx)
             state = self.restore(tx, row, definition, upto=seq)
@@ -760,11 +808,8 @@ class Orchestrator:
             after = 0
         else:
             state, after = RunState.from_dict(snapshot.state), snapshot.seq
-        for event_row in tx.events_after(row.id, after, upto):
-            if event_row.type.startswith(AUDIT_ONLY):
-                continue
-            decision = decide(definition, state, event_from_dict(event_row.data))
-            state = decision.state
+        for _event_row, replayed in replay(definition, state, tx.events_after(row.id, after, upto)):
+            state = replayed
         return state
 
     @dataclass
@@ -783,6 +828,13 @@ class Orchestrator:
         snapshot: str | None  # the state as JSON text, when a snapshot is due
         dispatches: list[NodeMessage]
         row_commands: Sequence[Command]  # timers and cancellations: rows besides the step's own
+        notices: Sequence[Notice]  # for the run's webhook
+
+        @property
+        def writes_other_rows(self) -> bool:
+            """Rows besides the run's, its event and its dispatches: not for the
+            one-statement paths."""
+            return bool(self.row_commands or self.notices)
 
     def _plan(
         self, row: Any, definition: WorkflowDefinition, state: RunState, event: Event
@@ -826,7 +878,10 @@ class Orchestrator:
             if isinstance(c, Dispatch)
         ]
         row_commands = [c for c in decision.commands if isinstance(c, ROW_COMMANDS)]
-        return decision, self._Plan(decision, values, snapshot, dispatches, row_commands)
+        announced = (
+            notices(state, new, decision.commands, seq, row.namespace) if row.webhook_url else []
+        )
+        return decision, self._Plan(decision, values, snapshot, dispatches, row_commands, announced)
 
     def _advance(
         self,
@@ -908,6 +963,20 @@ class Orchestrator:
                 self._start_child(tx, row, command, new.updated_at, advanced)
             elif isinstance(command, NotifyParent):
                 advanced.posted.append((tx.post(command.run_id, command.event), command.run_id))
+        for notice in plan.notices:
+            stamp = from_epoch(new.updated_at) if new.updated_at is not None else utcnow()
+            tx.add_notification(
+                {
+                    "event_id": notice.event_id,
+                    "run_id": row.id,
+                    "namespace": row.namespace,
+                    "kind": notice.kind,
+                    "url": row.webhook_url,
+                    "body": notice.body,
+                    "created_at": stamp,
+                    "due_at": stamp,
+                }
+            )
 
     def _start_child(
         self,
@@ -969,6 +1038,7 @@ class Orchestrator:
         advanced.posted.extend(child.posted)
 
     def _after_commit(self, advanced: Orchestrator._Advanced) -> None:
+        report_anomalies(advanced.decision.state.run_id, advanced.decision, self.anomaly_counter)
         self._publish(advanced.messages)
         if advanced.posted:
             fault_point("inbox.after_commit")
@@ -1052,6 +1122,8 @@ class Orchestrator:
             created_at=row.created_at.timestamp(),
             updated_at=row.updated_at.timestamp(),
             state=state,
+            parent_run_id=row.parent_run_id,
+            fork_seq=row.fork_seq,
         )
         if with_executions:
             with self.store.reading() as tx:
@@ -1088,6 +1160,64 @@ class Orchestrator:
                 for e in tx.events_after(run_id, after)
             ]
 
+    # -- fork ---------------------------------------------------------------------------
+
+    def fork(
+        self,
+        run_id: str,
+        at_seq: int,
+        state: RunState,
+        *,
+        patch: Mapping[str, Any] | None = None,
+        confirm: bool = False,
+    ) -> str:
+        """Start a live fork of ``run_id``: a new run in its namespace, linked to it
+        (``parent_run_id``, ``fork_seq``), that starts from ``state`` — the parent's
+        checkpoint after event ``at_seq`` (:meth:`_checkpoint`), with ``patch`` applied —
+        through a ``run_forked`` event, and is dispatched like any run. Its effects get
+        keys of their own (:func:`cairn.effects.ledger.effect_scope`). It must be
+        ``confirm``-ed; returns the new run's id."""
+        if not confirm:
+            raise ConfirmationRequired(
+                f"a live fork of run {run_id} is a real run: its effects reach the outside "
+                "world, under fresh keys; confirm it (--yes, confirm=True)"
+            )
+        with self.store.transaction() as tx:
+            parent = tx.run(run_id)
+            if parent is None:
+                raise RunNotFound(f"no run {run_id}")
+            definition = self.registry.get(parent.workflow, parent.version, tx)
+            now = tx.now()
+            fork_id = str(uuid.uuid4())
+            values = _new_run(
+                fork_id, parent.namespace, definition, parent.input, request_id=None, at=now
+            )
+            tx.insert_run({**values, "parent_run_id": run_id, "fork_seq": at_seq})
+            forked = RunForked(
+                at=now,
+                parent_run_id=run_id,
+                fork_seq=at_seq,
+                state=state.to_dict(),
+                patch=dict(patch) if patch is not None else None,
+            )
+            fresh = RunState(fork_id, definition.name, definition.version)
+            advanced = self._advance(tx, tx.run(fork_id, lock=True), definition, fresh, forked)
+        log.info("run %s forked from run %s at seq %d", fork_id, run_id, at_seq)
+        self._after_commit(advanced)
+        return fork_id
+
+
+def replay(
+    definition: WorkflowDefinition, state: RunState, event_rows: Iterable[Any]
+) -> Iterator[tuple[Any, RunState]]:
+    """Each logged event with the run's state after it: the log folded into ``state`` (the
+    state before the first of them) through the decider. Audit entries are history, not
+    the decider's input: the state after one is the state before it."""
+    for event_row in event_rows:
+        if not event_row.type.startswith(AUDIT_ONLY):
+            state = decide(definition, state, event_from_dict(event_row.data)).state
+        yield event_row, state
+
 
 @dataclass(frozen=True)
 class _FreshRun:
@@ -1095,9 +1225,15 @@ class _FreshRun:
 
     id: str
     created_at: datetime
+    namespace: str
+    webhook_url: str | None
     last_seq: int = 0
     snapshot_seq: int = 0
     snapshot_at: datetime | None = None
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> _FreshRun:
+        return cls(values["id"], values["created_at"], values["namespace"], values["webhook_url"])
 
 
 def _new_run(
@@ -1108,6 +1244,7 @@ def _new_run(
     *,
     request_id: str | None,
     at: float,
+    webhook: str | None = None,
 ) -> dict[str, Any]:
     """The row of a run about to start."""
     stamp = from_epoch(at)
@@ -1119,6 +1256,7 @@ def _new_run(
         "status": RunStatus.PENDING.value,
         "input": payload,
         "request_id": request_id,
+        "webhook_url": webhook,
         "current": [],
         "created_at": stamp,
         "updated_at": stamp,

@@ -55,6 +55,9 @@ class NodeSucceeded(Event):
     # Artifacts the handler put (``ctx.artifacts``): name -> reference (name, version,
     # sha256, size, uri); the content is in the object store, never in the log.
     artifacts: Mapping[str, Mapping[str, Any]] | None = None
+    # Where the execution's time went, seconds: ``queue``, ``run`` and the handler's
+    # ``ctx.timed`` kinds. Informational (``cairn sla``): the decider never reads it.
+    timings: Mapping[str, float] | None = None
     type: ClassVar[str] = "node_succeeded"
 
 
@@ -67,6 +70,7 @@ class NodeFailed(Event):
     message: str = ""
     phase: Phase = Phase.RUN
     charges: Mapping[str, float] | None = None
+    timings: Mapping[str, float] | None = None
     type: ClassVar[str] = "node_failed"
 
 
@@ -175,6 +179,20 @@ class RollbackRequested(Event):
     type: ClassVar[str] = "rollback_requested"
 
 
+@dataclass(frozen=True)
+class RunForked(Event):
+    """A forked run's first event (``cairn fork --live``): it starts from its parent's
+    state after event ``fork_seq`` (``state``, with ``patch`` — a JSON merge patch —
+    applied to its vars), and resumes as a rollback to a checkpoint does: what was in
+    progress there starts again, each as a new visit."""
+
+    parent_run_id: str = ""
+    fork_seq: int = 0
+    state: Mapping[str, Any] = field(default_factory=dict)
+    patch: Mapping[str, Any] | None = None
+    type: ClassVar[str] = "run_forked"
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -189,6 +207,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TimerFired,
         CancelRequested,
         RollbackRequested,
+        RunForked,
     )
 }
 
@@ -202,12 +221,17 @@ def stamped(event: _E, at: float) -> _E:
 
 
 _ENUM_FIELDS: dict[str, type[StrEnum]] = {"phase": Phase, "error_class": ErrorClass}
+# Fields added after events were first logged, written only when set: an event without
+# them reads the same in code from before they existed (a rolling upgrade's old workers).
+_OMITTED_WHEN_UNSET = frozenset({"timings"})
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
     data: dict[str, Any] = {"type": event.type}
     for item in fields(event):
         value = getattr(event, item.name)
+        if value is None and item.name in _OMITTED_WHEN_UNSET:
+            continue
         if isinstance(value, Mapping):
             value = dict(value)
         elif isinstance(value, tuple):

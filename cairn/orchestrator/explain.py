@@ -1,7 +1,8 @@
 """Why a run is not simply running: what each waiting execution waits for — a retry
 timer, a person, a signal, a child run, a cancel — as data (:func:`awaiting`, for
 ``cairn waiting``) and in words (:func:`waiting_lines`, for ``cairn status``); and what
-it has spent of its budget, and which runs it is linked to (:func:`context_lines`)."""
+it has spent of its budget, which runs it is linked to, and the anomalies it was caught
+in (:func:`context_lines`)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,30 @@ def context_lines(definition: WorkflowDefinition, state: RunState) -> list[str]:
             f"child of run {parent['run_id']} (node {parent['node']}#{parent['iteration']}, "
             f"correlation {parent['correlation_id']})"
         )
+    lines.extend(anomaly_lines(state))
+    return lines
+
+
+def anomaly_lines(state: RunState) -> list[str]:
+    """Each anomaly the run was caught in, what was done, and (for the one that stopped
+    it) the scene: the last moves with their state fingerprints, tool calls, and the
+    changes of the watched fields."""
+    lines = []
+    for record in state.anomalies:
+        lines.append(
+            f"anomaly {record['kind']} at {record['node']}#{record['iteration']}: "
+            f"{record['action']}: {record['detail']}"
+        )
+    stopped = [r for r in state.anomalies if r["action"] != "intervened"]
+    if stopped:
+        scene = stopped[-1].get("scene") or {}
+        moves = " -> ".join(f"{node}@{fp[:8]}" for node, fp in scene.get("moves", []))
+        if moves:
+            lines.append(f"  moves: {moves}")
+        if scene.get("tools"):
+            lines.append(f"  tool calls: {' -> '.join(scene['tools'])}")
+        for name, changes in (scene.get("transitions") or {}).items():
+            lines.append(f"  {name}: {' -> '.join(value for _step, value in changes)}")
     return lines
 
 

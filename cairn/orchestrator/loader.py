@@ -26,6 +26,7 @@ from cairn.orchestrator.definition import (
     DURABLE,
     END_STATUSES,
     NO_RETRY,
+    AnomalyPolicy,
     AnyNode,
     Branch,
     ChildRun,
@@ -35,10 +36,13 @@ from cairn.orchestrator.definition import (
     Join,
     JoinPolicyKind,
     JoinRest,
+    NoProgressRule,
     OnResume,
+    OscillationRule,
     ParallelNode,
     Persist,
     PersistKind,
+    PingPongRule,
     Ref,
     RetryPolicy,
     Route,
@@ -80,7 +84,22 @@ TOP_KEYS = {
     "input",
     "on_resume",
     "budget",
+    "anomaly",
 }
+# The anomaly block's keys and bounds: every history it asks for lives in the run state,
+# written with every step, so no window may grow without limit.
+ANOMALY_KEYS = {"fingerprint", "no_progress", "ping_pong", "oscillation", "on_detect"}
+FINGERPRINT_KEYS = {"fields", "ignore"}
+ON_DETECT_KEYS = {"hint", "reset", "interventions", "then"}
+ANOMALY_BOUNDS: dict[str, tuple[int, int]] = {
+    "no_progress.steps": (1, 1000),
+    "ping_pong.max_period": (2, 8),
+    "ping_pong.repeats": (2, 16),
+    "oscillation.window": (2, 200),
+    "oscillation.returns": (1, 200),
+    "on_detect.interventions": (0, 10),
+}
+HANDOFF_PREFIX = "wait:"
 
 
 def load_definition(
@@ -218,6 +237,7 @@ class _Parser:
         input_schema = self.input_schema(spec.get("input"))
         on_resume = self.on_resume(spec.get("on_resume"))
         budget = self.amounts(spec.get("budget"), None, "budget") or {}
+        anomaly = self.anomaly(spec.get("anomaly"))
         return WorkflowDefinition(
             name=name,
             version=version,
@@ -230,6 +250,7 @@ class _Parser:
             input_schema=input_schema,
             on_resume=on_resume,
             budget=budget,
+            anomaly=anomaly,
             extra={k: v for k, v in spec.items() if k not in TOP_KEYS},
             spec=plain_spec(spec),
         )
@@ -259,6 +280,123 @@ class _Parser:
         check = self.ref(raw["check"], None, "on_resume.check")
         replan = self.target(raw["replan"], None, "on_resume.replan")
         return OnResume(check, replan) if check is not None and replan else None
+
+    def anomaly(self, raw: object) -> AnomalyPolicy | None:
+        """The ``anomaly:`` block. Unlike the top level, it refuses unknown keys: a
+        misspelt threshold would silently leave a detector at its default."""
+        if raw is None:
+            return None
+        if not self.known_keys(raw, ANOMALY_KEYS, "anomaly"):
+            return None
+        assert isinstance(raw, Mapping)
+        fingerprint = raw.get("fingerprint", {})
+        if not self.known_keys(fingerprint, FINGERPRINT_KEYS, "anomaly.fingerprint"):
+            fingerprint = {}
+        on_detect = raw.get("on_detect", {})
+        if not self.known_keys(on_detect, ON_DETECT_KEYS, "anomaly.on_detect"):
+            on_detect = {}
+        no_progress = ping_pong = oscillation = None
+        rule = self.anomaly_rule(raw, "no_progress", {"steps"})
+        if rule is not None:
+            no_progress = NoProgressRule(steps=self.bounded(rule, "no_progress.steps", 6))
+        rule = self.anomaly_rule(raw, "ping_pong", {"max_period", "repeats"})
+        if rule is not None:
+            ping_pong = PingPongRule(
+                max_period=self.bounded(rule, "ping_pong.max_period", 3),
+                repeats=self.bounded(rule, "ping_pong.repeats", 3),
+            )
+        rule = self.anomaly_rule(raw, "oscillation", {"fields", "window", "returns"})
+        if rule is not None:
+            watched = self.field_names(rule.get("fields"), "anomaly.oscillation.fields")
+            if not rule.get("fields"):
+                self.fault(
+                    "bad_anomaly",
+                    "anomaly.oscillation.fields must list the state fields to watch",
+                )
+            elif watched:
+                oscillation = OscillationRule(
+                    fields=watched,
+                    window=self.bounded(rule, "oscillation.window", 12),
+                    returns=self.bounded(rule, "oscillation.returns", 3),
+                )
+        if not any(raw.get(name) for name in ("no_progress", "ping_pong", "oscillation")):
+            self.fault(
+                "bad_anomaly",
+                "anomaly turns on no detector: give no_progress, ping_pong or oscillation",
+            )
+            return None
+        hint = on_detect.get("hint")
+        if hint is not None and (not isinstance(hint, str) or not hint.strip()):
+            self.fault("bad_anomaly", f"anomaly.on_detect.hint must be text, got {hint!r}")
+            hint = None
+        drop: tuple[str, ...] = ()
+        assign: dict[str, Any] = {}
+        reset = on_detect.get("reset")
+        if isinstance(reset, Mapping):
+            assign = {str(name): value for name, value in reset.items()}
+        elif reset is not None:
+            drop = self.field_names(reset, "anomaly.on_detect.reset")
+        then = on_detect.get("then", "fail")
+        handoff = None
+        if isinstance(then, str) and then.startswith(HANDOFF_PREFIX):
+            handoff = then[len(HANDOFF_PREFIX) :].strip() or None
+        if handoff is None and then != "fail":
+            self.fault(
+                "bad_anomaly",
+                f"anomaly.on_detect.then is 'fail' or 'wait:<wait node>', got {then!r}",
+            )
+        return AnomalyPolicy(
+            no_progress=no_progress,
+            ping_pong=ping_pong,
+            oscillation=oscillation,
+            fields=self.field_names(fingerprint.get("fields"), "anomaly.fingerprint.fields"),
+            ignore=self.field_names(fingerprint.get("ignore"), "anomaly.fingerprint.ignore"),
+            hint=hint,
+            drop=drop,
+            assign=assign,
+            interventions=self.bounded(on_detect, "on_detect.interventions", 1),
+            handoff=handoff,
+        )
+
+    def anomaly_rule(
+        self, raw: Mapping[str, Any], name: str, keys: set[str]
+    ) -> Mapping[str, Any] | None:
+        """A detector's settings: a mapping, or ``true`` for its defaults; None if off."""
+        rule = raw.get(name)
+        if rule is None or rule is False:
+            return None
+        if rule is True:
+            return {}
+        return rule if self.known_keys(rule, keys, f"anomaly.{name}") else None
+
+    def known_keys(self, raw: object, keys: set[str], what: str) -> bool:
+        if not isinstance(raw, Mapping):
+            self.fault("bad_anomaly", f"{what} must be a mapping of {sorted(keys)}, got {raw!r}")
+            return False
+        unknown = sorted(str(key) for key in raw if key not in keys)
+        if unknown:
+            self.fault("bad_anomaly", f"{what} has no field(s) {unknown}; known: {sorted(keys)}")
+            return False
+        return True
+
+    def bounded(self, raw: Mapping[str, Any], what: str, default: int) -> int:
+        low, high = ANOMALY_BOUNDS[what]
+        value = raw.get(what.rpartition(".")[2], default)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            self.fault(
+                "bad_anomaly",
+                f"anomaly.{what} must be an integer from {low} to {high}, got {value!r}",
+            )
+            return default
+        return value
+
+    def field_names(self, raw: object, what: str) -> tuple[str, ...]:
+        if raw is None:
+            return ()
+        if not isinstance(raw, list) or not all(isinstance(n, str) and n for n in raw):
+            self.fault("bad_anomaly", f"{what} must be a list of state field names, got {raw!r}")
+            return ()
+        return tuple(dict.fromkeys(raw))
 
     # -- nodes --------------------------------------------------------------------------
 

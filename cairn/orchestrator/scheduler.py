@@ -18,8 +18,13 @@ path, so running it twice, or several schedulers at once, is harmless:
   unless that needs a person: an irreversible node a worker had claimed, or a node that
   keeps killing its workers, is *held* and the run waits for an operator's decision;
 - **compaction**: old snapshots are thinned (the event log is kept);
-- **retention**: runs that ended longer ago than ``CAIRN_RUN_RETENTION_S`` are deleted
-  with their history (off by default).
+- **retention**: the artifacts of runs that ended longer ago than
+  ``CAIRN_ARTIFACTS_RETENTION_DAYS``, then runs that ended longer ago than
+  ``CAIRN_RUN_RETENTION_S``, are deleted with their history (each off by default).
+
+Webhook notifications are delivered beside it, by :mod:`cairn.webhooks.notifier`.
+Recovery never sends again an execution nobody claimed while the queue still holds
+messages (it is most likely one of them), unless it has waited far longer.
 """
 
 from __future__ import annotations
@@ -29,8 +34,13 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import partial
+from typing import Any
 
+from cairn.artifacts.cleanup import expire as expire_artifacts
+from cairn.artifacts.registry import ArtifactRegistry
+from cairn.artifacts.stores import open_store
 from cairn.config import Settings
 from cairn.faults import fault_point
 from cairn.lease.leases import Leases, lease_key
@@ -38,6 +48,7 @@ from cairn.orchestrator.definition import AnyNode, ErrorClass, TaskNode
 from cairn.orchestrator.engine import NodeOutcome, Orchestrator
 from cairn.orchestrator.events import NodeFailed, NodeHeld, Phase, TimerFired, stamped
 from cairn.orchestrator.messages import NodeMessage
+from cairn.orchestrator.metrics import SchedulerMetrics
 from cairn.orchestrator.statuses import NodeStatus
 from cairn.reconnect import is_outage
 from cairn.store.repository import ExecutionKey, Tx, to_epoch
@@ -48,6 +59,10 @@ BATCH = 500
 OUTAGE_MAX_WAIT_S = 5.0
 COMPACT_EVERY_PASSES = 120
 SKIPPED_TIMER_RETRY_S = 0.01
+# A never-claimed execution is dispatched again only when the queue is empty (else its
+# message is most likely still waiting in it), or once it has waited this many times
+# CAIRN_RECOVERY_AFTER (a message lost while the queue was never empty).
+QUEUED_PATIENCE = 10
 
 
 def _timer_fired(timer_id: str, at: float) -> TimerFired:
@@ -84,6 +99,7 @@ class Scheduler:
     leases: Leases
     settings: Settings
     relay_after: float | None = None  # seconds; default from settings
+    metrics: SchedulerMetrics = field(default_factory=SchedulerMetrics)
     _passes: int = field(default=0, init=False)
     _next_timer_at: float | None = field(default=None, init=False)  # time.monotonic()
 
@@ -144,6 +160,7 @@ class Scheduler:
                 return 0
             fault_point("relay.after_publish")
             tx.mark_sent([row.id for row in rows])
+        self.metrics.relayed.inc(len(rows))
         log.info("relayed %d unsent message(s)", len(rows))
         return len(rows)
 
@@ -178,6 +195,8 @@ class Scheduler:
             )
             if decision is not None:
                 fired += 1
+                fired_at = now + time.monotonic() - read_at  # by the database's clock
+                self.metrics.timer_fired(timer.timer_id, fired_at - to_epoch(timer.due_at))
             else:  # taken by another scheduler, or its run was busy: look again soon
                 self._next_timer_at = time.monotonic() + SKIPPED_TIMER_RETRY_S
         return fired
@@ -198,8 +217,10 @@ class Scheduler:
         died ``max_recoveries`` times; with ``fail`` (the default) it fails then."""
         store = self.orchestrator.store
         with store.reading() as tx:
-            stalled = tx.stalled_executions(tx.now() - self.settings.recovery_after, BATCH)
+            now = tx.now()
+            stalled = tx.stalled_executions(now - self.settings.recovery_after, BATCH)
         recovered = 0
+        backlog: int | None = None  # asked of the broker once per pass, if needed
         for execution in stalled:
             lease = lease_key(
                 execution.run_id, execution.node, execution.iteration, execution.phase
@@ -207,6 +228,11 @@ class Scheduler:
             if self.leases.held(lease):
                 continue  # a live worker holds it
             died = self.leases.beats([lease])[0] is not None
+            if not died and self._maybe_queued(execution, now):
+                if backlog is None:
+                    backlog = self.orchestrator.publisher.backlog() or 0
+                if backlog:
+                    continue  # never started, and the queue is not empty: still queued
             if died:
                 self.leases.forget(lease)  # the next death must leave a record of its own
             key = ExecutionKey(
@@ -233,10 +259,12 @@ class Scheduler:
             claimed = execution.status == "running"
             hold = self._hold_reason(node, claimed=claimed, died=died, recoveries=recoveries)
             if hold is not None and self._hold(message, hold, recoveries):
-                pass
+                self.metrics.recoveries.labels("held").inc()
             elif recoveries >= self.settings.max_recoveries:
                 self._give_up(message, recoveries)
+                self.metrics.recoveries.labels("failed").inc()
             else:
+                self.metrics.recoveries.labels("redispatched").inc()
                 self._record_recovery(message, died=died, recoveries=recoveries)
                 self.orchestrator.publisher.publish([message])
                 log.warning(
@@ -247,6 +275,15 @@ class Scheduler:
                 )
             recovered += 1
         return recovered
+
+    def _maybe_queued(self, execution: Any, now: float) -> bool:
+        """Nobody has started it (no claim in PostgreSQL, no heartbeat record), and it
+        has not waited so long that a queue could no longer explain it."""
+        waited = now - to_epoch(execution.dispatched_at)
+        return bool(
+            execution.status == "scheduled"
+            and waited < QUEUED_PATIENCE * self.settings.recovery_after
+        )
 
     def _hold_reason(
         self, node: AnyNode | None, *, claimed: bool, died: bool, recoveries: int
@@ -332,8 +369,20 @@ class Scheduler:
         log.error("%s: %s", message.key, reason)
 
     def expire(self) -> int:
-        """Delete runs that ended longer ago than CAIRN_RUN_RETENTION_S (if set), a
-        batch per pass; returns how many."""
+        """Delete the artifacts of runs that ended longer ago than
+        CAIRN_ARTIFACTS_RETENTION_DAYS, then runs that ended longer ago than
+        CAIRN_RUN_RETENTION_S (each if set), a batch per pass; returns how many runs.
+        (Orphan blobs are left to ``cairn artifacts-cleanup``: finding them lists the
+        whole object store.)"""
+        days = self.settings.artifacts_retention_days
+        if days is not None:
+            expire_artifacts(
+                ArtifactRegistry(self.orchestrator.store),
+                open_store(self.settings.effective_artifacts_url),
+                timedelta(days=days),
+                batch=BATCH,
+                max_batches=1,
+            )
         retention = self.settings.run_retention_s
         if not retention:
             return 0

@@ -15,10 +15,11 @@ from typing import Any
 from cairn.orchestrator.events import Phase
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 
-# The snapshot format. 2 added the agent context (messages, sessions, artifacts).
+# The snapshot format. 2 added the agent context (messages, sessions, artifacts); 3 the
+# anomaly watch (``anomaly``, ``anomalies``: written only for workflows that watch).
 # from_dict reads every older format, and keeps fields it does not know (from a newer
 # cairn) in ``extra`` so that writing the state back loses nothing.
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 
 
 class BranchOutcome(StrEnum):
@@ -111,6 +112,55 @@ class Compensation:
     rewind: bool = False  # a rollback to a checkpoint: resume from it once all are undone
 
 
+@dataclass(frozen=True)
+class AnomalyTrack:
+    """What the anomaly detectors remember between steps (see
+    :mod:`cairn.orchestrator.anomaly`): bounded histories, so that detection is a pure
+    function of the state and replaying a history detects exactly the same."""
+
+    steps: int = 0  # moves observed: the clock of the oscillation window
+    # The last moves: (node entered, fingerprint of the state it was entered with).
+    trail: tuple[tuple[str, str], ...] = ()
+    # Consecutive moves that left the fingerprint unchanged, and whether a node came
+    # round again among the moves at that fingerprint (``nodes``).
+    streak: int = 0
+    nodes: tuple[str, ...] = ()
+    looped: bool = False
+    tools: tuple[str, ...] = ()  # the last tool calls, "name arguments"
+    # Per watched field: (step, value) each time it changed, within the window.
+    values: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
+    # Interventions made so far, per anomaly kind (never cleared: once per run).
+    interventions: Mapping[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "trail": [list(entry) for entry in self.trail],
+            "streak": self.streak,
+            "nodes": list(self.nodes),
+            "looped": self.looped,
+            "tools": list(self.tools),
+            "values": {name: [list(v) for v in seen] for name, seen in self.values.items()},
+            "interventions": dict(self.interventions),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AnomalyTrack:
+        return cls(
+            steps=data.get("steps", 0),
+            trail=tuple((node, digest) for node, digest in data.get("trail", [])),
+            streak=data.get("streak", 0),
+            nodes=tuple(data.get("nodes", [])),
+            looped=data.get("looped", False),
+            tools=tuple(data.get("tools", [])),
+            values={
+                name: tuple((step, value) for step, value in seen)
+                for name, seen in data.get("values", {}).items()
+            },
+            interventions=dict(data.get("interventions", {})),
+        )
+
+
 @dataclass
 class RunState:
     run_id: str
@@ -143,6 +193,10 @@ class RunState:
     steps: int = 0
     started_at: float | None = None
     updated_at: float | None = None
+    # The anomaly detectors' memory (None until a watching workflow's run first moves),
+    # and every anomaly detected, with what was done and the scene (JSON data).
+    anomaly: AnomalyTrack | None = None
+    anomalies: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def copy(self) -> RunState:
@@ -160,6 +214,7 @@ class RunState:
             signals_seen=list(self.signals_seen),
             cancel=dict(self.cancel) if self.cancel is not None else None,
             spent=dict(self.spent),
+            anomalies=list(self.anomalies),
         )
 
     @property
@@ -186,6 +241,11 @@ class RunState:
         It shares this state's containers (vars, messages, ...): serialise it, don't
         change it."""
         compensation = self.compensation
+        watch: dict[str, Any] = {}
+        if self.anomaly is not None:  # absent for the workflows that do not watch
+            watch["anomaly"] = self.anomaly.to_dict()
+        if self.anomalies:
+            watch["anomalies"] = self.anomalies
         return {
             **self.extra,
             "run_id": self.run_id,
@@ -229,6 +289,7 @@ class RunState:
             "steps": self.steps,
             "started_at": self.started_at,
             "updated_at": self.updated_at,
+            **watch,
             "format": STATE_FORMAT,
         }
 
@@ -269,6 +330,10 @@ class RunState:
             steps=data.get("steps", 0),
             started_at=data.get("started_at"),
             updated_at=data.get("updated_at"),
+            anomaly=(
+                AnomalyTrack.from_dict(data["anomaly"]) if data.get("anomaly") is not None else None
+            ),
+            anomalies=list(data.get("anomalies", [])),
             extra={key: value for key, value in data.items() if key not in known},
         )
 
@@ -303,6 +368,7 @@ def _timer(data: Mapping[str, Any]) -> TimerState:
 
 
 __all__ = [
+    "AnomalyTrack",
     "BranchOutcome",
     "CompletedStep",
     "Compensation",

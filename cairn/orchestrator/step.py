@@ -37,6 +37,7 @@ from cairn.orchestrator.statuses import NodeStatus, RunStatus, advance_node, adv
 START = "(start)"
 OPERATOR = "(operator)"  # who decides about a held node
 REWIND = "(rewind)"  # where a rollback to a checkpoint resumes the run from
+FORK = "(fork)"  # where a forked run resumes its parent's checkpoint from
 DECISIONS_KEY = "decisions"  # state field where wait decisions (signal, payload, actor) land
 # An operator's decision about a held node (see NodeHeld). The prefix is reserved: no
 # wait node may declare a signal of that name.
@@ -243,6 +244,8 @@ class Step:
         def node_failed(self, event: NodeFailed) -> str | None: ...
 
         def settle_cancel(self) -> None: ...
+
+        def fail_run(self, reason: str) -> None: ...
 
         def compensation_in_flight(
             self, node: str, iteration: int, attempt: int

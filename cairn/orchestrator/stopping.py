@@ -16,10 +16,12 @@ from cairn.orchestrator.events import (
     NodeSucceeded,
     Phase,
     RollbackRequested,
+    RunForked,
 )
 from cairn.orchestrator.state import Compensation, NodeState, RunState, TimerKind, TimerState
 from cairn.orchestrator.statuses import NodeStatus, RunStatus, advance_node
 from cairn.orchestrator.step import (
+    FORK,
     OPERATOR,
     REWIND,
     Step,
@@ -204,6 +206,9 @@ class Stopping(Step):
         state.vars, state.messages = target.vars, target.messages
         state.sessions, state.artifacts = target.sessions, target.artifacts
         state.compensable, state.joins = target.compensable, target.joins
+        # The anomaly detectors remember what they had seen there; what they caught
+        # since (``anomalies``) stays in the history.
+        state.anomaly = target.anomaly
         state.nodes = {k: n for k, n in target.nodes.items() if n.status.terminal}
         state.signals_seen = list(dict.fromkeys([*target.signals_seen, *state.signals_seen]))
         state.cancel, state.reason, state.compensation = None, None, None
@@ -211,6 +216,48 @@ class Stopping(Step):
         for node in in_progress:
             if self.moving:
                 self.enter(node.node, REWIND, "rewind")
+
+    def forked(self, event: RunForked) -> str | None:
+        """A forked run's first event: it starts from its parent's checkpoint (``state``,
+        patched), as a rollback to a checkpoint resumes — what was in progress there
+        starts again, each as a new visit; visits, spending and the agent context carry
+        over. The parent's effects stay the parent's: nothing it did is compensable here,
+        and the fork is nobody's child run."""
+        state = self.state
+        if state.status is not RunStatus.PENDING:
+            raise IllegalTransition(
+                "run",
+                state.run_id,
+                state.status.value,
+                RunStatus.RUNNING.value,
+                "the run has already started",
+            )
+        target = RunState.from_dict(event.state)
+        in_progress = [
+            node for node in target.nodes.values() if node.dispatched and not node.status.terminal
+        ]
+        if (
+            target.status not in (RunStatus.RUNNING, RunStatus.WAITING)
+            or any(not join.done for join in target.joins.values())
+            or not in_progress
+        ):
+            raise EventRejected(
+                f"a fork starts from a checkpoint (a going run with something in progress, "
+                f"outside a parallel section); the state at seq {event.fork_seq} of run "
+                f"{event.parent_run_id} is {target.status.value}"
+            )
+        state.vars, state.messages = dict(target.vars), list(target.messages)
+        state.sessions, state.artifacts = dict(target.sessions), dict(target.artifacts)
+        state.nodes = {k: n for k, n in target.nodes.items() if n.status.terminal}
+        state.visits, state.joins = dict(target.visits), dict(target.joins)
+        state.spent, state.budget = dict(target.spent), target.budget
+        state.signals_seen = list(target.signals_seen)
+        state.anomaly, state.anomalies = target.anomaly, list(target.anomalies)
+        state.started_at = event.at
+        for node in in_progress:
+            if self.moving:
+                self.enter(node.node, FORK, "fork")
+        return None
 
     def dispatch_compensation(self) -> None:
         compensation = self.state.compensation

@@ -12,8 +12,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cairn.durations import format_duration
+from cairn.orchestrator.anomaly import watched
 from cairn.orchestrator.decider import OPERATOR, RECOVERY_SIGNALS, REWIND, START, outcome_node
 from cairn.orchestrator.definition import (
+    AnomalyKind,
+    AnomalyPolicy,
     AnyNode,
     EndNode,
     ErrorClass,
@@ -24,6 +27,7 @@ from cairn.orchestrator.definition import (
     WorkflowDefinition,
 )
 from cairn.orchestrator.statuses import RunStatus
+from cairn.orchestrator.step import FORK
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ def transition_table(definition: WorkflowDefinition) -> list[TransitionRow]:
                 )
             )
         rows.extend(_hold_rows(node))
+        rows.extend(_anomaly_rows(definition, node_id))
     if definition.on_resume is not None:
         rows.append(
             TransitionRow(
@@ -120,7 +125,50 @@ def transition_table(definition: WorkflowDefinition) -> list[TransitionRow]:
         for node_id, node in definition.nodes.items()
         if isinstance(node, TaskNode | WaitNode) and node_id not in definition.branch_parents
     )
+    rows.extend(
+        TransitionRow(FORK, "fork", "in progress at the parent's checkpoint", node_id)
+        for node_id, node in definition.nodes.items()
+        if isinstance(node, TaskNode | WaitNode) and node_id not in definition.branch_parents
+    )
     return rows
+
+
+def _anomaly_rows(definition: WorkflowDefinition, node_id: str) -> list[TransitionRow]:
+    """Each move into a watched node may complete an anomaly: the first detections of a
+    kind are answered by an intervention (the run goes on into the node), the next one
+    ends the run or hands it off."""
+    policy = definition.anomaly
+    if policy is None or not watched(definition, node_id):
+        return []
+    rows = []
+    stop = policy.handoff or outcome_node(RunStatus.FAILED)
+    for kind in policy.kinds:
+        guard = _anomaly_guard(policy, kind)
+        if policy.interventions:
+            times = "once" if policy.interventions == 1 else f"{policy.interventions} times"
+            rows.append(
+                TransitionRow(
+                    node_id, f"anomaly_intervened:{kind.value}", f"{guard}; {times}", node_id
+                )
+            )
+        after = "after the interventions" if policy.interventions else "at once"
+        rows.append(
+            TransitionRow(node_id, f"anomaly_detected:{kind.value}", f"{guard}, {after}", stop)
+        )
+    return rows
+
+
+def _anomaly_guard(policy: AnomalyPolicy, kind: AnomalyKind) -> str:
+    no_progress, ping_pong, oscillation = policy.no_progress, policy.ping_pong, policy.oscillation
+    if kind is AnomalyKind.NO_PROGRESS and no_progress is not None:
+        return f"state unchanged for {no_progress.steps} moves round a loop"
+    if kind is AnomalyKind.PING_PONG and ping_pong is not None:
+        return f"a block of 2-{ping_pong.max_period} calls repeated {ping_pong.repeats} times"
+    assert oscillation is not None
+    return (
+        f"{', '.join(oscillation.fields)} back to an earlier value {oscillation.returns} "
+        f"times within {oscillation.window} moves"
+    )
 
 
 def _hold_rows(node: AnyNode) -> list[TransitionRow]:

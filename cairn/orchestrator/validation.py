@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 
 from cairn.errors import DefinitionFault
+from cairn.orchestrator.anomaly import watched
 from cairn.orchestrator.decider import RECOVERY_PREFIX
 from cairn.orchestrator.definition import (
     EndNode,
@@ -30,6 +31,7 @@ def validate_graph(definition: WorkflowDefinition) -> list[DefinitionFault]:
         )
     faults.extend(_unknown_targets(definition))
     faults.extend(_on_resume_faults(definition))
+    faults.extend(_anomaly_faults(definition))
     for node_id, node in nodes.items():
         if isinstance(node, WaitNode):
             faults.extend(
@@ -89,6 +91,9 @@ def successors(definition: WorkflowDefinition) -> dict[str, list[str]]:
         replan = definition.on_resume.replan if definition.on_resume else ""
         if replan in definition.nodes and isinstance(node, TaskNode) and node.handler:
             targets.append(replan)  # any recovered node may be sent to re-planning
+        handoff = definition.anomaly.handoff if definition.anomaly else None
+        if handoff is not None and handoff in definition.nodes and watched(definition, node_id):
+            targets.append(handoff)  # an anomaly caught on the way in hands the run over
         parent = definition.branch_parents.get(node_id)
         if parent is not None:
             join_next = definition.nodes[parent]
@@ -121,6 +126,24 @@ def _on_resume_faults(definition: WorkflowDefinition) -> Iterator[DefinitionFaul
             "bad_value",
             "on_resume.replan must not be a parallel branch: re-planning takes the whole run",
             replan,
+        )
+
+
+def _anomaly_faults(definition: WorkflowDefinition) -> Iterator[DefinitionFault]:
+    policy = definition.anomaly
+    if policy is None or policy.handoff is None:
+        return
+    target = definition.nodes.get(policy.handoff)
+    if target is None:
+        yield DefinitionFault(
+            "unknown_target",
+            f"anomaly.on_detect.then hands off to {policy.handoff!r}, which is not a node",
+        )
+    elif not isinstance(target, WaitNode):
+        yield DefinitionFault(
+            "bad_anomaly",
+            f"anomaly.on_detect.then hands off to {policy.handoff!r}, which is a "
+            f"{target.kind} node, not a wait: a hand-off waits for a person",
         )
 
 

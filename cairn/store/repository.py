@@ -41,6 +41,7 @@ from cairn.store.schema import (
     EventRow,
     InboxRow,
     NodeExecutionRow,
+    NotificationRow,
     OutboxRow,
     RunRow,
     SnapshotRow,
@@ -57,6 +58,7 @@ timers = cast(Table, TimerRow.__table__)
 inbox = cast(Table, InboxRow.__table__)
 effects = cast(Table, EffectRow.__table__)
 artifacts = cast(Table, ArtifactRow.__table__)
+notifications = cast(Table, NotificationRow.__table__)
 workflows = cast(Table, WorkflowRow.__table__)
 
 ACTIVE_EXECUTION = ("scheduled", "running")
@@ -84,6 +86,19 @@ class Snapshot:
     seq: int
     format: int
     state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FleetGauges:
+    """Counts by status, and each backlog as (rows, the oldest one's time or None)."""
+
+    runs: Mapping[str, int]
+    effects: Mapping[str, int]
+    held_executions: int
+    unsent: tuple[int, float | None]  # outbox messages not yet published
+    due_timers: tuple[int, float | None]  # timers due and not fired (oldest: its due time)
+    inbox: tuple[int, float | None]
+    notifications: tuple[int, float | None]  # webhooks not delivered nor given up
 
 
 @dataclass(frozen=True)
@@ -463,16 +478,23 @@ class Tx:
         return list(
             self.connection.execute(
                 select(
-                    runs.c.id, runs.c.workflow, runs.c.version, runs.c.input, runs.c.request_id
+                    runs.c.id,
+                    runs.c.workflow,
+                    runs.c.version,
+                    runs.c.input,
+                    runs.c.request_id,
+                    runs.c.webhook_url,
                 ).where(runs.c.namespace == namespace, runs.c.request_id.in_(list(request_ids)))
             )
         )
 
     def run_head(self, run_id: str) -> Any:
-        """A run's namespace, status and last seq, without its cached state: what a
-        progress stream polls."""
+        """A run's namespace, status, last seq and running nodes, without its cached
+        state: what a progress stream polls."""
         return self.connection.execute(
-            select(runs.c.namespace, runs.c.status, runs.c.last_seq).where(runs.c.id == run_id)
+            select(runs.c.namespace, runs.c.status, runs.c.last_seq, runs.c.current).where(
+                runs.c.id == run_id
+            )
         ).first()
 
     def registered_workflows(self) -> list[Any]:
@@ -558,12 +580,12 @@ class Tx:
 
     def delete_runs(self, run_ids: Sequence[str]) -> int:
         """Delete runs and everything kept for them — events, snapshots, executions,
-        outbox messages, timers, inbox entries — except the effects ledger, whose keys
-        keep guarding the outside world against a late duplicate call."""
+        outbox messages, timers, inbox entries, notifications — except the effects
+        ledger, whose keys keep guarding the outside world against a late duplicate call."""
         if not run_ids:
             return 0
         ids = list(run_ids)
-        for table in (events, snapshots, executions, outbox, timers, inbox):
+        for table in (events, snapshots, executions, outbox, timers, inbox, notifications):
             self.connection.execute(delete(table).where(table.c.run_id.in_(ids)))
         return int(self.connection.execute(delete(runs).where(runs.c.id.in_(ids))).rowcount)
 
@@ -885,6 +907,120 @@ class Tx:
             delete(inbox).where(inbox.c.id == entry_id).returning(inbox.c.event)
         ).first()
         return dict(row.event) if row is not None else None
+
+    # -- fleet gauges (Prometheus) --------------------------------------------------------
+
+    def fleet_gauges(self, now: float) -> FleetGauges:
+        """What the fleet's backlogs look like now, for a metrics scrape: a few indexed
+        aggregates, no row read one by one."""
+
+        def backlog(table: Table, stamp: Any, *where: Any) -> tuple[int, float | None]:
+            count, oldest = self.connection.execute(
+                select(func.count(), func.min(stamp)).select_from(table).where(*where)
+            ).one()
+            return int(count), (to_epoch(oldest) if oldest is not None else None)
+
+        by_status = self.connection.execute(
+            select(runs.c.status, func.count()).group_by(runs.c.status)
+        )
+        effects_by_status = self.connection.execute(
+            select(effects.c.status, func.count()).group_by(effects.c.status)
+        )
+        held = self.connection.execute(
+            select(func.count()).select_from(executions).where(executions.c.status == "held")
+        ).scalar_one()
+        return FleetGauges(
+            runs={str(status): int(count) for status, count in by_status},
+            effects={str(status): int(count) for status, count in effects_by_status},
+            held_executions=int(held),
+            unsent=backlog(outbox, outbox.c.created_at, outbox.c.sent_at.is_(None)),
+            due_timers=backlog(
+                timers,
+                timers.c.due_at,
+                timers.c.fired_at.is_(None),
+                timers.c.due_at <= from_epoch(now),
+            ),
+            inbox=backlog(inbox, inbox.c.created_at),
+            notifications=backlog(
+                notifications,
+                notifications.c.created_at,
+                notifications.c.delivered_at.is_(None),
+                notifications.c.given_up_at.is_(None),
+            ),
+        )
+
+    # -- notifications (webhooks) -------------------------------------------------------
+
+    def add_notification(self, values: Mapping[str, Any]) -> bool:
+        """Queue a notification; False if its event id is queued already."""
+        stmt = self._insert(notifications).values(**values).on_conflict_do_nothing()
+        return self.connection.execute(stmt.returning(notifications.c.id)).first() is not None
+
+    def claim_notifications(self, now: float, hold_s: float, limit: int) -> list[Any]:
+        """Take the due notifications, oldest due first, for ``hold_s`` seconds: their
+        ``due_at`` moves past the delivery's timeout, so a notifier that dies mid-delivery
+        leaves them to another once that passes, and two notifiers never hold the same.
+        Each claim counts an attempt."""
+        due = (
+            select(notifications.c.id)
+            .where(
+                notifications.c.delivered_at.is_(None),
+                notifications.c.given_up_at.is_(None),
+                notifications.c.due_at <= from_epoch(now),
+            )
+            .order_by(notifications.c.due_at)
+            .limit(limit)
+        )
+        if self.dialect == "postgresql":
+            due = due.with_for_update(skip_locked=True)
+        claim = (
+            update(notifications)
+            .where(notifications.c.id.in_(due.scalar_subquery()))
+            .values(due_at=from_epoch(now + hold_s), attempts=notifications.c.attempts + 1)
+            .returning(*notifications.c)
+        )
+        return list(self.connection.execute(claim))
+
+    def settle_notification(
+        self,
+        notification_id: int,
+        attempts: int,
+        *,
+        status: int | None,
+        error: str | None,
+        delivered: bool = False,
+        retry_at: float | None = None,
+    ) -> bool:
+        """Record a delivery attempt's outcome: delivered, to be retried at ``retry_at``,
+        or (neither) given up. Only the holder of attempt ``attempts`` may: a notifier
+        whose hold lapsed while it waited on a slow receiver records nothing."""
+        values: dict[str, Any] = {"last_status": status, "last_error": error}
+        if delivered:
+            values["delivered_at"] = utcnow()
+        elif retry_at is not None:
+            values["due_at"] = from_epoch(retry_at)
+        else:
+            values["given_up_at"] = utcnow()
+        stmt = (
+            update(notifications)
+            .where(
+                notifications.c.id == notification_id,
+                notifications.c.attempts == attempts,
+                notifications.c.delivered_at.is_(None),
+                notifications.c.given_up_at.is_(None),
+            )
+            .values(**values)
+        )
+        return bool(self.connection.execute(stmt.returning(notifications.c.id)).first())
+
+    def notifications_of(self, run_id: str) -> list[Any]:
+        return list(
+            self.connection.execute(
+                select(notifications)
+                .where(notifications.c.run_id == run_id)
+                .order_by(notifications.c.id)
+            )
+        )
 
     # -- timers -------------------------------------------------------------------------
 

@@ -87,6 +87,8 @@ class RunRow(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     parent_run_id: Mapped[str | None] = mapped_column(String(36))
     fork_seq: Mapped[int | None] = mapped_column(Integer)
+    # Where the run's notifications go (migration 0009); None: nowhere.
+    webhook_url: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -177,6 +179,38 @@ class InboxRow(Base):
     run_id: Mapped[str] = mapped_column(String(36))
     event: Mapped[dict[str, Any]] = mapped_column(Json)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class NotificationRow(Base):
+    """A webhook notification, written with the decision it reports and delivered by the
+    scheduler's notifier until the receiver takes it (see migration 0009)."""
+
+    __tablename__ = "notifications"
+    __table_args__ = (
+        UniqueConstraint("event_id"),
+        Index(
+            "ix_notifications_due",
+            "due_at",
+            postgresql_where=text("delivered_at IS NULL AND given_up_at IS NULL"),
+            sqlite_where=text("delivered_at IS NULL AND given_up_at IS NULL"),
+        ),
+        Index("ix_notifications_run_id", "run_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    event_id: Mapped[str] = mapped_column(String(100))
+    run_id: Mapped[str] = mapped_column(String(36))
+    namespace: Mapped[str] = mapped_column(String(100))
+    kind: Mapped[str] = mapped_column(String(40))
+    url: Mapped[str] = mapped_column(Text)
+    body: Mapped[dict[str, Any]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    due_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    given_up_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_status: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
 
 
 class EffectRow(Base):

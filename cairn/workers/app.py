@@ -31,6 +31,7 @@ from celery import Celery
 from celery.exceptions import InvalidTaskError, Reject
 from celery.signals import worker_process_init, worker_process_shutdown
 from celery.worker.strategy import default as default_strategy
+from kombu.exceptions import ChannelError
 
 from cairn.config import Settings
 from cairn.lease.waits import delivered
@@ -97,18 +98,19 @@ def make_celery(settings: Settings) -> Celery:
                 raise
 
     @app.task(name=SUBMIT_TASK, ignore_result=True)
-    def submit(
+    def submit(  # noqa: PLR0917 - the task's arguments are a wire format: args or kwargs
         workflow: str,
         input: dict[str, Any] | None = None,
         request_id: str | None = None,
         namespace: str = "default",
         version: int | None = None,
+        webhook: str | None = None,
     ) -> str | None:
         """Start a run from any Celery/kombu client (JSON). There is no result backend:
         give a request id to find the run again (and to make a resent message one run)."""
         return _submitted(
             _process_runtime(app),
-            [SubmitItem(workflow, input or {}, request_id, version)],
+            [SubmitItem(workflow, input or {}, request_id, version, webhook)],
             namespace,
         )[0].run_id
 
@@ -189,6 +191,17 @@ class CeleryPublisher:
                 )
         return True
 
+    def backlog(self) -> int | None:
+        try:
+            with self.app.pool.acquire(block=True) as connection:
+                declared = connection.default_channel.queue_declare(queue=self.queue, passive=True)
+                return int(declared.message_count)
+        except ChannelError:  # Redis drops an empty list: an empty queue does not exist
+            return 0
+        except Exception:
+            log.warning("could not read the length of queue %s", self.queue, exc_info=True)
+            return None
+
 
 # -- one runtime per worker process, built after the fork ---------------------------------
 
@@ -209,6 +222,7 @@ def _process_runtime(app: Celery) -> Any:
                     app.cairn_settings,
                     celery_app=app,
                     worker=f"{socket.gethostname()}:{os.getpid()}",
+                    register=False,  # `cairn worker` did, once, before the fork
                 )
                 _runtimes[key] = runtime
     return runtime

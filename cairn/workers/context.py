@@ -5,7 +5,10 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -16,6 +19,9 @@ from cairn.failures import BudgetExceeded, Cancelled
 from cairn.orchestrator.state import RunState
 
 log = logging.getLogger("cairn.handler")
+
+# Measured by the worker around the handler, not by it: ``ctx.timed`` refuses them.
+WORKER_TIMINGS = frozenset({"queue", "run"})
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class StepContext:
         allowance: Mapping[str, float] | None = None,
         artifacts: Artifacts | None = None,
         effects: EffectLedger | None = None,
+        queued_s: float | None = None,
     ) -> None:
         self.run_id = run_id
         self.workflow = workflow
@@ -77,6 +84,13 @@ class StepContext:
         self._effects = effects
         self._allowance = dict(allowance or {})
         self.charges: dict[str, float] = {}
+        # Seconds from the message's publish to its claim; None when unknown.
+        self.queued_s = queued_s
+        # Seconds per kind of call (``ctx.timed``): what the SLA report splits step time by.
+        self.timings: dict[str, float] = {}
+        self._timings_lock = threading.Lock()
+        # Open ``timed`` blocks of each thread: a handler may call tools from a pool.
+        self._open_timers = threading.local()
         self.log = logging.LoggerAdapter(
             log, {"run_id": run_id, "node": node, "iteration": iteration, "attempt": attempt}
         )
@@ -124,9 +138,11 @@ class StepContext:
         return self._effects.effect(name, key, call, compensate=compensate, policy=policy)
 
     def idempotency_headers(self, key: str) -> dict[str, str]:
-        """``{"Idempotency-Key": key, "X-Cairn-Fence": <this claim's fencing token>}``."""
-        fence = self._effects.fence if self._effects is not None else None
-        return idempotency_headers(key, fence)
+        """``{"Idempotency-Key": key, "X-Cairn-Fence": <this claim's fencing token>}``
+        (in a live fork, the key scoped to the fork, as ``ctx.effect`` records it)."""
+        if self._effects is None:
+            return idempotency_headers(key)
+        return idempotency_headers(self._effects.scoped(key), self._effects.fence)
 
     def charge(self, **amounts: float) -> None:
         """Report what this step spent (``ctx.charge(tokens=1834, usd=0.02)``): counted
@@ -153,6 +169,47 @@ class StepContext:
         if unit not in self._allowance:
             return None
         return max(0.0, self._allowance[unit] - self.charges.get(unit, 0.0))
+
+    @contextmanager
+    def timed(self, kind: str, *, name: str | None = None) -> Iterator[None]:
+        """Time a call: ``with ctx.timed("model"): ...``, ``with ctx.timed("tool",
+        name="search"): ...``. Repeated blocks add up per kind (and per ``kind:name``);
+        the totals ride on the step's result event and ``cairn sla`` splits step time
+        into ``model``, ``tool`` and the rest. A block nested in another counts for the
+        inner kind only, so that the kinds never add up to more than the handler took;
+        blocks running at once in several threads each count in full."""
+        if not kind or kind in WORKER_TIMINGS:
+            reserved = ", ".join(sorted(WORKER_TIMINGS))
+            raise ValueError(f"ctx.timed needs a kind other than {reserved}, got {kind!r}")
+        open_blocks: list[list[float]] | None = getattr(self._open_timers, "blocks", None)
+        if open_blocks is None:
+            open_blocks = self._open_timers.blocks = []
+        nested_s = [0.0]  # time inside blocks opened within this one
+        open_blocks.append(nested_s)
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - started
+            open_blocks.pop()
+            if open_blocks:
+                open_blocks[-1][0] += elapsed
+            own = max(0.0, elapsed - nested_s[0])
+            with self._timings_lock:
+                self.timings[kind] = self.timings.get(kind, 0.0) + own
+                if name:
+                    key = f"{kind}:{name}"
+                    self.timings[key] = self.timings.get(key, 0.0) + own
+
+    def execution_timings(self, run_s: float) -> dict[str, float]:
+        """What the result event carries: the ``timed`` totals, the handler's whole time
+        (``run``) and, when known, the message's wait for a worker (``queue``)."""
+        with self._timings_lock:
+            timings = dict(self.timings)
+        timings["run"] = run_s
+        if self.queued_s is not None:
+            timings["queue"] = self.queued_s
+        return {kind: round(seconds, 6) for kind, seconds in timings.items()}
 
     def raise_if_cancelled(self) -> None:
         """A safe point: raise :class:`cairn.Cancelled` if the run is being cancelled."""

@@ -38,6 +38,9 @@ class InProcessBroker:
             self._queue.put((message.to_dict(), time.time()))
         return True
 
+    def backlog(self) -> int | None:
+        return self._queue.qsize()
+
     def start(self, handle: Callable[[dict[str, Any]], object]) -> None:
         for index in range(self.concurrency):
             thread = threading.Thread(

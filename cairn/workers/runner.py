@@ -23,12 +23,13 @@ from typing import Any, TypeVar
 
 from cairn.artifacts import Artifacts
 from cairn.config import Settings
-from cairn.effects.ledger import EffectLedger
+from cairn.effects.ledger import EffectLedger, effect_scope
 from cairn.errors import CairnError, InvalidInput, UnknownNode
 from cairn.failures import Cancelled
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.leases import Lease, Leases, lease_key
+from cairn.lease.waits import current_wait
 from cairn.orchestrator.budget import allowance
 from cairn.orchestrator.definition import (
     ErrorClass,
@@ -152,15 +153,19 @@ class NodeRunner:
             else None,
         )
         completion = None
+        timings: dict[str, float] = {}  # the step's parts, for the fleet's histograms
         try:
             claimed = _Claimed(run, definition, known, lease.fence, beat)
-            ctx = self._context(claimed, message, state)
+            ctx = self._context(claimed, message, state, queued_s=current_wait())
             outcome = self._outcome(claimed, message, state, ctx, ref.resolve())
+            if outcome.duration_s is not None:
+                timings["execution"] = outcome.duration_s
             fault_point("handler.after_return")
             if not beat.valid:
                 self._stale(message, lease.fence, caught_by="lease")
                 return Handled.LEASE_LOST
             steps = [(message, outcome), *self._run_on(claimed, message, outcome)]
+            committing = time.perf_counter()
             # The result exists only here: ride out a database restart rather than lose it.
             completion = self._through_outages(
                 f"committing {key}",
@@ -172,11 +177,16 @@ class NodeRunner:
                     else orchestrator.complete_fused(steps, self.worker, fence=lease.fence)
                 ),
             )
+            timings["commit"] = time.perf_counter() - committing
             fault_point("complete.after_commit")
         finally:
             self.heartbeats.drop(beat)
             try:
-                self.leases.release(lease, finished=completion is not None and completion.recorded)
+                self.leases.release(
+                    lease,
+                    finished=completion is not None and completion.recorded,
+                    timings=timings,
+                )
             except Exception:  # the lease expires on its own
                 log.warning("releasing %s failed", lease.key, exc_info=True)
         if completion.recorded:
@@ -189,7 +199,9 @@ class NodeRunner:
             return Handled.DISCARDED
         return Handled.COMMITTED
 
-    def _context(self, claimed: _Claimed, message: NodeMessage, state: RunState) -> StepContext:
+    def _context(
+        self, claimed: _Claimed, message: NodeMessage, state: RunState, *, queued_s: float | None
+    ) -> StepContext:
         definition, beat = claimed.definition, claimed.beat
         node = definition.nodes[message.node]
         ephemeral = isinstance(node, TaskNode) and node.persist.kind is PersistKind.EPHEMERAL
@@ -216,6 +228,7 @@ class NodeRunner:
                 attempt=message.attempt,
                 fence=claimed.fence,
                 max_payload_bytes=self.settings.max_payload_bytes,
+                scope=effect_scope(claimed.run),  # a live fork's keys are its own
                 refusal=f"{message.node} is ephemeral: it may run again after a crash "
                 "without a record, so it cannot have external effects"
                 if ephemeral
@@ -233,6 +246,7 @@ class NodeRunner:
                 attempt=message.attempt,
                 phase=message.phase.value,
             ),
+            queued_s=queued_s,
         )
 
     def _outcome(
@@ -272,7 +286,8 @@ class NodeRunner:
             state, message = following
             node = definition.nodes[message.node]
             assert isinstance(node, TaskNode) and node.handler is not None
-            ctx = self._context(claimed, message, state)
+            # Run here and now, right after the step before it: it never waited in a queue.
+            ctx = self._context(claimed, message, state, queued_s=0.0)
             outcome = self._outcome(claimed, message, state, ctx, node.handler.resolve())
             steps.append((message, outcome))
         return steps
@@ -439,6 +454,7 @@ class NodeRunner:
                 message=text,
                 phase=phase,
                 charges=ctx.charges or None,
+                timings=ctx.execution_timings(duration),
             )
             return NodeOutcome(
                 failed,
@@ -464,6 +480,7 @@ class NodeRunner:
             sessions=ctx.changed_sessions() or None,
             charges=ctx.charges or None,
             artifacts=ctx.added_artifacts() or None,
+            timings=ctx.execution_timings(duration),
         )
         return NodeOutcome(succeeded, NodeStatus.SUCCEEDED, result=output, duration_s=duration)
 

@@ -143,8 +143,30 @@ class Cluster:
         self.processes.append(process)
         return process
 
+    def cli(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`cairn ARGS` as an operator runs it: a process of its own, against this
+        cluster's services; its exit code and output, for the test to judge."""
+        return subprocess.run(
+            [sys.executable, "-m", "cairn.cli", *args],
+            cwd=ROOT,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
     def worker(self, concurrency: int = 2, **env: str) -> subprocess.Popen[bytes]:
         return self.spawn("worker", f"--concurrency={concurrency}", env=env)
+
+    def consuming(self, worker: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+        """Wait until a Celery worker consumes. A test that counts recoveries submits only
+        then: a message queued behind a worker's start for longer than
+        CAIRN_RECOVERY_AFTER is recovered (harmless, but an entry in the history)."""
+        log = worker.log_path  # type: ignore[attr-defined]
+        self.wait_for(lambda: " ready." in log.read_text(errors="replace"), timeout_s, "a worker")
 
     def scheduler(self, **env: str) -> subprocess.Popen[bytes]:
         return self.spawn("scheduler", env=env)

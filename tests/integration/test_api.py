@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from cairn.config import Settings
+from cairn.webhooks import WebhookSignatureError, verify
 from tests.integration.conftest import (
     FAST,
     REDIS,
@@ -42,6 +45,7 @@ KEY_B = "beta-key-0123456789abcdef0"
 A = {"Authorization": f"Bearer {KEY_A}"}
 B = {"Authorization": f"Bearer {KEY_B}"}
 MAX_BODY = 65_536
+WEBHOOK_SECRET = "whsec-alpha-0123456789abcdef"
 
 
 @dataclass
@@ -75,6 +79,11 @@ def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> It
             "CAIRN_WORKFLOWS": str(WORKFLOWS),
             "CAIRN_HOME": str(tmp / "home"),
             "PYTHONPATH": str(ROOT),
+            # Only alpha may name webhooks, and only on loopback (schemathesis's random
+            # URLs are refused, never called).
+            "CAIRN_WEBHOOK_SECRETS": f"alpha:{WEBHOOK_SECRET}",
+            "CAIRN_WEBHOOK_HOSTS": "127.0.0.1",
+            "CAIRN_WEBHOOK_RETRY_BASE_S": "0.2",
         }
     )
     settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
@@ -121,9 +130,10 @@ def http(deployment: Deployment) -> Iterator[httpx.Client]:
 
 def submit(http: httpx.Client, ledger: Path, workflow: str = "approval", **extra: Any) -> str:
     headers = extra.pop("headers", A)
+    webhook = {"webhook": extra.pop("webhook")} if "webhook" in extra else {}
     response = http.post(
         "/v1/runs",
-        json={"workflow": workflow, "input": {"ledger": str(ledger), **extra}},
+        json={"workflow": workflow, "input": {"ledger": str(ledger), **extra}, **webhook},
         headers=headers,
     )
     assert response.status_code == 202, response.text
@@ -177,6 +187,7 @@ def test_every_v1_endpoint_refuses_without_a_valid_key(http: httpx.Client) -> No
         ("GET", f"/v1/runs/{run}/stream", None),
         ("POST", f"/v1/runs/{run}/signals/approve", {}),
         ("POST", f"/v1/runs/{run}/cancel", {}),
+        ("POST", f"/v1/runs/{run}/fork", {"at_seq": 1, "confirm": True}),
         ("GET", f"/v1/runs/{run}/artifacts", None),
         ("GET", "/v1/workflows", None),
     ]
@@ -454,10 +465,14 @@ def test_artifacts(http: httpx.Client, deployment: Deployment) -> None:
 
 
 def read_sse(
-    http: httpx.Client, run_id: str, count: int | None, last_event_id: int | None = None
+    http: httpx.Client,
+    run_id: str,
+    count: int | None,
+    last_event_id: int | None = None,
+    progress: list[dict[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """Events until ``count`` were read (then the connection is dropped) or the stream
-    ends; and the end event, if it came."""
+    ends; and the end event, if it came. Progress messages go to ``progress``."""
     headers = dict(A)
     if last_event_id is not None:
         headers["Last-Event-ID"] = str(last_event_id)
@@ -475,6 +490,9 @@ def read_sse(
             if fields.get("event") == "end":
                 end = json.loads(fields["data"])
                 break
+            if fields.get("event") == "progress" and progress is not None:
+                assert "id" not in fields  # a reconnect resumes after events only
+                progress.append(json.loads(fields["data"]))
             if "id" in fields:
                 event = json.loads(fields["data"])
                 assert int(fields["id"]) == event["seq"]
@@ -511,6 +529,25 @@ def test_stream_follows_a_live_run(http: httpx.Client, deployment: Deployment) -
     caught_up, end = read_sse(http, run_id, count=None, last_event_id=events[-1]["seq"])
     assert caught_up == []
     assert end is not None
+
+
+def test_stream_carries_heartbeat_progress(http: httpx.Client, deployment: Deployment) -> None:
+    run_id = submit(http, deployment.ledger, "paging", page_s=0.6)
+    progress: list[dict[str, Any]] = []
+    events, end = read_sse(http, run_id, count=None, progress=progress)
+    assert end is not None and end["status"] == "succeeded"
+    beats = [p["running"]["read#1"] for p in progress if "read#1" in p["running"]]
+    assert all(beat["worker"] for beat in beats)  # from the claim on, before any progress
+    reports = [beat for beat in beats if beat["done"] is not None]
+    pages = sorted({report["done"] for report in reports})
+    assert pages[-1] == 3.0 and len(pages) >= 2, reports  # each page seen as it came
+    for report in reports:
+        assert report["total"] == 3.0
+        assert report["message"] == f"page {int(report['done'])}"
+        assert report["worker"]
+        assert report["age_s"] >= 0
+        assert report["eta_s"] is not None and report["eta_s"] >= 0
+    assert {p["seq"] for p in progress} <= {e["seq"] for e in events}
 
 
 # -- metrics and latency ----------------------------------------------------------------
@@ -561,3 +598,146 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 def test_no_server_errors_for_any_request(case: Any) -> None:
     response = case.call(headers=A, timeout=10)
     assert response.status_code < 500, (case.method, case.formatted_path, response.text)
+
+
+# -- webhooks ---------------------------------------------------------------------------
+
+
+@dataclass
+class Delivery:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    answered: int
+
+
+class Receiver:
+    """A webhook receiver on loopback that records every request and fails the first
+    delivery of each event id with a 500."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[Delivery] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                event_id = self.headers.get("Cairn-Event-Id", "")
+                with receiver.lock:
+                    seen = any(
+                        d.headers.get("Cairn-Event-Id") == event_id for d in receiver.deliveries
+                    )
+                    status = 200 if seen else 500
+                    receiver.deliveries.append(
+                        Delivery(self.path, dict(self.headers.items()), body, status)
+                    )
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/cairn"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def taken(self) -> list[Delivery]:
+        with self.lock:
+            return [d for d in self.deliveries if d.answered == 200]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    hooks = Receiver()
+    yield hooks
+    hooks.close()
+
+
+def test_signed_webhooks_are_delivered_and_retried_after_a_500(
+    http: httpx.Client, deployment: Deployment, receiver: Receiver
+) -> None:
+    run_id = submit(http, deployment.ledger, webhook=receiver.url)
+    wait_status(http, run_id, "waiting")
+    signal = {"payload": {"note": "ok"}, "actor": "alice"}
+    assert http.post(f"/v1/runs/{run_id}/signals/approve", json=signal, headers=A).is_success
+    wait_status(http, run_id, "succeeded")
+    deadline = time.monotonic() + 30
+    while len(receiver.taken()) < 2:
+        assert time.monotonic() < deadline, f"webhooks not delivered: {receiver.deliveries}"
+        time.sleep(0.05)
+
+    kinds = [d.headers["Cairn-Event-Type"] for d in receiver.taken()]
+    assert kinds == ["run.waiting", "run.succeeded"]
+    for event_id in {d.headers["Cairn-Event-Id"] for d in receiver.deliveries}:
+        tries = [d for d in receiver.deliveries if d.headers["Cairn-Event-Id"] == event_id]
+        # Refused once with a 500, then delivered again: the same event, body and id.
+        assert [d.answered for d in tries] == [500, 200]
+        assert [d.headers["Cairn-Delivery-Attempt"] for d in tries] == ["1", "2"]
+        assert tries[0].body == tries[1].body
+    for delivery in receiver.deliveries:
+        assert delivery.path == "/hooks/cairn"
+        verify(delivery.body, delivery.headers["Cairn-Signature"], WEBHOOK_SECRET)
+        with pytest.raises(WebhookSignatureError):
+            verify(delivery.body + b" ", delivery.headers["Cairn-Signature"], WEBHOOK_SECRET)
+        with pytest.raises(WebhookSignatureError):
+            verify(delivery.body, delivery.headers["Cairn-Signature"], "another-secret-0123456")
+    waiting, succeeded = (json.loads(d.body) for d in receiver.taken())
+    assert waiting["run"]["waiting_for"] == ["review"]
+    assert succeeded["id"] == f"{run_id}.{succeeded['run']['seq']}"
+    assert succeeded["run"]["status"] == "succeeded"
+    assert succeeded["run"]["result"]["decisions"]["review"]["actor"] == "alice"
+
+
+def test_a_webhook_needs_a_signing_secret_and_an_allowed_host(
+    http: httpx.Client, deployment: Deployment, receiver: Receiver
+) -> None:
+    run = {"workflow": "approval", "input": {"ledger": str(deployment.ledger)}}
+    no_secret = http.post("/v1/runs", json={**run, "webhook": receiver.url}, headers=B)
+    assert no_secret.status_code == 422
+    assert "no signing secret" in no_secret.json()["error"]["message"]
+    elsewhere = http.post(
+        "/v1/runs", json={**run, "webhook": "https://hooks.example.com/x"}, headers=A
+    )
+    assert elsewhere.status_code == 422
+    assert "not one webhooks may call" in elsewhere.json()["error"]["message"]
+    not_http = http.post("/v1/runs", json={**run, "webhook": "file:///etc/passwd"}, headers=A)
+    assert not_http.status_code == 422
+    batch = http.post(
+        "/v1/runs:batch",
+        json={"runs": [{**run, "webhook": receiver.url}, {**run, "webhook": "ftp://x"}]},
+        headers=A,
+    ).json()
+    assert batch["created"] == 1
+    assert batch["results"][1]["error"]["code"] == "invalid_input"
+
+
+def test_fork_is_live_only_when_confirmed(http: httpx.Client, deployment: Deployment) -> None:
+    run_id = submit(http, deployment.ledger)
+    parked = wait_status(http, run_id, "waiting")
+    body = {"at_seq": parked["last_seq"], "patch": {"note": "from the fork"}}
+    unconfirmed = http.post(f"/v1/runs/{run_id}/fork", json=body, headers=A)
+    assert unconfirmed.status_code == 409
+    assert error_code(unconfirmed) == "confirmation_required"
+    assert (
+        http.post(f"/v1/runs/{run_id}/fork", json={**body, "confirm": True}, headers=B).status_code
+        == 404
+    )
+    beyond = http.post(f"/v1/runs/{run_id}/fork", json={"at_seq": 99, "confirm": True}, headers=A)
+    assert beyond.status_code == 422
+
+    forked = http.post(f"/v1/runs/{run_id}/fork", json={**body, "confirm": True}, headers=A)
+    assert forked.status_code == 202, forked.text
+    fork = forked.json()
+    assert (fork["parent_run_id"], fork["fork_seq"]) == (run_id, parked["last_seq"])
+    assert forked.headers["location"] == fork["status_url"]
+    view = wait_status(http, fork["run_id"], "waiting")  # at the same wait, as a new visit
+    assert (view["parent_run_id"], view["fork_seq"]) == (run_id, parked["last_seq"])
+    assert view["vars"]["note"] == "from the fork"
+    assert view["nodes"]["review"] == "waiting"
+    assert http.get(f"/v1/runs/{run_id}", headers=A).json()["status"] == "waiting"  # untouched

@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from cairn.orchestrator.statuses import RunStatus
-from tests.integration.conftest import ROOT, Cluster
+from tests.integration.conftest import Cluster
 
 
 def cli(cluster: Cluster, *args: str) -> str:
     """`cairn ARGS` against the cluster's services; its standard output."""
-    return subprocess.run(
-        [sys.executable, "-m", "cairn.cli", *args],
-        cwd=ROOT,
-        env=cluster.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    done = cluster.cli(*args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def status(cluster: Cluster, run_id: str) -> dict:

@@ -42,7 +42,9 @@ def scrape(port: int) -> dict[str, float]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             le = sample.labels.get("le")
-            samples[f"{sample.name}{{{le}}}" if le else sample.name] = sample.value
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "le")
+            key = f"{sample.name}{{{le or labels}}}" if le or labels else sample.name
+            samples[key] = sample.value
     return samples
 
 
@@ -55,9 +57,13 @@ def lease_life(leases: Leases, forget: Any) -> None:
     assert leases.renew(first)
     forget(first.key)  # as if it expired
     with delivered(time.time() - 2):
-        assert leases.acquire("cairn:lease:r:a:1:run", 30) is not None
+        second = leases.acquire("cairn:lease:r:a:1:run", 30)
+    assert second is not None
     assert not leases.renew(first)
     leases.count("stale_rejected")
+    # The stale holder's timings count too (the work was done); the new one's as well.
+    leases.release(first, timings={"execution": 0.004, "commit": 0.0009})
+    leases.release(second, finished=True, timings={"execution": 12.0, "commit": 0.002})
 
 
 @pytest.fixture
@@ -92,6 +98,12 @@ def test_redis_and_memory_leases_count_the_same(redis_leases: RedisLeases) -> No
     assert from_redis["cairn_lease_wait_seconds_bucket{2.5}"] == 2
     assert from_redis["cairn_lease_wait_seconds_count"] == 2
     assert from_redis["cairn_lease_wait_seconds_sum"] == pytest.approx(2.03, abs=0.5)
+    assert from_redis["cairn_step_execution_seconds_bucket{0.005}"] == 1
+    assert from_redis["cairn_step_execution_seconds_bucket{10.0}"] == 1
+    assert from_redis["cairn_step_execution_seconds_bucket{30.0}"] == 2
+    assert from_redis["cairn_step_execution_seconds_sum"] == pytest.approx(12.004)
+    assert from_redis["cairn_step_commit_seconds_bucket{0.001}"] == 1
+    assert from_redis["cairn_step_commit_seconds_bucket{0.0025}"] == 2
     assert from_redis.keys() == from_memory.keys()
     for name, value in from_redis.items():
         if not name.endswith("_sum"):
@@ -115,6 +127,7 @@ def test_workers_and_schedulers_serve_the_fleet_numbers(cluster: Cluster) -> Non
     cluster.worker(CAIRN_METRICS_PORT=str(worker_port))
     cluster.spawn("scheduler", f"--metrics-port={scheduler_port}")
     runs = [cluster.submit("chain10") for _ in range(3)]
+    runs.append(cluster.submit("flaky", {"succeed_on": 2}))  # one retry, by a timer
     for run_id in runs:
         assert cluster.wait(run_id).status is RunStatus.SUCCEEDED
 
@@ -138,7 +151,27 @@ def test_workers_and_schedulers_serve_the_fleet_numbers(cluster: Cluster) -> Non
         == (from_worker["cairn_lease_wait_seconds_count"])
     )
     assert 0 < from_worker["cairn_lease_wait_seconds_sum"] < 30 * 10
-    assert from_scheduler == from_worker
+    # A step's other parts, timed by the worker that ran it: one per execution.
+    for part in ("execution", "commit"):
+        assert from_worker[f"cairn_step_{part}_seconds_count"] == 32  # 30 + flaky's two
+        assert from_worker[f"cairn_step_{part}_seconds_bucket{{+Inf}}"] == 32
+        assert 0 < from_worker[f"cairn_step_{part}_seconds_sum"] < 32 * 5
+    fleet_wide = {name: value for name, value in from_scheduler.items() if name in from_worker}
+    assert fleet_wide == from_worker
+
+    # The scheduler adds the fleet's gauges from PostgreSQL, and its own counters.
+    assert from_scheduler["cairn_fleet_metrics_up"] == 1
+    assert from_scheduler["cairn_runs{status=succeeded}"] == 4
+    assert from_scheduler["cairn_runs{status=running}"] == 0
+    assert from_scheduler["cairn_outbox_unsent"] == 0
+    assert from_scheduler["cairn_timers_due"] == 0
+    assert from_scheduler["cairn_webhooks_pending"] == 0
+    assert from_scheduler["cairn_held_executions"] == 0
+    assert from_scheduler["cairn_timers_fired_total{kind=retry}"] == 1
+    assert from_scheduler["cairn_retries_total"] == 1
+    assert from_scheduler["cairn_timer_lateness_seconds_count"] == 1
+    assert 0 <= from_scheduler["cairn_timer_lateness_seconds_sum"] < 5
+    assert "cairn_effects{status=applied}" in from_scheduler
 
     fleet = json.loads(
         subprocess.run(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import redis
 from cairn.orchestrator.statuses import RunStatus
 from cairn.workers.app import make_celery
 from cairn.workers.liveness import check
-from tests.integration.conftest import ROOT, Cluster
+from tests.integration.conftest import Cluster
 
 INTERVAL_S = 0.2
 MAX_AGE_S = 2.5
@@ -39,16 +38,7 @@ def record(path: Path) -> dict[str, Any]:
 
 
 def probe(cluster: Cluster, path: Path) -> subprocess.CompletedProcess[str]:
-    command = ["probe", "worker", "--file", str(path), "--max-age", str(MAX_AGE_S)]
-    return subprocess.run(
-        [sys.executable, "-m", "cairn.cli", *command],
-        cwd=ROOT,
-        env=cluster.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return cluster.cli("probe", "worker", "--file", str(path), "--max-age", str(MAX_AGE_S))
 
 
 def test_a_worker_that_stops_consuming_fails_its_probe(cluster: Cluster, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from cairn.errors import NotWaiting
 from cairn.lease.leases import lease_key
 from cairn.orchestrator.events import CancelRequested, stamped
 from cairn.orchestrator.messages import NodeMessage
+from cairn.orchestrator.scheduler import QUEUED_PATIENCE
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.store.repository import executions
@@ -31,10 +32,14 @@ class Captured:
 
     def __init__(self) -> None:
         self.messages: list[NodeMessage] = []
+        self.queued: int | None = None  # what the broker says is waiting in the queue
 
     def publish(self, messages: Sequence[NodeMessage]) -> bool:
         self.messages.extend(messages)
         return True
+
+    def backlog(self) -> int | None:
+        return self.queued
 
     def take(self, node: str) -> NodeMessage:
         found = [m for m in self.messages if m.node == node]
@@ -85,13 +90,13 @@ def _execution(runtime: Runtime, run_id: str, node: str) -> Any:
         ).one()
 
 
-def _stall(runtime: Runtime, run_id: str, node: str) -> None:
+def _stall(runtime: Runtime, run_id: str, node: str, ago: timedelta = timedelta(hours=1)) -> None:
     """Make the execution look dispatched an hour ago: recovery looks at it now."""
     with runtime.store.transaction() as tx:
         tx.connection.execute(
             update(executions)
             .where(executions.c.run_id == run_id, executions.c.node == node)
-            .values(dispatched_at=datetime.now(UTC) - timedelta(hours=1))
+            .values(dispatched_at=datetime.now(UTC) - ago)
         )
 
 
@@ -209,6 +214,28 @@ def test_an_irreversible_node_never_claimed_recovers_by_itself(
     assert (again.attempt, again.resumed) == (1, True)
     assert runtime.runner.run(again.to_dict()) is Handled.COMMITTED
     assert orchestrator.get_run(run_id).state.nodes["charge"].status is NodeStatus.SUCCEEDED
+
+
+def test_a_never_claimed_execution_waits_while_the_queue_is_not_empty(
+    runtime: Runtime, broker: Captured, tmp_path: Path
+) -> None:
+    """A backlog is not a loss: an execution nobody claimed while messages still wait in
+    the queue is most likely one of them; it is sent again once the queue is empty, or
+    after QUEUED_PATIENCE recovery periods whatever the queue says."""
+    run_id = runtime.orchestrator.submit("pay", {"ledger": str(tmp_path / "ledger.txt")})
+    broker.take("charge")
+    recovery_after = runtime.settings.recovery_after
+    _stall(runtime, run_id, "charge", timedelta(seconds=2 * recovery_after))
+    broker.queued = 250
+    assert runtime.scheduler.recover() == 0
+    assert _execution(runtime, run_id, "charge").recoveries == 0
+    broker.queued = 0  # drained, and it never came: lost
+    assert runtime.scheduler.recover() == 1
+    broker.take("charge")
+    broker.queued = 250
+    _stall(runtime, run_id, "charge", timedelta(seconds=(QUEUED_PATIENCE + 1) * recovery_after))
+    assert runtime.scheduler.recover() == 1  # waited too long for a queue to explain it
+    broker.take("charge")
 
 
 def test_on_resume_sends_a_recovered_run_to_its_replanning_node(

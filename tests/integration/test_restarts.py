@@ -154,7 +154,7 @@ def test_a_result_computed_across_a_postgresql_restart_is_committed_not_rerun(
 ) -> None:
     """The database restarts while a node runs: its worker's connections are dead when
     the result is ready. It reconnects and commits; the node does not run again."""
-    cluster.worker()
+    cluster.consuming(cluster.worker())
     cluster.scheduler()
     run_id = cluster.submit("chain10", {"slow": {"n3": 6}})
     cluster.wait_for(lambda: cluster.executions()[(run_id, "n3", 1)] == 1, 30, "n3 to start")

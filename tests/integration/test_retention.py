@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, select
 
+from cairn.artifacts.stores import open_store
 from cairn.config import Settings
 from cairn.orchestrator.statuses import RunStatus
 from cairn.runtime import Runtime
@@ -85,5 +86,41 @@ def test_runs_that_ended_long_enough_ago_are_deleted(
         assert history == [None, None]
         assert ledger_kept == ["k"]
         assert runtime.scheduler.expire() == 0  # nothing more, and safe to repeat
+    finally:
+        runtime.close()
+
+
+def test_the_scheduler_expires_artifacts_then_their_runs(tmp_path: Path) -> None:
+    settings = Settings(
+        home=tmp_path,
+        workflows=[str(WORKFLOWS)],
+        run_retention_s=0.2,
+        artifacts_retention_days=0.2 / 86400,
+        scheduler_interval=0.05,
+    )
+    runtime = Runtime.build(settings, migrate=True)
+    runtime.start_workers()
+    try:
+        run_id = runtime.orchestrator.submit("artifacts", {"topic": "cairns"})
+        deadline = time.monotonic() + 30
+        while runtime.orchestrator.get_run(run_id).status is not RunStatus.SUCCEEDED:
+            assert time.monotonic() < deadline, "the run did not finish"
+            time.sleep(0.05)
+        with runtime.store.reading() as tx:
+            shas = (
+                tx.connection.execute(
+                    select(artifacts.c.sha256).where(artifacts.c.run_id == run_id)
+                )
+                .scalars()
+                .all()
+            )
+        assert shas
+        blobs = open_store(settings.effective_artifacts_url)
+        assert all(blobs.exists(sha) for sha in shas)
+        time.sleep(0.3)
+        assert runtime.scheduler.expire() == 1  # its artifacts first, then the run
+        assert not any(blobs.exists(sha) for sha in shas)
+        with runtime.store.reading() as tx:
+            assert tx.run(run_id) is None
     finally:
         runtime.close()

@@ -48,6 +48,7 @@ TABLES = {
     "inbox",
     "effects",
     "artifacts",
+    "notifications",
 }
 CHAIN = [f"n{i}" for i in range(1, 11)]
 HEAD = ScriptDirectory(str(MIGRATIONS)).get_current_head()
@@ -229,6 +230,9 @@ def test_a_published_message_is_marked_sent_by_the_next_write_a_submit_included(
         def publish(self, messages: Sequence[NodeMessage]) -> bool:
             published.extend(messages)
             return True
+
+        def backlog(self) -> int | None:
+            return None
 
     runtime.orchestrator.publisher = Taking()
     first = runtime.orchestrator.submit("chain10", {})

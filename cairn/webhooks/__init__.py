@@ -1,0 +1,25 @@
+"""Webhooks: a run names a URL when it is submitted; its end and its milestones are
+announced there, signed, through an outbox (see docs/webhooks.md).
+
+Receivers check requests with :func:`verify`.
+"""
+
+from cairn.webhooks.notices import check_url
+from cairn.webhooks.signing import (
+    EVENT_ID_HEADER,
+    SIGNATURE_HEADER,
+    WebhookSecrets,
+    WebhookSignatureError,
+    sign,
+    verify,
+)
+
+__all__ = [
+    "EVENT_ID_HEADER",
+    "SIGNATURE_HEADER",
+    "WebhookSecrets",
+    "WebhookSignatureError",
+    "check_url",
+    "sign",
+    "verify",
+]
