@@ -64,11 +64,12 @@ FINISHED_FENCE_TTL_MS = 10 * 60 * 1000
 
 # KEYS: lease, beat, stats, fence, waits. ARGV: token, ttl_ms, beat_ttl_ms, floor,
 # fence_ttl_ms, wait bucket ('' if the wait is unknown), wait_s, field, value, ...
-# Returns the claim's fence, or 0 if the lease is held.
+# Returns {the claim's fence (0 if the lease is held), 1 if a dead holder's heartbeat
+# record was there}.
 ACQUIRE = """
 if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('hincrby', KEYS[3], 'contended', 1)
-  return 0
+  return {0, 0}
 end
 redis.call('hincrby', KEYS[3], 'acquired', 1)
 if ARGV[6] ~= '' then
@@ -83,10 +84,10 @@ end
 redis.call('pexpire', KEYS[4], ARGV[5])
 local t = redis.call('time')
 local now = string.format('%d.%06d', t[1], t[2])
-redis.call('del', KEYS[2])
+local orphaned = redis.call('del', KEYS[2])
 redis.call('hset', KEYS[2], 'beat_at', now, 'started_at', now, 'fence', fence, unpack(ARGV, 8))
 redis.call('pexpire', KEYS[2], ARGV[3])
-return fence
+return {fence, orphaned}
 """
 
 RENEW = """
@@ -127,6 +128,9 @@ class Lease:
     token: str
     ttl_s: float
     fence: int = 1  # this claim's fencing token: rises with every claim of the execution
+    # The previous holder left its heartbeat record behind: it died holding the lease,
+    # which this claim takes over (a recovery, recorded as one).
+    took_over: bool = False
 
 
 class Leases(Protocol):
@@ -227,8 +231,8 @@ class RedisLeases:
             *_flat(record),
         ]
         keys = [key, beat_key(key), STATS_KEY, fence_key(key), WAIT_KEY]
-        fence = int(self._acquire(keys=keys, args=args))
-        return Lease(key, token, ttl_s, fence) if fence else None
+        fence, orphaned = self._acquire(keys=keys, args=args)
+        return Lease(key, token, ttl_s, int(fence), bool(orphaned)) if fence else None
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
         return self._touch(lease, _ms(lease.ttl_s), record)
@@ -344,8 +348,9 @@ class MemoryLeases:
             fence = self._fences[key] = max(self._fences.get(key, 0), floor) + 1
             self._leases[key] = (token, self._clock() + ttl_s)
             now = self._clock()
+            orphaned = key in self._beats
             self._beats[key] = {**(record or {}), "beat_at": now, "started_at": now}
-            return Lease(key, token, ttl_s, fence)
+            return Lease(key, token, ttl_s, fence, orphaned)
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
         return self._touch(lease, record, renew=True)

@@ -690,6 +690,31 @@ class Orchestrator:
             )
         return int(seq)
 
+    def record_recovery(self, message: NodeMessage, *, cause: str, recoveries: int) -> None:
+        """A recovery in the run's history (``audit.recovered``): what runs again and why,
+        from which checkpoint, and which nodes it skips because they are done."""
+        run, _definition, state = self.load(message.run_id)
+        done = sorted(
+            f"{n.node}#{n.iteration}"
+            for n in state.nodes.values()
+            if n.status is NodeStatus.SUCCEEDED
+        )
+        self.record(
+            message.run_id,
+            "recovered",
+            {
+                "node": message.node,
+                "iteration": message.iteration,
+                "attempt": message.attempt,
+                "phase": message.phase.value,
+                "cause": cause,
+                "recoveries": recoveries,
+                "from_seq": run.last_seq,
+                "snapshot_seq": run.snapshot_seq,
+                "skipped_done": done,
+            },
+        )
+
     def stop_requested(self, key: ExecutionKey, attempt: int) -> bool:
         """True once the run is being cancelled or no longer waits for this execution
         (asked by heartbeats, for ``ctx.cancelled``)."""

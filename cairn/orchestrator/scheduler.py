@@ -265,7 +265,8 @@ class Scheduler:
                 self.metrics.recoveries.labels("failed").inc()
             else:
                 self.metrics.recoveries.labels("redispatched").inc()
-                self._record_recovery(message, died=died, recoveries=recoveries)
+                cause = "worker died" if died else "never claimed or message lost"
+                self.orchestrator.record_recovery(message, cause=cause, recoveries=recoveries)
                 self.orchestrator.publisher.publish([message])
                 log.warning(
                     "recovered %s attempt %d (%s): no lease, no result; dispatched again",
@@ -317,31 +318,6 @@ class Scheduler:
             return False
         log.error("%s held for an operator: %s", message.key, reason)
         return True
-
-    def _record_recovery(self, message: NodeMessage, *, died: bool, recoveries: int) -> None:
-        """The recovery in the run's history: what runs again, from which checkpoint, and
-        which nodes it skips because they are done."""
-        run, _definition, state = self.orchestrator.load(message.run_id)
-        done = sorted(
-            f"{n.node}#{n.iteration}"
-            for n in state.nodes.values()
-            if n.status is NodeStatus.SUCCEEDED
-        )
-        self.orchestrator.record(
-            message.run_id,
-            "recovered",
-            {
-                "node": message.node,
-                "iteration": message.iteration,
-                "attempt": message.attempt,
-                "phase": message.phase.value,
-                "cause": "worker died" if died else "never claimed or message lost",
-                "recoveries": recoveries,
-                "from_seq": run.last_seq,
-                "snapshot_seq": run.snapshot_seq,
-                "skipped_done": done,
-            },
-        )
 
     def _give_up(self, message: NodeMessage, recoveries: int) -> None:
         """A poison node: its worker died every time. It fails like any permanent error

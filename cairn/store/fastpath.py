@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 EXECUTION_AND_RUN = """
 SELECT e.status AS execution_status, e.attempt AS execution_attempt,
-       e.fence AS execution_fence, r.*,
+       e.fence AS execution_fence, e.recoveries AS execution_recoveries, r.*,
        extract(epoch FROM clock_timestamp())::float8 AS db_now
 FROM node_executions e JOIN runs r ON r.id = e.run_id
 WHERE e.run_id = %(run_id)s AND e.node = %(node)s AND e.iteration = %(iteration)s

@@ -624,6 +624,7 @@ class Tx:
                 executions.c.status.label("execution_status"),
                 executions.c.attempt.label("execution_attempt"),
                 executions.c.fence.label("execution_fence"),
+                executions.c.recoveries.label("execution_recoveries"),
                 runs,
             )
             .join(runs, runs.c.id == executions.c.run_id)

@@ -16,7 +16,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import partial
 from typing import Any, TypeVar
@@ -144,6 +144,12 @@ class NodeRunner:
             self.leases.release(lease)
             # Finished meanwhile, or a newer claim took it; or, irreversible, claimed before.
             return Handled.UNCONFIRMED if irreversible else Handled.DUPLICATE
+        if lease.took_over and not message.resumed:
+            self._record_takeover(message)
+        if not message.resumed and (lease.took_over or execution.execution_recoveries):
+            # Interrupted work, run again — whichever copy of its message got here first:
+            # the handler sees ctx.resumed, and the workflow's on_resume check applies.
+            message = replace(message, resumed=True)
         beat = self.heartbeats.hold(
             lease,
             self.settings.heartbeat_interval,
@@ -374,6 +380,23 @@ class NodeRunner:
                 return tx.claim_execution(key, attempt, fence, first=first)
 
         return self._through_outages(f"recording the claim of {key}", claim)
+
+    def _record_takeover(self, message: NodeMessage) -> None:
+        """Its previous holder was lost holding the lease (it left its heartbeat record)
+        and a redelivered or duplicate message reached this worker before the scheduler's
+        recovery did: the same recovery, so it counts against CAIRN_MAX_RECOVERIES and
+        goes in the run's history. Best effort: the node runs either way."""
+        try:
+            with self.orchestrator.store.transaction() as tx:
+                recoveries = tx.touch_execution(message.key, message.attempt, died=True)
+            if recoveries is not None:
+                self.orchestrator.record_recovery(
+                    message,
+                    cause="worker lost; taken over by a redelivered message",
+                    recoveries=recoveries,
+                )
+        except Exception:
+            log.warning("could not record the takeover of %s", message.key, exc_info=True)
 
     def _stale(self, message: NodeMessage, fence: int, *, caught_by: str) -> None:
         """This worker lost its claim while it ran (its lease expired, or another worker

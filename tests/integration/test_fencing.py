@@ -122,6 +122,32 @@ def test_a_recovery_is_recorded_with_its_checkpoint_and_what_it_skips(runtime: R
     assert orchestrator.get_run(run_id).state.nodes["n3"].status is NodeStatus.SCHEDULED
 
 
+def test_a_takeover_by_a_redelivered_message_is_a_recovery_in_the_history(
+    runtime: Runtime,
+) -> None:
+    """A worker dies holding n1's lease (its heartbeat record stays behind); a duplicate
+    of n1's message reaches another worker before the scheduler looks: that worker takes
+    the execution over, and records it as the recovery it is."""
+    orchestrator, leases = runtime.orchestrator, runtime.leases
+    run_id = orchestrator.submit("chain10", {})
+    key = lease_key(run_id, "n1", 1, "run")
+    clean = leases.acquire(key, 30.0, {"worker": "tidy"})
+    assert clean is not None and not clean.took_over
+    assert leases.release(clean)
+    dead = leases.acquire(key, 0.2, {"worker": "doomed"})
+    assert dead is not None and not dead.took_over  # its predecessor let go properly
+    time.sleep(0.3)  # it dies: the lease runs out, its heartbeat record outlives it
+
+    duplicate = NodeMessage(run_id, "chain10", 1, "n1", 1, 1)
+    assert runtime.runner.run(duplicate.to_dict()) is Handled.COMMITTED
+    (recovered,) = [e for e in orchestrator.events(run_id) if e["type"] == "audit.recovered"]
+    assert recovered["data"]["cause"] == "worker lost; taken over by a redelivered message"
+    assert recovered["data"]["recoveries"] == 1
+    with runtime.store.reading() as tx:
+        (n1,) = [e for e in tx.executions_of(run_id) if e.node == "n1"]
+    assert (n1.status, n1.recoveries, n1.fence) == ("succeeded", 1, 3)
+
+
 def test_a_duplicate_message_never_acknowledges_a_cancel_for_a_running_worker(
     runtime: Runtime,
 ) -> None:
