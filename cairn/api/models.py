@@ -150,6 +150,11 @@ class RunDetail(RunSummary):
         default=None, description="A fork's parent run (POST /v1/runs/{id}/fork)."
     )
     fork_seq: int | None = Field(default=None, description="The parent's seq it forked at.")
+    webhooks: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The run's webhook notifications: event_id, type, state (delivered, "
+        "pending, given_up), attempts, next_attempt_at, the receiver's last status/error.",
+    )
     namespace: str
     nodes: dict[str, str]
     visits: dict[str, int]

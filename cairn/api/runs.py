@@ -292,6 +292,7 @@ def get_run(run_id: RunId, runtime: Runtime_, namespace: Namespace) -> RunDetail
     )
     with runtime.store.reading() as tx:
         last = tx.events_after(run_id, view.last_seq - 1, upto=view.last_seq)
+        notifications = tx.notifications_of(run_id)
     tasks = {name for name, node in definition.nodes.items() if isinstance(node, TaskNode)}
     done = {n.node for n in state.nodes.values() if n.status is NodeStatus.SUCCEEDED}
     return RunDetail(
@@ -308,6 +309,7 @@ def get_run(run_id: RunId, runtime: Runtime_, namespace: Namespace) -> RunDetail
         updated_at=view.updated_at,
         parent_run_id=view.parent_run_id,
         fork_seq=view.fork_seq,
+        webhooks=[_delivery(row) for row in notifications],
         nodes={name: node.status.value for name, node in state.nodes.items()},
         visits=dict(state.visits),
         progress=Progress(steps=state.steps, done=len(done & tasks), total=len(tasks)),
@@ -329,6 +331,21 @@ def get_run(run_id: RunId, runtime: Runtime_, namespace: Namespace) -> RunDetail
             "artifacts": f"{status_url(run_id)}/artifacts",
         },
     )
+
+
+def _delivery(row: Any) -> dict[str, Any]:
+    """A webhook notification as the run's owner sees it: delivered, pending (when it is
+    tried next) or given up, with the receiver's last answer."""
+    state = "delivered" if row.delivered_at else "given_up" if row.given_up_at else "pending"
+    return {
+        "event_id": row.event_id,
+        "type": row.kind,
+        "state": state,
+        "attempts": row.attempts,
+        "next_attempt_at": to_epoch(row.due_at) if state == "pending" else None,
+        "last_status": row.last_status,
+        "last_error": row.last_error,
+    }
 
 
 @router.get("/runs", response_model=RunPage, responses=ERRORS)

@@ -692,6 +692,18 @@ def test_signed_webhooks_are_delivered_and_retried_after_a_500(
     assert succeeded["id"] == f"{run_id}.{succeeded['run']['seq']}"
     assert succeeded["run"]["status"] == "succeeded"
     assert succeeded["run"]["result"]["decisions"]["review"]["actor"] == "alice"
+    # The run's owner sees the deliveries: each taken at the second attempt, after a 500
+    # (recorded once the receiver's answer is back: a moment after it got the request).
+    deadline = time.monotonic() + 10
+    while True:
+        deliveries = http.get(f"/v1/runs/{run_id}", headers=A).json()["webhooks"]
+        if all(d["state"] == "delivered" for d in deliveries) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert [(d["type"], d["state"], d["attempts"], d["last_status"]) for d in deliveries] == [
+        ("run.waiting", "delivered", 2, 200),
+        ("run.succeeded", "delivered", 2, 200),
+    ]
 
 
 def test_a_webhook_needs_a_signing_secret_and_an_allowed_host(
