@@ -43,8 +43,7 @@ from cairn.api.models import (
 )
 from cairn.artifacts.registry import ArtifactRegistry
 from cairn.errors import InvalidInput, RunNotFound
-from cairn.lease.heartbeat import beat_view
-from cairn.lease.leases import lease_key
+from cairn.lease.heartbeat import beat_view, run_beats
 from cairn.orchestrator.batches import SubmitItem
 from cairn.orchestrator.definition import TaskNode
 from cairn.orchestrator.explain import awaiting, context_lines, waiting_lines
@@ -283,13 +282,7 @@ def get_run(run_id: RunId, runtime: Runtime_, namespace: Namespace) -> RunDetail
     state = view.state
     assert state is not None  # get_run always restores it
     definition = orchestrator.registry.get(view.workflow, view.version)
-    running = [(n.node, n.iteration, "run") for n in state.active_nodes]
-    current = state.compensation.current if state.compensation else None
-    if current is not None and current.active:
-        running.append((current.node, current.iteration, "compensate"))
-    beats = (
-        runtime.leases.beats([lease_key(run_id, *entry) for entry in running]) if running else []
-    )
+    beats = run_beats(runtime.leases, run_id, state.running)
     with runtime.store.reading() as tx:
         last = tx.events_after(run_id, view.last_seq - 1, upto=view.last_seq)
         notifications = tx.notifications_of(run_id)
@@ -314,10 +307,8 @@ def get_run(run_id: RunId, runtime: Runtime_, namespace: Namespace) -> RunDetail
         visits=dict(state.visits),
         progress=Progress(steps=state.steps, done=len(done & tasks), total=len(tasks)),
         heartbeats={
-            f"{node}#{iteration}" + ("" if phase == "run" else f" ({phase})"): (
-                beat_view(beat) if beat is not None else None
-            )
-            for (node, iteration, phase), beat in zip(running, beats, strict=True)
+            execution: beat_view(beat) if beat is not None else None
+            for execution, beat in beats.items()
         },
         last_event=({"seq": last[0].seq, "type": last[0].type, "at": last[0].at} if last else None),
         vars=state.vars,

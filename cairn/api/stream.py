@@ -30,8 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from cairn.api.deps import Namespace
 from cairn.api.models import MAX_INT
 from cairn.api.runs import ERRORS, RunId, event_dict, head_in
-from cairn.lease.heartbeat import beat_view
-from cairn.lease.leases import lease_key
+from cairn.lease.heartbeat import beat_view, run_beats
 from cairn.orchestrator.statuses import RunStatus
 from cairn.runtime import Runtime
 
@@ -120,15 +119,10 @@ def _read(
     if head is None or RunStatus(head.status).terminal or not head.current:
         return head, rows, {}
     running = [execution.rpartition("#") for execution in head.current]
-    beats = runtime.leases.beats(
-        [lease_key(run_id, node, int(iteration), "run") for node, _, iteration in running]
+    beats = run_beats(
+        runtime.leases, run_id, [(node, int(iteration), "run") for node, _, iteration in running]
     )
-    views = {
-        execution: beat_view(beat)
-        for execution, beat in zip(head.current, beats, strict=True)
-        if beat is not None
-    }
-    return head, rows, views
+    return head, rows, {label: beat_view(beat) for label, beat in beats.items() if beat}
 
 
 def _format(seq: int, kind: str, data: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from rich.text import Text
 from cairn.cli.main import EXIT_INVALID, _cwd_importable, app, err, out
 from cairn.client import Client, WaitTimeout
 from cairn.errors import InvalidInput
-from cairn.lease.leases import lease_key
+from cairn.lease.heartbeat import run_beats
 from cairn.orchestrator.explain import context_lines, describe, waiting_lines
 from cairn.orchestrator.statuses import RunStatus
 
@@ -434,17 +434,7 @@ def _heartbeats(client: Client, view: Any) -> dict[str, dict[str, Any] | None]:
     state = view.state
     if state is None:
         return {}
-    running = [(n.node, n.iteration, "run") for n in state.active_nodes]
-    current = state.compensation.current if state.compensation else None
-    if current is not None and current.active:
-        running.append((current.node, current.iteration, "compensate"))
-    records = client.runtime.leases.beats(
-        [lease_key(view.id, node, iteration, phase) for node, iteration, phase in running]
-    )
-    return {
-        f"{node}#{iteration}" + ("" if phase == "run" else f" ({phase})"): record
-        for (node, iteration, phase), record in zip(running, records, strict=True)
-    }
+    return run_beats(client.runtime.leases, view.id, state.running)
 
 
 def _liveness(beat: dict[str, Any] | None, interval_s: float) -> str:

@@ -19,11 +19,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.lease.leases import Lease, Leases
+from cairn.lease.leases import Lease, Leases, lease_key
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +131,20 @@ class Heartbeats:
                 beat.cancelled.set()
         except Exception:  # the database is away: the commit checks again
             log.warning("could not check %s for a cancel", beat.lease.key, exc_info=True)
+
+
+def run_beats(
+    leases: Leases, run_id: str, running: Sequence[tuple[str, int, str]]
+) -> dict[str, dict[str, Any] | None]:
+    """The heartbeat record of each of a run's running executions (``RunState.running``;
+    None: no beat yet), labelled ``node#iteration`` (`` (compensate)`` for an undo)."""
+    if not running:
+        return {}
+    records = leases.beats([lease_key(run_id, *execution) for execution in running])
+    return {
+        f"{node}#{iteration}" + ("" if phase == "run" else f" ({phase})"): record
+        for (node, iteration, phase), record in zip(running, records, strict=True)
+    }
 
 
 def beat_view(beat: Mapping[str, Any]) -> dict[str, Any]:

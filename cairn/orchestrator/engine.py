@@ -759,7 +759,7 @@ class Orchestrator:
                 f"rolling back run {run_id} stops it and compensates {what} that took "
                 "effect; confirm it (--yes, confirm=True)"
             )
-        rewind = None if to_seq is None else self._checkpoint(run_id, to_seq).to_dict()
+        rewind = None if to_seq is None else self.checkpoint(run_id, to_seq).to_dict()
         requested = RollbackRequested(
             at=0.0,
             reason=reason,
@@ -771,7 +771,7 @@ class Orchestrator:
         )
         return self._apply_now(run_id, requested)
 
-    def _checkpoint(self, run_id: str, seq: int, *, latest: bool = False) -> RunState:
+    def checkpoint(self, run_id: str, seq: int, *, latest: bool = False) -> RunState:
         """The state a rollback may rewind to: after a decision (not an audit entry)
         before the latest (``latest``: or the latest itself, for a fork), with the run
         going and no parallel section half joined."""
@@ -988,8 +988,10 @@ class Orchestrator:
                 self._start_child(tx, row, command, new.updated_at, advanced)
             elif isinstance(command, NotifyParent):
                 advanced.posted.append((tx.post(command.run_id, command.event), command.run_id))
+        if not plan.notices:
+            return
+        stamp = from_epoch(new.updated_at) if new.updated_at is not None else utcnow()
         for notice in plan.notices:
-            stamp = from_epoch(new.updated_at) if new.updated_at is not None else utcnow()
             tx.add_notification(
                 {
                     "event_id": notice.event_id,
@@ -1198,7 +1200,7 @@ class Orchestrator:
     ) -> str:
         """Start a live fork of ``run_id``: a new run in its namespace, linked to it
         (``parent_run_id``, ``fork_seq``), that starts from ``state`` — the parent's
-        checkpoint after event ``at_seq`` (:meth:`_checkpoint`), with ``patch`` applied —
+        checkpoint after event ``at_seq`` (:meth:`checkpoint`), with ``patch`` applied —
         through a ``run_forked`` event, and is dispatched like any run. Its effects get
         keys of their own (:func:`cairn.effects.ledger.effect_scope`). It must be
         ``confirm``-ed; returns the new run's id."""

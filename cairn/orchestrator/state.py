@@ -227,6 +227,16 @@ class RunState:
         return next((s for s in self.nodes.values() if s.status is NodeStatus.WAITING), None)
 
     @property
+    def running(self) -> list[tuple[str, int, str]]:
+        """Executions a worker may be running now, the compensation in progress included,
+        as (node, iteration, phase): what their leases and heartbeats are keyed by."""
+        running = [(s.node, s.iteration, Phase.RUN.value) for s in self.active_nodes]
+        current = self.compensation.current if self.compensation else None
+        if current is not None and current.active:
+            running.append((current.node, current.iteration, Phase.COMPENSATE.value))
+        return running
+
+    @property
     def held(self) -> list[tuple[NodeState, Phase]]:
         """Executions waiting for an operator's recovery decision, with their phase."""
         held = [(s, Phase.RUN) for s in self.nodes.values() if s.status is NodeStatus.HELD]

@@ -2,7 +2,7 @@
 its vars patched, linked to it by lineage (parent run, fork seq).
 
 - The **fork point** is the parent's state after event ``SEQ``, under the rules of a
-  rollback's checkpoint (:meth:`Orchestrator._checkpoint`: a decision, not an audit entry;
+  rollback's checkpoint (:meth:`Orchestrator.checkpoint`: a decision, not an audit entry;
   the run going; not inside a parallel section) — its latest seq included — with a JSON
   merge patch (RFC 7386) applied to its ``vars``.
 - A **dry run** (the default) goes forward from there in this process: the decider, and
@@ -121,7 +121,7 @@ def fork_point(
             )
         definition = orchestrator.registry.get(row.workflow, row.version, tx)
     try:
-        state = orchestrator._checkpoint(run_id, seq, latest=True)
+        state = orchestrator.checkpoint(run_id, seq, latest=True)
     except RunNotFound:
         raise
     except InvalidInput as exc:

@@ -7,6 +7,7 @@ which of them happen next. It is a test harness for the decider, not an executor
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,7 +71,13 @@ class Driver:
     def outstanding(self) -> list[str]:
         return [command.node for command in self.dispatched]
 
-    def succeed(self, node: str, output: dict[str, Any] | None = None) -> Decision:
+    def succeed(
+        self,
+        node: str,
+        output: Mapping[str, Any] | None = None,
+        messages: Sequence[Mapping[str, Any]] = (),
+    ) -> Decision:
+        """``node`` succeeded with ``output``, adding ``messages`` to the agent context."""
         command = self.take(node)
         return self.apply(
             NodeSucceeded(
@@ -80,6 +87,7 @@ class Driver:
                 attempt=command.attempt,
                 output=output,
                 phase=command.phase,
+                messages=tuple(messages),
             )
         )
 

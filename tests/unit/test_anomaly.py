@@ -40,7 +40,6 @@ from cairn.orchestrator.events import (
     Event,
     NodeCancelled,
     NodeFailed,
-    NodeSucceeded,
     Phase,
     RollbackRequested,
 )
@@ -274,26 +273,6 @@ class Recorder(Driver):
         self.events.append(event)
         return super().apply(event)
 
-    def report(
-        self,
-        node: str,
-        output: Mapping[str, Any] | None = None,
-        messages: Sequence[Mapping[str, Any]] = (),
-    ) -> Decision:
-        """``node`` succeeded with ``output``, adding ``messages`` to the agent context."""
-        command = self.take(node)
-        return self.apply(
-            NodeSucceeded(
-                at=self.tick(),
-                node=node,
-                iteration=command.iteration,
-                attempt=command.attempt,
-                output=output,
-                phase=command.phase,
-                messages=tuple(messages),
-            )
-        )
-
     def loop(self, output: Any = None, *, limit: int = 400, to_the_end: bool = True) -> int:
         """Answer every dispatch with ``output(node, n)`` (a mapping, or (output,
         messages)) until nothing is dispatched (or ``limit`` results, if not
@@ -304,9 +283,9 @@ class Recorder(Driver):
             node = self.dispatched[0].node
             answer = output(node, n) if output is not None else {}
             if isinstance(answer, tuple):
-                self.report(node, answer[0], answer[1])
+                self.succeed(node, answer[0], answer[1])
             else:
-                self.report(node, answer)
+                self.succeed(node, answer)
         if to_the_end:
             raise AssertionError(f"still running after {limit} results: {self.state.status}")
         return limit
@@ -490,17 +469,17 @@ def test_a_value_going_up_and_down_is_an_oscillation() -> None:
 def test_a_stopped_run_is_compensated_like_any_failed_run() -> None:
     driver = Recorder(agent(STUCK, compensate=True))
     driver.start()
-    driver.report("book", {"booking": "PNR-1"})
+    driver.succeed("book", {"booking": "PNR-1"})
     for _ in range(100):
         if driver.state.status is not RunStatus.RUNNING:
             break
-        driver.report(driver.dispatched[0].node, {})
+        driver.succeed(driver.dispatched[0].node, {})
     assert driver.state.status is RunStatus.COMPENSATING
     assert [(c.node, c.phase) for c in driver.dispatched] == [("book", Phase.COMPENSATE)]
     assert driver.state.compensation is not None
     assert driver.state.compensation.reason is not None
     assert driver.state.compensation.reason.startswith("anomaly:no_progress")
-    driver.report("book", {"released": True})
+    driver.succeed("book", {"released": True})
     assert driver.state.status is RunStatus.COMPENSATED
     assert driver.state.reason is not None and driver.state.reason.startswith("anomaly:no_progress")
 
@@ -577,7 +556,7 @@ def test_retries_and_long_steps_are_not_moves() -> None:
             )
         )
         driver.fire("retry:think")
-    driver.report("think", {})
+    driver.succeed("think", {})
     assert driver.state.status is RunStatus.SUCCEEDED
     assert driver.state.anomalies == []
     assert driver.state.anomaly is not None and driver.state.anomaly.steps == 1
@@ -599,14 +578,14 @@ def test_the_branches_of_a_fan_out_are_not_moves() -> None:
     )
     driver = Recorder(wf.end("done").build())
     driver.start()
-    driver.report("plan", {})
+    driver.succeed("plan", {})
     assert sorted(driver.outstanding) == [f"b{i}" for i in range(6)]
     for i in range(6):
-        driver.report(f"b{i}", {})
+        driver.succeed(f"b{i}", {})
     assert driver.state.anomaly is not None
     assert [node for node, _fp in driver.state.anomaly.trail] == ["plan", "fan", "check"]
     assert driver.state.anomalies == []
-    driver.report("check", {})  # back to plan, nothing changed: caught
+    driver.succeed("check", {})  # back to plan, nothing changed: caught
     assert driver.state.status is RunStatus.FAILED
 
 
@@ -637,11 +616,11 @@ def test_a_rollback_to_a_checkpoint_restores_what_the_detectors_had_seen() -> No
     driver.start()
     # Up to just after the intervention (the hint is given on the way into a node).
     while not driver.state.anomalies:
-        driver.report(driver.dispatched[0].node, {})
+        driver.succeed(driver.dispatched[0].node, {})
     intervened = len(driver.decisions) - 1
     checkpoint = driver.decisions[intervened - 2].state  # two results before it
     assert checkpoint.anomaly is not None and checkpoint.anomaly.interventions == {}
-    driver.report(driver.dispatched[0].node, {})
+    driver.succeed(driver.dispatched[0].node, {})
     (running,) = driver.dispatched
     driver.apply(
         RollbackRequested(
