@@ -1,9 +1,16 @@
 PYTHON ?= python3
+# The versions of everything the tests and linters run on, as CI proved them; runtime
+# dependencies keep their ranges in pyproject.toml (a library must not pin its users).
+LOCK := requirements/dev.lock
 
-.PHONY: install services test lint format check flower
+.PHONY: install lock services test lint format check flower
 
-install:  ## install cairn and everything its tests and linters need
-	$(PYTHON) -m pip install -e ".[dev]"
+install:  ## install cairn and everything its tests and linters need, at the locked versions
+	$(PYTHON) -m pip install -c $(LOCK) -e ".[dev]"
+
+lock:  ## refresh the lock to the newest versions pyproject.toml allows (then run the suite)
+	$(PYTHON) -m uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 \
+		--upgrade --quiet -o $(LOCK)
 
 services:  ## start PostgreSQL and Redis if they are not running
 	bash scripts/services.sh

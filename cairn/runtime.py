@@ -17,6 +17,7 @@ from typing import Any
 from cairn import faults
 from cairn.config import Settings
 from cairn.effects.adapters import load_adapters
+from cairn.errors import DefinitionFault, WorkflowDefinitionError
 from cairn.lease.leases import Leases, MemoryLeases, RedisLeases
 from cairn.orchestrator.catalog import discover
 from cairn.orchestrator.engine import Orchestrator, Publisher, Registry
@@ -103,7 +104,11 @@ class Runtime:
         scheduler = Scheduler(orchestrator, leases, settings, relay_after=relay_after)
         runtime = cls(settings, store, orchestrator, leases, runner, scheduler, broker)
         if register:
-            runtime.register_configured()
+            try:
+                runtime.register_configured()
+            except BaseException:
+                store.dispose()
+                raise
         return runtime
 
     def register_configured(self) -> None:
@@ -165,8 +170,21 @@ def register_definitions(settings: Settings) -> None:
 
 
 def _register(registry: Registry, workflows: list[str]) -> None:
-    for found in discover(workflows) if workflows else ():
-        if found.error is not None:
-            raise found.error
-        assert found.definition is not None
-        registry.register(found.definition)
+    """Register every definition found, or none: a process that starts must not run with
+    half its workflows, and its operator sees every fault of every file at once."""
+    found = discover(workflows) if workflows else []
+    failed = [item for item in found if item.error is not None]
+    if len(failed) == 1 and failed[0].error is not None:
+        raise failed[0].error
+    if failed:
+        raise WorkflowDefinitionError(
+            [
+                DefinitionFault(fault.code, f"{item.source}: {fault.message}", fault.node)
+                for item in failed
+                for fault in getattr(item.error, "faults", [])
+            ],
+            source="CAIRN_WORKFLOWS",
+        )
+    for item in found:
+        assert item.definition is not None
+        registry.register(item.definition)

@@ -151,7 +151,9 @@ class Registry:
         cached = self._cache.get((name, found_version))
         if cached is not None:
             return cached
-        definition = load_definition(spec, source=f"registered workflow {name}@{found_version}")
+        definition = load_definition(
+            spec, source=f"registered workflow {name}@{found_version}", registered=True
+        )
         with self._lock:
             self._cache[(name, found_version)] = definition
         return definition

@@ -2,13 +2,15 @@
 
 Parsing never stops at the first problem: every fault in the shape is collected, then
 the graph checks of :mod:`cairn.orchestrator.validation` run on whatever parsed, and one
-:class:`~cairn.errors.WorkflowDefinitionError` reports all of them. Unknown keys are
-kept in ``extra`` (the file form is a contract that may grow), never an error.
+:class:`~cairn.errors.WorkflowDefinitionError` reports all of them. Every mapping is
+closed (:mod:`cairn.orchestrator.format`): an unknown key is a fault with a suggestion;
+``x-`` keys and ``metadata`` are kept in ``extra``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
@@ -21,6 +23,7 @@ from jsonschema.exceptions import SchemaError
 
 from cairn.durations import parse_duration
 from cairn.errors import DefinitionFault, WorkflowDefinitionError
+from cairn.orchestrator import format as fmt
 from cairn.orchestrator.definition import (
     DEFAULT_CANCEL_TIMEOUT,
     DURABLE,
@@ -55,42 +58,16 @@ from cairn.orchestrator.definition import (
 from cairn.orchestrator.statuses import RunStatus
 from cairn.orchestrator.validation import validate_graph
 
+log = logging.getLogger(__name__)
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 KIND_KEYS = ("end", "wait", "parallel")
-EDGE_KEYS = ("next", "branch", "route")
-COMMON_KEYS = {"max_visits", "retry", "on_error", "compensate", "timeout", "default", "budget"}
-TASK_KEYS = COMMON_KEYS | {
-    "handler",
-    "child",
-    "irreversible",
-    "persist",
-    "invalidates",
-    *EDGE_KEYS,
-}
+# What makes a node a task: it runs something (a handler, a child run) or decides
+# something (a branch, a route). A bare ``next`` says neither, so it is not a kind.
+TASK_KIND_KEYS = ("handler", "child", "branch", "route")
+ALL_NODE_KEYS = frozenset().union(*fmt.NODE_KINDS.values())
 CACHED_FORM = re.compile(r"^cached\((?P<ttl>[^)]+)\)$")
-CHILD_KEYS = {"workflow", "version", "input", "output"}
-WAIT_KEYS = COMMON_KEYS | {"wait"}
-PARALLEL_KEYS = COMMON_KEYS | {"parallel", "join", "next", "shares"}
-END_KEYS = {"end"}
-TOP_KEYS = {
-    "name",
-    "version",
-    "start",
-    "nodes",
-    "description",
-    "max_visits",
-    "compensate_on_cancel",
-    "cancel_timeout",
-    "input",
-    "on_resume",
-    "budget",
-    "anomaly",
-}
-# The anomaly block's keys and bounds: every history it asks for lives in the run state,
-# written with every step, so no window may grow without limit.
-ANOMALY_KEYS = {"fingerprint", "no_progress", "ping_pong", "oscillation", "on_detect"}
-FINGERPRINT_KEYS = {"fields", "ignore"}
-ON_DETECT_KEYS = {"hint", "reset", "interventions", "then"}
+# The anomaly block's bounds: every history it asks for lives in the run state, written
+# with every step, so no window may grow without limit.
 ANOMALY_BOUNDS: dict[str, tuple[int, int]] = {
     "no_progress.steps": (1, 1000),
     "ping_pong.max_period": (2, 8),
@@ -103,21 +80,32 @@ HANDOFF_PREFIX = "wait:"
 
 
 def load_definition(
-    spec: object, *, source: str | None = None, resolve: bool = True
+    spec: object, *, source: str | None = None, resolve: bool = True, registered: bool = False
 ) -> WorkflowDefinition:
     """Compile a definition mapping; raise :class:`WorkflowDefinitionError` with every fault.
 
     ``resolve`` imports every handler, guard and compensation now, so a definition that
     loads is one a worker can run. Turn it off only to inspect a definition whose code is
     not installed here (``cairn describe``).
+
+    ``registered`` reads a definition the store already holds: runs are pinned to it and
+    it cannot change, so a key this cairn does not know (registered before keys were
+    checked, or by a newer cairn) is logged and ignored rather than refused.
     """
     faults: list[DefinitionFault] = []
     if isinstance(spec, ParsedSpec):
         faults, spec = list(spec.faults), spec.data
-    parser = _Parser(resolve=resolve, faults=faults)
+    try:
+        fmt.check_data_shape(spec)
+    except fmt.TooComplex as exc:
+        fault = DefinitionFault("too_complex", str(exc))
+        raise WorkflowDefinitionError([fault], source=source) from None
+    parser = _Parser(resolve=resolve, faults=faults, strict=not registered)
     definition = parser.workflow(spec)
     if definition is not None:
         parser.faults.extend(validate_graph(definition))
+    if parser.ignored:
+        log.warning("%s: ignoring what this cairn does not know: %s", source, parser.ignored)
     if parser.faults:
         raise WorkflowDefinitionError(parser.faults, source=source)
     assert definition is not None
@@ -127,7 +115,13 @@ def load_definition(
 def load_file(path: str | Path, *, resolve: bool = True) -> WorkflowDefinition:
     """Load a ``.yaml``/``.yml``/``.json`` definition file. Duplicate keys are faults."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkflowDefinitionError(
+            [DefinitionFault("syntax", f"not UTF-8 text: {exc.reason} at byte {exc.start}")],
+            source=str(path),
+        ) from None
     return load_definition(
         parse_text(text, path.suffix, source=str(path)), source=str(path), resolve=resolve
     )
@@ -140,13 +134,27 @@ def parse_text(text: str, suffix: str = ".yaml", *, source: str | None = None) -
     instead of hiding them.
     """
     is_json = suffix.lower() == ".json"
+    kind = "JSON" if is_json else "YAML"
     try:
-        data = json.loads(text) if is_json else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        kind = "JSON" if is_json else "YAML"
+        if is_json:
+            try:
+                data = json.loads(text)
+            except RecursionError:
+                raise fmt.TooComplex(
+                    f"the definition is nested more than {fmt.MAX_DEPTH} levels deep"
+                ) from None
+            fmt.check_data_shape(data)
+        else:
+            fmt.check_yaml_shape(text)
+            data = yaml.safe_load(text)
+    except fmt.TooComplex as exc:
         raise WorkflowDefinitionError(
-            [DefinitionFault("syntax", f"not valid {kind}: {exc}")], source=source
-        ) from exc
+            [DefinitionFault("too_complex", str(exc))], source=source
+        ) from None
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise WorkflowDefinitionError(
+            [DefinitionFault("syntax", f"not valid {kind}: {_syntax_reason(exc)}")], source=source
+        ) from None
     # JSON is (near enough) YAML, so one composer finds duplicates in both. YAML refuses
     # tab indentation; in valid JSON a tab can only be whitespace, so it may become a space.
     composable = text.replace("\t", " ") if is_json else text
@@ -155,6 +163,15 @@ def parse_text(text: str, suffix: str = ".yaml", *, source: str | None = None) -
     except yaml.YAMLError:
         duplicates = []
     return ParsedSpec(data, duplicates) if duplicates else data
+
+
+def _syntax_reason(exc: Exception) -> str:
+    """One line: what is wrong and where (not a page of parser context)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return f"{exc.problem}{where}"
+    return " ".join(str(exc).split())
 
 
 class ParsedSpec:
@@ -190,12 +207,71 @@ class _Parser:
     bad field never hides the faults in the rest of the definition.
     """
 
-    def __init__(self, *, resolve: bool, faults: list[DefinitionFault]) -> None:
+    def __init__(self, *, resolve: bool, faults: list[DefinitionFault], strict: bool) -> None:
         self.resolve = resolve
         self.faults = faults
+        self.strict = strict
+        self.ignored: list[str] = []  # unknown keys a registered definition may keep
+        # The format the definition declares it was written for (the newest if it does
+        # not say): keys introduced later are faults.
+        self.format_version = fmt.FORMAT_VERSION
 
     def fault(self, code: str, message: str, node: str | None = None) -> None:
         self.faults.append(DefinitionFault(code, message, node))
+
+    def closed(
+        self,
+        raw: Mapping[Any, Any],
+        known: frozenset[str],
+        scope: str,
+        node_id: str | None,
+        *,
+        where: str | None = None,
+        node_kind: str | None = None,
+    ) -> None:
+        """Fault every key of ``raw`` that ``known`` does not list, and every key newer
+        than the declared format. ``scope`` names the mapping in the format's key table
+        (``task``, ``retry``, ``anomaly.ping_pong``); ``where`` names it for people when it
+        is not the node or workflow itself."""
+        for unknown in fmt.unknown_keys(raw, known, node_kind=node_kind):
+            if self.strict:
+                self.fault("unknown_key", unknown.describe(where), node_id)
+            else:
+                fault = DefinitionFault("unknown_key", unknown.describe(where), node_id)
+                self.ignored.append(str(fault))
+        for key in raw:
+            since = fmt.newer_than(f"{scope}.{key}", self.format_version)
+            if since is not None:
+                place = f" in {where!r}" if where else ""
+                self.fault(
+                    "newer_key",
+                    f"key {str(key)!r}{place} came in definition format {since}; this "
+                    f"definition declares format {self.format_version}",
+                    node_id,
+                )
+
+    def metadata(self, raw: Mapping[Any, Any], node_id: str | None) -> dict[str, Any]:
+        """The ``x-`` keys and ``metadata`` a mapping carries, kept as they are."""
+        kept = fmt.extensions(raw)
+        if fmt.METADATA in kept and not isinstance(kept[fmt.METADATA], Mapping):
+            self.fault("bad_value", "'metadata' must be a mapping", node_id)
+            del kept[fmt.METADATA]
+        return kept
+
+    def declared_format(self, raw: object) -> int:
+        if raw is None:
+            return fmt.FORMAT_VERSION
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+            self.fault("bad_value", f"'format' must be a positive integer, got {raw!r}")
+            return fmt.FORMAT_VERSION
+        if raw > fmt.FORMAT_VERSION:
+            self.fault(
+                "unsupported_format",
+                f"written for definition format {raw}; this cairn reads formats up to "
+                f"{fmt.FORMAT_VERSION} (upgrade cairn, or write it for an older format)",
+            )
+            return fmt.FORMAT_VERSION
+        return raw
 
     # -- the workflow -------------------------------------------------------------------
 
@@ -203,6 +279,8 @@ class _Parser:
         if not isinstance(spec, Mapping):
             self.fault("not_a_mapping", f"a definition is a mapping, got {type(spec).__name__}")
             return None
+        self.format_version = self.declared_format(spec.get("format"))
+        self.closed(spec, fmt.TOP, "workflow", None)
         name = spec.get("name")
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
             self.fault("bad_name", f"'name' must be an identifier-like string, got {name!r}")
@@ -251,7 +329,7 @@ class _Parser:
             on_resume=on_resume,
             budget=budget,
             anomaly=anomaly,
-            extra={k: v for k, v in spec.items() if k not in TOP_KEYS},
+            extra=self.metadata(spec, None),
             spec=plain_spec(spec),
         )
 
@@ -271,7 +349,9 @@ class _Parser:
     def on_resume(self, raw: object) -> OnResume | None:
         if raw is None:
             return None
-        if not isinstance(raw, Mapping) or set(raw) != {"check", "replan"}:
+        if isinstance(raw, Mapping):
+            self.closed(raw, fmt.ON_RESUME, "on_resume", None, where="on_resume")
+        if not isinstance(raw, Mapping) or not {"check", "replan"} <= set(raw):
             self.fault(
                 "bad_value",
                 "'on_resume' is a mapping with 'check' (module:function) and 'replan' (a node)",
@@ -282,30 +362,29 @@ class _Parser:
         return OnResume(check, replan) if check is not None and replan else None
 
     def anomaly(self, raw: object) -> AnomalyPolicy | None:
-        """The ``anomaly:`` block. Unlike the top level, it refuses unknown keys: a
-        misspelt threshold would silently leave a detector at its default."""
+        """The ``anomaly:`` block."""
         if raw is None:
             return None
-        if not self.known_keys(raw, ANOMALY_KEYS, "anomaly"):
+        if not self.known_keys(raw, fmt.ANOMALY, "anomaly"):
             return None
         assert isinstance(raw, Mapping)
         fingerprint = raw.get("fingerprint", {})
-        if not self.known_keys(fingerprint, FINGERPRINT_KEYS, "anomaly.fingerprint"):
+        if not self.known_keys(fingerprint, fmt.FINGERPRINT, "anomaly.fingerprint"):
             fingerprint = {}
         on_detect = raw.get("on_detect", {})
-        if not self.known_keys(on_detect, ON_DETECT_KEYS, "anomaly.on_detect"):
+        if not self.known_keys(on_detect, fmt.ON_DETECT, "anomaly.on_detect"):
             on_detect = {}
         no_progress = ping_pong = oscillation = None
-        rule = self.anomaly_rule(raw, "no_progress", {"steps"})
+        rule = self.anomaly_rule(raw, "no_progress", fmt.NO_PROGRESS)
         if rule is not None:
             no_progress = NoProgressRule(steps=self.bounded(rule, "no_progress.steps", 6))
-        rule = self.anomaly_rule(raw, "ping_pong", {"max_period", "repeats"})
+        rule = self.anomaly_rule(raw, "ping_pong", fmt.PING_PONG)
         if rule is not None:
             ping_pong = PingPongRule(
                 max_period=self.bounded(rule, "ping_pong.max_period", 3),
                 repeats=self.bounded(rule, "ping_pong.repeats", 3),
             )
-        rule = self.anomaly_rule(raw, "oscillation", {"fields", "window", "returns"})
+        rule = self.anomaly_rule(raw, "oscillation", fmt.OSCILLATION)
         if rule is not None:
             watched = self.field_names(rule.get("fields"), "anomaly.oscillation.fields")
             if not rule.get("fields"):
@@ -359,7 +438,7 @@ class _Parser:
         )
 
     def anomaly_rule(
-        self, raw: Mapping[str, Any], name: str, keys: set[str]
+        self, raw: Mapping[str, Any], name: str, keys: frozenset[str]
     ) -> Mapping[str, Any] | None:
         """A detector's settings: a mapping, or ``true`` for its defaults; None if off."""
         rule = raw.get(name)
@@ -369,14 +448,12 @@ class _Parser:
             return {}
         return rule if self.known_keys(rule, keys, f"anomaly.{name}") else None
 
-    def known_keys(self, raw: object, keys: set[str], what: str) -> bool:
+    def known_keys(self, raw: object, keys: frozenset[str], what: str) -> bool:
+        """Whether an anomaly (sub)block is a mapping; its unknown keys are faulted."""
         if not isinstance(raw, Mapping):
             self.fault("bad_anomaly", f"{what} must be a mapping of {sorted(keys)}, got {raw!r}")
             return False
-        unknown = sorted(str(key) for key in raw if key not in keys)
-        if unknown:
-            self.fault("bad_anomaly", f"{what} has no field(s) {unknown}; known: {sorted(keys)}")
-            return False
+        self.closed(raw, keys, what, None, where=what)
         return True
 
     def bounded(self, raw: Mapping[str, Any], what: str, default: int) -> int:
@@ -405,8 +482,10 @@ class _Parser:
             self.fault("not_a_mapping", f"a node is a mapping, got {type(raw).__name__}", node_id)
             return None
         kinds = [key for key in KIND_KEYS if key in raw]
-        has_task_keys = any(key in raw for key in ("handler", "child", "branch", "route"))
-        if has_task_keys or ("next" in raw and "parallel" not in raw):
+        # A registered definition may hold a bare ``next`` (accepted before kinds were
+        # checked): it still runs as a step that only moves on.
+        passes_through = not self.strict and "next" in raw and not kinds
+        if passes_through or any(key in raw for key in TASK_KIND_KEYS):
             kinds.append("task")
         if len(kinds) > 1:
             self.fault(
@@ -417,13 +496,16 @@ class _Parser:
             )
             return None
         if not kinds:
+            self.closed(raw, ALL_NODE_KEYS, "node", node_id)
             self.fault(
                 "empty_node",
-                "a node needs a handler, an edge (next/branch/route), wait, parallel or end",
+                "cannot tell what kind of node this is: it needs 'handler' or 'child' (a "
+                "task), 'branch' or 'route' (a decision), 'wait', 'parallel' or 'end'",
                 node_id,
             )
             return None
         kind = kinds[0]
+        self.closed(raw, fmt.NODE_KINDS[kind], kind, node_id, node_kind=kind)
         if kind == "end":
             return self.end_node(node_id, raw)
         common = self.common(node_id, raw)
@@ -462,7 +544,7 @@ class _Parser:
         }
 
     def task_node(self, node_id: str, raw: Mapping[str, Any], common: dict[str, Any]) -> TaskNode:
-        edges = [key for key in EDGE_KEYS if key in raw]
+        edges = [key for key in fmt.EDGES if key in raw]
         if len(edges) > 1:
             self.fault(
                 "conflicting_edges", f"use one of next, branch or route, not {edges}", node_id
@@ -493,7 +575,7 @@ class _Parser:
             branch=self.branch(node_id, raw["branch"]) if "branch" in raw else None,
             route=self.route(node_id, raw["route"]) if "route" in raw else None,
             irreversible=irreversible,
-            extra={k: v for k, v in raw.items() if k not in TASK_KEYS},
+            extra=self.metadata(raw, node_id),
             **common,
         )
 
@@ -506,7 +588,9 @@ class _Parser:
             return Persist(PersistKind.EPHEMERAL)
         if isinstance(raw, str) and (match := CACHED_FORM.match(raw.strip())):
             raw = {"cached": match["ttl"]}
-        if not isinstance(raw, Mapping) or "cached" not in raw or set(raw) - {"cached", "key"}:
+        if isinstance(raw, Mapping):
+            self.closed(raw, fmt.PERSIST, "persist", node_id, where="persist")
+        if not isinstance(raw, Mapping) or "cached" not in raw:
             self.fault(
                 "bad_value",
                 "'persist' is 'durable', 'ephemeral', 'cached(TTL)' or "
@@ -532,9 +616,7 @@ class _Parser:
                 node_id,
             )
             return None
-        unknown = set(raw) - CHILD_KEYS
-        if unknown:
-            self.fault("bad_value", f"'child' has no field(s) {sorted(unknown)}", node_id)
+        self.closed(raw, fmt.CHILD, "child", node_id, where="child")
         fields: dict[str, tuple[str, ...] | None] = {}
         for what in ("input", "output"):
             names = raw.get(what)
@@ -555,6 +637,7 @@ class _Parser:
         if not isinstance(raw, Mapping):
             self.fault("bad_value", "'branch' is a mapping with 'guard' and 'cases'", node_id)
             return None
+        self.closed(raw, fmt.BRANCH, "branch", node_id, where="branch")
         guard = self.ref(raw.get("guard"), node_id, "guard")
         if guard is None:
             self.fault("missing_guard", "'branch' needs a 'guard' (module:function)", node_id)
@@ -569,6 +652,7 @@ class _Parser:
                 "bad_value", "'route' is a mapping with 'key', 'table' and 'default'", node_id
             )
             return None
+        self.closed(raw, fmt.ROUTE, "route", node_id, where="route")
         key = raw.get("key")
         if not isinstance(key, str) or not key:
             self.fault("bad_value", "'route.key' must name a state field", node_id)
@@ -591,6 +675,7 @@ class _Parser:
                 "bad_value", "'wait' is a mapping with 'signals', 'timeout', 'on_timeout'", node_id
             )
             spec = {}
+        self.closed(spec, fmt.WAIT, "wait", node_id, where="wait")
         signals = self.label_map(node_id, spec.get("signals"), "signals") or {}
         timeout = self.duration(spec.get("timeout"), node_id, "wait.timeout") or common["timeout"]
         on_timeout = spec.get("on_timeout")
@@ -606,14 +691,8 @@ class _Parser:
                 node_id,
             )
         common["timeout"] = timeout
-        extra = {k: v for k, v in raw.items() if k not in WAIT_KEYS}
-        extra.update(
-            {
-                f"wait.{k}": v
-                for k, v in spec.items()
-                if k not in {"signals", "timeout", "on_timeout"}
-            }
-        )
+        extra = self.metadata(raw, node_id)
+        extra.update({f"wait.{k}": v for k, v in self.metadata(spec, node_id).items()})
         return WaitNode(
             id=node_id,
             signals=signals,
@@ -660,7 +739,7 @@ class _Parser:
             join=join,
             shares=shares,
             next=self.target(next_node, node_id, "next") if next_node is not None else "",
-            extra={k: v for k, v in raw.items() if k not in PARALLEL_KEYS},
+            extra=self.metadata(raw, node_id),
             **common,
         )
 
@@ -670,6 +749,7 @@ class _Parser:
                 "bad_value", "'join' is a mapping with 'policy' (all, quorum, critical)", node_id
             )
             return Join()
+        self.closed(raw, fmt.JOIN, "join", node_id, where="join")
         try:
             policy = JoinPolicyKind(raw.get("policy", "all"))
         except ValueError:
@@ -731,8 +811,7 @@ class _Parser:
             known = ", ".join(s.value for s in END_STATUSES)
             self.fault("bad_value", f"'end' must be one of {known}, got {value!r}", node_id)
             status = RunStatus.FAILED
-        extra = {k: v for k, v in raw.items() if k not in END_KEYS}
-        return EndNode(id=node_id, status=status, extra=extra)
+        return EndNode(id=node_id, status=status, extra=self.metadata(raw, node_id))
 
     # -- fields -------------------------------------------------------------------------
 
@@ -744,6 +823,7 @@ class _Parser:
                 "bad_value", "'retry' is a mapping (attempts, backoff, max_delay, ...)", node_id
             )
             return NO_RETRY
+        self.closed(raw, fmt.RETRY, "retry", node_id, where="retry")
         attempts = self.positive_int(raw.get("attempts", 1), "retry.attempts", node_id) or 1
         backoff = self.duration(raw.get("backoff", 1), node_id, "retry.backoff")
         max_delay = self.duration(raw.get("max_delay", 300), node_id, "retry.max_delay")

@@ -807,8 +807,6 @@ nodes:
 @pytest.mark.parametrize(
     ("anomaly", "message"),
     [
-        ({"no_progress": {"step": 5}}, "anomaly.no_progress has no field(s) ['step']"),
-        ({"no_progres": True}, "anomaly has no field(s) ['no_progres']"),
         ({"no_progress": {"steps": 0}}, "anomaly.no_progress.steps must be an integer from 1"),
         ({"no_progress": {"steps": True}}, "anomaly.no_progress.steps must be an integer"),
         ({"no_progress": {"steps": "5"}}, "anomaly.no_progress.steps must be an integer"),
@@ -827,10 +825,6 @@ nodes:
         ({}, "anomaly turns on no detector"),
         ({"no_progress": False}, "anomaly turns on no detector"),
         ("on", "anomaly must be a mapping"),
-        (
-            {"no_progress": True, "fingerprint": {"field": ["x"]}},
-            "anomaly.fingerprint has no field(s)",
-        ),
         (
             {"no_progress": True, "fingerprint": {"ignore": [1]}},
             "anomaly.fingerprint.ignore must be a list",
@@ -852,7 +846,6 @@ nodes:
             {"no_progress": True, "on_detect": {"reset": "x"}},
             "anomaly.on_detect.reset must be a list",
         ),
-        ({"no_progress": True, "on_detect": {"hints": "x"}}, "anomaly.on_detect has no field(s)"),
     ],
 )
 def test_a_bad_anomaly_block_is_a_typed_fault_naming_the_field(
@@ -863,6 +856,52 @@ def test_a_bad_anomaly_block_is_a_typed_fault_naming_the_field(
     code, text = faults[0]
     assert code == "bad_anomaly"
     assert message in text
+
+
+@pytest.mark.parametrize(
+    ("anomaly", "expected"),
+    [
+        (
+            {"no_progress": {"step": 5}},
+            [
+                (
+                    "unknown_key",
+                    "unknown key 'step' in 'anomaly.no_progress' (did you mean 'steps'?)",
+                )
+            ],
+        ),
+        (
+            {"no_progres": True},
+            [
+                (
+                    "unknown_key",
+                    "unknown key 'no_progres' in 'anomaly' (did you mean 'no_progress'?)",
+                ),
+                (
+                    "bad_anomaly",
+                    "anomaly turns on no detector: give no_progress, ping_pong or oscillation",
+                ),
+            ],
+        ),
+        (
+            {"no_progress": True, "fingerprint": {"field": ["x"]}},
+            [
+                (
+                    "unknown_key",
+                    "unknown key 'field' in 'anomaly.fingerprint' (did you mean 'fields'?)",
+                )
+            ],
+        ),
+        (
+            {"no_progress": True, "on_detect": {"hints": "x"}},
+            [("unknown_key", "unknown key 'hints' in 'anomaly.on_detect' (did you mean 'hint'?)")],
+        ),
+    ],
+)
+def test_a_misspelt_anomaly_key_is_named_with_a_suggestion(
+    anomaly: object, expected: list[tuple[str, str]]
+) -> None:
+    assert _faults(anomaly) == expected
 
 
 def test_the_hand_off_must_be_a_wait_that_exists_and_its_loop_bounded() -> None:

@@ -139,8 +139,9 @@ def loop_specs(draw: Callable[..., Any]) -> dict[str, Any]:
             body: dict[str, Any] = {"handler": f"{HANDLERS}:work", "next": following}
             if draw(st.booleans()):
                 body["compensate"] = f"{HANDLERS}:undo"
-        elif kind == "decision":
-            body = {"next": following}
+        elif kind == "decision":  # pure: no handler, the decider follows it at once
+            cases = {"true": following, "false": following}
+            body = {"branch": {"guard": f"{HANDLERS}:flag_guard", "cases": cases}}
         elif kind == "wait":
             body = {
                 "wait": {

@@ -270,7 +270,11 @@ def test_child_fields_are_checked_when_the_definition_loads() -> None:
     spec = trip().to_spec()
     spec["nodes"]["flights"]["child"] = {"workflow": "search", "input": "city", "extra": 1}
     spec["nodes"]["hotel"]["child"] = "search"  # and a handler: which one?
-    assert pairs(faults_of(spec)) == {("bad_value", "flights"), ("ambiguous_node", "hotel")}
+    assert pairs(faults_of(spec)) == {
+        ("bad_value", "flights"),  # input is a list of fields
+        ("unknown_key", "flights"),  # extra
+        ("ambiguous_node", "hotel"),
+    }
 
 
 # -- end to end, embedded ---------------------------------------------------------------

@@ -137,6 +137,72 @@ def test_validate_needs_a_path(runner: CliRunner) -> None:
     assert result.exit_code != 0
 
 
+TYPOS_YAML = """\
+name: typos
+version: 1
+start: a
+nodes:
+  a: {handler: "examples.flights:search", retyr: {attempts: 5}, timout: 5m, next: notify}
+  notify: {parallel: [email, sms], join: {polcy: quorum}, next: done}
+  email: {handler: "examples.flights:send_email"}
+  sms: {handler: "examples.flights:send_sms"}
+  done: {end: succeeded}
+"""
+
+
+def test_validate_names_each_misspelt_key_and_its_suggestion(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    path = tmp_path / "typos.yaml"
+    path.write_text(TYPOS_YAML)
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    faults = [line.strip() for line in result.stderr.splitlines() if line.strip().startswith("-")]
+    assert faults == [
+        "- node 'a': unknown key 'retyr' (did you mean 'retry'?) [unknown_key]",
+        "- node 'a': unknown key 'timout' (did you mean 'timeout'?) [unknown_key]",
+        "- node 'notify': unknown key 'polcy' in 'join' (did you mean 'policy'?) [unknown_key]",
+    ]
+
+
+def hostile_files(folder: Path) -> list[Path]:
+    """Definitions built to break a parser: deep nesting, exponential aliases, bytes that
+    are not text, keys YAML cannot hash."""
+    laughs = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        laughs.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]")
+    files = {
+        "deep.json": "[" * 100_000 + "]" * 100_000,
+        "deep_objects.json": '{"a":' * 50_000 + "1" + "}" * 50_000,
+        "deep.yaml": "nodes: " + "[" * 100_000,
+        "deep_block.yaml": "".join(f"{'  ' * i}k{i}:\n" for i in range(2_000)) + "  " * 2_000 + "x",
+        "laughs.yaml": "\n".join(laughs) + "\n",
+        "complex_key.yaml": "? [a, b]\n: c\n",
+        "python_tag.yaml": "name: !!python/object/apply:os.system ['true']\n",
+        "not_a_mapping.yaml": "- just\n- a list\n",
+    }
+    paths = []
+    for name, text in files.items():
+        paths.append(folder / name)
+        paths[-1].write_text(text)
+    paths.append(folder / "binary.yaml")
+    paths[-1].write_bytes(b"\xff\xfe\x00name: x\x00\x81")
+    return paths
+
+
+def test_validate_answers_hostile_files_with_one_line_faults(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    for path in hostile_files(tmp_path):
+        result = runner.invoke(app, ["validate", str(path)])
+        assert result.exit_code == 2, (path.name, result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit), path.name
+        faults = [line for line in result.stderr.splitlines() if line.strip().startswith("-")]
+        assert len(faults) == 1, (path.name, result.stderr)
+        assert re.search(r"\[(too_complex|syntax|not_a_mapping)\]$", faults[0]), faults[0]
+        assert len(faults[0]) < 400, faults[0]
+
+
 # -- describe ----------------------------------------------------------------------------
 
 
@@ -328,6 +394,16 @@ def test_console_script_rejects_broken(cairn_script: str) -> None:
     assert result.returncode == 2
     for code in BROKEN_CODES:
         assert f"[{code}]" in result.stderr, code
+
+
+def test_console_script_answers_hostile_files_without_a_traceback(
+    cairn_script: str, tmp_path: Path
+) -> None:
+    paths = hostile_files(tmp_path)
+    result = run_script(cairn_script, "validate", *map(str, paths))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr
+    assert f"{len(paths)} of {len(paths)} definition(s) invalid" in result.stderr
 
 
 def test_console_script_config_typo(cairn_script: str) -> None:

@@ -204,9 +204,10 @@ def definition_specs(draw: Callable[..., Any]) -> dict[str, Any]:
         spec: dict[str, Any] = {}
         if kind in ("next", "branch", "route"):
             # 0-31: a handler and common() extras; 32-39: a pure decision node (no
-            # handler: the decider follows its edge at once), with extras 0-7.
+            # handler: the decider follows its edge at once), with extras 0-7. A bare
+            # ``next`` decides nothing, so it always runs a handler.
             extras = draw(ints(0, 39))
-            spec.update(common(i, extras % 32, handler=extras < 32))
+            spec.update(common(i, extras % 32, handler=extras < 32 or kind == "next"))
             if kind == "next":
                 spec["next"] = main(i)
             elif kind == "branch":

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cairn.config import Settings
-from cairn.errors import InvalidInput, UnknownWorkflow
+from cairn.errors import InvalidInput, UnknownWorkflow, WorkflowDefinitionError
 from cairn.orchestrator.statuses import RunStatus
 from cairn.runtime import Runtime
 
@@ -16,15 +16,14 @@ WORKFLOWS = str(Path(__file__).resolve().parents[1] / "integration" / "workflows
 
 
 def settings(home: Path, **overrides: object) -> Settings:
-    return Settings(
-        home=home,
-        workflows=[WORKFLOWS],
-        recovery_after=0.5,
-        lease_ttl=0.6,
-        heartbeat_interval=0.2,
-        scheduler_interval=0.05,
-        **overrides,
-    )
+    fast: dict[str, object] = {
+        "workflows": [WORKFLOWS],
+        "recovery_after": 0.5,
+        "lease_ttl": 0.6,
+        "heartbeat_interval": 0.2,
+        "scheduler_interval": 0.05,
+    }
+    return Settings(home=home, **{**fast, **overrides})
 
 
 def wait(runtime: Runtime, run_id: str, timeout_s: float = 20.0) -> RunStatus:
@@ -109,3 +108,23 @@ def test_request_ids_make_submit_idempotent(tmp_path: Path) -> None:
         )
     finally:
         runtime.close()
+
+
+def test_start_up_refuses_misspelt_definitions_naming_every_fault(tmp_path: Path) -> None:
+    """``CAIRN_WORKFLOWS`` naming two broken files: one error names each file's unknown
+    key with its suggestion, and nothing is registered."""
+    step = "tests.integration.handlers:step"
+    for name, typo in (("a", "retyr: {attempts: 2}"), ("b", "timout: 5m")):
+        (tmp_path / f"{name}.yaml").write_text(
+            f"name: {name}\nversion: 1\nstart: s\nnodes:\n"
+            f"  s: {{handler: '{step}', next: done, {typo}}}\n  done: {{end: succeeded}}\n"
+        )
+    with pytest.raises(WorkflowDefinitionError) as caught:
+        Runtime.build(settings(tmp_path / "home", workflows=[str(tmp_path)]))
+    assert [(fault.code, fault.node) for fault in caught.value.faults] == [
+        ("unknown_key", "s"),
+        ("unknown_key", "s"),
+    ]
+    text = str(caught.value)
+    assert "a.yaml: unknown key 'retyr' (did you mean 'retry'?)" in text
+    assert "b.yaml: unknown key 'timout' (did you mean 'timeout'?)" in text

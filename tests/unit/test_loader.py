@@ -963,8 +963,6 @@ def test_bad_workflow_cancel_timeout() -> None:
     "node",
     [
         {"handler": SEARCH, "next": "done", "end": "succeeded"},
-        {"end": "succeeded", "next": "done"},
-        {"wait": {"signals": {"x": "done"}, "timeout": "1h", "on_timeout": "done"}, "next": "done"},
         {"parallel": ["x"], "handler": SEARCH, "next": "done"},
         {
             "wait": {"signals": {"x": "done"}, "timeout": "1h", "on_timeout": "done"},
@@ -978,8 +976,36 @@ def test_ambiguous_node(node: dict[str, Any]) -> None:
     assert pairs(faults) == {("ambiguous_node", "stop"), ("unknown_target", "a")}
 
 
-@pytest.mark.parametrize("node", [{}, {"retry": {"attempts": 2}}, {"max_visits": 3}])
-def test_empty_node(node: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("node", "message"),
+    [
+        (
+            {"end": "succeeded", "next": "done"},
+            "key 'next' does not apply here (it is for task nodes and parallel nodes)",
+        ),
+        (
+            {
+                "wait": {"signals": {"x": "done"}, "timeout": "1h", "on_timeout": "done"},
+                "next": "d",
+            },
+            "key 'next' does not apply here (it is for task nodes and parallel nodes)",
+        ),
+        (
+            {"handler": SEARCH, "next": "done", "join": {"policy": "all"}},
+            "key 'join' does not apply here (it is for parallel nodes)",
+        ),
+    ],
+)
+def test_a_key_of_another_kind_of_node_is_named(node: dict[str, Any], message: str) -> None:
+    faults = faults_of(stop_spec_with_node(node))
+    assert [(f.code, f.node, f.message) for f in faults] == [("unknown_key", "stop", message)]
+
+
+@pytest.mark.parametrize(
+    "node", [{}, {"retry": {"attempts": 2}}, {"max_visits": 3}, {"next": "done"}]
+)
+def test_a_node_whose_kind_cannot_be_told_is_a_fault(node: dict[str, Any]) -> None:
+    """Nothing to run and nothing to decide: a bare ``next`` is not a pass-through."""
     faults = faults_of(stop_spec_with_node(node))
     assert pairs(faults) == {("empty_node", "stop"), ("unknown_target", "a")}
 
@@ -1107,32 +1133,179 @@ def test_error_round_trips_through_json() -> None:
 # -- extra keys are kept -------------------------------------------------------------------
 
 
-def test_unknown_keys_are_kept_in_extra() -> None:
+def test_extension_keys_and_metadata_are_kept_in_extra() -> None:
     spec = spec_with(
         {
-            "a": {"handler": SEARCH, "next": "w", "owner": "team-x", "tags": ["a", "b"]},
+            "a": {"handler": SEARCH, "next": "w", "x-owner": "team-x", "metadata": {"tags": []}},
             "w": {
                 "wait": {
                     "signals": {"ok": "done"},
                     "timeout": "1h",
                     "on_timeout": "done",
-                    "prompt": "Approve?",
+                    "x-prompt": "Approve?",
                 },
-                "ui": {"color": "red"},
+                "x-ui": {"color": "red"},
             },
         },
-        labels={"team": "flights"},
-        owner="ops",
+        metadata={"team": "flights"},
+        **{"x-owner": "ops"},
     )
-    spec["nodes"]["done"] = {"end": "succeeded", "note": "happy path"}
+    spec["nodes"]["done"] = {"end": "succeeded", "x-note": "happy path"}
     definition = load_definition(spec)
-    assert definition.extra == {"labels": {"team": "flights"}, "owner": "ops"}
-    assert definition.node("a").extra == {"owner": "team-x", "tags": ["a", "b"]}
-    assert definition.node("w").extra == {"ui": {"color": "red"}, "wait.prompt": "Approve?"}
-    assert definition.node("done").extra == {"note": "happy path"}
+    assert definition.extra == {"metadata": {"team": "flights"}, "x-owner": "ops"}
+    assert definition.node("a").extra == {"x-owner": "team-x", "metadata": {"tags": []}}
+    assert definition.node("w").extra == {"x-ui": {"color": "red"}, "wait.x-prompt": "Approve?"}
+    assert definition.node("done").extra == {"x-note": "happy path"}
+
+
+def test_metadata_must_be_a_mapping() -> None:
+    faults = faults_of(spec_with({"a": {"handler": SEARCH, "next": "done", "metadata": "x"}}))
+    assert pairs(faults) == {("bad_value", "a")}
 
 
 def test_extra_keys_take_part_in_equality() -> None:
     plain = load_definition(spec_with({"a": {"handler": SEARCH, "next": "done"}}))
-    with_extra = load_definition(spec_with({"a": {"handler": SEARCH, "next": "done"}}, owner="x"))
+    with_extra = load_definition(
+        spec_with({"a": {"handler": SEARCH, "next": "done"}}, **{"x-owner": "x"})
+    )
     assert plain != with_extra
+
+
+# -- strictness: every mapping is closed ------------------------------------------------------
+
+BRANCHES = {"x": {"handler": SEND_EMAIL}, "y": {"handler": SEND_SMS}}
+PARALLEL = {"parallel": ["x", "y"], "next": "done"}
+WAIT = {"signals": {"ok": "done"}, "timeout": "1h", "on_timeout": "done"}
+CASES = {"true": "done", "false": "stop"}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "top", "expected"),
+    [
+        (
+            {"a": {"handler": SEARCH, "next": "done", "retyr": {"attempts": 5}}},
+            {},
+            ("a", "unknown key 'retyr' (did you mean 'retry'?)"),
+        ),
+        (
+            {"a": {"handler": SEARCH, "next": "done", "timout": "5m"}},
+            {},
+            ("a", "unknown key 'timout' (did you mean 'timeout'?)"),
+        ),
+        (
+            {"a": {**PARALLEL, "join": {"polcy": "quorum"}}, **BRANCHES},
+            {},
+            ("a", "unknown key 'polcy' in 'join' (did you mean 'policy'?)"),
+        ),
+        (
+            {"a": {"handler": SEARCH, "next": "done", "retry": {"atempts": 3}}},
+            {},
+            ("a", "unknown key 'atempts' in 'retry' (did you mean 'attempts'?)"),
+        ),
+        (
+            {"a": {"wait": {**WAIT, "on_timout": "done"}}},
+            {},
+            ("a", "unknown key 'on_timout' in 'wait' (did you mean 'on_timeout'?)"),
+        ),
+        (
+            {"a": {"route": {"key": "k", "table": {"x": "done"}, "default": "done", "tabel": {}}}},
+            {},
+            ("a", "unknown key 'tabel' in 'route' (did you mean 'table'?)"),
+        ),
+        (
+            {"a": {"branch": {"guard": IS_CHEAP, "cases": {"true": "done"}, "case": {}}}},
+            {},
+            ("a", "unknown key 'case' in 'branch' (did you mean 'cases'?)"),
+        ),
+        (
+            {"a": {"handler": SEARCH, "next": "done", "persist": {"cached": "5m", "keys": []}}},
+            {},
+            ("a", "unknown key 'keys' in 'persist' (did you mean 'key'?)"),
+        ),
+        (
+            {"a": {"child": {"workflow": "w2", "ouput": ["x"]}, "next": "done"}},
+            {},
+            ("a", "unknown key 'ouput' in 'child' (did you mean 'output'?)"),
+        ),
+        (
+            {"a": {"handler": SEARCH, "next": "done"}},
+            {"on_resume": {"check": IS_CHEAP, "replan": "a", "replna": "a"}, "max_visits": 3},
+            (None, "unknown key 'replna' in 'on_resume' (did you mean 'replan'?)"),
+        ),
+        (
+            {"a": {"handler": SEARCH, "next": "done"}},
+            {"max_visit": 3},
+            (None, "unknown key 'max_visit' (did you mean 'max_visits'?)"),
+        ),
+        (
+            {"a": {"handler": SEARCH, "next": "done"}},
+            {"owner": "ops"},
+            (None, "unknown key 'owner'"),
+        ),
+        (
+            {
+                "a": {"handler": QUOTE, "branch": {"guard": IS_CHEAP, "cases": CASES}},
+                "stop": {"end": "failed", "ned": 1},
+            },
+            {},
+            ("stop", "unknown key 'ned' (did you mean 'end'?)"),
+        ),
+        (
+            {"a": {**PARALLEL, "shares": {"x": 1}, "shrae": 1}, **BRANCHES},
+            {},
+            ("a", "unknown key 'shrae' (did you mean 'shares'?)"),
+        ),
+    ],
+)
+def test_a_misspelt_key_at_any_level_is_a_fault_with_a_suggestion(
+    nodes: dict[str, Any], top: dict[str, Any], expected: tuple[str | None, str]
+) -> None:
+    faults = faults_of(spec_with(nodes, **top))
+    assert [(f.code, f.node, f.message) for f in faults] == [("unknown_key", *expected)]
+    assert str(faults[0]).endswith("[unknown_key]")
+
+
+def test_every_misspelling_is_reported_at_once() -> None:
+    nodes = {
+        "a": {"handler": SEARCH, "next": "p", "retyr": {"attempts": 5}, "timout": "5m"},
+        "p": {**PARALLEL, "join": {"polcy": "quorum"}},
+        **BRANCHES,
+    }
+    faults = faults_of(spec_with(nodes))
+    assert [f.code for f in faults] == ["unknown_key"] * 3
+    assert {f.node for f in faults} == {"a", "p"}
+
+
+def test_the_builder_refuses_unknown_keys_too() -> None:
+    wf = Workflow("w").task("a", flights.search, next="done", retyr={"attempts": 2}).end("done")
+    faults = build_faults(wf)
+    assert [(f.code, f.message) for f in faults] == [
+        ("unknown_key", "unknown key 'retyr' (did you mean 'retry'?)")
+    ]
+
+
+def test_a_definition_may_declare_the_format_it_was_written_for() -> None:
+    from cairn.orchestrator.format import FORMAT_VERSION  # noqa: PLC0415
+
+    load_definition(spec_with({"a": {"handler": SEARCH, "next": "done"}}, format=FORMAT_VERSION))
+    faults = faults_of(spec_with({"a": {"handler": SEARCH, "next": "done"}}, format=99))
+    assert pairs(faults) == {("unsupported_format", None)}
+    assert f"reads formats up to {FORMAT_VERSION}" in faults[0].message
+    for bad in (0, "1", True):
+        faults = faults_of(spec_with({"a": {"handler": SEARCH, "next": "done"}}, format=bad))
+        assert pairs(faults) == {("bad_value", None)}
+
+
+def test_a_registered_definition_keeps_loading_with_keys_it_does_not_know(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Runs are pinned to what the store holds, which cannot change: a definition
+    registered before keys were checked (a stray key, a bare ``next``) still loads from
+    the store, with a warning, while the same text is refused as a new definition."""
+    spec = spec_with({"a": {"next": "b", "owner": "ops"}, "b": {"handler": SEARCH, "next": "done"}})
+    assert ("empty_node", "a") in pairs(faults_of(spec))
+    assert ("unknown_key", "a") in pairs(faults_of(spec))
+    with caplog.at_level("WARNING", logger="cairn.orchestrator.loader"):
+        definition = load_definition(spec, source="registered workflow w@1", registered=True)
+    assert isinstance(definition.node("a"), TaskNode) and definition.node("a").next == "b"
+    assert "unknown key 'owner'" in caplog.text

@@ -279,7 +279,8 @@ def test_irreversible_must_be_a_boolean_on_a_node_with_a_handler() -> None:
     wf = Workflow("w").task("a", NOOP, next="done", irreversible="yes").end("done")
     with pytest.raises(WorkflowDefinitionError, match="irreversible"):
         wf.build()
-    wf = Workflow("w").task("a", next="done", irreversible=True).end("done")
+    decision = {"guard": "tests.unit.handlers:by_flag", "cases": {"true": "done", "false": "done"}}
+    wf = Workflow("w").task("a", branch=decision, irreversible=True).end("done")
     with pytest.raises(WorkflowDefinitionError, match="irreversible"):
         wf.build()
 
