@@ -41,7 +41,9 @@ class Client:
     def runtime(self) -> Runtime:
         with self._lock:
             if self._runtime is None:
-                self._runtime = Runtime.build(self.settings)
+                # It serves a person or an app: its first call after a database restart
+                # must not fail on a pooled connection that died with it.
+                self._runtime = Runtime.build(self.settings, pre_ping=True)
             return self._runtime
 
     def register(self, source: WorkflowDefinition | str | Path) -> list[WorkflowDefinition]:

@@ -53,6 +53,16 @@ class Cancelled(Exception):
     cancelled: the node ends cancelled and nothing it returned is kept."""
 
 
+class DeadlineExceeded(BaseException):
+    """The node's timeout passed while its handler ran: raised into a synchronous
+    handler at its current call (in a worker's main thread). A BaseException, as
+    ``asyncio.CancelledError`` is, so that a handler's ``except Exception`` cannot
+    swallow it; its cleanup (``finally``, ``with``) still runs. A transient failure: the
+    node's retry policy applies."""
+
+    error_class = ErrorClass.TRANSIENT
+
+
 def classified(error: _E, error_class: ErrorClass | str) -> _E:
     """Annotate ``error`` with the class its failure belongs to; returns it, to raise."""
     error.error_class = ErrorClass(error_class)  # type: ignore[attr-defined]

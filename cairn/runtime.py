@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn import faults
+from cairn import clock, faults
 from cairn.config import Settings
 from cairn.effects.adapters import load_adapters
 from cairn.errors import DefinitionFault, WorkflowDefinitionError
@@ -59,14 +59,17 @@ class Runtime:
         concurrency: int = 2,
         migrate: bool | None = None,
         register: bool = True,
+        pre_ping: bool = False,
     ) -> Runtime:
         """Every part, from ``settings``. ``register``: register the definitions of
         CAIRN_WORKFLOWS (a Celery worker's children leave it to their parent, which did
-        so once before forking them)."""
+        so once before forking them). ``pre_ping``: the database pool tests connections
+        as it hands them out (see :func:`~cairn.store.database.make_engine`)."""
         faults.arm(settings.fault_points)
+        clock.skew(settings.clock_skew_s)
         load_adapters(settings.effect_adapters)
         init_sentry(settings)
-        engine = make_engine(settings.effective_database_url)
+        engine = make_engine(settings.effective_database_url, pre_ping=pre_ping)
         if migrate if migrate is not None else settings.database_url is None:
             upgrade(engine)  # the embedded database migrates itself; servers use `cairn db`
         store = Store(engine)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
@@ -42,7 +43,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = runtime is None
-        app.state.runtime = runtime or await run_in_threadpool(Runtime.build, settings)
+        app.state.runtime = runtime or await run_in_threadpool(
+            partial(Runtime.build, settings, pre_ping=True)
+        )
         if owned and app.state.runtime.broker is not None:
             app.state.runtime.start_workers()
             app.state.runtime.start_scheduler()

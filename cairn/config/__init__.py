@@ -64,6 +64,12 @@ class Settings(BaseModel):
     heartbeat_interval: float = Field(
         default=10.0, gt=0, description="Lease renewal period, seconds (at most TTL/3)."
     )
+    timeout_grace: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long past its node's timeout a handler may run after being told to "
+        "stop, seconds; then the worker process running it is replaced (prefork pool).",
+    )
     snapshot_every_events: int = Field(
         default=50, ge=1, description="Write a snapshot after this many events."
     )
@@ -162,6 +168,11 @@ class Settings(BaseModel):
         default_factory=list,
         description="Tests only: comma-separated fault points where the process kills itself.",
     )
+    clock_skew_s: float = Field(
+        default=0.0,
+        description="Tests only: shift this process's wall clock by this many seconds (a "
+        "machine whose clock is off; no liveness decision may depend on it).",
+    )
     task_events: bool = Field(
         default=False,
         description="Workers send Celery task events (what Flower shows). Off by default, as "
@@ -169,9 +180,10 @@ class Settings(BaseModel):
         "runtime, and `cairn worker --events` at start.",
     )
     visibility_timeout: float = Field(
-        default=3600.0,
+        default=7200.0,
         gt=0,
-        description="Broker redelivery timeout, seconds; longer than any node runs.",
+        description="Broker redelivery timeout, seconds; longer than any node runs (the "
+        "default node timeout is 1 h; a redelivery of a running node is turned away).",
     )
     liveness_interval: float = Field(
         default=10.0,

@@ -11,7 +11,13 @@ When a renewal fails (the token no longer matches, or Redis cannot be reached un
 lease's own deadline has passed), the lease is marked lost: the step context exposes it
 as ``ctx.lease_lost`` and the worker does not commit. Each beat also keeps a monotonic
 deadline of its own, so a worker stops believing in a lease it could not renew in time
-even if Redis never answers.
+even if Redis never answers — and a process woken from a pause (SIGSTOP, a stall, a
+partition) past that deadline trusts nothing until :meth:`Heartbeats.confirm` has
+renewed the lease: it makes no effect call and commits nothing first.
+
+The same thread keeps each execution's own deadlines (its node's timeout): at the
+timeout the handler is told to stop (``ctx.cancelled``, and the ``on_stop`` the worker
+gave); past the grace period, ``on_overrun`` (the worker replaces its process).
 """
 
 from __future__ import annotations
@@ -41,11 +47,27 @@ class Beat:
     # Asked on every beat: is the run being cancelled? (PostgreSQL's word, not a revoke.)
     cancel_requested: Callable[[], bool] | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # The execution's own deadlines (monotonic; None: its node has no timeout): at
+    # ``stop_at`` it is told to stop, at ``overrun_at`` it has outlived its grace period.
+    stop_at: float | None = None
+    overrun_at: float | None = None
+    on_stop: Callable[[], None] | None = None
+    on_overrun: Callable[[], None] | None = None
+    timed_out: threading.Event = field(default_factory=threading.Event)
 
     @property
     def valid(self) -> bool:
-        """Still the holder, as far as this process can know."""
+        """Still the holder, as far as this process can know without asking."""
         return not self.lost.is_set() and time.monotonic() < self.deadline
+
+    def next_due(self) -> float:
+        """When the heartbeat thread next has something to do for this beat."""
+        due = [self.next_renewal]
+        if self.stop_at is not None and not self.timed_out.is_set():
+            due.append(self.stop_at)
+        elif self.overrun_at is not None and self.on_overrun is not None:
+            due.append(self.overrun_at)
+        return min(due)
 
 
 class Heartbeats:
@@ -84,9 +106,42 @@ class Heartbeats:
         """A milestone: update the heartbeat record now (lossy: a failure only logs)."""
         beat.record.update({k: v for k, v in record.items() if v is not None})
         try:
-            self.leases.beat(beat.lease, beat.record)
+            self.leases.beat(beat.lease, beat.record, progressed=True)
         except Exception:
             log.warning("heartbeat for %s not written", beat.lease.key, exc_info=True)
+
+    def confirm(self, beat: Beat) -> bool:
+        """Is this process still the holder? Without asking while its own monotonic
+        deadline holds; past it (the process was paused, starved or cut off), only once
+        a renewal has succeeded — a process woken from a long pause must learn that it
+        lost the lease before it calls the outside world, not after."""
+        if beat.lost.is_set():
+            return False
+        if time.monotonic() < beat.deadline:
+            return True
+        self._renew(beat, confirming=True)
+        return beat.valid
+
+    def limit(
+        self,
+        beat: Beat,
+        timeout_s: float,
+        grace_s: float,
+        *,
+        on_stop: Callable[[], None] | None,
+        on_overrun: Callable[[], None] | None,
+    ) -> None:
+        """Hold this execution to its node's timeout, from now."""
+        now = time.monotonic()
+        with self._wake:
+            beat.stop_at, beat.overrun_at = now + timeout_s, now + timeout_s + grace_s
+            beat.on_stop, beat.on_overrun = on_stop, on_overrun
+            beat.timed_out.clear()
+            self._wake.notify()
+
+    def unlimit(self, beat: Beat) -> None:
+        with self._wake:
+            beat.stop_at = beat.overrun_at = beat.on_stop = beat.on_overrun = None
 
     def drop(self, beat: Beat) -> None:
         with self._lock:
@@ -97,22 +152,43 @@ class Heartbeats:
         while True:
             with self._wake:
                 now = time.monotonic()
-                due = [b for b in self._beats.values() if b.next_renewal <= now]
+                due = [b for b in self._beats.values() if b.next_due() <= now]
                 if not due:
-                    upcoming = min((b.next_renewal for b in self._beats.values()), default=None)
+                    upcoming = min((b.next_due() for b in self._beats.values()), default=None)
                     self._wake.wait(None if upcoming is None else upcoming - now)
                     continue
             for beat in due:
-                self._renew(beat)
+                self._deadlines(beat, now)
+                if beat.next_renewal <= now:
+                    self._renew(beat)
 
-    def _renew(self, beat: Beat) -> None:
+    def _deadlines(self, beat: Beat, now: float) -> None:
+        if beat.stop_at is not None and now >= beat.stop_at and not beat.timed_out.is_set():
+            log.warning("%s ran past its node's timeout: telling it to stop", beat.lease.key)
+            beat.timed_out.set()
+            beat.cancelled.set()
+            if beat.on_stop is not None:
+                self._call(beat.on_stop, beat)
+        if beat.overrun_at is not None and now >= beat.overrun_at and beat.on_overrun:
+            overrun, beat.on_overrun = beat.on_overrun, None
+            log.error("%s ran past its node's timeout and grace period", beat.lease.key)
+            self._call(overrun, beat)
+
+    @staticmethod
+    def _call(callback: Callable[[], None], beat: Beat) -> None:
+        try:
+            callback()
+        except Exception:
+            log.exception("deadline action for %s failed", beat.lease.key)
+
+    def _renew(self, beat: Beat, *, confirming: bool = False) -> None:
         asked_at = time.monotonic()  # the new TTL runs from the request, not the reply
         beat.next_renewal = asked_at + beat.interval_s
         try:
             renewed = self.leases.renew(beat.lease, beat.record)
         except Exception:  # Redis down: keep trying until our own deadline passes
             log.warning("lease renewal failed for %s", beat.lease.key, exc_info=True)
-            if asked_at < beat.deadline:
+            if asked_at < beat.deadline or confirming:
                 return
             renewed = False
         if renewed:

@@ -24,6 +24,17 @@ PostgreSQL recorded (the caller passes it as ``floor``), so it keeps rising even
 Redis lost its keys. A claim above 1 is a takeover and is written to PostgreSQL, whose
 result commit requires the newest fence: the stale holder is refused there too.
 
+A lease's value names the attempt that holds it (``<attempt>:<random>``). A newer
+attempt of the same execution supersedes an older one's lease instead of waiting for it:
+an attempt the orchestrator gave up on (its node timed out) may still be running, deaf
+to every request to stop, and must not keep its retry from starting.
+
+Every live claim is also in one sorted set (``CLAIMS_KEY``), scored by when its lease
+runs out by Redis's clock. A claim whose lease ran out without being released — its
+holder died, or was paused past its TTL — stays there until the scheduler takes it
+(:meth:`Leases.lapsed`), so a dead worker's node is found within one sweep of its lease
+expiring, whatever has become of its heartbeat record.
+
 :class:`MemoryLeases` is the in-process twin for the embedded default and unit tests.
 """
 
@@ -48,6 +59,7 @@ from cairn.lease.waits import (
 )
 
 BEAT_TTL_PERIODS = 3
+CLAIMS_KEY = "cairn:claims"  # every live claim's lease key, scored by its expiry (ms, Redis)
 STATS_KEY = "cairn:stats:leases"  # fleet-wide counters, kept by the scripts themselves
 WAIT_KEY = "cairn:stats:lease_wait"  # fleet-wide lease wait histogram: count per bucket, sum
 # Fleet-wide histograms of the parts of a step its holder timed (execution, commit), as
@@ -62,14 +74,22 @@ STEP_PARTS = ("execution", "commit")
 FENCE_TTL_MS = 7 * 24 * 3600 * 1000
 FINISHED_FENCE_TTL_MS = 10 * 60 * 1000
 
-# KEYS: lease, beat, stats, fence, waits. ARGV: token, ttl_ms, beat_ttl_ms, floor,
-# fence_ttl_ms, wait bucket ('' if the wait is unknown), wait_s, field, value, ...
-# Returns {the claim's fence (0 if the lease is held), 1 if a dead holder's heartbeat
-# record was there}.
+# KEYS: lease, beat, stats, fence, waits, claims. ARGV: token ("<attempt>:<random>"),
+# ttl_ms, beat_ttl_ms, floor, fence_ttl_ms, wait bucket ('' if the wait is unknown),
+# wait_s, field, value, ... Returns {the claim's fence (0 if the lease is held), 1 if a
+# dead holder's heartbeat record was there, 1 if an older attempt's lease was superseded}.
 ACQUIRE = """
+local superseded = 0
 if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('hincrby', KEYS[3], 'contended', 1)
-  return {0, 0}
+  local mine = tonumber(string.match(ARGV[1], '^(%d+):'))
+  local theirs = tonumber(string.match(redis.call('get', KEYS[1]) or '', '^(%d+):'))
+  if not (mine and theirs and mine > theirs) then
+    redis.call('hincrby', KEYS[3], 'contended', 1)
+    return {0, 0, 0}
+  end
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('hincrby', KEYS[3], 'superseded', 1)
+  superseded = 1
 end
 redis.call('hincrby', KEYS[3], 'acquired', 1)
 if ARGV[6] ~= '' then
@@ -84,41 +104,78 @@ end
 redis.call('pexpire', KEYS[4], ARGV[5])
 local t = redis.call('time')
 local now = string.format('%d.%06d', t[1], t[2])
+-- A superseded attempt's record is its own, not a dead holder's.
 local orphaned = redis.call('del', KEYS[2])
-redis.call('hset', KEYS[2], 'beat_at', now, 'started_at', now, 'fence', fence, unpack(ARGV, 8))
+if superseded == 1 then orphaned = 0 end
+redis.call('hset', KEYS[2], 'beat_at', now, 'started_at', now, 'progress_at', now,
+  'fence', fence, unpack(ARGV, 8))
 redis.call('pexpire', KEYS[2], ARGV[3])
-return {fence, orphaned}
+redis.call('zadd', KEYS[6], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2]), KEYS[1])
+return {fence, orphaned, superseded}
 """
 
+# KEYS: lease, beat, stats, claims. ARGV: token, ttl_ms (0: a beat, no renewal),
+# beat_ttl_ms, "1" if the handler made progress, field, value, ...
 RENEW = """
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   redis.call('hincrby', KEYS[3], 'lost', 1)
   return 0
 end
+local t = redis.call('time')
 if tonumber(ARGV[2]) > 0 then
   redis.call('pexpire', KEYS[1], ARGV[2])
   redis.call('hincrby', KEYS[3], 'renewed', 1)
+  redis.call('zadd', KEYS[4], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2]), KEYS[1])
 end
-local t = redis.call('time')
-redis.call('hset', KEYS[2], 'beat_at', string.format('%d.%06d', t[1], t[2]), unpack(ARGV, 4))
+local now = string.format('%d.%06d', t[1], t[2])
+redis.call('hset', KEYS[2], 'beat_at', now, unpack(ARGV, 5))
+if ARGV[4] == '1' then
+  redis.call('hset', KEYS[2], 'progress_at', now)
+end
 redis.call('pexpire', KEYS[2], ARGV[3])
 return 1
 """
 
-# KEYS: lease, beat, fence, step histograms. ARGV: token, "1" if the holder's result is
-# committed, the fence's remaining life then (ms), then (histogram field, amount) pairs.
+# KEYS: lease, beat, fence, step histograms, claims. ARGV: token, "1" if the holder's
+# result is committed, the fence's remaining life then (ms), then (histogram field,
+# amount) pairs.
 RELEASE = """
 for i = 4, #ARGV, 2 do
   redis.call('hincrbyfloat', KEYS[4], ARGV[i], ARGV[i + 1])
 end
 if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('del', KEYS[2])
+  redis.call('zrem', KEYS[5], KEYS[1])
   if ARGV[2] == '1' then
     redis.call('pexpire', KEYS[3], ARGV[3])
   end
   return redis.call('del', KEYS[1])
 end
 return 0
+"""
+
+# KEYS: claims. ARGV: limit. Takes (removes) the claims whose lease ran out unreleased,
+# each with its heartbeat record, which goes too: whoever takes a lapsed claim — this
+# or a worker's acquire, which finds the record — is the one that counts the death.
+# The beat key is derived from the lease key, so this needs one Redis, not a cluster.
+TAKE_LAPSED = """
+local t = redis.call('time')
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+local due = redis.call('zrangebyscore', KEYS[1], '-inf', now_ms, 'LIMIT', 0, ARGV[1])
+local taken = {}
+for _, lease in ipairs(due) do
+  local left = redis.call('pttl', lease)
+  if left > 0 then
+    redis.call('zadd', KEYS[1], now_ms + left, lease)  -- still held: its score was behind
+  else
+    local beat = 'cairn:beat:' .. string.sub(lease, string.len('cairn:lease:') + 1)
+    local record = redis.call('hgetall', beat)
+    redis.call('del', beat)
+    redis.call('zrem', KEYS[1], lease)
+    table.insert(taken, {lease, record})
+  end
+end
+return taken
 """
 
 
@@ -131,20 +188,49 @@ class Lease:
     # The previous holder left its heartbeat record behind: it died holding the lease,
     # which this claim takes over (a recovery, recorded as one).
     took_over: bool = False
+    attempt: int = 1
+    # An older attempt still held the lease (it was given up on, e.g. timed out): this
+    # claim took it from that attempt, which can no longer renew nor commit.
+    superseded: bool = False
+
+
+@dataclass(frozen=True)
+class Lapsed:
+    """A claim whose lease ran out without being released, as :meth:`Leases.lapsed`
+    takes it: the lease key, and the heartbeat record its holder left (None if gone)."""
+
+    key: str
+    record: dict[str, Any] | None
 
 
 class Leases(Protocol):
     def acquire(
-        self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None, floor: int = 0
+        self,
+        key: str,
+        ttl_s: float,
+        record: Mapping[str, Any] | None = None,
+        floor: int = 0,
+        attempt: int = 1,
     ) -> Lease | None:
-        """Claim ``key``; None if someone holds it. The claim's fence is above ``floor``
+        """Claim ``key`` for ``attempt``; None if it holds it, or a newer attempt does
+        (an older attempt's lease is superseded). The claim's fence is above ``floor``
         (the newest fence PostgreSQL recorded) and above every earlier claim's."""
         ...
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool: ...
 
-    def beat(self, lease: Lease, record: Mapping[str, Any]) -> bool:
-        """Update the heartbeat record without renewing (progress between renewals)."""
+    def beat(self, lease: Lease, record: Mapping[str, Any], progressed: bool = False) -> bool:
+        """Update the heartbeat record without renewing (``progressed``: the handler
+        reported progress, which stall detection measures from)."""
+        ...
+
+    def lapsed(self, limit: int) -> list[Lapsed]:
+        """Take up to ``limit`` claims whose lease ran out without a release (their
+        holders died or were paused past the TTL), each once, fleet-wide."""
+        ...
+
+    def claims(self) -> list[str]:
+        """The lease keys of every claim not yet released nor taken as lapsed."""
         ...
 
     def release(
@@ -171,7 +257,8 @@ class Leases(Protocol):
         ...
 
     def forget(self, key: str) -> None:
-        """Drop the heartbeat record of a lease nobody holds (after a recovery)."""
+        """Drop the heartbeat record and claim of a lease nobody holds (after a
+        recovery)."""
         ...
 
     def stats(self) -> dict[str, int]:
@@ -192,6 +279,12 @@ def lease_key(run_id: str, node: str, iteration: int, phase: str) -> str:
     return f"cairn:lease:{run_id}:{node}:{iteration}:{phase}"
 
 
+def parse_lease_key(key: str) -> tuple[str, str, int, str]:
+    """(run id, node, iteration, phase) of a lease key: node names hold no colon."""
+    run_id, node, iteration, phase = key.removeprefix("cairn:lease:").rsplit(":", 3)
+    return run_id, node, int(iteration), phase
+
+
 def beat_key(key: str) -> str:
     return key.replace("cairn:lease:", "cairn:beat:", 1)
 
@@ -206,6 +299,7 @@ class RedisLeases:
         self._acquire = client.register_script(ACQUIRE)
         self._renew = client.register_script(RENEW)
         self._release = client.register_script(RELEASE)
+        self._take_lapsed = client.register_script(TAKE_LAPSED)
 
     @classmethod
     def from_url(cls, url: str) -> RedisLeases:
@@ -216,9 +310,14 @@ class RedisLeases:
         )
 
     def acquire(
-        self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None, floor: int = 0
+        self,
+        key: str,
+        ttl_s: float,
+        record: Mapping[str, Any] | None = None,
+        floor: int = 0,
+        attempt: int = 1,
     ) -> Lease | None:
-        token = secrets.token_hex(16)
+        token = f"{attempt}:{secrets.token_hex(16)}"
         wait_s = current_wait()
         args: list[str | int | float] = [
             token,
@@ -230,29 +329,49 @@ class RedisLeases:
             0 if wait_s is None else round(wait_s, 6),
             *_flat(record),
         ]
-        keys = [key, beat_key(key), STATS_KEY, fence_key(key), WAIT_KEY]
-        fence, orphaned = self._acquire(keys=keys, args=args)
-        return Lease(key, token, ttl_s, int(fence), bool(orphaned)) if fence else None
+        keys = [key, beat_key(key), STATS_KEY, fence_key(key), WAIT_KEY, CLAIMS_KEY]
+        fence, orphaned, superseded = self._acquire(keys=keys, args=args)
+        if not fence:
+            return None
+        return Lease(key, token, ttl_s, int(fence), bool(orphaned), attempt, bool(superseded))
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
-        return self._touch(lease, _ms(lease.ttl_s), record)
+        return self._touch(lease, _ms(lease.ttl_s), record, progressed=False)
 
-    def beat(self, lease: Lease, record: Mapping[str, Any]) -> bool:
-        return self._touch(lease, 0, record)
+    def beat(self, lease: Lease, record: Mapping[str, Any], progressed: bool = False) -> bool:
+        return self._touch(lease, 0, record, progressed=progressed)
 
-    def _touch(self, lease: Lease, ttl_ms: int, record: Mapping[str, Any] | None) -> bool:
+    def _touch(
+        self, lease: Lease, ttl_ms: int, record: Mapping[str, Any] | None, *, progressed: bool
+    ) -> bool:
         args: list[str | int] = [
             lease.token,
             ttl_ms,
             _ms(lease.ttl_s * BEAT_TTL_PERIODS),
+            "1" if progressed else "0",
             *_flat(record),
         ]
-        return bool(self._renew(keys=[lease.key, beat_key(lease.key), STATS_KEY], args=args))
+        keys = [lease.key, beat_key(lease.key), STATS_KEY, CLAIMS_KEY]
+        return bool(self._renew(keys=keys, args=args))
+
+    def lapsed(self, limit: int) -> list[Lapsed]:
+        taken = self._take_lapsed(keys=[CLAIMS_KEY], args=[limit])
+        return [
+            Lapsed(
+                key.decode(),
+                _decoded(dict(zip(flat[::2], flat[1::2], strict=True)), None) if flat else None,
+            )
+            for key, flat in taken
+        ]
+
+    def claims(self) -> list[str]:
+        keys: list[bytes] = self.client.zrange(CLAIMS_KEY, 0, -1)  # type: ignore[assignment]
+        return [key.decode() for key in keys]
 
     def release(
         self, lease: Lease, finished: bool = False, timings: Mapping[str, float] | None = None
     ) -> bool:
-        keys = [lease.key, beat_key(lease.key), fence_key(lease.key), STEP_KEY]
+        keys = [lease.key, beat_key(lease.key), fence_key(lease.key), STEP_KEY, CLAIMS_KEY]
         args: list[str | int | float] = [
             lease.token,
             "1" if finished else "0",
@@ -280,7 +399,10 @@ class RedisLeases:
         return _step_histograms({k.decode(): float(v) for k, v in fields.items()})
 
     def forget(self, key: str) -> None:
-        self.client.delete(beat_key(key))
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(beat_key(key))
+        pipe.zrem(CLAIMS_KEY, key)
+        pipe.execute()
 
     def running(self) -> list[dict[str, Any]]:
         """Every heartbeat record in the fleet (a SCAN: for operators, not the hot path)."""
@@ -312,6 +434,7 @@ class MemoryLeases:
         self._clock = clock
         self._lock = threading.Lock()
         self._leases: dict[str, tuple[str, float]] = {}
+        self._claims: dict[str, float] = {}  # lease key -> when its lease runs out
         self._beats: dict[str, dict[str, Any]] = {}
         self._fences: dict[str, int] = {}
         self._finished: deque[tuple[float, str]] = deque()  # (forget its fence at, key)
@@ -327,12 +450,23 @@ class MemoryLeases:
         return entry
 
     def acquire(
-        self, key: str, ttl_s: float, record: Mapping[str, Any] | None = None, floor: int = 0
+        self,
+        key: str,
+        ttl_s: float,
+        record: Mapping[str, Any] | None = None,
+        floor: int = 0,
+        attempt: int = 1,
     ) -> Lease | None:
         with self._lock:
-            if self._live(key) is not None:
-                self._count("contended")
-                return None
+            held = self._live(key)
+            superseded = False
+            if held is not None:
+                theirs = held[0].partition(":")[0]
+                if not (theirs.isdigit() and attempt > int(theirs)):
+                    self._count("contended")
+                    return None
+                self._count("superseded")
+                superseded = True
             self._count("acquired")
             wait_s = current_wait()
             if wait_s is not None:
@@ -344,35 +478,67 @@ class MemoryLeases:
                 expired = self._finished.popleft()[1]
                 if self._live(expired) is None:
                     self._fences.pop(expired, None)
-            token = secrets.token_hex(16)
+            token = f"{attempt}:{secrets.token_hex(16)}"
             fence = self._fences[key] = max(self._fences.get(key, 0), floor) + 1
             self._leases[key] = (token, self._clock() + ttl_s)
+            self._claims[key] = self._clock() + ttl_s
             now = self._clock()
-            orphaned = key in self._beats
-            self._beats[key] = {**(record or {}), "beat_at": now, "started_at": now}
-            return Lease(key, token, ttl_s, fence, orphaned)
+            orphaned = key in self._beats and not superseded
+            self._beats[key] = {
+                **(record or {}),
+                "beat_at": now,
+                "started_at": now,
+                "progress_at": now,
+                "fence": fence,
+            }
+            return Lease(key, token, ttl_s, fence, orphaned, attempt, superseded)
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
-        return self._touch(lease, record, renew=True)
+        return self._touch(lease, record, renew=True, progressed=False)
 
-    def beat(self, lease: Lease, record: Mapping[str, Any]) -> bool:
-        return self._touch(lease, record, renew=False)
+    def beat(self, lease: Lease, record: Mapping[str, Any], progressed: bool = False) -> bool:
+        return self._touch(lease, record, renew=False, progressed=progressed)
 
-    def _touch(self, lease: Lease, record: Mapping[str, Any] | None, *, renew: bool) -> bool:
+    def _touch(
+        self, lease: Lease, record: Mapping[str, Any] | None, *, renew: bool, progressed: bool
+    ) -> bool:
         with self._lock:
             entry = self._live(lease.key)
             if entry is None or entry[0] != lease.token:
                 self._count("lost")
                 return False
+            now = self._clock()
             if renew:
                 self._count("renewed")
-                self._leases[lease.key] = (lease.token, self._clock() + lease.ttl_s)
+                self._leases[lease.key] = (lease.token, now + lease.ttl_s)
+                self._claims[lease.key] = now + lease.ttl_s
             self._beats[lease.key] = {
                 **self._beats.get(lease.key, {}),
                 **(record or {}),
-                "beat_at": self._clock(),
+                "beat_at": now,
+                **({"progress_at": now} if progressed else {}),
             }
             return True
+
+    def lapsed(self, limit: int) -> list[Lapsed]:
+        with self._lock:
+            now = self._clock()
+            taken: list[Lapsed] = []
+            for key, expires in sorted(self._claims.items(), key=lambda item: item[1]):
+                if len(taken) >= limit or expires > now:
+                    break
+                live = self._live(key)
+                if live is not None:
+                    self._claims[key] = live[1]
+                    continue
+                del self._claims[key]
+                record = self._beats.pop(key, None)
+                taken.append(Lapsed(key, _decoded(record, None) if record else None))
+            return taken
+
+    def claims(self) -> list[str]:
+        with self._lock:
+            return list(self._claims)
 
     def release(
         self, lease: Lease, finished: bool = False, timings: Mapping[str, float] | None = None
@@ -386,6 +552,7 @@ class MemoryLeases:
                 return False
             del self._leases[lease.key]
             self._beats.pop(lease.key, None)
+            self._claims.pop(lease.key, None)
             if finished:
                 self._finished.append((self._clock() + FINISHED_FENCE_TTL_MS / 1000, lease.key))
             return True
@@ -401,6 +568,7 @@ class MemoryLeases:
     def forget(self, key: str) -> None:
         with self._lock:
             self._beats.pop(key, None)
+            self._claims.pop(key, None)
 
     def _count(self, name: str) -> None:
         self._stats[name] = self._stats.get(name, 0) + 1
@@ -456,12 +624,21 @@ def _flat(record: Mapping[str, Any] | None) -> list[str]:
     return [str(item) for pair in (record or {}).items() for item in pair]
 
 
-def _decoded(record: Mapping[Any, Any], now: float) -> dict[str, Any]:
+def _decoded(record: Mapping[Any, Any], now: float | None) -> dict[str, Any]:
+    """A heartbeat record as text, with ``age_s`` (since the last beat),
+    ``running_s`` (since the claim) and ``progress_age_s`` (since the last progress),
+    each by the lease clock ``now``."""
     data = {
         (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
         for k, v in record.items()
     }
-    data["age_s"] = max(0.0, now - float(data["beat_at"]))
+    if now is not None and "beat_at" in data:
+        data["age_s"] = max(0.0, now - float(data["beat_at"]))
+        if "started_at" in data:
+            data["running_s"] = max(0.0, now - float(data["started_at"]))
+        progress_at = data.get("progress_at", data.get("started_at"))
+        if progress_at is not None:
+            data["progress_age_s"] = max(0.0, now - float(progress_at))
     return data
 
 

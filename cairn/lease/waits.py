@@ -16,11 +16,12 @@ shows up in the numbers; a negative wait counts as zero.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+
+from cairn import clock
 
 # Upper bounds, seconds. Waits run from a few ms (an idle fleet) to minutes (a backlog).
 WAIT_BUCKETS_S: tuple[float, ...] = (
@@ -63,7 +64,7 @@ def current_wait() -> float | None:
     published_at = _published_at.get()
     if published_at is None:
         return None
-    return max(0.0, time.time() - published_at)
+    return max(0.0, clock.wall() - published_at)
 
 
 def bucket_field(wait_s: float, bounds: tuple[float, ...] = WAIT_BUCKETS_S) -> str:

@@ -13,10 +13,13 @@ path, so running it twice, or several schedulers at once, is harmless:
   another transaction holds is skipped and looked at again a moment later, so several
   schedulers share the due timers instead of queueing on the same ones; an idle
   scheduler sleeps until the next timer is due, at most one interval;
-- **recovery**: an execution dispatched long ago, unfinished, with no live lease, is
-  published again under the same key (its worker died, or its message was lost) —
+- **recovery**: a claim whose lease ran out without a release (its worker died, or was
+  paused past its TTL) is found within one pass, by Redis's clock; an execution
+  dispatched long ago, unfinished, with no live lease (its message was lost, or Redis
+  lost its claims) by the older sweep. Either is published again under the same key —
   unless that needs a person: an irreversible node a worker had claimed, or a node that
-  keeps killing its workers, is *held* and the run waits for an operator's decision;
+  keeps killing its workers, is *held* and the run waits for an operator's decision
+  (:mod:`cairn.orchestrator.recovery`);
 - **compaction**: old snapshots are thinned (the event log is kept);
 - **retention**: the artifacts of runs that ended longer ago than
   ``CAIRN_ARTIFACTS_RETENTION_DAYS``, then runs that ended longer ago than
@@ -43,13 +46,13 @@ from cairn.artifacts.registry import ArtifactRegistry
 from cairn.artifacts.stores import open_store
 from cairn.config import Settings
 from cairn.faults import fault_point
-from cairn.lease.leases import Leases, lease_key
-from cairn.orchestrator.definition import AnyNode, ErrorClass, TaskNode
-from cairn.orchestrator.engine import NodeOutcome, Orchestrator
-from cairn.orchestrator.events import NodeFailed, NodeHeld, Phase, TimerFired, stamped
+from cairn.lease.leases import Lapsed, Leases, lease_key, parse_lease_key
+from cairn.orchestrator.engine import Orchestrator
+from cairn.orchestrator.events import Phase, TimerFired
 from cairn.orchestrator.messages import NodeMessage
 from cairn.orchestrator.metrics import SchedulerMetrics
-from cairn.orchestrator.statuses import NodeStatus
+from cairn.orchestrator.recovery import Outcome, RecoveryPolicy
+from cairn.orchestrator.state import TimerKind
 from cairn.reconnect import is_outage
 from cairn.store.repository import ExecutionKey, Tx, to_epoch
 
@@ -102,6 +105,10 @@ class Scheduler:
     metrics: SchedulerMetrics = field(default_factory=SchedulerMetrics)
     _passes: int = field(default=0, init=False)
     _next_timer_at: float | None = field(default=None, init=False)  # time.monotonic()
+    policy: RecoveryPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy = RecoveryPolicy(self.orchestrator, self.settings)
 
     def run_once(self) -> PassReport:
         report = PassReport(
@@ -187,6 +194,8 @@ class Scheduler:
         )
         fired = 0
         for timer in due:
+            if self._postponed(timer):
+                continue
             decision = self.orchestrator.apply(
                 timer.run_id,
                 partial(_timer_fired, timer.timer_id),
@@ -201,6 +210,33 @@ class Scheduler:
                 self._next_timer_at = time.monotonic() + SKIPPED_TIMER_RETRY_S
         return fired
 
+    def _postponed(self, timer: Any) -> bool:
+        """A node's timeout counts from its start, not its dispatch: time spent queued
+        for a worker is not execution. When a node-timeout timer comes due, the attempt
+        is asked how long it has been running (by Redis's clock, from its claim); one
+        that has run less than its timeout, or not started at all, moves the timer on
+        (by the database's clock) instead of failing. A worker stops its handler at the
+        timeout itself; this timer is for the attempt that could not be stopped."""
+        kind, _, rest = timer.timer_id.partition(":")
+        if kind != TimerKind.NODE_TIMEOUT.value:
+            return False
+        node_id, iteration, attempt = rest.rsplit(":", 2)
+        with self.orchestrator.store.reading() as tx:
+            run = tx.run(timer.run_id)
+            now = tx.now()
+        node = self.orchestrator.registry.get(run.workflow, run.version).nodes.get(node_id)
+        if node is None or node.timeout is None:
+            return False
+        timeout = node.timeout.total_seconds()
+        lease = lease_key(timer.run_id, node_id, int(iteration), Phase.RUN.value)
+        record = self.leases.beats([lease])[0] if self.leases.held(lease) else None
+        started = record is not None and str(record.get("attempt")) == attempt
+        running = float(record["running_s"]) if started and record is not None else 0.0
+        if running >= timeout:
+            return False
+        with self.orchestrator.store.transaction() as tx:
+            return tx.postpone_timer(timer.run_id, timer.timer_id, now + timeout - running)
+
     def idle_wait(self) -> float:
         """How long an idle scheduler sleeps: one interval, or until the next timer."""
         wait = self.settings.scheduler_interval
@@ -210,16 +246,15 @@ class Scheduler:
 
     def recover(self) -> int:
         """Dispatch again what has no result and no live lease, unless recovery needs a
-        person. An execution whose worker died running it (a heartbeat record outlives
-        the lease) counts a recovery. The run waits for an operator's decision instead
-        (the node is *held*) when the node is irreversible and a worker had claimed it
-        (it may have taken effect), or, with ``on_max_recoveries=hold``, when its worker
-        died ``max_recoveries`` times; with ``fail`` (the default) it fails then."""
+        person (see :mod:`cairn.orchestrator.recovery`): first the claims whose lease ran
+        out unreleased — found within one pass of their expiry — then what was
+        dispatched more than ``CAIRN_RECOVERY_AFTER`` ago and never claimed (its message
+        was lost), or whose claim Redis no longer knows."""
+        recovered = sum(self._recover_lapsed(lapsed) for lapsed in self.leases.lapsed(BATCH))
         store = self.orchestrator.store
         with store.reading() as tx:
             now = tx.now()
             stalled = tx.stalled_executions(now - self.settings.recovery_after, BATCH)
-        recovered = 0
         backlog: int | None = None  # asked of the broker once per pass, if needed
         for execution in stalled:
             lease = lease_key(
@@ -235,47 +270,63 @@ class Scheduler:
                     continue  # never started, and the queue is not empty: still queued
             if died:
                 self.leases.forget(lease)  # the next death must leave a record of its own
-            key = ExecutionKey(
-                execution.run_id, execution.node, execution.iteration, execution.phase
-            )
-            with store.transaction() as tx:
-                recoveries = tx.touch_execution(key, execution.attempt, died=died)
-                if recoveries is None:
-                    continue  # it finished meanwhile
-                run = tx.run(execution.run_id)
-            message = NodeMessage(
-                execution.run_id,
-                run.workflow,
-                run.version,
-                execution.node,
-                execution.iteration,
-                execution.attempt,
-                Phase(execution.phase),
-                resumed=True,
-            )
-            node = self.orchestrator.registry.get(run.workflow, run.version).nodes.get(
-                execution.node
-            )
-            claimed = execution.status == "running"
-            hold = self._hold_reason(node, claimed=claimed, died=died, recoveries=recoveries)
-            if hold is not None and self._hold(message, hold, recoveries):
-                self.metrics.recoveries.labels("held").inc()
-            elif recoveries >= self.settings.max_recoveries:
-                self._give_up(message, recoveries)
-                self.metrics.recoveries.labels("failed").inc()
-            else:
-                self.metrics.recoveries.labels("redispatched").inc()
-                cause = "worker died" if died else "never claimed or message lost"
-                self.orchestrator.record_recovery(message, cause=cause, recoveries=recoveries)
-                self.orchestrator.publisher.publish([message])
-                log.warning(
-                    "recovered %s attempt %d (%s): no lease, no result; dispatched again",
-                    key,
-                    execution.attempt,
-                    "its worker died" if died else "never claimed or message lost",
-                )
-            recovered += 1
+            recovered += self._recover_one(execution, died=died)
         return recovered
+
+    def _recover_lapsed(self, lapsed: Lapsed) -> int:
+        """A claim whose holder died (or was paused past its lease): taken from Redis
+        once, fleet-wide, so its death is counted once. An older attempt's claim is not
+        the execution's any more (it timed out; a newer attempt is on its way)."""
+        key = ExecutionKey(*parse_lease_key(lapsed.key))
+        with self.orchestrator.store.reading() as tx:
+            execution = tx.execution(key)
+        if execution is None or execution.status not in ("scheduled", "running"):
+            return 0
+        attempt = (lapsed.record or {}).get("attempt")
+        if attempt is not None and str(attempt) != str(execution.attempt):
+            return 0
+        return self._recover_one(execution, died=True)
+
+    def _recover_one(self, execution: Any, *, died: bool) -> int:
+        key = ExecutionKey(execution.run_id, execution.node, execution.iteration, execution.phase)
+        with self.orchestrator.store.transaction() as tx:
+            recoveries = tx.touch_execution(key, execution.attempt, died=died)
+            if recoveries is None:
+                return 0  # it finished meanwhile
+            run = tx.run(execution.run_id)
+        message = NodeMessage(
+            execution.run_id,
+            run.workflow,
+            run.version,
+            execution.node,
+            execution.iteration,
+            execution.attempt,
+            Phase(execution.phase),
+            resumed=True,
+        )
+        node = self.orchestrator.registry.get(run.workflow, run.version).nodes.get(execution.node)
+        outcome = self.policy.settle(
+            message,
+            node,
+            claimed=execution.status == "running",
+            died=died,
+            recoveries=recoveries,
+            worker="scheduler",
+        )
+        if outcome is not Outcome.RUN:
+            self.metrics.recoveries.labels(outcome.value).inc()
+            return 1
+        self.metrics.recoveries.labels("redispatched").inc()
+        cause = "worker died" if died else "never claimed or message lost"
+        self.orchestrator.record_recovery(message, cause=cause, recoveries=recoveries)
+        self.orchestrator.publisher.publish([message])
+        log.warning(
+            "recovered %s attempt %d (%s): no lease, no result; dispatched again",
+            key,
+            execution.attempt,
+            "its worker died" if died else "never claimed or message lost",
+        )
+        return 1
 
     def _maybe_queued(self, execution: Any, now: float) -> bool:
         """Nobody has started it (no claim in PostgreSQL, no heartbeat record), and it
@@ -285,64 +336,6 @@ class Scheduler:
             execution.status == "scheduled"
             and waited < QUEUED_PATIENCE * self.settings.recovery_after
         )
-
-    def _hold_reason(
-        self, node: AnyNode | None, *, claimed: bool, died: bool, recoveries: int
-    ) -> str | None:
-        """Why this recovery needs an operator, if it does."""
-        if isinstance(node, TaskNode) and node.irreversible and claimed:
-            lost = "its worker died running it" if died else "its worker was lost"
-            return f"irreversible: {lost}, and it may have taken effect"
-        if recoveries >= self.settings.max_recoveries and self.settings.on_max_recoveries == "hold":
-            return (
-                f"its worker died while running it {recoveries} times "
-                "(CAIRN_MAX_RECOVERIES, CAIRN_ON_MAX_RECOVERIES=hold)"
-            )
-        return None
-
-    def _hold(self, message: NodeMessage, reason: str, recoveries: int) -> bool:
-        """Stop recovering ``message``'s execution: the run waits for an operator. False
-        if the run does not hold it (it is being cancelled: the node may run again, it
-        stops before its handler)."""
-        held = NodeHeld(
-            at=0.0,
-            node=message.node,
-            iteration=message.iteration,
-            attempt=message.attempt,
-            phase=message.phase,
-            reason=reason,
-            recoveries=recoveries,
-        )
-        decision = self.orchestrator.apply(message.run_id, partial(stamped, held))
-        if decision is None or decision.ignored:
-            return False
-        log.error("%s held for an operator: %s", message.key, reason)
-        return True
-
-    def _give_up(self, message: NodeMessage, recoveries: int) -> None:
-        """A poison node: its worker died every time. It fails like any permanent error
-        (its error edge, or the run fails), through the normal completion path."""
-        reason = (
-            f"max_attempts: its worker died while running it {recoveries} times "
-            "(CAIRN_MAX_RECOVERIES)"
-        )
-        event = NodeFailed(
-            at=0.0,
-            node=message.node,
-            iteration=message.iteration,
-            attempt=message.attempt,
-            error_class=ErrorClass.PERMANENT,
-            message=reason,
-            phase=message.phase,
-        )
-        self.orchestrator.complete(
-            message,
-            NodeOutcome(
-                event, NodeStatus.FAILED, error_class=ErrorClass.PERMANENT.value, error=reason
-            ),
-            worker="scheduler",
-        )
-        log.error("%s: %s", message.key, reason)
 
     def expire(self) -> int:
         """Delete the artifacts of runs that ended longer ago than

@@ -25,7 +25,13 @@ def normalise_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def make_engine(url: str, *, pool_size: int = 5) -> Engine:
+def make_engine(url: str, *, pool_size: int = 5, pre_ping: bool = False) -> Engine:
+    """An engine for ``url``. ``pre_ping``: test each pooled connection as it is taken
+    (one round trip), for processes that serve people — the API, a client — whose
+    first request after a database restart must not fail on a connection that died
+    with it. Workers and schedulers do without: every step would pay the round trip,
+    and they retry through outages anyway (:mod:`cairn.reconnect`). Either way, the
+    first dead connection found invalidates the whole pool (SQLAlchemy's rule)."""
     url = normalise_url(url)
     if url.startswith("sqlite"):
         path = make_url(url).database
@@ -36,9 +42,13 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    # No pool_pre_ping: it costs a round trip per checkout (and shows up in PostgreSQL's
-    # commit counters); a dropped connection surfaces as an error the caller retries.
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_recycle=1800,
+        pool_pre_ping=pre_ping,
+    )
 
 
 def autocommit_twin(engine: Engine) -> Engine:

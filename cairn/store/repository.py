@@ -31,6 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from cairn import clock
 from cairn.errors import StoreError
 from cairn.faults import fault_point
 from cairn.store import fastpath
@@ -65,7 +66,7 @@ ACTIVE_EXECUTION = ("scheduled", "running")
 
 
 def utcnow() -> datetime:
-    return datetime.now(UTC)
+    return clock.utcnow()
 
 
 def from_epoch(seconds: float) -> datetime:
@@ -259,6 +260,12 @@ class Tx:
         """The psycopg connection under this transaction (see cairn.store.fastpath)."""
         return self.connection.connection.driver_connection
 
+    def stamp(self) -> Any:
+        """The time to write into a column something later compares with :meth:`now`
+        (dispatch, outbox and ledger ages): PostgreSQL's own clock, never this process's,
+        which may be minutes off. SQLite is one process on one machine: its clock."""
+        return func.now() if self.dialect == "postgresql" else utcnow()
+
     def now(self) -> float:
         """Seconds since the epoch by the database's clock: the one clock all processes share."""
         if self.dialect == "postgresql":
@@ -383,7 +390,7 @@ class Tx:
                             run_id=key.run_id,
                             topic="node",
                             payload=dict(payload),
-                            created_at=utcnow(),
+                            created_at=self.stamp(),
                         )
                         .returning(outbox.c.id)
                     ).scalar_one()
@@ -409,7 +416,7 @@ class Tx:
                     format=state_format,
                     codec=codec,
                     body=body,
-                    created_at=utcnow(),
+                    created_at=self.stamp(),
                 )
                 .on_conflict_do_nothing()
             )
@@ -592,7 +599,7 @@ class Tx:
     # -- node executions (the idempotency table) ----------------------------------------
 
     def _schedule_statement(self, key: ExecutionKey, attempt: int) -> Any:
-        now = utcnow()
+        now = self.stamp()
         stmt = self._insert(executions).values(
             run_id=key.run_id,
             node=key.node,
@@ -681,7 +688,7 @@ class Tx:
         self.connection.execute(
             update(executions)
             .where(key.where(), executions.c.status.in_(ACTIVE_EXECUTION))
-            .values(status=status, finished_at=utcnow())
+            .values(status=status, finished_at=self.stamp())
         )
 
     def hold_execution(self, key: ExecutionKey, attempt: int) -> None:
@@ -709,7 +716,7 @@ class Tx:
                 result=dict(result) if result is not None else None,
                 error=error,
                 worker="operator",
-                finished_at=utcnow(),
+                finished_at=self.stamp(),
             )
         )
 
@@ -767,6 +774,10 @@ class Tx:
         )
         return bool(claimed.rowcount)
 
+    def execution(self, key: ExecutionKey) -> Any:
+        """The execution row (attempt, status, dispatch time), or None."""
+        return self.connection.execute(select(executions).where(key.where())).first()
+
     def execution_fence(self, key: ExecutionKey) -> int:
         fence = self.connection.execute(select(executions.c.fence).where(key.where())).scalar()
         return int(fence or 0)
@@ -777,7 +788,9 @@ class Tx:
         row = self.connection.execute(
             update(executions)
             .where(key.unfinished(attempt))
-            .values(dispatched_at=utcnow(), recoveries=executions.c.recoveries + (1 if died else 0))
+            .values(
+                dispatched_at=self.stamp(), recoveries=executions.c.recoveries + (1 if died else 0)
+            )
             .returning(executions.c.recoveries)
         ).first()
         return None if row is None else int(row.recoveries)
@@ -818,7 +831,7 @@ class Tx:
         return (
             update(outbox)
             .where(chosen, outbox.c.sent_at.is_(None))
-            .values(sent_at=utcnow(), publishes=outbox.c.publishes + 1)
+            .values(sent_at=self.stamp(), publishes=outbox.c.publishes + 1)
         )
 
     def mark_sent(self, ids: Sequence[int]) -> None:
@@ -830,6 +843,8 @@ class Tx:
     def record_intent(self, values: Mapping[str, Any]) -> bool:
         """Record the intent to apply a new effect; False if its key is already known."""
         # RETURNING, not rowcount: psycopg reports -1 for a skipped insert here.
+        stamp = self.stamp()  # the reconciler's grace compares it with PostgreSQL's clock
+        values = {**values, "created_at": stamp, "updated_at": stamp}
         stmt = self._insert(effects).values(**values).on_conflict_do_nothing()
         return self.connection.execute(stmt.returning(effects.c.id)).first() is not None
 
@@ -854,7 +869,7 @@ class Tx:
             query = query.where(effects.c.status == status)
         if fence_at_most is not None:
             query = query.where(effects.c.fence <= fence_at_most)
-        values = {**changes, "updated_at": utcnow()}
+        values = {**changes, "updated_at": self.stamp()}
         return bool(self.connection.execute(query.values(**values)).rowcount)
 
     def effects_to_check(self, stale_before: float, limit: int) -> list[Any]:
@@ -891,7 +906,7 @@ class Tx:
 
     def post(self, run_id: str, event: Mapping[str, Any]) -> int:
         """Leave an event for ``run_id`` in the inbox; returns its id."""
-        stmt = insert(inbox).values(run_id=run_id, event=dict(event), created_at=utcnow())
+        stmt = insert(inbox).values(run_id=run_id, event=dict(event), created_at=self.stamp())
         return int(self.connection.execute(stmt.returning(inbox.c.id)).scalar_one())
 
     def posted(self, limit: int) -> list[Any]:
@@ -1052,6 +1067,20 @@ class Tx:
                 .order_by(timers.c.due_at)
                 .limit(limit)
             )
+        )
+
+    def postpone_timer(self, run_id: str, timer_id: str, due_at: float) -> bool:
+        """Move a timer not yet fired to ``due_at`` (the database's clock)."""
+        return bool(
+            self.connection.execute(
+                update(timers)
+                .where(
+                    timers.c.run_id == run_id,
+                    timers.c.timer_id == timer_id,
+                    timers.c.fired_at.is_(None),
+                )
+                .values(due_at=from_epoch(due_at))
+            ).rowcount
         )
 
     def take_timer(self, run_id: str, timer_id: str) -> bool:

@@ -22,7 +22,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,11 +32,13 @@ from celery.signals import worker_process_init, worker_process_shutdown
 from celery.worker.strategy import default as default_strategy
 from kombu.exceptions import ChannelError
 
+from cairn import clock
 from cairn.config import Settings
 from cairn.lease.waits import delivered
 from cairn.orchestrator.batches import SubmitItem, Submitted
 from cairn.orchestrator.messages import NodeMessage
 from cairn.reconnect import is_outage
+from cairn.workers import deadlines
 from cairn.workers.liveness import PING_TASK, Liveness
 from cairn.workers.transport import TRANSPORT as REDIS_TRANSPORT
 
@@ -187,7 +188,7 @@ class CeleryPublisher:
                     producer=producer,
                     argsrepr=json.dumps([body]),
                     kwargsrepr="{}",
-                    headers={PUBLISHED_HEADER: time.time()},
+                    headers={PUBLISHED_HEADER: clock.wall()},
                 )
         return True
 
@@ -232,6 +233,9 @@ def _process_runtime(app: Celery) -> Any:
 def _forget_parent_runtimes(**_kwargs: Any) -> None:
     # Connections opened before the fork belong to the parent.
     _runtimes.clear()
+    # A prefork child runs one node at a time and is replaced when it ends: a handler
+    # that outlives its timeout and grace period ends it (see cairn.workers.deadlines).
+    deadlines.isolate()
 
 
 @worker_process_shutdown.connect

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cairn import clock
 from cairn.lease.waits import delivered
 from cairn.orchestrator.messages import NodeMessage
 
@@ -35,7 +35,7 @@ class InProcessBroker:
         if not self._threads:
             return False
         for message in messages:
-            self._queue.put((message.to_dict(), time.time()))
+            self._queue.put((message.to_dict(), clock.wall()))
         return True
 
     def backlog(self) -> int | None:

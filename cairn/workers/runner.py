@@ -2,8 +2,11 @@
 
 1. Skip what is already done: the idempotency row finished, a newer attempt exists, or
    the run ended. A run being cancelled turns a queued node into a no-op.
-2. Take the lease; keep it alive with a heartbeat while the handler runs.
-3. Run the handler on the restored state with a step context.
+2. Take the lease (an older attempt's, given up on, is superseded); keep it alive with
+   a heartbeat while the handler runs. A claim that takes over from a holder that died
+   counts a recovery, and may not run at all (a poison node, an irreversible one).
+3. Run the handler on the restored state with a step context, held to its node's
+   timeout (:mod:`cairn.workers.deadlines`).
 4. Commit the result and the run's next step in one transaction, unless the lease was
    lost meanwhile (a newer holder may exist; PostgreSQL would refuse the second result
    anyway, but a worker that knows it is stale does not even try).
@@ -25,13 +28,14 @@ from cairn.artifacts import Artifacts
 from cairn.config import Settings
 from cairn.effects.ledger import EffectLedger, effect_scope
 from cairn.errors import CairnError, InvalidInput, UnknownNode
-from cairn.failures import Cancelled
+from cairn.failures import Cancelled, DeadlineExceeded
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.leases import Lease, Leases, lease_key
 from cairn.lease.waits import current_wait
 from cairn.orchestrator.budget import allowance
 from cairn.orchestrator.definition import (
+    AnyNode,
     ErrorClass,
     OnResume,
     PersistKind,
@@ -48,6 +52,7 @@ from cairn.orchestrator.events import (
 )
 from cairn.orchestrator.fusion import MAX_FUSED, fused_next
 from cairn.orchestrator.messages import InvalidMessage, NodeMessage
+from cairn.orchestrator.recovery import Outcome, RecoveryPolicy
 from cairn.orchestrator.state import RunState
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.payloads import storable_json
@@ -57,6 +62,7 @@ from cairn.store.repository import ACTIVE_EXECUTION, ExecutionKey
 from cairn.workers.cache import MemoryResultCache, ResultCache, cache_key
 from cairn.workers.classify import classify
 from cairn.workers.context import StepContext
+from cairn.workers.deadlines import limited
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +81,8 @@ class Handled(StrEnum):
     UNCONFIRMED = "unconfirmed"
     LEASE_LOST = "lease_lost"
     REJECTED = "rejected"  # the message itself is invalid
+    # Its holder died once too often (CAIRN_MAX_RECOVERIES): failed, not run again.
+    GAVE_UP = "gave_up"
 
 
 @dataclass
@@ -85,9 +93,11 @@ class NodeRunner:
     worker: str
     cache: ResultCache = field(default_factory=MemoryResultCache)
     heartbeats: Heartbeats = field(init=False)
+    recovery: RecoveryPolicy = field(init=False)
 
     def __post_init__(self) -> None:
         self.heartbeats = Heartbeats(self.leases)
+        self.recovery = RecoveryPolicy(self.orchestrator, self.settings)
 
     def run(self, body: Any) -> Handled:
         try:
@@ -133,19 +143,26 @@ class NodeRunner:
         if state is None:  # a compensation while cancelling: it needs the state too
             run, _definition, state = orchestrator.load(message.run_id)
             db_time = None
-        known = Restored(run, state, db_time if db_time is not None else time.time())
+        if db_time is None:  # every event's time comes from the database's clock
+            db_time = self._through_outages("reading the clock", self._db_now)
+        known = Restored(run, state, db_time)
 
         lease = self._acquire(message, execution.execution_fence)
         if lease is None:
             return Handled.LEASE_HELD
+        if lease.superseded:
+            log.info("%s attempt %d supersedes an older attempt's lease", key, message.attempt)
         if (lease.fence > 1 or irreversible) and not self._claim(
             key, message.attempt, lease.fence, first=irreversible
         ):
             self.leases.release(lease)
             # Finished meanwhile, or a newer claim took it; or, irreversible, claimed before.
             return Handled.UNCONFIRMED if irreversible else Handled.DUPLICATE
-        if lease.took_over and not message.resumed:
-            self._record_takeover(message)
+        if lease.took_over:
+            settled = self._take_over(message, node)
+            if settled is not None:
+                self.leases.release(lease)
+                return settled
         if not message.resumed and (lease.took_over or execution.execution_recoveries):
             # Interrupted work, run again — whichever copy of its message got here first:
             # the handler sees ctx.resumed, and the workflow's on_resume check applies.
@@ -167,7 +184,7 @@ class NodeRunner:
             if outcome.duration_s is not None:
                 timings["execution"] = outcome.duration_s
             fault_point("handler.after_return")
-            if not beat.valid:
+            if not self.heartbeats.confirm(beat):
                 self._stale(message, lease.fence, caught_by="lease")
                 return Handled.LEASE_LOST
             steps = [(message, outcome), *self._run_on(claimed, message, outcome)]
@@ -271,7 +288,7 @@ class NodeRunner:
         if cached is not None:
             ctx.log.info("result taken from the cache (%s)", entry)
             return self._succeeded(ctx, message, cached, 0.0)
-        outcome = self._execute(handler, ctx, message, check)
+        outcome = self._execute(handler, ctx, claimed, message, check)
         if entry is not None and outcome.status is NodeStatus.SUCCEEDED:
             self._keep(definition, message, entry, outcome.result or {})
         return outcome
@@ -331,6 +348,7 @@ class NodeRunner:
                 self.settings.lease_ttl,
                 {"worker": self.worker, "attempt": message.attempt},
                 floor=fence_floor,
+                attempt=message.attempt,
             ),
         )
 
@@ -365,6 +383,18 @@ class NodeRunner:
             )
         return execution, run, definition, state
 
+    def _give_up_lease(self, lease: Lease) -> None:
+        """A handler outlived its timeout and grace period: let its lease go, so the next
+        attempt (or recovery) need not wait out the TTL and no death is counted for it."""
+        try:
+            self.leases.release(lease)
+        except Exception:  # it expires on its own
+            log.warning("releasing %s failed", lease.key, exc_info=True)
+
+    def _db_now(self) -> float:
+        with self.orchestrator.store.reading() as tx:
+            return tx.now()
+
     def _through_outages(self, what: str, call: Callable[[], _T]) -> _T:
         return through_outages(self.settings.reconnect_within, what, call)
 
@@ -381,22 +411,37 @@ class NodeRunner:
 
         return self._through_outages(f"recording the claim of {key}", claim)
 
-    def _record_takeover(self, message: NodeMessage) -> None:
-        """Its previous holder was lost holding the lease (it left its heartbeat record)
-        and a redelivered or duplicate message reached this worker before the scheduler's
-        recovery did: the same recovery, so it counts against CAIRN_MAX_RECOVERIES and
-        goes in the run's history. Best effort: the node runs either way."""
+    def _take_over(self, message: NodeMessage, node: AnyNode) -> Handled | None:
+        """Its previous holder died holding the lease (it left its heartbeat record) and
+        this claim, not the scheduler's sweep, found it: the same recovery, counted
+        against CAIRN_MAX_RECOVERIES and in the run's history, and under the same rule —
+        a node that has killed its worker too often fails (or is held) instead of
+        running again. None: run it."""
+        with self.orchestrator.store.transaction() as tx:
+            recoveries = tx.touch_execution(message.key, message.attempt, died=True)
+        if recoveries is None:
+            return Handled.DUPLICATE  # it finished meanwhile
+        outcome = self.recovery.settle(
+            message,
+            node,
+            claimed=True,
+            died=True,
+            recoveries=recoveries,
+            worker=self.worker,
+        )
+        if outcome is Outcome.HELD:
+            return Handled.UNCONFIRMED
+        if outcome is Outcome.FAILED:
+            return Handled.GAVE_UP
         try:
-            with self.orchestrator.store.transaction() as tx:
-                recoveries = tx.touch_execution(message.key, message.attempt, died=True)
-            if recoveries is not None:
-                self.orchestrator.record_recovery(
-                    message,
-                    cause="worker lost; taken over by a redelivered message",
-                    recoveries=recoveries,
-                )
-        except Exception:
+            self.orchestrator.record_recovery(
+                message,
+                cause="worker lost; taken over by a redelivered message",
+                recoveries=recoveries,
+            )
+        except Exception:  # the history entry is best effort; the count is what binds
             log.warning("could not record the takeover of %s", message.key, exc_info=True)
+        return None
 
     def _stale(self, message: NodeMessage, fence: int, *, caught_by: str) -> None:
         """This worker lost its claim while it ran (its lease expired, or another worker
@@ -427,28 +472,64 @@ class NodeRunner:
             log.warning("could not record the stale write of %s", message.key, exc_info=True)
 
     def _execute(
-        self, handler: Any, ctx: StepContext, message: NodeMessage, check: OnResume | None
+        self,
+        handler: Any,
+        ctx: StepContext,
+        claimed: _Claimed,
+        message: NodeMessage,
+        check: OnResume | None,
     ) -> NodeOutcome:
         """Run the handler — after the workflow's on_resume check, if it has one and the
-        node is running again after an interruption."""
+        node is running again after an interruption — held to its node's timeout."""
         node, iteration, attempt, phase = (
             message.node,
             message.iteration,
             message.attempt,
             message.phase,
         )
+        timeout = claimed.definition.nodes[node].timeout
+        lease = claimed.beat.lease
         started = time.perf_counter()
         try:
-            if check is not None:
-                verdict = check.check.resolve()(ctx, ctx.handler_state())
-                if verdict is False or isinstance(verdict, str):
-                    reason = verdict or f"{check.check.path} found the plan no longer holds"
-                    ctx.log.warning("plan no longer valid on resume: %s", reason)
-                    invalidated = PlanInvalidated(
-                        at=0.0, node=node, iteration=iteration, attempt=attempt, reason=reason
-                    )
-                    return NodeOutcome(invalidated, NodeStatus.CANCELLED, error=reason)
-            output = self._check_output(handler(ctx, ctx.handler_state()))
+            with limited(
+                self.heartbeats,
+                claimed.beat,
+                timeout.total_seconds() if timeout is not None else None,
+                self.settings.timeout_grace,
+                what=f"{message.key} attempt {attempt}",
+                give_up=partial(self._give_up_lease, lease),
+            ):
+                if check is not None:
+                    verdict = check.check.resolve()(ctx, ctx.handler_state())
+                    if verdict is False or isinstance(verdict, str):
+                        reason = verdict or f"{check.check.path} found the plan no longer holds"
+                        ctx.log.warning("plan no longer valid on resume: %s", reason)
+                        invalidated = PlanInvalidated(
+                            at=0.0, node=node, iteration=iteration, attempt=attempt, reason=reason
+                        )
+                        return NodeOutcome(invalidated, NodeStatus.CANCELLED, error=reason)
+                output = self._check_output(handler(ctx, ctx.handler_state()))
+        except DeadlineExceeded as exc:
+            duration = time.perf_counter() - started
+            ctx.log.warning("stopped at its deadline: %s", exc)
+            timed_out = NodeFailed(
+                at=0.0,
+                node=node,
+                iteration=iteration,
+                attempt=attempt,
+                error_class=ErrorClass.TRANSIENT,
+                message=str(exc),
+                phase=phase,
+                charges=ctx.charges or None,
+                timings=ctx.execution_timings(duration),
+            )
+            return NodeOutcome(
+                timed_out,
+                NodeStatus.FAILED,
+                error_class=ErrorClass.TRANSIENT.value,
+                error=str(exc),
+                duration_s=duration,
+            )
         except Cancelled:
             ctx.log.info("stopped at a safe point: the run is being cancelled")
             cancelled = NodeCancelled(

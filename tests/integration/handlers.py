@@ -4,6 +4,7 @@ reads — so that "executed exactly once" is counted by the handler, not by cair
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -188,3 +189,23 @@ def report_final(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     if state.get("fail_final"):
         raise PermanentError("the report store is read-only today")
     return {"report": " / ".join(state[part] for part in ("sales", "traffic", "costs"))}
+
+
+def stuck_once(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """Blocks for ten minutes on its first attempt, ignoring ``ctx.cancelled`` (a model
+    call without a client timeout); later attempts return at once. With ``deaf`` set it
+    is deaf to being interrupted too: it blocks SIGALRM and, told to stop anyway, keeps
+    sleeping — only replacing its process stops it."""
+    _record(ctx, state, "start")
+    if ctx.attempt == 1:
+        if state.get("deaf"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            try:
+                time.sleep(deadline - time.monotonic())
+            except BaseException:
+                if not state.get("deaf"):
+                    raise
+    _record(ctx, state, "done")
+    return {"answered_on_attempt": ctx.attempt}

@@ -40,7 +40,8 @@ def test_join_all_waits_for_a_branch_whose_worker_was_killed(cluster: Cluster) -
 
 
 def test_join_critical_survives_a_failing_and_a_hanging_branch(cluster: Cluster) -> None:
-    cluster.worker(concurrency=3)
+    # The 3 s join timeout runs from the fan-out: a worker still starting would miss it.
+    cluster.consuming(cluster.worker(concurrency=3))
     cluster.scheduler()
     started = time.monotonic()
     run_id = cluster.submit("fan_critical", {"hang_s": 60})
@@ -62,7 +63,7 @@ def test_join_critical_survives_a_failing_and_a_hanging_branch(cluster: Cluster)
 
 
 def test_join_quorum_goes_on_at_k_and_the_straggler_stops(cluster: Cluster) -> None:
-    cluster.worker(concurrency=3)
+    cluster.consuming(cluster.worker(concurrency=3))
     cluster.scheduler()
     run_id = cluster.submit("fan_quorum", {"hang_s": 60, "slow": {"p": 1.0, "q": 1.0}})
     view = cluster.wait(run_id, timeout_s=30)

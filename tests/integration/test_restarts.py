@@ -1,4 +1,5 @@
-"""Service restarts with runs in flight: a private Redis, killed and started again empty."""
+"""Service restarts with runs in flight: a private Redis, killed and started again empty;
+the machine's PostgreSQL, restarted under running workers, a scheduler and the API."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
 from cairn.orchestrator.statuses import RunStatus
 from tests.integration.conftest import Cluster
 from tests.integration.test_durable import CHAIN
+from tests.integration.test_lease_metrics import free_ports
 
 RUNS = 50
 
@@ -145,7 +149,7 @@ def _restart_postgresql() -> None:
 def test_postgresql_restart_with_runs_in_flight(cluster: Cluster) -> None:
     runs = _start_runs_in_flight(cluster)
     _restart_postgresql()
-    cluster.client.runtime.store.dispose()  # this process's connections died too
+    # This process's pooled connections died too: the client finds out as it takes them.
     _each_succeeded_with_one_result_per_node(cluster, runs, timeout_s=180)
 
 
@@ -159,8 +163,34 @@ def test_a_result_computed_across_a_postgresql_restart_is_committed_not_rerun(
     run_id = cluster.submit("chain10", {"slow": {"n3": 6}})
     cluster.wait_for(lambda: cluster.executions()[(run_id, "n3", 1)] == 1, 30, "n3 to start")
     _restart_postgresql()
-    cluster.client.runtime.store.dispose()
     assert cluster.wait(run_id, timeout_s=60).status is RunStatus.SUCCEEDED, cluster.log_tails()
     counts = cluster.executions()
     assert {node: counts[(run_id, node, 1)] for node in CHAIN} == dict.fromkeys(CHAIN, 1)
     assert not [e for e in cluster.client.events(run_id) if e["type"] == "audit.recovered"]
+
+
+def test_no_api_request_fails_once_postgresql_is_back(cluster: Cluster) -> None:
+    """The API's pool holds connections that died with the server: none of them may
+    answer a request with 503 once PostgreSQL accepts connections again."""
+    key = "restart-key-0123456789abcdef"
+    (port,) = free_ports(1)
+    cluster.spawn("api", f"--port={port}", env={"CAIRN_API_KEYS": f"default:{key}"})
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=10) as http:
+
+        def ready() -> bool:
+            try:
+                return http.get("/readyz").status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        cluster.wait_for(ready, 30, "the API")
+
+        def burst() -> list[int]:  # concurrent: the pool opens several connections
+            with ThreadPoolExecutor(8) as pool:
+                return list(pool.map(lambda _: http.get("/v1/workflows").status_code, range(16)))
+
+        assert burst() == [200] * 16
+        _restart_postgresql()
+        assert burst() == [200] * 16
+        assert [http.get("/v1/runs").status_code for _ in range(5)] == [200] * 5
