@@ -14,6 +14,7 @@ from cairn.orchestrator.definition import ErrorClass
 from cairn.orchestrator.events import Phase, RollbackRequested
 from cairn.orchestrator.explain import waiting_lines
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.orchestrator.transitions import transition_table
 from cairn.workers.classify import classify
 from tests.unit import handlers
 from tests.unit.driving import Driver
@@ -253,3 +254,18 @@ def test_node_timeout_none_and_format_1_arm_no_timer_and_do_not_retry() -> None:
     assert driver.timers == {}
     driver.fail("call", ErrorClass.TRANSIENT, "HTTP 503")
     assert driver.state.status is RunStatus.FAILED  # what a format 1 file always meant
+
+
+def test_the_transition_table_shows_the_effective_timeout_and_retry() -> None:
+    definition = (
+        cairn.Workflow("w")
+        .task("call", NOOP, next="pay")
+        .task("pay", NOOP, next="done", irreversible=True, timeout="5m")
+        .end("done")
+        .build()
+    )
+    rows = {(r.source, r.event): r.guard for r in transition_table(definition)}
+    assert rows["call", "retry"] == "transient failure or timed out after 1h, attempt < 3"
+    assert rows["call", "failed:transient"] == "retries exhausted"
+    assert ("pay", "retry") not in rows
+    assert rows["pay", "failed:transient"] == "transient failure or timed out after 5m"
