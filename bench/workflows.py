@@ -96,5 +96,7 @@ with_retries = (
     .end("done")
 )
 without_retries = (
-    Workflow("bench_without_retries", version=1).task("call", flaky_call, next="done").end("done")
+    Workflow("bench_without_retries", version=1)
+    .task("call", flaky_call, next="done", retry="none")  # not the default policy
+    .end("done")
 )

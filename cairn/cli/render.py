@@ -11,6 +11,7 @@ from cairn.durations import format_duration
 from cairn.orchestrator.definition import (
     EndNode,
     ParallelNode,
+    RetryPolicy,
     TaskNode,
     WaitNode,
     WorkflowDefinition,
@@ -32,6 +33,10 @@ def as_json(definition: WorkflowDefinition) -> str:
         "workflow": definition.name,
         "version": definition.version,
         "start": definition.start,
+        # The default timeout of tasks running a handler (None: no default).
+        "node_timeout": (
+            format_duration(definition.node_timeout) if definition.node_timeout else None
+        ),
         "nodes": {node_id: _node_summary(node) for node_id, node in definition.nodes.items()},
         "transitions": [row.to_dict() for row in transition_table(definition)],
     }
@@ -44,14 +49,30 @@ def _node_summary(node: Any) -> dict[str, Any]:
         summary["handler"] = node.handler.path
     if isinstance(node, EndNode):
         summary["status"] = node.status.value
+    # The effective timeout and retry policy: the node's own, or the format's defaults.
     if node.timeout is not None:
         summary["timeout"] = format_duration(node.timeout)
     if node.max_visits is not None:
         summary["max_visits"] = node.max_visits
     if node.retry.attempts > 1:
         summary["retry_attempts"] = node.retry.attempts
+        summary["retry"] = _retry_summary(node.retry)
+    if isinstance(node, TaskNode) and node.stall_after is not None:
+        summary["stall_after"] = format_duration(node.stall_after)
     if node.compensate is not None:
         summary["compensate"] = node.compensate.path
+    return summary
+
+
+def _retry_summary(policy: RetryPolicy) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "attempts": policy.attempts,
+        "backoff": format_duration(policy.backoff),
+        "max_delay": format_duration(policy.max_delay),
+        "jitter": policy.jitter.value,
+    }
+    if policy.deadline is not None:
+        summary["deadline"] = format_duration(policy.deadline)
     return summary
 
 

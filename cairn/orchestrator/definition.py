@@ -96,6 +96,17 @@ class RetryPolicy:
 
 
 NO_RETRY = RetryPolicy()
+# What a task that runs a handler gets when it says nothing about retries (definition
+# format 2; ``retry: none`` opts out): a transient failure is tried 3 times in all, the
+# retries 0-1 s and 0-2 s later (full jitter, at most 30 s). Irreversible tasks do not
+# get it (a payment that timed out must not be sent again by a default), nor do child
+# runs, decisions, waits and parallel nodes.
+DEFAULT_RETRY = RetryPolicy(
+    attempts=3, backoff=timedelta(seconds=1), max_delay=timedelta(seconds=30), jitter=Jitter.FULL
+)
+# The ``timeout`` of a task that runs a handler and gives none of its own, unless the
+# workflow sets ``node_timeout`` (a duration, or ``none``) (definition format 2).
+DEFAULT_NODE_TIMEOUT = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -143,10 +154,12 @@ class Node:
 
     id: str
     max_visits: int | None = None
-    retry: RetryPolicy = NO_RETRY
+    retry: RetryPolicy = NO_RETRY  # the effective policy (DEFAULT_RETRY, by the loader)
     on_error: Mapping[ErrorClass, str] = field(default_factory=dict)
     compensate: Ref | None = None
-    # How long one execution may take (a wait: how long it waits for a decision).
+    # How long one execution may take (a wait: how long it waits for a decision): the
+    # effective value, the workflow's ``node_timeout`` for a task running a handler that
+    # gives none. The decider arms a timer for it; a timeout is a transient failure.
     timeout: timedelta | None = None
     # What a parallel branch contributes when it fails or times out and the join
     # accepts that (critical policy, join timeout).
@@ -216,6 +229,9 @@ class TaskNode(Node):
     # Nodes whose cached results this node's success makes stale (the final report is
     # stored: its cached parts go).
     invalidates: tuple[str, ...] = ()
+    # Heartbeats arriving while ``ctx.progress`` has not moved for this long: the node
+    # is flagged stalled (nothing is stopped). None: not watched.
+    stall_after: timedelta | None = None
 
     kind = "task"
 
@@ -368,6 +384,9 @@ class WorkflowDefinition:
     compensate_on_cancel: bool = False
     # How long a cancelled run waits for running nodes to stop before detaching them.
     cancel_timeout: timedelta = DEFAULT_CANCEL_TIMEOUT
+    # The timeout every task running a handler without a ``timeout`` of its own was given
+    # (already applied to those nodes' ``timeout``); None: no default.
+    node_timeout: timedelta | None = None
     # A JSON Schema the run's input must match (checked at submit).
     input_schema: Mapping[str, Any] | None = None
     on_resume: OnResume | None = None

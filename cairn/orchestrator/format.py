@@ -17,8 +17,15 @@ import yaml
 
 # The newest definition format this cairn reads. A definition may declare the format it
 # was written for (``format: 1``); keys introduced later are then faults, so a file meant
-# for an older fleet cannot quietly depend on what that fleet would not understand.
-FORMAT_VERSION = 1
+# for an older fleet cannot quietly depend on what that fleet would not understand, and
+# it keeps that format's meaning. Format 2 gave every task that runs a handler a default
+# retry policy and a default timeout (``node_timeout``); format 1 has neither.
+FORMAT_VERSION = 2
+# The first format with the defaults above (and with ``none`` to opt out of them).
+DEFAULTS_SINCE = 2
+# The value that opts out of a default: ``retry: none``, ``timeout: none``,
+# ``node_timeout: none``.
+NONE = "none"
 EXTENSION_PREFIX = "x-"
 METADATA = "metadata"
 
@@ -42,9 +49,18 @@ TOP = frozenset(
         "on_resume",
         "budget",
         "anomaly",
+        "node_timeout",
     }
 )
-TASK = COMMON | {"handler", "child", "irreversible", "persist", "invalidates", *EDGES}
+TASK = COMMON | {
+    "handler",
+    "child",
+    "irreversible",
+    "persist",
+    "invalidates",
+    "stall_after",
+    *EDGES,
+}
 WAIT_NODE = COMMON | {"wait"}
 PARALLEL_NODE = COMMON | {"parallel", "join", "next", "shares"}
 END_NODE = frozenset({"end"})
@@ -72,7 +88,10 @@ OSCILLATION = frozenset({"fields", "window", "returns"})
 
 # The format version that introduced a key, by its path ("task.stall_after",
 # "retry.foo"); a key not listed has been in the format since version 1.
-SINCE: dict[str, int] = {}
+SINCE: dict[str, int] = {
+    "task.stall_after": 2,
+    "workflow.node_timeout": 2,
+}
 
 # Hostile-file limits: far beyond any real definition, far below what would exhaust the
 # parser's stack or the memory of a process that expands YAML aliases.

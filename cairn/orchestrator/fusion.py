@@ -6,20 +6,27 @@ node's worker decides, in memory, what its result leads to; if that is simply "r
 task next", it runs it too, and both results are committed together — the next node's
 result is the checkpoint. A crash before that commit loses the ephemeral result, and
 recovery computes it again: that is the trade. Pure, like the decider it asks.
+
+Node timeouts do not stop it (every task running a handler has one by default): the
+chain runs under the timer of the node it began with, the only one armed while it runs,
+so it runs on only into a node whose own timeout is no shorter (or when neither has
+one), and that node is stopped no later than its own timer would have stopped it.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
-from cairn.orchestrator.commands import Dispatch
+from cairn.orchestrator.commands import ArmTimer, Command, DisarmTimer, Dispatch
 from cairn.orchestrator.decider import decide
 from cairn.orchestrator.definition import PersistKind, TaskNode, WorkflowDefinition
 from cairn.orchestrator.engine import NodeOutcome
 from cairn.orchestrator.events import Phase
 from cairn.orchestrator.messages import NodeMessage
-from cairn.orchestrator.state import RunState
+from cairn.orchestrator.state import RunState, TimerKind
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.orchestrator.step import timer_id
 
 # Consecutive ephemeral nodes run on in one go, up to this many: a loop of them still
 # reaches a checkpoint.
@@ -34,8 +41,9 @@ def fused_next(
     now: float,
 ) -> tuple[RunState, NodeMessage] | None:
     """If ``message``'s node is ephemeral and succeeded, and the decision its result
-    leads to is exactly one plain task to dispatch (no timer, no other command): the
-    state after it, and that task's message. None: commit as usual."""
+    leads to is exactly one plain task to dispatch (no other command but the node
+    timeouts of the two, and no timer the task's own timeout would fire before the
+    chain's): the state after it, and that task's message. None: commit as usual."""
     node = definition.nodes[message.node]
     if (
         message.phase is not Phase.RUN
@@ -47,9 +55,10 @@ def fused_next(
     decision = decide(definition, state, replace(outcome.event, at=now))
     if decision.ignored or decision.state.status is not RunStatus.RUNNING:
         return None
-    if len(decision.commands) != 1 or not isinstance(decision.commands[0], Dispatch):
+    dispatches = [c for c in decision.commands if isinstance(c, Dispatch)]
+    if len(dispatches) != 1:
         return None
-    dispatch = decision.commands[0]
+    dispatch = dispatches[0]
     target = definition.nodes[dispatch.node]
     if (
         dispatch.phase is not Phase.RUN
@@ -57,6 +66,8 @@ def fused_next(
         or not isinstance(target, TaskNode)
         or target.handler is None
         or target.irreversible  # its claim must be recorded before it runs
+        or not _only_node_timeouts(decision.commands, message, dispatch)
+        or not _covered(node.timeout, target.timeout)
     ):
         return None
     following = NodeMessage(
@@ -68,3 +79,28 @@ def fused_next(
         dispatch.attempt,
     )
     return decision.state, following
+
+
+def _only_node_timeouts(
+    commands: tuple[Command, ...], message: NodeMessage, dispatch: Dispatch
+) -> bool:
+    """Whether the commands besides the dispatch only disarm the finished node's timeout
+    and arm the dispatched node's (the engine writes both when it commits the chain)."""
+    finished = timer_id(TimerKind.NODE_TIMEOUT, message.node, message.iteration, message.attempt)
+    started = timer_id(TimerKind.NODE_TIMEOUT, dispatch.node, dispatch.iteration, dispatch.attempt)
+    return all(
+        command is dispatch
+        or (isinstance(command, DisarmTimer) and command.timer_id == finished)
+        or (isinstance(command, ArmTimer) and command.timer_id == started)
+        for command in commands
+    )
+
+
+def _covered(chain: timedelta | None, own: timedelta | None) -> bool:
+    """Whether a node with timeout ``own`` may run under the timer of a chain whose
+    links all had timeouts of at least ``chain`` (or none, all of them): it then stops
+    no later than its own timer would have stopped it, and a node without a timeout is
+    never stopped by another's."""
+    if chain is None or own is None:
+        return chain is None and own is None
+    return chain <= own

@@ -26,6 +26,8 @@ from cairn.errors import DefinitionFault, WorkflowDefinitionError
 from cairn.orchestrator import format as fmt
 from cairn.orchestrator.definition import (
     DEFAULT_CANCEL_TIMEOUT,
+    DEFAULT_NODE_TIMEOUT,
+    DEFAULT_RETRY,
     DURABLE,
     END_STATUSES,
     NO_RETRY,
@@ -215,6 +217,8 @@ class _Parser:
         # The format the definition declares it was written for (the newest if it does
         # not say): keys introduced later are faults.
         self.format_version = fmt.FORMAT_VERSION
+        # The timeout of a task running a handler that gives none (``node_timeout``).
+        self.node_timeout: timedelta | None = None
 
     def fault(self, code: str, message: str, node: str | None = None) -> None:
         self.faults.append(DefinitionFault(code, message, node))
@@ -273,6 +277,26 @@ class _Parser:
             return fmt.FORMAT_VERSION
         return raw
 
+    @property
+    def has_defaults(self) -> bool:
+        """Whether the declared format gives tasks a default retry policy and timeout."""
+        return self.format_version >= fmt.DEFAULTS_SINCE
+
+    def opted_out(self, raw: object, node_id: str | None, what: str) -> bool:
+        """Whether ``raw`` is ``none`` (a default switched off): a value that came with
+        the defaults, so a fault in a definition declaring an older format."""
+        if not isinstance(raw, str) or raw != fmt.NONE:
+            return False
+        if not self.has_defaults:
+            self.fault(
+                "newer_key",
+                f"'{what}: {fmt.NONE}' came in definition format {fmt.DEFAULTS_SINCE}; this "
+                f"definition declares format {self.format_version}, which has no default to "
+                "opt out of",
+                node_id,
+            )
+        return True
+
     # -- the workflow -------------------------------------------------------------------
 
     def workflow(self, spec: object) -> WorkflowDefinition | None:
@@ -293,6 +317,7 @@ class _Parser:
         if not isinstance(start, str) or not start:
             self.fault("missing_start", f"'start' must name the first node, got {start!r}")
             start = ""
+        self.node_timeout = self.default_timeout(spec.get("node_timeout"))
         raw_nodes = spec.get("nodes")
         if not isinstance(raw_nodes, Mapping) or not raw_nodes:
             self.fault("no_nodes", "'nodes' must be a non-empty mapping of node id to node")
@@ -325,6 +350,7 @@ class _Parser:
             max_visits=max_visits,
             compensate_on_cancel=compensate_on_cancel,
             cancel_timeout=cancel_timeout or DEFAULT_CANCEL_TIMEOUT,
+            node_timeout=self.node_timeout,
             input_schema=input_schema,
             on_resume=on_resume,
             budget=budget,
@@ -332,6 +358,17 @@ class _Parser:
             extra=self.metadata(spec, None),
             spec=plain_spec(spec),
         )
+
+    def default_timeout(self, raw: object) -> timedelta | None:
+        """``node_timeout``: the timeout of every task running a handler that gives none
+        of its own (1 h if it is not said; ``none``: no default). Format 1 has none."""
+        if not self.has_defaults:
+            return None  # a node_timeout key is a newer_key fault already
+        if raw is None:
+            return DEFAULT_NODE_TIMEOUT
+        if self.opted_out(raw, None, "node_timeout"):
+            return None
+        return self.duration(raw, None, "node_timeout") or DEFAULT_NODE_TIMEOUT
 
     def input_schema(self, raw: object) -> Mapping[str, Any] | None:
         if raw is None:
@@ -508,14 +545,18 @@ class _Parser:
         self.closed(raw, fmt.NODE_KINDS[kind], kind, node_id, node_kind=kind)
         if kind == "end":
             return self.end_node(node_id, raw)
-        common = self.common(node_id, raw)
+        runs_handler = kind == "task" and raw.get("handler") is not None
+        common = self.common(node_id, raw, runs_handler=runs_handler)
         if kind == "wait":
             return self.wait_node(node_id, raw, common)
         if kind == "parallel":
             return self.parallel_node(node_id, raw, common)
         return self.task_node(node_id, raw, common)
 
-    def common(self, node_id: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    def common(self, node_id: str, raw: Mapping[str, Any], *, runs_handler: bool) -> dict[str, Any]:
+        """The keys every kind of node shares. ``runs_handler``: a task with a handler,
+        which gets the format's defaults for ``retry`` (unless irreversible) and
+        ``timeout`` when it does not give its own."""
         on_error: dict[ErrorClass, str] = {}
         raw_on_error = raw.get("on_error", {})
         if not isinstance(raw_on_error, Mapping):
@@ -533,12 +574,25 @@ class _Parser:
         if default is not None and not isinstance(default, Mapping):
             self.fault("bad_value", "'default' must be a mapping merged into the state", node_id)
             default = None
+        defaults = runs_handler and self.has_defaults
+        # Not a default that may run an irreversible effect twice: it retries only if
+        # it says so.
+        default_retry = (
+            DEFAULT_RETRY if defaults and raw.get("irreversible") is not True else NO_RETRY
+        )
+        timeout = raw.get("timeout")
+        if timeout is None:
+            effective_timeout = self.node_timeout if defaults else None
+        elif self.opted_out(timeout, node_id, "timeout"):
+            effective_timeout = None
+        else:
+            effective_timeout = self.duration(timeout, node_id, "timeout")
         return {
             "max_visits": self.positive_int(raw.get("max_visits"), "max_visits", node_id),
-            "retry": self.retry(node_id, raw.get("retry")),
+            "retry": self.retry(node_id, raw.get("retry"), default_retry),
             "on_error": on_error,
             "compensate": self.ref(raw.get("compensate"), node_id, "compensate"),
-            "timeout": self.duration(raw.get("timeout"), node_id, "timeout"),
+            "timeout": effective_timeout,
             "default": default,
             "budget": self.amounts(raw.get("budget"), node_id, "budget"),
         }
@@ -565,6 +619,13 @@ class _Parser:
         if not isinstance(invalidates, list) or not all(isinstance(n, str) for n in invalidates):
             self.fault("bad_value", "'invalidates' is a list of nodes", node_id)
             invalidates = []
+        stall_after = self.duration(raw.get("stall_after"), node_id, "stall_after")
+        if stall_after is not None and raw.get("handler") is None:
+            self.fault(
+                "bad_value",
+                "'stall_after' watches a handler's progress: it needs a handler",
+                node_id,
+            )
         return TaskNode(
             id=node_id,
             handler=self.ref(raw.get("handler"), node_id, "handler"),
@@ -575,6 +636,7 @@ class _Parser:
             branch=self.branch(node_id, raw["branch"]) if "branch" in raw else None,
             route=self.route(node_id, raw["route"]) if "route" in raw else None,
             irreversible=irreversible,
+            stall_after=stall_after,
             extra=self.metadata(raw, node_id),
             **common,
         )
@@ -815,12 +877,18 @@ class _Parser:
 
     # -- fields -------------------------------------------------------------------------
 
-    def retry(self, node_id: str, raw: object) -> RetryPolicy:
+    def retry(self, node_id: str, raw: object, default: RetryPolicy) -> RetryPolicy:
+        """``retry``: ``default`` if not given, ``none`` for no retry, or a policy."""
         if raw is None:
+            return default
+        if self.opted_out(raw, node_id, "retry"):
             return NO_RETRY
         if not isinstance(raw, Mapping):
+            none = f" or {fmt.NONE!r}" if self.has_defaults else ""
             self.fault(
-                "bad_value", "'retry' is a mapping (attempts, backoff, max_delay, ...)", node_id
+                "bad_value",
+                f"'retry' is a mapping (attempts, backoff, max_delay, ...){none}",
+                node_id,
             )
             return NO_RETRY
         self.closed(raw, fmt.RETRY, "retry", node_id, where="retry")

@@ -62,10 +62,17 @@ def transition_table(definition: WorkflowDefinition) -> list[TransitionRow]:
             for branch in node.branches:
                 rows.append(TransitionRow(node_id, "fan_out", "", branch))
             rows.append(TransitionRow(node_id, "joined", _join_guard(node), node.next))
+        # A task's timeout is a transient failure: say so where it leads.
+        failure = (
+            f"transient failure or timed out after {format_duration(node.timeout)}"
+            if isinstance(node, TaskNode) and node.timeout is not None
+            else ""
+        )
         if node.retry.attempts > 1:
+            failure = failure or "transient failure"
             rows.append(
                 TransitionRow(
-                    node_id, "retry", f"transient failure, attempt < {node.retry.attempts}", node_id
+                    node_id, "retry", f"{failure}, attempt < {node.retry.attempts}", node_id
                 )
             )
         if parent is not None:
@@ -74,11 +81,9 @@ def transition_table(definition: WorkflowDefinition) -> list[TransitionRow]:
         elif not isinstance(node, WaitNode):
             classes = [ErrorClass.PERMANENT] if isinstance(node, ParallelNode) else list(ErrorClass)
             for error_class in classes:
-                guard = (
-                    "retries exhausted"
-                    if error_class is ErrorClass.TRANSIENT and node.retry.attempts > 1
-                    else ""
-                )
+                guard = ""
+                if error_class is ErrorClass.TRANSIENT:
+                    guard = "retries exhausted" if node.retry.attempts > 1 else failure
                 rows.append(
                     TransitionRow(
                         node_id,

@@ -215,6 +215,16 @@ def test_describe_json(runner: CliRunner) -> None:
     assert payload["start"] == "search"
     assert payload["nodes"]["approval"] == {"kind": "wait", "timeout": "24h"}
     assert payload["nodes"]["reserve"]["retry_attempts"] == 5
+    # The effective timeout and retry: search gives neither, so it has the defaults.
+    assert payload["node_timeout"] == "1h"
+    assert payload["nodes"]["search"]["timeout"] == "1h"
+    assert payload["nodes"]["search"]["retry"] == {
+        "attempts": 3,
+        "backoff": "1s",
+        "max_delay": "30s",
+        "jitter": "full",
+    }
+    assert "retry" not in payload["nodes"]["notify"]  # a fan-out runs no handler
     assert payload["nodes"]["done"] == {"kind": "end", "status": "succeeded"}
     moves = {(t["source"], t["event"], t["target"]) for t in payload["transitions"]}
     assert ("price_check", "case:true", "reserve") in moves

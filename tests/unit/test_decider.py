@@ -15,6 +15,7 @@ from cairn.errors import (
     UnknownSignal,
 )
 from cairn.orchestrator.commands import (
+    ArmTimer,
     CancelNode,
     DetachNode,
     Dispatch,
@@ -52,7 +53,8 @@ def chain(*names: str, **node_options: Any) -> Workflow:
 def test_sequence_dispatches_one_node_at_a_time_and_merges_outputs() -> None:
     driver = Driver(chain("a", "b", "c").build())
     first = driver.start(order=7)
-    assert first.commands == (Dispatch("a", 1, 1),)
+    # With the default node timeout (1 h) armed as a durable timer.
+    assert first.commands == (Dispatch("a", 1, 1), ArmTimer("node_timeout:a:1:1", driver.at + 3600))
     assert driver.state.status is RunStatus.RUNNING
     assert driver.state.nodes["a"].status is NodeStatus.SCHEDULED
     driver.succeed("a", {"x": 1})
@@ -180,7 +182,11 @@ def test_a_node_without_handler_decides_at_once() -> None:
     )
     driver = Driver(wf.build())
     decision = driver.start(flag=True)
-    assert decision.commands == (Dispatch("yes", 1, 1),)
+    # The decision itself gets no default timeout: only the handler it leads to does.
+    assert decision.commands == (
+        Dispatch("yes", 1, 1),
+        ArmTimer("node_timeout:yes:1:1", driver.at + 3600),
+    )
     assert driver.state.nodes["decide"].status is NodeStatus.SUCCEEDED
 
 
@@ -305,7 +311,7 @@ def test_signal_moves_the_run_and_records_actor_and_payload() -> None:
     decision = driver.signal("yes", signal_id="s-1", payload={"note": "ok"}, actor="bob")
     assert driver.state.status is RunStatus.RUNNING
     assert driver.outstanding == ["go"]
-    assert driver.timers == {}
+    assert list(driver.timers) == ["node_timeout:go:1:1"]  # the wait's timer is gone
     assert any(c.__class__.__name__ == "DisarmTimer" for c in decision.commands)
     recorded = driver.state.vars["decisions"]["approve"]
     assert recorded["signal"] == "yes"

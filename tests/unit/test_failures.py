@@ -14,6 +14,7 @@ from cairn.orchestrator.definition import ErrorClass
 from cairn.orchestrator.events import Phase, RollbackRequested
 from cairn.orchestrator.explain import waiting_lines
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.orchestrator.transitions import transition_table
 from cairn.workers.classify import classify
 from tests.unit import handlers
 from tests.unit.driving import Driver
@@ -180,3 +181,91 @@ def test_rollback_of_one_step_undoes_only_its_change_and_goes_on() -> None:
     assert driver.state.vars["charge_id"] == "ch_1"
     with pytest.raises(cairn.EventRejected, match="no change to undo"):  # undone already
         driver.apply(RollbackRequested(at=driver.tick(), step="reserve"))
+
+
+# -- the default retry policy and node timeout (definition format 2) --------------------
+
+
+def one_call(**options: Any) -> cairn.Workflow:
+    return cairn.Workflow("w").task("call", NOOP, next="done", **options).end("done")
+
+
+def test_a_task_without_retry_retries_a_transient_failure_by_the_default_policy() -> None:
+    driver = Driver(one_call().build())
+    driver.start()
+    for attempt in (1, 2):
+        driver.fail("call", ErrorClass.TRANSIENT, "HTTP 503")
+        assert driver.state.nodes["call"].status is NodeStatus.RETRYING
+        delay = driver.timers[f"retry:call:1:{attempt}"] - driver.at
+        (line,) = waiting_lines(driver.definition, driver.state, driver.at)
+        assert line.startswith(f"call#1: retrying (attempt {attempt + 1}/3")
+        assert 0 <= delay <= 2 ** (attempt - 1)  # full jitter: under 1 s, then under 2 s
+        driver.fire("retry:call")
+        assert driver.dispatched == [Dispatch("call", 1, attempt + 1)]
+    driver.fail("call", ErrorClass.TRANSIENT, "HTTP 503")  # the third try was the last
+    assert driver.state.nodes["call"].status is NodeStatus.FAILED
+    assert driver.state.status is RunStatus.FAILED
+    assert driver.path.count(("call", "retry", "call")) == 2
+
+
+def test_the_default_retries_only_transient_failures() -> None:
+    for error_class in (ErrorClass.PERMANENT, ErrorClass.BUSINESS):
+        driver = Driver(one_call().build())
+        driver.start()
+        driver.fail("call", error_class)
+        assert driver.state.status is RunStatus.FAILED
+        assert not any(timer.startswith("retry:") for timer in driver.timers)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"retry": "none"}, {"irreversible": True}, {"retry": {"attempts": 1}}],
+    ids=["retry none", "irreversible", "one attempt"],
+)
+def test_a_transient_failure_fails_at_once_without_the_default(options: dict[str, Any]) -> None:
+    driver = Driver(one_call(**options).build())
+    driver.start()
+    driver.fail("call", ErrorClass.TRANSIENT, "HTTP 503")
+    assert driver.state.nodes["call"].status is NodeStatus.FAILED
+    assert driver.state.status is RunStatus.FAILED
+
+
+def test_the_default_node_timeout_stops_a_node_and_retries_it() -> None:
+    driver = Driver(one_call().build())
+    driver.start()
+    assert driver.timers["node_timeout:call:1:1"] == pytest.approx(driver.at + 3600)
+    decision = driver.fire("node_timeout:call")
+    assert CancelNode("call", 1, 1, "timed out") in decision.commands
+    assert driver.state.nodes["call"].status is NodeStatus.RETRYING
+    assert driver.state.nodes["call"].error == "timed out after 1h"
+    driver.fire("retry:call")
+    assert driver.dispatched[-1] == Dispatch("call", 1, 2)
+    assert "node_timeout:call:1:2" in driver.timers  # each attempt is bounded anew
+
+
+def test_node_timeout_none_and_format_1_arm_no_timer_and_do_not_retry() -> None:
+    unbounded = cairn.Workflow("w", node_timeout="none").task("call", NOOP, next="done")
+    driver = Driver(unbounded.end("done").build())
+    driver.start()
+    assert driver.timers == {}
+    old = cairn.Workflow("w", format=1).task("call", NOOP, next="done").end("done")
+    driver = Driver(old.build())
+    driver.start()
+    assert driver.timers == {}
+    driver.fail("call", ErrorClass.TRANSIENT, "HTTP 503")
+    assert driver.state.status is RunStatus.FAILED  # what a format 1 file always meant
+
+
+def test_the_transition_table_shows_the_effective_timeout_and_retry() -> None:
+    definition = (
+        cairn.Workflow("w")
+        .task("call", NOOP, next="pay")
+        .task("pay", NOOP, next="done", irreversible=True, timeout="5m")
+        .end("done")
+        .build()
+    )
+    rows = {(r.source, r.event): r.guard for r in transition_table(definition)}
+    assert rows["call", "retry"] == "transient failure or timed out after 1h, attempt < 3"
+    assert rows["call", "failed:transient"] == "retries exhausted"
+    assert ("pay", "retry") not in rows
+    assert rows["pay", "failed:transient"] == "transient failure or timed out after 5m"

@@ -7,6 +7,7 @@ fault codes where they can, so an unexpected extra fault fails the test too.
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +19,9 @@ import yaml
 from cairn import Workflow, WorkflowDefinitionError, load_definition, load_file
 from cairn.errors import DefinitionFault
 from cairn.orchestrator.definition import (
+    DEFAULT_NODE_TIMEOUT,
+    DEFAULT_RETRY,
+    NO_RETRY,
     EndNode,
     ErrorClass,
     JoinPolicyKind,
@@ -249,8 +253,11 @@ def test_example_retry_compensation_and_on_error(book_flight: WorkflowDefinition
     assert dict(node.on_error) == {ErrorClass.PERMANENT: "rejected"}
 
 
-def test_example_nodes_without_retry_try_once(book_flight: WorkflowDefinition) -> None:
-    assert book_flight.node("search").retry.attempts == 1
+def test_example_nodes_without_retry_get_the_default_policy(
+    book_flight: WorkflowDefinition,
+) -> None:
+    assert book_flight.node("search").retry == DEFAULT_RETRY
+    assert book_flight.node("search").timeout == DEFAULT_NODE_TIMEOUT
     assert dict(book_flight.node("search").on_error) == {}
     assert book_flight.node("search").compensate is None
 
@@ -1309,3 +1316,180 @@ def test_a_registered_definition_keeps_loading_with_keys_it_does_not_know(
         definition = load_definition(spec, source="registered workflow w@1", registered=True)
     assert isinstance(definition.node("a"), TaskNode) and definition.node("a").next == "b"
     assert "unknown key 'owner'" in caplog.text
+
+
+# -- format 2: default retries and timeouts ----------------------------------------------
+
+
+def defaults_spec(**top: Any) -> dict[str, Any]:
+    """One node of each kind that the defaults must tell apart (a fresh copy each time:
+    tests change its nodes)."""
+    return copy.deepcopy(
+        spec_with(
+            {
+                "a": {"handler": SEARCH, "next": "pay"},
+                "pay": {"handler": QUOTE, "irreversible": True, "next": "trip"},
+                "trip": {"child": "flights", "next": "pick"},
+                "pick": {"branch": {"guard": IS_CHEAP, "cases": CASES}},
+                "stop": {"wait": {"signals": {"go": "fan"}, "timeout": "1d", "on_timeout": "done"}},
+                "fan": PARALLEL,
+                **BRANCHES,
+            },
+            **top,
+        )
+    )
+
+
+def test_a_task_running_a_handler_gets_the_default_retry_and_timeout() -> None:
+    definition = load_definition(defaults_spec())
+    assert DEFAULT_RETRY.attempts == 3 and DEFAULT_RETRY.max_delay == timedelta(seconds=30)
+    assert definition.node_timeout == DEFAULT_NODE_TIMEOUT == timedelta(hours=1)
+    for handled in ("a", "x", "y"):  # parallel branches run handlers too
+        assert definition.node(handled).retry == DEFAULT_RETRY
+        assert definition.node(handled).timeout == timedelta(hours=1)
+    # An irreversible effect is never sent again by a default; it is still bounded.
+    assert definition.node("pay").retry == NO_RETRY
+    assert definition.node("pay").timeout == timedelta(hours=1)
+    # A child run may wait for a person for days; a decision, a wait or a fan-out runs
+    # no handler of its own.
+    for other in ("trip", "pick", "fan"):
+        assert definition.node(other).retry == NO_RETRY
+        assert definition.node(other).timeout is None
+    assert definition.node("stop").retry == NO_RETRY
+    assert definition.node("stop").timeout == timedelta(days=1)
+
+
+def test_a_node_opts_out_of_the_defaults_or_gives_its_own() -> None:
+    spec = defaults_spec()
+    spec["nodes"]["a"].update(retry="none", timeout="none")
+    spec["nodes"]["x"].update(retry={"attempts": 5}, timeout="5m")
+    spec["nodes"]["pay"].update(retry={"attempts": 2})  # said explicitly: it retries
+    definition = load_definition(spec)
+    assert definition.node("a").retry == NO_RETRY and definition.node("a").timeout is None
+    assert definition.node("x").retry.attempts == 5
+    assert definition.node("x").timeout == timedelta(minutes=5)
+    assert definition.node("pay").retry.attempts == 2
+    assert definition.node("y").retry == DEFAULT_RETRY  # the others keep the defaults
+
+
+def test_the_workflow_sets_or_removes_the_default_node_timeout() -> None:
+    spec = defaults_spec(node_timeout="2h")
+    spec["nodes"]["x"]["timeout"] = "5m"
+    definition = load_definition(spec)
+    assert definition.node_timeout == timedelta(hours=2)
+    assert definition.node("a").timeout == definition.node("pay").timeout == timedelta(hours=2)
+    assert definition.node("x").timeout == timedelta(minutes=5)  # its own wins
+    assert definition.node("trip").timeout is None  # still no default for a child run
+    definition = load_definition(defaults_spec(node_timeout="none"))
+    assert definition.node_timeout is None
+    assert all(node.timeout is None for node in definition.nodes.values() if node.id != "stop")
+    assert definition.node("a").retry == DEFAULT_RETRY  # the retry default stays
+    faults = faults_of(defaults_spec(node_timeout="soon"))
+    assert pairs(faults) == {("bad_duration", None)} and "node_timeout" in faults[0].message
+
+
+def test_the_builder_takes_the_same_defaults_and_opt_outs() -> None:
+    wf = Workflow("w", node_timeout="10m")
+    wf.task("a", flights.search, next="b", retry="none").task("b", flights.quote, next="done")
+    definition = wf.end("done").build()
+    assert definition.node("a").retry == NO_RETRY
+    assert definition.node("a").timeout == timedelta(minutes=10)
+    assert definition.node("b").retry == DEFAULT_RETRY
+
+
+def test_retry_is_a_policy_or_none() -> None:
+    faults = faults_of(spec_with({"a": {"handler": SEARCH, "next": "done", "retry": "never"}}))
+    assert [(f.code, f.node) for f in faults] == [("bad_value", "a")]
+    assert "or 'none'" in faults[0].message
+    faults = faults_of(spec_with({"a": {"handler": SEARCH, "next": "done", "timeout": "never"}}))
+    assert pairs(faults) == {("bad_duration", "a")}
+
+
+def test_format_1_keeps_its_meaning_no_default_retry_or_timeout() -> None:
+    """A file that declares format 1 was written when a node without ``retry`` failed on
+    its first transient error and one without ``timeout`` could run forever."""
+    definition = load_definition(defaults_spec(format=1))
+    assert definition.node_timeout is None
+    for node in definition.nodes.values():
+        assert node.retry == NO_RETRY
+        assert node.timeout is None or node.id == "stop"
+    explicit = spec_with(
+        {"a": {"handler": SEARCH, "next": "done", "retry": {"attempts": 4}, "timeout": "5m"}},
+        format=1,
+    )
+    definition = load_definition(explicit)
+    assert definition.node("a").retry.attempts == 4
+    assert definition.node("a").timeout == timedelta(minutes=5)
+
+
+@pytest.mark.parametrize(
+    ("node", "top", "expected"),
+    [
+        (
+            {"stall_after": "10m"},
+            {},
+            (
+                "a",
+                "key 'stall_after' came in definition format 2; this definition declares format 1",
+            ),
+        ),
+        (
+            {},
+            {"node_timeout": "2h"},
+            (
+                None,
+                "key 'node_timeout' came in definition format 2; this definition declares format 1",
+            ),
+        ),
+        (
+            {"retry": "none"},
+            {},
+            (
+                "a",
+                "'retry: none' came in definition format 2; this definition declares format "
+                "1, which has no default to opt out of",
+            ),
+        ),
+        (
+            {"timeout": "none"},
+            {},
+            (
+                "a",
+                "'timeout: none' came in definition format 2; this definition declares "
+                "format 1, which has no default to opt out of",
+            ),
+        ),
+    ],
+)
+def test_format_1_faults_what_came_in_format_2(
+    node: dict[str, Any], top: dict[str, Any], expected: tuple[str | None, str]
+) -> None:
+    spec = spec_with({"a": {"handler": SEARCH, "next": "done", **node}}, format=1, **top)
+    faults = faults_of(spec)
+    assert [(f.code, f.node, f.message) for f in faults] == [("newer_key", *expected)]
+    load_definition(spec_with({"a": {"handler": SEARCH, "next": "done", **node}}, **top))
+
+
+def test_stall_after_is_parsed_on_tasks_that_run_a_handler() -> None:
+    spec = spec_with({"a": {"handler": SEARCH, "next": "done", "stall_after": "10m"}})
+    node = load_definition(spec).node("a")
+    assert isinstance(node, TaskNode) and node.stall_after == timedelta(minutes=10)
+    other = load_definition(spec_with({"a": {"handler": SEARCH, "next": "done"}})).node("a")
+    assert isinstance(other, TaskNode) and other.stall_after is None
+    faults = faults_of(spec_with({"a": {"handler": SEARCH, "next": "done", "stall_after": 0}}))
+    assert pairs(faults) == {("bad_duration", "a")}
+
+
+def test_stall_after_is_a_fault_where_no_handler_runs() -> None:
+    waiting = {"wait": {"signals": {"go": "done"}, "timeout": "1h", "on_timeout": "done"}}
+    faults = faults_of(spec_with({"a": {**waiting, "stall_after": "10m"}}))
+    assert [(f.code, f.node, f.message) for f in faults] == [
+        ("unknown_key", "a", "key 'stall_after' does not apply here (it is for task nodes)")
+    ]
+    deciding = {
+        "branch": {"guard": IS_CHEAP, "cases": {"true": "done", "false": "done"}},
+        "stall_after": "10m",
+    }
+    faults = faults_of(spec_with({"a": deciding}))
+    assert [(f.code, f.node) for f in faults] == [("bad_value", "a")]
+    assert "needs a handler" in faults[0].message

@@ -107,7 +107,7 @@ def test_an_ephemeral_node_runs_on_into_a_plain_task() -> None:
 
 
 def test_it_does_not_run_on_when_the_decision_is_more_than_a_dispatch() -> None:
-    for after in ({"timeout": "5m"}, {"irreversible": True}):  # a timer to arm; a claim
+    for after in ({"timeout": "5m"}, {"irreversible": True}):  # a shorter timeout; a claim
         definition = lookup(**after).build()
         state, outcome = fetched(definition)
         assert fused_next(definition, state, MESSAGE, outcome, now=2.0) is None
@@ -118,6 +118,32 @@ def test_it_does_not_run_on_when_the_decision_is_more_than_a_dispatch() -> None:
     assert fused_next(definition, state, MESSAGE, outcome, now=2.0) is None  # not ephemeral
     failed = NodeOutcome(NodeFailed(at=0.0, node="fetch"), NodeStatus.FAILED)
     assert fused_next(lookup().build(), state, MESSAGE, failed, now=2.0) is None
+
+
+def test_node_timeouts_run_on_under_the_timer_the_chain_began_with() -> None:
+    """Every task running a handler has a timeout by default: the chain runs under the
+    first node's timer, so it runs on into a node whose own timeout is no shorter, and
+    never puts a timer over a node that has none (or leaves one without)."""
+    for after, runs_on in (
+        ({}, True),  # both have the default 1 h
+        ({"timeout": "2h"}, True),
+        ({"timeout": "5m"}, False),
+        ({"timeout": "none"}, False),
+    ):
+        definition = lookup(**after).build()
+        state, outcome = fetched(definition)
+        found = fused_next(definition, state, MESSAGE, outcome, now=2.0)
+        assert (found is not None) is runs_on, after
+    unbounded = Workflow("lookup", version=1, node_timeout="none")
+    unbounded.task("fetch", NOOP, next="then", persist="ephemeral")
+    definition = unbounded.task("then", NOOP, next="done").end("done").build()
+    state, outcome = fetched(definition)
+    assert fused_next(definition, state, MESSAGE, outcome, now=2.0) is not None
+    spec = lookup().to_spec()
+    spec["nodes"]["fetch"]["timeout"] = "none"  # no timer would bound the node after it
+    definition = load_definition(spec)
+    state, outcome = fetched(definition)
+    assert fused_next(definition, state, MESSAGE, outcome, now=2.0) is None
 
 
 def test_an_ephemeral_node_cannot_have_effects() -> None:

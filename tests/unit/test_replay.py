@@ -29,7 +29,7 @@ from cairn.effects import EffectLedger, ReplayRefused, register_stub
 from cairn.effects.ledger import effect_scope, scoped_key
 from cairn.effects.replay import Answer, ReplayLedger, unregister_stub
 from cairn.errors import ConfirmationRequired, EventRejected, IllegalTransition, InvalidInput
-from cairn.orchestrator.commands import Dispatch
+from cairn.orchestrator.commands import ArmTimer, Dispatch
 from cairn.orchestrator.decider import decide
 from cairn.orchestrator.events import NodeSucceeded, RunForked, RunStarted
 from cairn.orchestrator.loader import load_file
@@ -211,7 +211,11 @@ def test_a_fork_resumes_what_was_in_progress_as_new_visits(shop_definition: Any)
     assert [(t.source, t.label, t.target) for t in decision.transitions] == [
         ("(fork)", "fork", "charge")
     ]
-    assert decision.commands == (Dispatch("charge", 2, 1),)  # a new visit
+    assert decision.commands == (  # a new visit, with its own node timeout
+        Dispatch("charge", 2, 1),
+        ArmTimer("node_timeout:charge:2:1", 3.0 + 3600),
+    )
+    assert list(state.timers) == ["node_timeout:charge:2:1"]  # not the parent's visit's
     assert state.visits == {"reserve": 1, "charge": 2}
     assert state.parent is None and state.compensable == []
     rows = {(r.source, r.event, r.target) for r in transition_table(shop_definition)}
