@@ -92,10 +92,9 @@ AUDIT_ONLY = "audit"  # events with this "type" prefix are history, not decider 
 # The fence of a result that comes from no claim (the scheduler's verdicts): no claim
 # outranks it.
 ANY_FENCE = 2**31 - 1
-# Commands that change rows besides the step's own (the fast path takes none of them).
+# Commands that change rows besides the step's own (the fast path takes none of them;
+# the run's timers are the step's own: see StepWrites).
 ROW_COMMANDS = (
-    ArmTimer,
-    DisarmTimer,
     CancelNode,
     DetachNode,
     HoldExecution,
@@ -816,6 +815,8 @@ class Orchestrator:
             sent=sent,
             dispatches=[(m.key, m.attempt, m.to_dict()) for m in plan.dispatches],
             snapshot=snapshot,
+            armed=plan.armed,
+            disarmed=plan.disarmed,
         )
 
     def restore(
@@ -854,8 +855,10 @@ class Orchestrator:
         run_values: dict[str, Any]  # "last_seq": the event's seq; "state": JSON text, if cached
         snapshot: str | None  # the state as JSON text, when a snapshot is due
         dispatches: list[NodeMessage]
-        row_commands: Sequence[Command]  # timers and cancellations: rows besides the step's own
+        row_commands: Sequence[Command]  # cancellations, holds, children: other rows
         notices: Sequence[Notice]  # for the run's webhook
+        armed: Sequence[tuple[str, float]]  # the run's timers: (id, due at) ...
+        disarmed: Sequence[str]  # ... and ids, the decision's net effect on them
 
         @property
         def writes_other_rows(self) -> bool:
@@ -908,7 +911,10 @@ class Orchestrator:
         announced = (
             notices(state, new, decision.commands, seq, row.namespace) if row.webhook_url else []
         )
-        return decision, self._Plan(decision, values, snapshot, dispatches, row_commands, announced)
+        armed, disarmed = _net_timers(decision.commands)
+        return decision, self._Plan(
+            decision, values, snapshot, dispatches, row_commands, announced, armed, disarmed
+        )
 
     def _advance(
         self,
@@ -964,11 +970,7 @@ class Orchestrator:
         to ``advanced``, to be sent once committed)."""
         new = plan.decision.state
         for command in plan.row_commands:
-            if isinstance(command, ArmTimer):
-                tx.arm_timer(row.id, command.timer_id, command.due_at)
-            elif isinstance(command, DisarmTimer):
-                tx.disarm_timer(row.id, command.timer_id)
-            elif isinstance(command, CancelNode | DetachNode):
+            if isinstance(command, CancelNode | DetachNode):
                 # The run no longer waits for this execution: a late result must not count.
                 node = new.nodes.get(command.node)
                 if node is not None and not node.active:
@@ -1330,3 +1332,16 @@ def _outcome(decision: Decision) -> dict[str, Any]:
         "transitions": [[t.source, t.label, t.target] for t in decision.transitions],
         "commands": commands,
     }
+
+
+def _net_timers(commands: Sequence[Command]) -> tuple[list[tuple[str, float]], list[str]]:
+    """What a decision's timer commands leave, in order: the timers armed (id, due at)
+    and those disarmed, disjoint — one statement writes both, so no row may be in both."""
+    final: dict[str, float | None] = {}
+    for command in commands:
+        if isinstance(command, ArmTimer):
+            final[command.timer_id] = command.due_at
+        elif isinstance(command, DisarmTimer):
+            final[command.timer_id] = None
+    armed = [(timer_id, due) for timer_id, due in final.items() if due is not None]
+    return armed, [timer_id for timer_id, due in final.items() if due is None]

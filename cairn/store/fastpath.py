@@ -116,6 +116,14 @@ appended AS (
   SELECT adv.id, 'node', p.payload, now() FROM adv, unnest(%(d_payload)s::jsonb[]) AS p(payload)
   RETURNING id, payload->>'node' AS node, (payload->>'iteration')::int AS iteration,
             payload->>'phase' AS phase
+), armed AS (
+  INSERT INTO timers (run_id, timer_id, due_at)
+  SELECT adv.id, t.timer_id, to_timestamp(t.due_at)
+  FROM adv, unnest(%(t_armed)s::text[], %(t_due)s::float8[]) AS t(timer_id, due_at)
+  ON CONFLICT (run_id, timer_id) DO UPDATE SET due_at = EXCLUDED.due_at, fired_at = NULL
+), disarmed AS (
+  DELETE FROM timers
+  WHERE run_id IN (SELECT id FROM adv) AND timer_id = ANY(%(t_disarmed)s::text[])
 )
 """
 
@@ -179,6 +187,13 @@ WITH appended AS (
 ), sent AS (
   UPDATE outbox SET sent_at = now(), publishes = publishes + 1
   WHERE id = ANY(%(sent)s::bigint[]) AND sent_at IS NULL
+), armed AS (
+  INSERT INTO timers (run_id, timer_id, due_at)
+  SELECT %(run_id)s, t.timer_id, to_timestamp(t.due_at)
+  FROM unnest(%(t_armed)s::text[], %(t_due)s::float8[]) AS t(timer_id, due_at)
+  ON CONFLICT (run_id, timer_id) DO UPDATE SET due_at = EXCLUDED.due_at, fired_at = NULL
+), disarmed AS (
+  DELETE FROM timers WHERE run_id = %(run_id)s AND timer_id = ANY(%(t_disarmed)s::text[])
 )
 UPDATE runs"""
     + _ADVANCE_RUN
@@ -404,6 +419,9 @@ def _step_params(writes: StepWrites) -> dict[str, Any]:
         "d_phase": [key.phase for key, _attempt, _payload in dispatches],
         "d_attempt": [attempt for _key, attempt, _payload in dispatches],
         "d_payload": [Jsonb(dict(payload)) for _key, _attempt, payload in dispatches],
+        "t_armed": [timer_id for timer_id, _due in writes.armed],
+        "t_due": [due for _timer_id, due in writes.armed],
+        "t_disarmed": list(writes.disarmed),
     }
 
 

@@ -106,8 +106,9 @@ class FleetGauges:
 class StepWrites:
     """What one decision writes, whichever path writes it: the run row's new values
     (``run``; its ``last_seq`` is the event's seq), the event and what the decision did,
-    a snapshot when due (format, codec, body), the sent-marks this process owes, and each
-    dispatch as (execution key, attempt, message payload)."""
+    a snapshot when due (format, codec, body), the sent-marks this process owes, each
+    dispatch as (execution key, attempt, message payload), and the run's timers armed
+    (id, due at) and disarmed (ids) — disjoint, the decision's net effect on them."""
 
     run: Mapping[str, Any]
     event: Mapping[str, Any]
@@ -115,6 +116,8 @@ class StepWrites:
     sent: Sequence[int]
     dispatches: Sequence[tuple[ExecutionKey, int, Mapping[str, Any]]]
     snapshot: tuple[int, str, bytes] | None = None
+    armed: Sequence[tuple[str, float]] = ()
+    disarmed: Sequence[str] = ()
 
     @property
     def seq(self) -> int:
@@ -421,6 +424,10 @@ class Tx:
                 .on_conflict_do_nothing()
             )
             fault_point("snapshot.before_commit")
+        for timer_id, due_at in writes.armed:
+            self.arm_timer(run_id, timer_id, due_at)
+        for timer_id in writes.disarmed:
+            self.disarm_timer(run_id, timer_id)
         cached = writes.run.get("state")
         self.connection.execute(
             update(runs)
