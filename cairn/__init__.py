@@ -12,6 +12,7 @@ from cairn.errors import (
     EventRejected,
     IllegalTransition,
     NotWaiting,
+    StoreUnavailable,
     UnknownSignal,
     WorkflowDefinitionError,
 )
@@ -20,9 +21,12 @@ from cairn.failures import (
     BusinessError,
     Cancelled,
     HandlerError,
+    NotApplied,
     PermanentError,
+    StaleClaim,
     TransientError,
     classified,
+    not_applied,
 )
 from cairn.orchestrator.builder import Workflow
 from cairn.orchestrator.decider import Decision, decide
@@ -45,9 +49,12 @@ __all__ = [
     "BudgetExceeded",
     "Cancelled",
     "HandlerError",
+    "NotApplied",
     "PermanentError",
+    "StaleClaim",
     "TransientError",
     "classified",
+    "not_applied",
     # running
     "Client",
     "get_run",
@@ -66,6 +73,7 @@ __all__ = [
     "EventRejected",
     "IllegalTransition",
     "NotWaiting",
+    "StoreUnavailable",
     "UnknownSignal",
     "WorkflowDefinitionError",
 ]

@@ -102,6 +102,15 @@ class StoreError(CairnError):
     code = "store_error"
 
 
+class StoreUnavailable(CairnError):
+    """PostgreSQL could not be reached for longer than ``CAIRN_RECONNECT_WITHIN`` while
+    cairn itself needed it (the effects ledger recording an intent or an outcome). Not a
+    failure of the handler that was running: the worker gives its message back to the
+    broker, and the node runs again on the same attempt. Chained from the last outage."""
+
+    code = "store_unavailable"
+
+
 class RunNotFound(CairnError):
     code = "run_not_found"
 

@@ -6,8 +6,15 @@
 
 Any exception can also be annotated instead of wrapped: ``raise cairn.classified(exc,
 "transient")``. Exceptions that say nothing are classified by
-:func:`cairn.workers.classify.classify` (timeouts, connection failures and HTTP
-429/502/503/504 are transient; everything else is permanent).
+:func:`cairn.workers.classify.classify` (timeouts, connection failures, the outages of
+database and cache drivers, and HTTP 408/429/502/503/504 are transient; everything else
+is permanent).
+
+Inside ``ctx.effect``'s call, a transient failure may leave the effect's outcome unknown
+(the request was sent; did it take effect?). A call that knows it did not take effect
+says so — ``raise cairn.NotApplied("quota exhausted") from exc``, or any exception
+annotated with ``cairn.not_applied(exc)`` — and the ledger records it ``failed``, not
+``unknown`` (see docs/effects.md).
 """
 
 from __future__ import annotations
@@ -43,6 +50,21 @@ class BusinessError(HandlerError):
     error_class = ErrorClass.BUSINESS
 
 
+class NotApplied(TransientError):
+    """Raised by an effect's call: it did not take effect — refused, or failed before the
+    request was sent — and trying again may work. The effects ledger records the effect
+    ``failed`` (a retry calls again), never ``unknown``."""
+
+    effect_applied = False
+
+
+class StaleClaim(TransientError):
+    """This worker's claim of the node was taken over: no effect made. Raised by
+    ``ctx.effect`` before it records an intent or calls, when PostgreSQL has a newer claim
+    of the execution on record, or the worker no longer trusts its lease. Transient: the
+    node's newer holder does the work (and the stale holder's result is not committed)."""
+
+
 class BudgetExceeded(PermanentError):
     """``ctx.charge`` took the execution past what it may spend (the run's budget, its
     branch's part, or its node's): trying again would not have more to spend."""
@@ -66,4 +88,11 @@ class DeadlineExceeded(BaseException):
 def classified(error: _E, error_class: ErrorClass | str) -> _E:
     """Annotate ``error`` with the class its failure belongs to; returns it, to raise."""
     error.error_class = ErrorClass(error_class)  # type: ignore[attr-defined]
+    return error
+
+
+def not_applied(error: _E) -> _E:
+    """Annotate ``error``, raised by an effect's call, as one that did not take effect
+    (as :class:`NotApplied` says); returns it, to raise. Its error class is unchanged."""
+    error.effect_applied = False  # type: ignore[attr-defined]
     return error

@@ -27,6 +27,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from cairn.errors import StoreUnavailable
+
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
@@ -37,7 +39,10 @@ MAX_DELAY_S = 2.0
 
 def is_outage(error: BaseException) -> bool:
     """True if ``error`` means PostgreSQL or Redis is unreachable (restarting, network),
-    rather than that the request itself was wrong."""
+    rather than that the request itself was wrong — including :class:`StoreUnavailable`,
+    an outage cairn already rode out as long as it may (the effects ledger's)."""
+    if isinstance(error, StoreUnavailable):
+        return True
     if isinstance(error, sa_exc.DBAPIError):
         return error.connection_invalidated or (error.orig is not None and is_outage(error.orig))
     return isinstance(

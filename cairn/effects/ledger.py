@@ -2,19 +2,26 @@
 its node runs.
 
 1. In one transaction: record the *intent* under the workflow's business key (or find
-   the key already there, locked). Committed before anything is called.
+   the key already there, locked) — only if PostgreSQL has no newer claim of this
+   node's execution on record than this worker's. Committed before anything is called.
 2. Call ``call(key)``: the key goes to the outside world as its idempotency key.
-3. Record the outcome: *applied* with the JSON result and its digest, or *failed* with
-   its error class.
+3. Record the outcome: *applied* with the JSON result and its digest; *failed* with its
+   error class, if it certainly did not take effect (a permanent or business error, or
+   a transient one raised before the request left); or *unknown* — the call was made
+   and whether it took effect is not known (a read timeout, a reset, a 5xx answer).
 
 A key already applied returns its recorded result without calling. A failed key raises
 its recorded failure again — unless it was transient: then calling again with the same
 key is what a retry is for. A key left in *intent* (its caller died between 1 and 3, or
-before recording the outcome) is resolved by asking the external system through the
-effect type's adapter before any new call: applied there → the result is backfilled,
-nothing is called; absent → called; unknown → a transient failure (ask again later; the
-reconciler flags it). Without an adapter, the call is made again with the same key, and
-the external system's idempotency is what keeps it once.
+before recording the outcome) or *unknown* is resolved by asking the external system
+through the effect type's adapter before any new call: applied there → the result is
+backfilled, nothing is called; absent → called; unknown → a transient failure (ask again
+later; the reconciler flags it). Without an adapter, the call is made again with the
+same key, and the external system's idempotency is what keeps it once.
+
+Both transactions ride out a database outage (``CAIRN_RECONNECT_WITHIN``); past that,
+:class:`cairn.errors.StoreUnavailable` — not the handler's failure: the worker gives the
+message back and the node runs again on the same attempt.
 """
 
 from __future__ import annotations
@@ -26,18 +33,27 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from cairn.effects.adapters import Effect, Verdict, adapter_for, checked
-from cairn.errors import InvalidInput
-from cairn.failures import BusinessError, HandlerError, PermanentError, TransientError
+from cairn.errors import InvalidInput, StoreUnavailable
+from cairn.failures import (
+    BusinessError,
+    HandlerError,
+    PermanentError,
+    StaleClaim,
+    TransientError,
+)
 from cairn.faults import fault_point
 from cairn.orchestrator.definition import ErrorClass, ref_path_of
 from cairn.payloads import storable_json
-from cairn.store.repository import Store, utcnow
-from cairn.workers.classify import classify
+from cairn.reconnect import is_outage, through_outages
+from cairn.store.repository import ExecutionKey, Intent, Store, effects, utcnow
+from cairn.workers.classify import classify, may_have_applied
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 MAX_KEY_LENGTH = 500
@@ -52,7 +68,9 @@ _RAISED: dict[str, type[HandlerError]] = {
 class EffectStatus(StrEnum):
     INTENT = "intent"  # recorded before the call; the outcome is not known yet
     APPLIED = "applied"
-    FAILED = "failed"
+    FAILED = "failed"  # it did not take effect (or failed for good): see error_class
+    # The call was made; whether it took effect is not known (its response was lost).
+    UNKNOWN = "unknown"
     ABSENT = "absent"  # the reconciler found an old intent never took effect
     FLAGGED = "flagged"  # the ledger and the world disagree: a person decides
     COMPENSATED = "compensated"
@@ -76,6 +94,11 @@ class EffectUnresolved(TransientError):
     """An earlier call's outcome is not known and the external system cannot say yet."""
 
 
+# Not settled: an earlier call may or may not have taken effect; ask before calling.
+UNSETTLED = frozenset({EffectStatus.INTENT, EffectStatus.UNKNOWN})
+DEFAULT_RECONNECT_WITHIN_S = 30.0  # CAIRN_RECONNECT_WITHIN's default
+
+
 @dataclass
 class EffectLedger:
     """The effects ledger as one node execution uses it (``ctx.effect``)."""
@@ -93,6 +116,14 @@ class EffectLedger:
     # A live fork's run id: its keys are scoped by it (:func:`scoped_key`), so that
     # neither this ledger nor the external system dedupes them against its parent's.
     scope: str | None = None
+    # The execution's phase (``run``, ``compensate``): with run, node and iteration, the
+    # node execution whose newest claim PostgreSQL records (``node_executions.fence``).
+    phase: str = "run"
+    # How long each of the ledger's transactions rides out a database outage.
+    reconnect_within: float = DEFAULT_RECONNECT_WITHIN_S
+    # Does this worker still trust its claim (its lease)? Asked before the intent is
+    # recorded and again just before the call; False: StaleClaim, no call.
+    lease_trusted: Callable[[], bool] | None = None
 
     def effect(
         self,
@@ -108,21 +139,21 @@ class EffectLedger:
         key = self.checked_key(name, key)
         policy = Policy(policy)
         compensate_path = ref_path_of(compensate) if callable(compensate) else compensate
-        recorded = self._begin(name, key, policy, compensate_path)
+        self._check_lease(key, "recording its intent")
+        recorded = self._transaction(
+            key, "recording its intent", lambda: self._begin(name, key, policy, compensate_path)
+        )
         if recorded is not None:
             return recorded.value
         try:
+            self._check_lease(key, "calling")
+        except StaleClaim as stale:
+            self._not_called(key, stale)
+            raise
+        try:
             result = call(key)
         except Exception as exc:
-            error_class = getattr(exc, "error_class", None) or classify(exc)
-            self._finish(
-                key,
-                {
-                    "status": EffectStatus.FAILED.value,
-                    "error_class": ErrorClass(error_class).value,
-                    "error": f"{type(exc).__name__}: {exc}",
-                },
-            )
+            self._finish(key, failed(exc))
             raise
         try:
             storable_json(
@@ -163,10 +194,11 @@ class EffectLedger:
         self, name: str, key: str, policy: Policy, compensate: str | None
     ) -> _Recorded | None:
         """Record the intent (and count the call about to be made); or return what the
-        ledger already knows, without calling."""
+        ledger already knows, without calling. :class:`StaleClaim`, with nothing written,
+        if PostgreSQL has a newer claim of this execution on record."""
         now = utcnow()
         with self.store.transaction() as tx:
-            inserted = tx.record_intent(
+            recorded = tx.record_intent(
                 {
                     "namespace": self.namespace,
                     "key": key,
@@ -182,10 +214,13 @@ class EffectLedger:
                     "compensate": compensate,
                     "created_at": now,
                     "updated_at": now,
-                }
+                },
+                phase=self.phase,
             )
-            if inserted:
+            if recorded is Intent.RECORDED:
                 return None
+            if recorded is Intent.FENCED:
+                raise self._stale(key, "PostgreSQL has a newer claim of it on record")
             row = tx.effect(self.namespace, key, lock=True)
             if row.name != name:
                 raise InvalidInput(
@@ -202,13 +237,13 @@ class EffectLedger:
                 raise PermanentError(
                     f"effect {key!r} is {status.value} by the reconciler: a person decides"
                 )
-            if row.fence > self.fence:
-                raise TransientError(f"effect {key!r} is owned by a newer claim of its node")
-            if status is EffectStatus.INTENT:
+            if self._ours(row) and row.fence > self.fence:
+                raise self._stale(key, f"a newer claim (fence {row.fence}) called it")
+            if status in UNSETTLED:
                 resolved = self._resolve(tx, row)
                 if resolved is not None:
                     return resolved
-            tx.update_effect(
+            reclaimed = tx.update_effect(
                 row.id,
                 {
                     "status": EffectStatus.INTENT.value,
@@ -218,24 +253,35 @@ class EffectLedger:
                     "error_class": None,
                     "error": None,
                 },
+                claim=self._claim,
             )
+            if not reclaimed:  # the row is locked: only a newer claim can refuse it
+                raise self._stale(key, "PostgreSQL has a newer claim of it on record")
         return None
 
     def _resolve(self, tx: Any, row: Any) -> _Recorded | None:
-        """An intent whose outcome was never recorded: ask the world. None: call again."""
+        """An intent whose outcome was never recorded, or an earlier call whose outcome is
+        unknown: ask the world. None: call again."""
         adapter = adapter_for(row.name)
         if adapter is None:
             log.warning(
-                "effect %r was left in intent and has no %r adapter to ask: calling again "
+                "effect %r was left in %s and has no %r adapter to ask: calling again "
                 "with the same key (the external system's idempotency keeps it once)",
                 row.key,
+                row.status,
                 row.name,
             )
             return None
         check = checked(adapter, Effect.from_row(row))
         if check.verdict is Verdict.APPLIED:
+            backfilled = tx.update_effect(
+                row.id,
+                {**applied(check.record, checked=True), "fence": self.fence},
+                claim=self._claim,
+            )
+            if not backfilled:
+                raise self._stale(row.key, "PostgreSQL has a newer claim of it on record")
             log.info("effect %r had taken place: result backfilled, not called again", row.key)
-            tx.update_effect(row.id, {**applied(check.record, checked=True), "fence": self.fence})
             return _Recorded(check.record)
         if check.verdict is Verdict.UNKNOWN:
             raise EffectUnresolved(
@@ -245,21 +291,91 @@ class EffectLedger:
         return None
 
     def _finish(self, key: str, changes: Mapping[str, Any]) -> None:
-        with self.store.transaction() as tx:
-            row = tx.effect(self.namespace, key)
-            changed = tx.update_effect(
-                row.id, changes, status=EffectStatus.INTENT.value, fence_at_most=self.fence
-            )
-        if not changed:
+        def record() -> bool:
+            with self.store.transaction() as tx:
+                row = tx.effect(self.namespace, key)
+                return tx.update_effect(
+                    row.id, changes, status=EffectStatus.INTENT.value, fence_at_most=self.fence
+                )
+
+        if not self._transaction(key, "recording its outcome", record):
             log.warning(
                 "effect %r: outcome not recorded (a newer claim or the reconciler got there first)",
                 key,
             )
 
+    def _not_called(self, key: str, stale: StaleClaim) -> None:
+        """The intent was recorded, then the claim was found stale before the call: say
+        the effect was not called (best effort: a left intent is resolved anyway)."""
+        changes = {
+            "status": EffectStatus.FAILED.value,  # certainly: it was not called
+            "error_class": ErrorClass.TRANSIENT.value,
+            "error": f"{type(stale).__name__}: {stale}",
+            "calls": effects.c.calls - 1,  # counted when the intent was recorded
+        }
+        try:
+            self._finish(key, changes)
+        except StoreUnavailable:
+            log.warning("effect %r: could not record that it was not called", key)
+
+    # -- claims and outages -------------------------------------------------------------
+
+    @property
+    def _claim(self) -> tuple[ExecutionKey, int]:
+        """This ledger's execution and its claim's fence, as PostgreSQL conditions on."""
+        return ExecutionKey(self.run_id, self.node, self.iteration, self.phase), self.fence
+
+    def _ours(self, row: Any) -> bool:
+        """Was the effect last claimed by this ledger's execution (a key can be shared by
+        runs: fences of different executions do not compare)?"""
+        return bool(
+            row.run_id == self.run_id and row.node == self.node and row.iteration == self.iteration
+        )
+
+    def _stale(self, key: str, why: str) -> StaleClaim:
+        log.warning("effect %r not made: claim (fence %d) is stale: %s", key, self.fence, why)
+        return StaleClaim(
+            f"effect {key!r}: this worker's claim of {self.node} (fence {self.fence}) was "
+            f"taken over ({why}): no effect made"
+        )
+
+    def _check_lease(self, key: str, before: str) -> None:
+        if self.lease_trusted is not None and not self.lease_trusted():
+            raise self._stale(key, f"its lease is no longer trusted, before {before} it")
+
+    def _transaction(self, key: str, what: str, work: Callable[[], _T]) -> _T:
+        """``work()`` (one ledger transaction), riding out a database outage for up to
+        ``reconnect_within`` seconds; then :class:`StoreUnavailable`, from the outage."""
+        try:
+            return through_outages(self.reconnect_within, f"effect {key!r}: {what}", work)
+        except StoreUnavailable:
+            raise
+        except Exception as error:
+            if not is_outage(error):
+                raise
+            raise StoreUnavailable(
+                f"effect {key!r}: the database was unreachable for {self.reconnect_within:g} s "
+                f"while {what}: {type(error).__name__}: {error}"
+            ) from error
+
 
 @dataclass(frozen=True)
 class _Recorded:
     value: Any
+
+
+def failed(error: BaseException) -> dict[str, Any]:
+    """The ledger changes that record a call that raised ``error``: ``unknown`` if it may
+    have taken effect (the request left and no answer says what became of it), else
+    ``failed`` — with its error class either way (see
+    :func:`cairn.workers.classify.may_have_applied`)."""
+    error_class = classify(error)
+    status = EffectStatus.UNKNOWN if may_have_applied(error) else EffectStatus.FAILED
+    return {
+        "status": status.value,
+        "error_class": error_class.value,
+        "error": f"{type(error).__name__}: {error}",
+    }
 
 
 def applied(result: Any, *, checked: bool = False) -> dict[str, Any]:
@@ -308,6 +424,7 @@ def idempotency_headers(key: str, fence: int | None = None) -> dict[str, str]:
 
 __all__ = [
     "FORK_SCOPE",
+    "UNSETTLED",
     "EffectLedger",
     "EffectStatus",
     "EffectUnresolved",
@@ -315,6 +432,7 @@ __all__ = [
     "applied",
     "digest_of",
     "effect_scope",
+    "failed",
     "idempotency_headers",
     "scoped_key",
 ]

@@ -177,7 +177,8 @@ class ReplayLedger(EffectLedger):
         if row is not None and status is EffectStatus.APPLIED:
             self._note(name, recorded_key, Answer.RECORDED, status)
             return copy.deepcopy(row.result)
-        if row is not None and status is EffectStatus.FAILED:
+        if row is not None and status in (EffectStatus.FAILED, EffectStatus.UNKNOWN):
+            # Unknown too: the recorded execution saw its call raise, whatever the world did.
             self._note(name, recorded_key, Answer.RECORDED_FAILURE, status, row.error or "")
             raised = _RAISED.get(row.error_class or "", PermanentError)
             raise raised(f"effect {recorded_key!r} failed before: {row.error}")

@@ -1,28 +1,34 @@
 """One reconciliation pass (``cairn reconcile``, a Kubernetes CronJob).
 
 The external system is the source of truth; the ledger is cairn's view of it. Each pass
-looks at intents older than the grace period (their caller may have died between the
-call and recording its outcome) and at applied effects never checked, asks each effect
-type's adapter, and repairs by rule:
+looks at intents and unknown outcomes older than the grace period (their caller may have
+died between the call and recording its outcome; their call's response was lost) and at
+applied effects never checked, asks each effect type's adapter, and repairs by rule:
 
 ==================  ==================  =================================================
 ledger              external system     what the pass does
 ==================  ==================  =================================================
-intent              applied             record it applied, with the external record
-                                        (backfill: a timing gap, fixed)
-intent              absent              mark it ``absent``: it never took effect, and a
+intent or unknown   applied             record it applied, with the external record
+                                        (backfill: a timing gap, fixed) — but if its run
+                                        ended other than succeeded, record it and flag it
+                                        for a person: money moved for a run that did not
+                                        succeed
+intent or unknown   absent              mark it ``absent``: it never took effect, and a
                                         retry of its node may call again (fixed)
+intent or unknown   (no adapter)        while its run goes on, leave it (the node's retry
+                                        calls again with the same key); once the run
+                                        ended, flag it for a person
 applied             applied             note it checked
 applied             absent              by the effect's policy: ``reapply`` through the
                                         adapter, ``compensate``, or ``flag`` it for a
                                         person (a business discrepancy)
-either              unknown             leave it, report it for a person
+any                 unknown             leave it, report it for a person
 ==================  ==================  =================================================
 
 Each effect is claimed with ``FOR UPDATE SKIP LOCKED`` for the length of its check and
 repair, and every repair is a conditional update: two reconcilers at once (or one beside
 a worker resolving the same intent) never repair an effect twice. A pass is idempotent:
-what it fixed is no longer a candidate.
+what it fixed or flagged is no longer a candidate.
 """
 
 from __future__ import annotations
@@ -38,8 +44,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
 from cairn.effects.adapters import Check, Effect, Verdict, adapter_for, checked
-from cairn.effects.ledger import EffectStatus, Policy, applied
+from cairn.effects.ledger import UNSETTLED, EffectStatus, Policy, applied
 from cairn.orchestrator.definition import import_ref
+from cairn.orchestrator.statuses import RunStatus
 from cairn.store.repository import Store, Tx, utcnow
 
 log = logging.getLogger(__name__)
@@ -57,7 +64,14 @@ class DriftReport:
     fixed: list[dict[str, Any]] = field(default_factory=list)
     needs_human: list[dict[str, Any]] = field(default_factory=list)
     no_adapter: list[str] = field(default_factory=list)  # effect types nobody can check
+    # Effects the pass found whose outcome the ledger did not know (status ``unknown``:
+    # the call was made, its response lost), each with what the pass did about it.
+    unknown: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+
+    def note_unknown(self, entry: dict[str, Any], outcome: str) -> None:
+        if entry["ledger"] == EffectStatus.UNKNOWN.value:
+            self.unknown.append({**entry, "outcome": outcome})
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,9 +81,11 @@ class DriftReport:
             "fixed": self.fixed,
             "needs_human": self.needs_human,
             "no_adapter": sorted(set(self.no_adapter)),
+            "unknown": self.unknown,
             "counts": {
                 "fixed": dict(Counter(entry["action"] for entry in self.fixed)),
                 "needs_human": dict(Counter(entry["reason"] for entry in self.needs_human)),
+                "unknown": len(self.unknown),
             },
             "seconds": round(self.seconds, 3),
         }
@@ -97,6 +113,12 @@ class DriftReport:
         )
         for reason, count in Counter(entry["reason"] for entry in self.needs_human).items():
             drift.labels(reason).set(count)
+        Gauge(
+            "cairn_reconcile_unknown",
+            "Effects of unknown outcome (the call was made, whether it took effect was not "
+            "known) the last pass found",
+            registry=registry,
+        ).set(len(self.unknown))
         Gauge(
             "cairn_reconcile_last_run_timestamp_seconds",
             "When the last pass finished",
@@ -134,32 +156,62 @@ class Reconciler:
     def _reconcile(self, tx: Tx, row: Any, report: DriftReport) -> None:
         effect = Effect.from_row(row)
         status = EffectStatus(effect.status)
-        if status not in (EffectStatus.INTENT, EffectStatus.APPLIED):
+        if status not in (*UNSETTLED, EffectStatus.APPLIED):
             return  # settled since it was listed
+        run = tx.run_head(effect.run_id) if status in UNSETTLED else None
+        ended = _ended(run)
         adapter = adapter_for(effect.name)
         if adapter is None:
             report.no_adapter.append(effect.name)
+            if status in UNSETTLED and ended is not None:
+                # Nobody can ask, and its run will not run the node again: a person.
+                self._set(tx, effect, status, {"status": EffectStatus.FLAGGED.value})
+                entry = {**_entry(effect, None), "run_status": ended}
+                report.needs_human.append({**entry, "reason": "no_adapter"})
+                report.note_unknown(entry, "flagged: no_adapter")
+            elif status is EffectStatus.UNKNOWN:
+                report.note_unknown(_entry(effect, None), "left: no adapter, its run goes on")
             return
         report.checked += 1
         check = checked(adapter, effect)
         entry = _entry(effect, check)
+        if ended is not None:
+            entry["run_status"] = ended
         if check.verdict is Verdict.UNKNOWN:
             report.needs_human.append({**entry, "reason": "unknown"})
+            report.note_unknown(entry, "left: the adapter cannot tell")
             return
-        if status is EffectStatus.INTENT:
-            if check.verdict is Verdict.APPLIED:
-                record = check.record if check.record is not None else effect.result
-                self._set(tx, effect, status, applied(record, checked=True))
-                report.fixed.append({**entry, "action": "backfilled"})
-            else:
-                self._set(tx, effect, status, {"status": EffectStatus.ABSENT.value})
-                report.fixed.append({**entry, "action": "marked_absent"})
+        if status in UNSETTLED:
+            self._settle(tx, effect, check, entry, report)
             return
         if check.verdict is Verdict.APPLIED:
             self._set(tx, effect, status, {"checked_at": utcnow()})
             report.consistent += 1
             return
         self._absent_but_applied(tx, effect, adapter, entry, report)
+
+    def _settle(
+        self, tx: Tx, effect: Effect, check: Check, entry: dict[str, Any], report: DriftReport
+    ) -> None:
+        """An intent or an unknown outcome, once the adapter said applied or absent."""
+        status, ended = EffectStatus(effect.status), entry.get("run_status")
+        if check.verdict is Verdict.ABSENT:
+            self._set(tx, effect, status, {"status": EffectStatus.ABSENT.value})
+            report.fixed.append({**entry, "action": "marked_absent"})
+            report.note_unknown(entry, "marked_absent")
+            return
+        record = check.record if check.record is not None else effect.result
+        changes = applied(record, checked=True)
+        if ended is not None and ended != RunStatus.SUCCEEDED.value:
+            # It took effect, and its run ended without knowing: money moved for a run
+            # that did not succeed. Recorded (result, digest, applied_at), and a person's.
+            self._set(tx, effect, status, {**changes, "status": EffectStatus.FLAGGED.value})
+            report.needs_human.append({**entry, "reason": "applied_for_unsuccessful_run"})
+            report.note_unknown(entry, "flagged: applied_for_unsuccessful_run")
+            return
+        self._set(tx, effect, status, changes)
+        report.fixed.append({**entry, "action": "backfilled"})
+        report.note_unknown(entry, "backfilled")
 
     def _absent_but_applied(
         self, tx: Tx, effect: Effect, adapter: Any, entry: dict[str, Any], report: DriftReport
@@ -203,16 +255,27 @@ class Reconciler:
         tx.update_effect(effect.id, changes, status=status.value)
 
 
-def _entry(effect: Effect, check: Check) -> dict[str, Any]:
-    entry = {
+def _entry(effect: Effect, check: Check | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
         "effect": effect.name,
         "key": effect.key,
         "namespace": effect.namespace,
         "run_id": effect.run_id,
         "node": effect.node,
         "ledger": effect.status,
-        "external": check.verdict.value,
+        "external": check.verdict.value if check is not None else None,
     }
-    if check.detail:
+    if effect.error:
+        entry["error"] = effect.error
+    if check is not None and check.detail:
         entry["detail"] = check.detail
     return entry
+
+
+def _ended(run: Any) -> str | None:
+    """The status a run ended with; None while it goes on (and for a run that is not in
+    the store: deleted by retention, or never there — nothing to tell)."""
+    if run is None:
+        return None
+    status = RunStatus(run.status)
+    return status.value if status.terminal else None

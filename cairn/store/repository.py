@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, cast
 
 import psycopg
@@ -26,10 +27,12 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    literal,
     select,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.elements import ColumnElement
 
 from cairn import clock
 from cairn.errors import StoreError
@@ -63,6 +66,14 @@ notifications = cast(Table, NotificationRow.__table__)
 workflows = cast(Table, WorkflowRow.__table__)
 
 ACTIVE_EXECUTION = ("scheduled", "running")
+
+
+class Intent(StrEnum):
+    """What recording an effect's intent came to (:meth:`Tx.record_intent`)."""
+
+    RECORDED = "recorded"  # a new intent: the call may be made
+    KNOWN = "known"  # the key is in the ledger already
+    FENCED = "fenced"  # refused: a newer claim of the execution is on record
 
 
 def utcnow() -> datetime:
@@ -847,13 +858,40 @@ class Tx:
 
     # -- the effects ledger -------------------------------------------------------------
 
-    def record_intent(self, values: Mapping[str, Any]) -> bool:
-        """Record the intent to apply a new effect; False if its key is already known."""
-        # RETURNING, not rowcount: psycopg reports -1 for a skipped insert here.
+    def record_intent(self, values: Mapping[str, Any], *, phase: str | None) -> Intent:
+        """Record the intent to apply a new effect (``values``: its row) — in the same
+        statement, only if its execution (its run, node and iteration, and ``phase``) has
+        no claim newer than ``values["fence"]`` recorded. ``phase`` None: no execution to
+        fence against (seeding a ledger by hand)."""
         stamp = self.stamp()  # the reconciler's grace compares it with PostgreSQL's clock
         values = {**values, "created_at": stamp, "updated_at": stamp}
-        stmt = self._insert(effects).values(**values).on_conflict_do_nothing()
-        return self.connection.execute(stmt.returning(effects.c.id)).first() is not None
+        if phase is None:
+            stmt = self._insert(effects).values(**values)
+        else:
+            names = list(values)
+            row = select(
+                *(
+                    value
+                    if isinstance(value, ColumnElement)
+                    else literal(value, effects.c[name].type)
+                    for name, value in values.items()
+                )
+            )
+            newer = self._newer_claim(values, phase)
+            stmt = self._insert(effects).from_select(names, row.where(~newer.exists()))
+        # RETURNING, not rowcount: psycopg reports -1 for a skipped insert here.
+        stmt = stmt.on_conflict_do_nothing().returning(effects.c.id)
+        if self.connection.execute(stmt).first() is not None:
+            return Intent.RECORDED
+        if phase is not None and self.connection.execute(self._newer_claim(values, phase)).first():
+            return Intent.FENCED
+        return Intent.KNOWN
+
+    @staticmethod
+    def _newer_claim(values: Mapping[str, Any], phase: str) -> Any:
+        """The execution an effect is made by, if a claim newer than its fence is on record."""
+        key = ExecutionKey(values["run_id"], values["node"], values["iteration"], phase)
+        return select(executions.c.fence).where(key.where(), executions.c.fence > values["fence"])
 
     def effect(self, namespace: str, key: str, *, lock: bool = False) -> Any:
         query = select(effects).where(effects.c.namespace == namespace, effects.c.key == key)
@@ -868,25 +906,32 @@ class Tx:
         *,
         status: str | None = None,
         fence_at_most: int | None = None,
+        claim: tuple[ExecutionKey, int] | None = None,
     ) -> bool:
-        """Change an effect, only while it is in ``status`` and no claim newer than
-        ``fence_at_most`` has taken it over; True if it changed."""
+        """Change an effect, only while it is in ``status``, no claim newer than
+        ``fence_at_most`` has taken it over, and — ``claim``: (execution, fence) — that
+        execution has no claim newer than that fence on record; True if it changed."""
         query = update(effects).where(effects.c.id == effect_id)
         if status is not None:
             query = query.where(effects.c.status == status)
         if fence_at_most is not None:
             query = query.where(effects.c.fence <= fence_at_most)
+        if claim is not None:
+            execution, fence = claim
+            newer = select(executions.c.fence).where(execution.where(), executions.c.fence > fence)
+            query = query.where(~newer.exists())
         values = {**changes, "updated_at": self.stamp()}
         return bool(self.connection.execute(query.values(**values)).rowcount)
 
     def effects_to_check(self, stale_before: float, limit: int) -> list[Any]:
-        """Ids of the effects the reconciler should look at: intents older than
-        ``stale_before`` (their caller may have died), and applied effects never
-        checked against the outside world."""
+        """Ids of the effects the reconciler should look at: intents and unknown outcomes
+        older than ``stale_before`` (their caller may have died; their call's response was
+        lost), and applied effects never checked against the outside world."""
+        unsettled = effects.c.status.in_(["intent", "unknown"])
         query = (
             select(effects.c.id)
             .where(
-                ((effects.c.status == "intent") & (effects.c.updated_at < from_epoch(stale_before)))
+                (unsettled & (effects.c.updated_at < from_epoch(stale_before)))
                 | ((effects.c.status == "applied") & effects.c.checked_at.is_(None))
             )
             .order_by(effects.c.id)

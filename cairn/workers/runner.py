@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from cairn.artifacts import Artifacts
 from cairn.config import Settings
 from cairn.effects.ledger import EffectLedger, effect_scope
-from cairn.errors import CairnError, InvalidInput, UnknownNode
+from cairn.errors import CairnError, InvalidInput, StoreUnavailable, UnknownNode
 from cairn.failures import Cancelled, DeadlineExceeded
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
@@ -252,6 +252,10 @@ class NodeRunner:
                 fence=claimed.fence,
                 max_payload_bytes=self.settings.max_payload_bytes,
                 scope=effect_scope(claimed.run),  # a live fork's keys are its own
+                phase=message.phase.value,  # with the key: whose PostgreSQL fence counts
+                reconnect_within=self.settings.reconnect_within,
+                # Past its own lease deadline this worker asks Redis before any call.
+                lease_trusted=partial(self.heartbeats.confirm, beat),
                 refusal=f"{message.node} is ephemeral: it may run again after a crash "
                 "without a record, so it cannot have external effects"
                 if ephemeral
@@ -543,6 +547,8 @@ class NodeRunner:
             return NodeOutcome(
                 cancelled, NodeStatus.CANCELLED, duration_s=time.perf_counter() - started
             )
+        except StoreUnavailable:  # cairn's outage, not the handler's failure: give it back
+            raise
         except Exception as exc:
             duration = time.perf_counter() - started
             error_class = classify(exc)

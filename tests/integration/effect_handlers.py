@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from cairn import PermanentError, TransientError
@@ -49,6 +51,19 @@ def charge(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
         "payments.charge", f"{order}:charge", call, policy=state.get("policy", "flag")
     )
     return {"charge_id": result["id"]}
+
+
+def gated_charge(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """``charge``, once the file ``state["gate"]`` exists; ``<gate>.waiting`` says it is
+    waiting there (the test changes the world meanwhile)."""
+    gate = Path(state["gate"])
+    gate.with_name(gate.name + ".waiting").write_text(f"{ctx.attempt}\n")
+    deadline = time.monotonic() + 30
+    while not gate.exists():
+        if time.monotonic() > deadline:
+            raise PermanentError(f"the gate {gate} never opened")
+        time.sleep(0.05)
+    return charge(ctx, state)
 
 
 def email(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ service's state equals a single clean execution."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import socket
@@ -18,11 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from sqlalchemy import update
 
-from cairn.effects import Effect
+from cairn import NotApplied, StaleClaim
+from cairn.effects import Effect, EffectLedger
 from cairn.orchestrator.statuses import RunStatus
-from tests.integration.conftest import ROOT, Cluster
+from cairn.store.repository import executions
+from tests.integration.conftest import PG_ADMIN, ROOT, Cluster
 
 ADAPTERS = (
     "payments.charge=tests.integration.effect_handlers:Charges,"
@@ -122,22 +127,205 @@ def test_an_effect_is_recorded_and_never_called_again(shop: Cluster, service: Se
     assert view.state.vars["charge_id"] == effects["o-1:charge"].result["id"]
 
 
-@pytest.mark.parametrize("fault", ["drop", "error"])
-def test_a_call_that_applied_but_did_not_say_so_is_retried_with_its_key(
-    shop: Cluster, service: Service, fault: str
+@pytest.mark.parametrize(
+    ("fault", "adapters"), [("drop", True), ("error", True), ("drop", False), ("error", False)]
+)
+def test_a_call_that_applied_but_did_not_say_so_is_resolved_before_any_new_call(
+    shop: Cluster, service: Service, fault: str, adapters: bool
 ) -> None:
     """The service applies the charge, then drops the connection (or answers 500): the
-    node retries, the same key comes back to the service, which replays its answer."""
+    ledger records the outcome unknown, never failed. The node retries: with an adapter
+    it asks the service first, which has the charge — backfilled, not called again;
+    without one it calls again with the same key, and the service replays its answer."""
+    if not adapters:
+        del shop.env["CAIRN_EFFECT_ADAPTERS"]
     shop.worker()
     shop.scheduler()
     service.fault(fault, times=1)
-    run_id = shop.submit("order", {"order": f"o-{fault}"})
+    order = f"o-{fault}-{adapters}"
+    run_id = shop.submit("order", {"order": order})
     assert shop.wait(run_id).status is RunStatus.SUCCEEDED, shop.log_tails()
     stats = service.stats()
-    assert stats["applied"][f"o-{fault}:charge"] == 1
-    assert stats["requested"][f"o-{fault}:charge"] == 2
-    charge = effects_of(shop, run_id)[f"o-{fault}:charge"]
-    assert (charge.status, charge.calls) == ("applied", 2)
+    assert stats["applied"][f"{order}:charge"] == 1
+    assert stats["requested"][f"{order}:charge"] == (1 if adapters else 2)
+    charge = effects_of(shop, run_id)[f"{order}:charge"]
+    assert (charge.status, charge.calls) == ("applied", 1 if adapters else 2)
+    assert charge.result["key"] == f"{order}:charge"
+
+
+@pytest.mark.parametrize("adapters", [True, False])
+def test_a_lost_response_with_no_retry_left_is_unknown_and_reconcile_resolves_it(
+    shop: Cluster, service: Service, tmp_path: Path, adapters: bool
+) -> None:
+    """The charge is applied, its response dropped, and the node has no attempt left:
+    the run fails. The ledger says unknown (a failed run hiding a charge is what this
+    prevents); `cairn reconcile` finds the charge at the service, records it and flags
+    it — money moved for a run that did not succeed — or, with no adapter to ask, flags
+    it; the drift report and its metrics show it. The service applied it once."""
+    if not adapters:
+        del shop.env["CAIRN_EFFECT_ADAPTERS"]
+    shop.worker()
+    service.fault("drop", times=1)
+    run_id = shop.submit("order_once", {"order": "o-lost"})
+    assert shop.wait(run_id).status is RunStatus.FAILED, shop.log_tails()
+    charge = effects_of(shop, run_id)["o-lost:charge"]
+    assert (charge.status, charge.error_class, charge.calls) == ("unknown", "transient", 1)
+    assert service.stats()["applied"] == {"o-lost:charge": 1}
+
+    metrics = tmp_path / "reconcile.prom"
+    code, drift = reconcile(shop, tmp_path, "--grace", "0.001", "--metrics-file", str(metrics))
+    assert code == 1, drift  # something for a person
+    reason = "applied_for_unsuccessful_run" if adapters else "no_adapter"
+    (entry,) = drift["needs_human"]
+    assert (entry["key"], entry["reason"], entry["ledger"]) == ("o-lost:charge", reason, "unknown")
+    assert entry["run_id"] == run_id and entry["run_status"] == "failed"
+    (seen,) = drift["unknown"]
+    assert (seen["key"], seen["outcome"]) == ("o-lost:charge", f"flagged: {reason}")
+    text = metrics.read_text()
+    assert "cairn_reconcile_unknown 1.0" in text
+    assert f'cairn_reconcile_drift{{reason="{reason}"}} 1.0' in text
+    charge = effects_of(shop, run_id)["o-lost:charge"]
+    assert charge.status == "flagged"
+    if adapters:  # recorded as the service has it
+        record = service.call("GET", "/charges/o-lost:charge")
+        assert charge.result == record and charge.applied_at is not None
+    code, again = reconcile(shop, tmp_path, "--grace", "0.001")  # settled: a person's now
+    assert code == 0 and again["unknown"] == [] and again["needs_human"] == []
+    stats = service.stats()
+    assert stats["applied"] == {"o-lost:charge": 1} and stats["requested"] == {"o-lost:charge": 1}
+
+
+def test_the_workers_database_connections_dropped_mid_effect_are_ridden_out(
+    shop: Cluster, service: Service
+) -> None:
+    """PostgreSQL drops every connection of the worker (pg_terminate_backend) while its
+    handler is inside ctx.effect, the call in flight — and refuses new ones until after
+    the call has returned: recording the outcome waits for the database and reconnects
+    (it is not the handler's failure); the run succeeds, the service applied it once."""
+    name = f"cairn-effects-worker-{os.getpid()}"
+    url = shop.env["CAIRN_DATABASE_URL"]
+    database = url.rpartition("/")[2]
+    separator = "&" if "?" in url else "?"
+    worker = shop.worker(
+        concurrency=1, CAIRN_DATABASE_URL=f"{url}{separator}application_name={name}"
+    )
+    shop.scheduler()
+    shop.consuming(worker)
+    delay_s = 2.0
+    service.fault("slow", times=1, delay_s=delay_s)
+    run_id = shop.submit("order", {"order": "o-pg"})
+    shop.wait_for(lambda: service.stats()["requested"].get("o-pg:charge") == 1, 30, "the slow call")
+    called_at = time.monotonic()
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS false')
+        try:
+            terminated = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (name,),
+            ).fetchone()
+            # The call returns, and finds the database away for a while.
+            time.sleep(max(0.0, called_at + delay_s + 1.5 - time.monotonic()))
+        finally:
+            admin.execute(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS true')
+    assert terminated is not None and terminated[0] >= 1  # the worker's pooled connections
+    view = shop.wait(run_id, timeout_s=60)
+    assert view.status is RunStatus.SUCCEEDED, shop.log_tails()
+    stats = service.stats()
+    assert stats["applied"]["o-pg:charge"] == 1 and stats["requested"]["o-pg:charge"] == 1
+    charge = effects_of(shop, run_id)["o-pg:charge"]
+    assert (charge.status, charge.calls) == ("applied", 1)
+    log = worker.log_path.read_text(errors="replace")  # type: ignore[attr-defined]
+    assert "effect 'o-pg:charge': recording its outcome: the database unreachable" in log, (
+        shop.log_tails()
+    )
+
+
+def _take_over(cluster: Cluster, run_id: str, node: str, fence: int) -> None:
+    """What a newer claim of the node leaves in PostgreSQL: its fence."""
+    with cluster.client.runtime.store.transaction() as tx:
+        tx.connection.execute(
+            update(executions)
+            .where(executions.c.run_id == run_id, executions.c.node == node)
+            .values(fence=fence)
+        )
+
+
+def test_an_effect_is_refused_to_a_claim_postgresql_has_seen_taken_over(
+    shop: Cluster, service: Service
+) -> None:
+    """On PostgreSQL, in the statement that records it: an execution whose recorded
+    fence is above the ledger's refuses the intent (and the re-claim of a known key);
+    the service sees no request; a claim at the recorded fence may call."""
+    run_id = shop.submit("order", {"order": "o-stale"})  # dispatched; no worker takes it
+    store = shop.client.runtime.store
+
+    def ledger(fence: int) -> EffectLedger:
+        return EffectLedger(store, "default", run_id, "charge", 1, 1, fence, 100_000)
+
+    def posted(key: str) -> Any:
+        body = json.dumps({"order": "o-stale"}).encode()
+        request = urllib.request.Request(
+            service.url + "/charges", data=body, method="POST", headers={"Idempotency-Key": key}
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    _take_over(shop, run_id, "charge", 5)
+    with pytest.raises(StaleClaim, match="no effect made"):
+        ledger(3).effect("payments.charge", "o-stale:charge", posted)
+    assert effects_of(shop, run_id) == {}
+    assert service.stats()["requested"] == {}
+
+    def declined(key: str) -> Any:
+        raise NotApplied("declined before sending")
+
+    with pytest.raises(NotApplied):  # the claim at fence 5 tries, and it is not taken
+        ledger(5).effect("payments.charge", "o-stale:charge", declined)
+    before = effects_of(shop, run_id)["o-stale:charge"]
+    _take_over(shop, run_id, "charge", 7)
+    with pytest.raises(StaleClaim):
+        ledger(6).effect("payments.charge", "o-stale:charge", posted)
+    assert effects_of(shop, run_id)["o-stale:charge"] == before
+    assert service.stats()["requested"] == {}
+    result = ledger(7).effect("payments.charge", "o-stale:charge", posted)
+    assert result["key"] == "o-stale:charge"
+    assert service.stats()["requested"] == {"o-stale:charge": 1}
+
+
+def test_a_worker_whose_node_was_taken_over_before_its_effect_makes_no_call(
+    shop: Cluster, service: Service, tmp_path: Path
+) -> None:
+    """A worker runs the charge; before it calls, PostgreSQL records a newer claim of the
+    node (as a takeover does). Its ctx.effect is refused in the intent's statement: no
+    request reaches the service, its result is not committed (a stale write). Recovered,
+    the node runs under a new claim and charges once."""
+    gate = tmp_path / "gate"
+    worker = shop.worker(concurrency=1)
+    shop.consuming(worker)
+    run_id = shop.submit("order_gated", {"order": "o-gate", "gate": str(gate)})
+    waiting = gate.with_name("gate.waiting")
+    shop.wait_for(waiting.exists, 30, "the handler at its gate")
+    _take_over(shop, run_id, "charge", 10)
+    gate.touch()
+
+    def stale() -> list[dict[str, Any]]:
+        events = shop.client.events(run_id)
+        return [e for e in events if e["type"] == "audit.stale_write_rejected"]
+
+    shop.wait_for(lambda: bool(stale()), 30, "the stale write's refusal")
+    assert stale()[0]["data"]["caught_by"] == "fence"
+    assert service.stats()["requested"] == {}  # the stale holder never called
+    assert effects_of(shop, run_id) == {}
+    log = worker.log_path.read_text(errors="replace")  # type: ignore[attr-defined]
+    assert "StaleClaim" in log, shop.log_tails()
+    shop.scheduler()  # recovery: the node runs again, under a claim above fence 10
+    assert shop.wait(run_id, timeout_s=60).status is RunStatus.SUCCEEDED, shop.log_tails()
+    stats = service.stats()
+    assert stats["applied"] == {"o-gate:charge": 1} and stats["requested"] == {"o-gate:charge": 1}
+    with shop.client.runtime.store.reading() as tx:
+        (charge,) = tx.effects_of(run_id)
+    assert (charge.status, charge.calls) == ("applied", 1) and charge.fence > 10
 
 
 def test_a_crash_between_the_call_and_the_ledger_is_repaired_by_reconcile(
@@ -247,7 +435,8 @@ def test_two_reconcilers_at_once_repair_each_effect_once(
                     "calls": 1,
                     "created_at": template.created_at,
                     "updated_at": template.created_at,
-                }
+                },
+                phase=None,  # seeded by hand: no claim to fence against
             )
     reports = [tmp_path / "a.json", tmp_path / "b.json"]
     passes = [

@@ -6,12 +6,17 @@ tests/integration/test_effects.py."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import psycopg
 import pytest
+from sqlalchemy import insert
 
-from cairn import BusinessError, PermanentError, TransientError
+from cairn import BusinessError, NotApplied, PermanentError, StaleClaim, TransientError
+from cairn.config import Settings
 from cairn.effects import (
     Check,
     Effect,
@@ -22,10 +27,14 @@ from cairn.effects import (
     register_adapter,
 )
 from cairn.effects import adapters as adapter_registry
-from cairn.errors import ConfigError, InvalidInput
+from cairn.errors import ConfigError, InvalidInput, StoreUnavailable
+from cairn.lease.leases import MemoryLeases, lease_key
+from cairn.orchestrator.messages import NodeMessage
 from cairn.reconciler import Reconciler
+from cairn.reconnect import is_outage
 from cairn.store.database import make_engine, upgrade
-from cairn.store.repository import Store
+from cairn.store.repository import Store, executions, utcnow
+from cairn.workers.runner import NodeRunner, _Claimed
 
 
 class World:
@@ -230,3 +239,389 @@ def test_reconcile_metrics_file(store: Store, world: World, tmp_path: Path) -> N
     text = path.read_text()
     assert 'cairn_reconcile_drift{reason="missing_externally"} 1.0' in text
     assert "cairn_reconcile_checked 1.0" in text
+
+
+# -- outcomes that are not known ---------------------------------------------------------
+
+
+def dropped(world: World) -> Any:
+    """A call the world applied, whose response was lost on the way back."""
+
+    def call(key: str) -> Any:
+        world.call(key)
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    return call
+
+
+def test_a_call_whose_response_was_lost_is_unknown_not_failed(store: Store, world: World) -> None:
+    with pytest.raises(ConnectionResetError):
+        ledger(store).effect("shop.charge", "u-1", dropped(world))
+    effect = row(store, "u-1")
+    assert (effect.status, effect.error_class) == ("unknown", "transient")
+    assert "ConnectionResetError" in (effect.error or "")
+
+
+def test_a_call_that_never_left_is_failed(store: Store, world: World) -> None:
+    def refused(key: str) -> Any:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    with pytest.raises(ConnectionRefusedError):
+        ledger(store).effect("shop.charge", "u-2", refused)
+    assert (row(store, "u-2").status, row(store, "u-2").error_class) == ("failed", "transient")
+    with pytest.raises(TransientError):
+        ledger(store).effect("shop.charge", "u-3", lambda key: _raise(NotApplied("quota")))
+    assert row(store, "u-3").status == "failed"
+
+
+def _raise(error: BaseException) -> Any:
+    raise error
+
+
+def test_an_unknown_outcome_the_world_has_is_backfilled_not_called(
+    store: Store, world: World
+) -> None:
+    with pytest.raises(ConnectionResetError):
+        ledger(store).effect("shop.charge", "u-4", dropped(world))
+    result = ledger(store, fence=2, attempt=2).effect("shop.charge", "u-4", world.call)
+    assert world.calls == ["u-4"] and result == world.records["u-4"]
+    effect = row(store, "u-4")
+    assert (effect.status, effect.calls, effect.result) == ("applied", 1, result)
+
+
+def test_an_unknown_outcome_the_world_has_not_is_called_again_with_its_key(
+    store: Store, world: World
+) -> None:
+    def lost_on_the_way(key: str) -> Any:
+        raise TimeoutError("timed out")  # sent, perhaps; it never arrived
+
+    with pytest.raises(TimeoutError):
+        ledger(store).effect("shop.charge", "u-5", lost_on_the_way)
+    assert row(store, "u-5").status == "unknown"
+    ledger(store, fence=2, attempt=2).effect("shop.charge", "u-5", world.call)
+    assert world.calls == ["u-5"]
+    assert (row(store, "u-5").status, row(store, "u-5").calls) == ("applied", 2)
+
+
+def test_an_unknown_outcome_the_world_cannot_tell_about_is_not_called(
+    store: Store, world: World
+) -> None:
+    with pytest.raises(ConnectionResetError):
+        ledger(store).effect("shop.charge", "u-6", dropped(world))
+    world.verdict = Verdict.UNKNOWN
+    with pytest.raises(EffectUnresolved, match="cannot tell"):
+        ledger(store, fence=2, attempt=2).effect("shop.charge", "u-6", world.call)
+    assert world.calls == ["u-6"] and row(store, "u-6").status == "unknown"
+
+
+def test_an_unknown_outcome_without_an_adapter_is_called_again_with_its_key(
+    store: Store,
+) -> None:
+    calls: list[str] = []
+
+    def call(key: str) -> Any:
+        calls.append(key)
+        if len(calls) == 1:
+            raise ConnectionResetError(104, "reset")
+        return {"ok": True}
+
+    with pytest.raises(ConnectionResetError):
+        ledger(store).effect("mystery.thing", "u-7", call)
+    assert ledger(store, fence=2, attempt=2).effect("mystery.thing", "u-7", call) == {"ok": True}
+    assert calls == ["u-7", "u-7"] and row(store, "u-7").status == "applied"
+
+
+# -- stale claims ------------------------------------------------------------------------
+
+
+def execution(store: Store, fence: int, *, phase: str = "run", node: str = "pay") -> None:
+    """The node execution as PostgreSQL records it: ``fence``, its newest claim."""
+    with store.transaction() as tx:
+        tx.connection.execute(
+            insert(executions).values(
+                run_id="run-1",
+                node=node,
+                iteration=1,
+                phase=phase,
+                status="running",
+                attempt=1,
+                dispatched_at=utcnow(),
+                fence=fence,
+            )
+        )
+
+
+def test_an_intent_is_refused_to_a_claim_older_than_the_executions(
+    store: Store, world: World
+) -> None:
+    execution(store, fence=5)  # a takeover recorded its claim
+    with pytest.raises(StaleClaim, match="no effect made"):
+        ledger(store, fence=3).effect("shop.charge", "s-1", world.call)
+    assert world.calls == []
+    with store.reading() as tx:
+        assert tx.effect("default", "s-1") is None  # nothing written
+    # The claim that took over calls; so may one at or above the recorded fence.
+    ledger(store, fence=5).effect("shop.charge", "s-1", world.call)
+    assert world.calls == ["s-1"]
+
+
+def test_the_fence_is_the_executions_own(store: Store, world: World) -> None:
+    """Another phase's (or node's) claims do not fence this one."""
+    execution(store, fence=9, phase="compensate")
+    execution(store, fence=9, node="ship")
+    ledger(store, fence=1).effect("shop.charge", "s-2", world.call)
+    assert world.calls == ["s-2"]
+    compensating = EffectLedger(
+        store, "default", "run-1", "pay", 1, 1, 3, 100_000, phase="compensate"
+    )
+    with pytest.raises(StaleClaim):
+        compensating.effect("shop.charge", "s-2:refund", world.call)
+
+
+def test_a_known_key_is_not_reclaimed_by_a_stale_claim(store: Store, world: World) -> None:
+    def flaky(key: str) -> Any:
+        raise NotApplied("503, not taken")
+
+    with pytest.raises(NotApplied):
+        ledger(store, fence=1).effect("shop.charge", "s-3", flaky)
+    before = row(store, "s-3")
+    execution(store, fence=4)
+    with pytest.raises(StaleClaim):
+        ledger(store, fence=2, attempt=2).effect("shop.charge", "s-3", world.call)
+    assert world.calls == [] and row(store, "s-3") == before
+
+
+def test_an_unknown_outcome_is_not_backfilled_by_a_stale_claim(store: Store, world: World) -> None:
+    with pytest.raises(ConnectionResetError):
+        ledger(store, fence=1).effect("shop.charge", "s-4", dropped(world))
+    before = row(store, "s-4")
+    execution(store, fence=4)
+    with pytest.raises(StaleClaim):
+        ledger(store, fence=2, attempt=2).effect("shop.charge", "s-4", world.call)
+    assert world.calls == ["s-4"] and row(store, "s-4") == before
+
+
+def test_another_runs_claims_do_not_fence_a_shared_key(store: Store, world: World) -> None:
+    """Two runs may share a business key; their fences count different executions."""
+
+    def flaky(key: str) -> Any:
+        raise NotApplied("not taken")
+
+    other = EffectLedger(store, "default", "run-2", "pay", 1, 3, 9, 100_000)
+    with pytest.raises(NotApplied):
+        other.effect("shop.charge", "s-5", flaky)
+    ledger(store, fence=1).effect("shop.charge", "s-5", world.call)
+    assert world.calls == ["s-5"]
+
+
+def test_a_lease_no_longer_trusted_makes_no_call(store: Store, world: World) -> None:
+    untrusted = ledger(store)
+    untrusted.lease_trusted = lambda: False
+    with pytest.raises(StaleClaim, match="lease"):
+        untrusted.effect("shop.charge", "s-6", world.call)
+    assert world.calls == []
+    with store.reading() as tx:
+        assert tx.effect("default", "s-6") is None
+
+
+def test_a_lease_lost_between_the_intent_and_the_call_makes_no_call(
+    store: Store, world: World
+) -> None:
+    answers = iter([True, False])  # trusted when the intent is recorded, then not
+    lapsing = ledger(store)
+    lapsing.lease_trusted = lambda: next(answers)
+    with pytest.raises(StaleClaim, match="before calling"):
+        lapsing.effect("shop.charge", "s-7", world.call)
+    assert world.calls == []
+    effect = row(store, "s-7")  # said so: not called, and a retry calls
+    assert (effect.status, effect.error_class, effect.calls) == ("failed", "transient", 0)
+    ledger(store, fence=2, attempt=2).effect("shop.charge", "s-7", world.call)
+    assert world.calls == ["s-7"] and row(store, "s-7").calls == 1
+
+
+# -- outages -----------------------------------------------------------------------------
+
+
+class Flaky:
+    """A store whose next ``failures`` transactions find the database gone."""
+
+    def __init__(self, store: Store, failures: int) -> None:
+        self.store = store
+        self.failures = failures
+        self.refused = 0
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        if self.failures:
+            self.failures -= 1
+            self.refused += 1
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        with self.store.transaction() as tx:
+            yield tx
+
+
+def flaky_ledger(store: Store, failures: int, within: float = 5.0) -> tuple[EffectLedger, Flaky]:
+    flaky = Flaky(store, failures)
+    effects = ledger(store)
+    effects.store = flaky  # type: ignore[assignment]
+    effects.reconnect_within = within
+    return effects, flaky
+
+
+def test_the_ledger_rides_out_a_database_outage(store: Store, world: World) -> None:
+    effects, flaky = flaky_ledger(store, failures=2)
+    effects.effect("shop.charge", "o-1", world.call)
+    assert flaky.refused == 2 and world.calls == ["o-1"]
+    assert (row(store, "o-1").status, row(store, "o-1").calls) == ("applied", 1)
+
+
+def test_a_database_away_for_too_long_is_not_the_handlers_failure(
+    store: Store, world: World
+) -> None:
+    effects, _flaky = flaky_ledger(store, failures=1000, within=0.2)
+    with pytest.raises(StoreUnavailable, match="unreachable") as raised:
+        effects.effect("shop.charge", "o-2", world.call)
+    assert isinstance(raised.value.__cause__, psycopg.OperationalError)
+    assert is_outage(raised.value)  # the worker gives the message back
+    assert world.calls == []
+
+
+def test_an_outcome_the_database_could_not_take_is_resolved_when_the_node_runs_again(
+    store: Store, world: World
+) -> None:
+    effects = ledger(store)
+    effects.reconnect_within = 0.2
+
+    def call_then_lose_the_database(key: str) -> Any:
+        effects.store = Flaky(store, failures=1000)  # type: ignore[assignment]
+        return world.call(key)
+
+    with pytest.raises(StoreUnavailable):
+        effects.effect("shop.charge", "o-3", call_then_lose_the_database)
+    assert row(store, "o-3").status == "intent"
+    # The message comes back; the node runs again on the same attempt: no second call.
+    again = ledger(store, fence=2).effect("shop.charge", "o-3", world.call)
+    assert again == world.records["o-3"] and world.calls == ["o-3"]
+
+
+def test_the_runner_lets_the_ledgers_outage_through() -> None:
+    class Context:
+        def handler_state(self) -> dict[str, Any]:
+            return {}
+
+    def handler(ctx: Any, state: Any) -> Any:
+        raise StoreUnavailable("the database was unreachable for 30 s")
+
+    leases = MemoryLeases()
+    runner = NodeRunner(None, leases, Settings(), "w")  # type: ignore[arg-type]
+    message = NodeMessage(
+        run_id="run-1", workflow="w", version=1, node="pay", iteration=1, attempt=1
+    )
+    lease = leases.acquire(lease_key("run-1", "pay", 1, "run"), 30)
+    assert lease is not None
+    definition = SimpleNamespace(nodes={"pay": SimpleNamespace(timeout=None)})
+    claimed = _Claimed(None, definition, None, 1, runner.heartbeats.hold(lease, 10))  # type: ignore[arg-type]
+    with pytest.raises(StoreUnavailable):
+        runner._execute(handler, Context(), claimed, message, None)  # type: ignore[arg-type]
+
+
+# -- the reconciler and unknown outcomes -------------------------------------------------
+
+
+def run_row(store: Store, run_id: str, status: str) -> None:
+    with store.transaction() as tx:
+        tx.insert_run(
+            {
+                "id": run_id,
+                "workflow": "shop",
+                "version": 1,
+                "status": status,
+                "input": {},
+                "current": [],
+                "created_at": utcnow(),
+                "updated_at": utcnow(),
+            }
+        )
+
+
+def unknown(store: Store, world: World, key: str, run_id: str) -> None:
+    effects = ledger(store)
+    effects.run_id = run_id
+    with pytest.raises(ConnectionResetError):
+        effects.effect("shop.charge", key, dropped(world))
+
+
+def test_reconcile_resolves_unknown_outcomes_and_flags_money_moved_for_a_failed_run(
+    store: Store, world: World, tmp_path: Path
+) -> None:
+    run_row(store, "failed-run", "failed")
+    run_row(store, "live-run", "running")
+    run_row(store, "good-run", "succeeded")
+    unknown(store, world, "k-failed", "failed-run")  # applied out there; the run failed
+    unknown(store, world, "k-live", "live-run")  # applied; its run goes on
+    unknown(store, world, "k-good", "good-run")  # applied; its run succeeded anyway
+    unknown(store, world, "k-gone", "failed-run")
+    del world.records["k-gone"]  # it never took effect
+    drift = Reconciler(store, grace_s=0.0).run_once()
+    report = drift.to_dict()
+    assert [(e["key"], e["reason"]) for e in report["needs_human"]] == [
+        ("k-failed", "applied_for_unsuccessful_run")
+    ]
+    assert report["needs_human"][0]["run_status"] == "failed"
+    assert {(e["key"], e["action"]) for e in report["fixed"]} == {
+        ("k-live", "backfilled"),
+        ("k-good", "backfilled"),
+        ("k-gone", "marked_absent"),
+    }
+    assert {e["key"]: e["outcome"] for e in report["unknown"]} == {
+        "k-failed": "flagged: applied_for_unsuccessful_run",
+        "k-live": "backfilled",
+        "k-good": "backfilled",
+        "k-gone": "marked_absent",
+    }
+    assert report["counts"]["unknown"] == 4
+    flagged = row(store, "k-failed")  # the charge is recorded, and a person's to decide
+    assert flagged.status == "flagged" and flagged.result == world.records["k-failed"]
+    assert flagged.applied_at is not None and flagged.digest is not None
+    assert [row(store, key).status for key in ("k-live", "k-good", "k-gone")] == [
+        "applied",
+        "applied",
+        "absent",
+    ]
+    path = tmp_path / "reconcile.prom"
+    drift.write_metrics(path)
+    text = path.read_text()
+    assert "cairn_reconcile_unknown 4.0" in text
+    assert 'cairn_reconcile_drift{reason="applied_for_unsuccessful_run"} 1.0' in text
+    assert Reconciler(store, grace_s=0.0).run_once().to_dict()["unknown"] == []  # settled
+
+
+def test_reconcile_flags_an_unknown_outcome_nobody_can_check_once_its_run_ended(
+    store: Store,
+) -> None:
+    run_row(store, "ended", "failed")
+    run_row(store, "going", "running")
+    for key, run_id in (("m-ended", "ended"), ("m-going", "going")):
+        effects = ledger(store)
+        effects.run_id = run_id
+        with pytest.raises(TimeoutError):
+            effects.effect("mystery.thing", key, lambda key: _raise(TimeoutError("read")))
+    report = Reconciler(store, grace_s=0.0).run_once().to_dict()
+    assert [(e["key"], e["reason"]) for e in report["needs_human"]] == [("m-ended", "no_adapter")]
+    assert {e["key"]: e["outcome"] for e in report["unknown"]} == {
+        "m-ended": "flagged: no_adapter",
+        "m-going": "left: no adapter, its run goes on",
+    }
+    assert row(store, "m-ended").status == "flagged"
+    assert row(store, "m-going").status == "unknown"  # its node's retry calls again
+
+
+def test_reconcile_resolves_a_stale_intent_of_an_ended_run(store: Store, world: World) -> None:
+    run_row(store, "run-1", "cancelled")
+    crashed_intent(store, world, "i-1")
+    report = Reconciler(store, grace_s=0.0).run_once().to_dict()
+    assert [(e["key"], e["reason"], e["ledger"]) for e in report["needs_human"]] == [
+        ("i-1", "applied_for_unsuccessful_run", "intent")
+    ]
+    assert report["unknown"] == []  # an intent, not an unknown outcome
+    assert row(store, "i-1").status == "flagged"

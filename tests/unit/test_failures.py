@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import http.client
+import socket
+import subprocess
+import sys
 import urllib.error
 from typing import Any
 
+import httpx
+import psycopg
 import pytest
+import redis
+import requests
+import urllib3
+from sqlalchemy import exc as sa_exc
 
 import cairn
-from cairn.errors import IllegalTransition
+from cairn.errors import IllegalTransition, StoreUnavailable
 from cairn.orchestrator.commands import CancelNode, Dispatch
 from cairn.orchestrator.definition import ErrorClass
 from cairn.orchestrator.events import Phase, RollbackRequested
 from cairn.orchestrator.explain import waiting_lines
 from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.orchestrator.transitions import transition_table
-from cairn.workers.classify import classify
+from cairn.workers.classify import classify, may_have_applied
 from tests.unit import handlers
 from tests.unit.driving import Driver
 
@@ -62,6 +72,155 @@ class ReadTimeout(Exception):  # a client library's timeout, not derived from Ti
 )
 def test_errors_are_classified(error: BaseException, expected: ErrorClass) -> None:
     assert classify(error) is expected
+
+
+def _dbapi(orig: BaseException, *, invalidated: bool = False) -> sa_exc.DBAPIError:
+    return sa_exc.DBAPIError.instance(
+        "SELECT 1", {}, orig, psycopg.Error, connection_invalidated=invalidated
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        # cairn's own stores, away: never a permanent failure of the handler
+        (psycopg.OperationalError("server closed the connection"), ErrorClass.TRANSIENT),
+        (psycopg.InterfaceError("the connection is closed"), ErrorClass.TRANSIENT),
+        (psycopg.errors.AdminShutdown("terminating connection"), ErrorClass.TRANSIENT),
+        (_dbapi(psycopg.OperationalError("gone")), ErrorClass.TRANSIENT),
+        (_dbapi(psycopg.InterfaceError("closed")), ErrorClass.TRANSIENT),
+        (_dbapi(psycopg.DatabaseError("?"), invalidated=True), ErrorClass.TRANSIENT),
+        (redis.ConnectionError("Connection refused"), ErrorClass.TRANSIENT),
+        (redis.TimeoutError("Timeout reading from socket"), ErrorClass.TRANSIENT),
+        (StoreUnavailable("the database was unreachable"), ErrorClass.TRANSIENT),
+        # ... but what the database refused is the handler's doing
+        (psycopg.errors.UniqueViolation("duplicate key"), ErrorClass.PERMANENT),
+        (_dbapi(psycopg.errors.UniqueViolation("duplicate key")), ErrorClass.PERMANENT),
+        (redis.ResponseError("WRONGTYPE"), ErrorClass.PERMANENT),
+        # urllib wraps what failed while connecting: classified by what it wraps
+        (urllib.error.URLError(ConnectionRefusedError(111, "refused")), ErrorClass.TRANSIENT),
+        (urllib.error.URLError(socket.gaierror(-2, "unknown name")), ErrorClass.TRANSIENT),
+        (urllib.error.URLError("unknown url type: nope"), ErrorClass.PERMANENT),
+    ],
+)
+def test_outages_of_database_and_cache_drivers_are_transient(
+    error: BaseException, expected: ErrorClass
+) -> None:
+    assert classify(error) is expected
+
+
+def test_classification_imports_no_driver() -> None:
+    """The effects ledger and the runner import it: recognising psycopg's or redis's
+    errors must not cost importing them (a process that never did has none to see)."""
+    code = (
+        "import sys; sys.modules['cairn'] = type(sys)('cairn'); sys.modules['cairn'].__path__ "
+        "= [sys.argv[1]]; import cairn.workers.classify as c; "
+        "print(sorted(m for m in ('psycopg', 'sqlalchemy', 'redis', 'tenacity') "
+        "if m in sys.modules)); print(c.classify(TimeoutError()).value)"
+    )
+    import cairn as package  # noqa: PLC0415
+
+    done = subprocess.run(
+        [sys.executable, "-c", code, package.__path__[0]],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["[]", "transient"]
+
+
+class ConnectError(Exception):  # httpx's shape: raised for refusals and DNS failures
+    pass
+
+
+class PoolTimeout(Exception):  # httpx: no connection to send on
+    pass
+
+
+class RemoteProtocolError(Exception):  # httpx: the server hung up mid-answer
+    pass
+
+
+def _requests_error(reason: BaseException) -> requests.ConnectionError:
+    """requests' ConnectionError, as it wraps urllib3's MaxRetryError(reason)."""
+    wrapped = urllib3.exceptions.MaxRetryError(None, "/charges", reason)  # type: ignore[arg-type]
+    return requests.ConnectionError(wrapped)
+
+
+def _raised_from(error: BaseException, cause: BaseException) -> BaseException:
+    error.__cause__ = cause
+    return error
+
+
+def _raised_during(error: BaseException, context: BaseException) -> BaseException:
+    error.__context__ = context  # an earlier failure, not what this one wraps
+    return error
+
+
+def _http_error(status: int) -> urllib.error.HTTPError:
+    return urllib.error.HTTPError("http://x", status, "answer", {}, None)  # type: ignore[arg-type]
+
+
+NEW_CONNECTION = urllib3.exceptions.NewConnectionError(None, "refused")  # type: ignore[arg-type]
+DISCONNECTED = urllib3.exceptions.ProtocolError(
+    "Connection aborted.", http.client.RemoteDisconnected("closed without response")
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "applied"),
+    [
+        # never sent: nothing can have taken effect
+        (ConnectionRefusedError(111, "refused"), False),
+        (socket.gaierror(-2, "Name or service not known"), False),
+        (urllib.error.URLError(ConnectionRefusedError(111, "refused")), False),
+        (urllib.error.URLError(TimeoutError("timed out")), False),  # while connecting
+        (ConnectError("All connection attempts failed"), False),
+        (httpx.ConnectError("refused"), False),
+        (httpx.ConnectTimeout("timed out"), False),
+        (PoolTimeout(), False),
+        (requests.ConnectTimeout("connect timed out"), False),
+        (_requests_error(NEW_CONNECTION), False),
+        (NEW_CONNECTION, False),
+        (urllib3.exceptions.ConnectTimeoutError("timed out"), False),
+        (urllib3.exceptions.NameResolutionError("x", None, socket.gaierror()), False),  # type: ignore[arg-type]
+        # the server declined it, or refused it
+        (_http_error(429), False),
+        (_http_error(408), False),
+        (HTTPStatusError(409), False),
+        (HTTPStatusError(422), False),
+        # it says so
+        (cairn.NotApplied("quota exhausted"), False),
+        (cairn.not_applied(TimeoutError("timed out in the client's own queue")), False),
+        (_raised_from(cairn.TransientError("down"), ConnectionRefusedError()), False),
+        # sent, and no answer says what became of it: unknown
+        (TimeoutError("timed out"), True),
+        (ConnectionResetError(104, "reset by peer"), True),
+        (http.client.RemoteDisconnected("closed without response"), True),
+        (ReadTimeout(), True),
+        (httpx.ReadTimeout("read timed out"), True),
+        (httpx.WriteTimeout("write timed out"), True),
+        (RemoteProtocolError("peer closed connection"), True),
+        (requests.ReadTimeout("read timed out"), True),
+        (requests.ConnectionError(DISCONNECTED), True),
+        (DISCONNECTED, True),  # permanent by its class, and still unknown
+        (urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out"), True),  # type: ignore[arg-type]
+        (_http_error(500), True),  # permanent by its class: a 500 may have applied
+        (_http_error(502), True),
+        (HTTPStatusError(503), True),
+        (_raised_from(cairn.TransientError("HTTP 500"), _http_error(500)), True),
+        (cairn.TransientError("try again"), True),  # says nothing: it is transient
+        # an earlier, unrelated failure does not speak for this one
+        (_raised_during(ReadTimeout(), ConnectionRefusedError()), True),
+        # permanent or business, and nothing says it was sent: it did not take effect
+        (cairn.PermanentError("no such customer"), False),
+        (cairn.BusinessError("card declined"), False),
+        (ValueError("amount must be positive"), False),
+        (_raised_from(cairn.BusinessError("declined"), HTTPStatusError(402)), False),
+    ],
+)
+def test_whether_a_failed_call_may_have_taken_effect(error: BaseException, applied: bool) -> None:
+    assert may_have_applied(error) is applied
 
 
 def booking(**options: Any) -> cairn.Workflow:

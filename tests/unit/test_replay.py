@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-from cairn import BusinessError
+from cairn import BusinessError, TransientError
 from cairn.cli import replay as replay_cli  # noqa: F401 - registers the commands
 from cairn.cli import runs as runs_cli  # noqa: F401 - registers cairn status
 from cairn.cli.main import app, main
@@ -182,6 +182,22 @@ def test_the_replay_ledger_answers_from_the_ledger_and_never_calls(store: Store)
     ]
     assert [use.key for use in replaying.refused] == ["o-3:charge"]
     assert world.calls == calls and effect_rows(store) == before  # no call, no write
+
+
+def test_the_replay_ledger_raises_an_unknown_outcome_again(store: Store) -> None:
+    """The recorded execution's call raised (its response lost): a replay raises it too,
+    never stubs it over, whatever the world did meanwhile."""
+
+    def lost(key: str) -> Any:
+        raise ConnectionResetError(104, "reset by peer")
+
+    with pytest.raises(ConnectionResetError):
+        ledger(store).effect("shop.charge", "o-4:charge", lost)
+    replaying = replay_ledger(store)
+    with pytest.raises(TransientError, match="failed before: ConnectionResetError"):
+        replaying.effect("shop.charge", "o-4:charge", World().call)
+    (use,) = replaying.uses
+    assert (use.answer, use.ledger_status) == (Answer.RECORDED_FAILURE, "unknown")
 
 
 # -- the decider ----------------------------------------------------------------------------
