@@ -161,8 +161,9 @@ class RunDetail(RunSummary):
     progress: Progress
     heartbeats: dict[str, dict[str, Any] | None] = Field(
         description="Each running execution's last heartbeat (None: none yet): worker, "
-        "done/total/message as the handler reports them, age_s since the beat, and "
-        "eta_s, the seconds left at the rate of progress so far (None without a total)."
+        "done/total/message as the handler reports them, age_s since the beat, "
+        "eta_s, the seconds left at the rate of progress so far (None without a total), "
+        "no_progress_s since the last progress, and stalled (past its node's stall_after)."
     )
     last_event: dict[str, Any] | None
     vars: dict[str, Any]

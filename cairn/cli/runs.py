@@ -449,6 +449,9 @@ def _liveness(beat: dict[str, Any] | None, interval_s: float) -> str:
         progress = f", {beat['done']}{total}{message}"
     if age > 3 * interval_s:  # three missed beats
         return f"suspect: no heartbeat for {_age(age)} (last {where}){progress}"
+    if beat.get("stalled"):
+        idle = _age(float(beat.get("progress_age_s", 0.0)))
+        return f"stalled {where}: beating, but no progress for {idle}{progress}"
     return f"working {where}, last beat {_age(age)} ago{progress}"
 
 

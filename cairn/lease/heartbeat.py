@@ -240,6 +240,8 @@ def beat_view(beat: Mapping[str, Any]) -> dict[str, Any]:
         "message": beat.get("message") or None,
         "age_s": _number(beat.get("age_s")),
         "eta_s": eta_s,
+        "no_progress_s": _number(beat.get("progress_age_s")),
+        "stalled": bool(beat.get("stalled")),
     }
 
 

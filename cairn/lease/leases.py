@@ -131,6 +131,7 @@ local now = string.format('%d.%06d', t[1], t[2])
 redis.call('hset', KEYS[2], 'beat_at', now, unpack(ARGV, 5))
 if ARGV[4] == '1' then
   redis.call('hset', KEYS[2], 'progress_at', now)
+  redis.call('hdel', KEYS[2], 'stalled')
 end
 redis.call('pexpire', KEYS[2], ARGV[3])
 return 1
@@ -231,6 +232,11 @@ class Leases(Protocol):
 
     def claims(self) -> list[str]:
         """The lease keys of every claim not yet released nor taken as lapsed."""
+        ...
+
+    def flag_stalled(self, key: str) -> bool:
+        """Mark a live claim's heartbeat record stalled; True if it was not already (the
+        flag goes with the next progress)."""
         ...
 
     def release(
@@ -367,6 +373,10 @@ class RedisLeases:
     def claims(self) -> list[str]:
         keys: list[bytes] = self.client.zrange(CLAIMS_KEY, 0, -1)  # type: ignore[assignment]
         return [key.decode() for key in keys]
+
+    def flag_stalled(self, key: str) -> bool:
+        beat = beat_key(key)
+        return bool(self.client.exists(beat) and self.client.hsetnx(beat, "stalled", "1"))
 
     def release(
         self, lease: Lease, finished: bool = False, timings: Mapping[str, float] | None = None
@@ -518,6 +528,8 @@ class MemoryLeases:
                 "beat_at": now,
                 **({"progress_at": now} if progressed else {}),
             }
+            if progressed:
+                self._beats[lease.key].pop("stalled", None)
             return True
 
     def lapsed(self, limit: int) -> list[Lapsed]:
@@ -539,6 +551,14 @@ class MemoryLeases:
     def claims(self) -> list[str]:
         with self._lock:
             return list(self._claims)
+
+    def flag_stalled(self, key: str) -> bool:
+        with self._lock:
+            record = self._beats.get(key)
+            if record is None or record.get("stalled"):
+                return False
+            record["stalled"] = "1"
+            return True
 
     def release(
         self, lease: Lease, finished: bool = False, timings: Mapping[str, float] | None = None

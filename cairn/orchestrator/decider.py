@@ -308,6 +308,20 @@ class _Step(Watch, Holds, Stopping, Joins, Step):
             self.commands.append(
                 CancelNode(node.id, current.iteration, current.attempt, "timed out")
             )
+            if isinstance(node, TaskNode) and node.irreversible:
+                # It may still finish (a payment on its way): not a failure to retry or
+                # fail on, but a decision for a person, as when its worker is lost.
+                timed_out = format_duration(node.timeout)
+                return self.node_held(
+                    NodeHeld(
+                        at=self.at,
+                        node=node.id,
+                        iteration=current.iteration,
+                        attempt=current.attempt,
+                        reason=f"irreversible: timed out after {timed_out}, and it may have "
+                        "taken effect",
+                    )
+                )
             self.node_failure(
                 node,
                 current,

@@ -387,6 +387,8 @@ class WorkflowDefinition:
     # The timeout every task running a handler without a ``timeout`` of its own was given
     # (already applied to those nodes' ``timeout``); None: no default.
     node_timeout: timedelta | None = None
+    # The definition format it was compiled under (its semantics: format 2's defaults).
+    format: int = 1
     # A JSON Schema the run's input must match (checked at submit).
     input_schema: Mapping[str, Any] | None = None
     on_resume: OnResume | None = None

@@ -125,9 +125,12 @@ class Registry:
 
     def register(self, definition: WorkflowDefinition) -> bool:
         with self.store.transaction() as tx:
-            created = tx.register_workflow(definition.name, definition.version, definition.spec)
-        with self._lock:
-            self._cache[(definition.name, definition.version)] = definition
+            created = tx.register_workflow(
+                definition.name, definition.version, definition.spec, definition.format
+            )
+        if created:  # else the stored version (and the format it holds) is the truth
+            with self._lock:
+                self._cache[(definition.name, definition.version)] = definition
         return created
 
     def get(
@@ -141,9 +144,9 @@ class Registry:
                 return cached
         if tx is None:
             with self.store.reading() as reader:
-                found_version, spec = reader.workflow_spec(name, version)
+                found_version, spec, registered_format = reader.workflow_spec(name, version)
         else:
-            found_version, spec = tx.workflow_spec(name, version)
+            found_version, spec, registered_format = tx.workflow_spec(name, version)
         if not spec:
             which = f"{name} version {version}" if version is not None else name
             raise UnknownWorkflow(f"workflow {which} is not registered")
@@ -151,7 +154,10 @@ class Registry:
         if cached is not None:
             return cached
         definition = load_definition(
-            spec, source=f"registered workflow {name}@{found_version}", registered=True
+            spec,
+            source=f"registered workflow {name}@{found_version}",
+            registered=True,
+            implied_format=registered_format,
         )
         with self._lock:
             self._cache[(name, found_version)] = definition

@@ -82,7 +82,12 @@ HANDOFF_PREFIX = "wait:"
 
 
 def load_definition(
-    spec: object, *, source: str | None = None, resolve: bool = True, registered: bool = False
+    spec: object,
+    *,
+    source: str | None = None,
+    resolve: bool = True,
+    registered: bool = False,
+    implied_format: int = fmt.FORMAT_VERSION,
 ) -> WorkflowDefinition:
     """Compile a definition mapping; raise :class:`WorkflowDefinitionError` with every fault.
 
@@ -93,6 +98,10 @@ def load_definition(
     ``registered`` reads a definition the store already holds: runs are pinned to it and
     it cannot change, so a key this cairn does not know (registered before keys were
     checked, or by a newer cairn) is logged and ignored rather than refused.
+
+    ``implied_format`` is the format of a definition that declares none: the newest for a
+    new definition; for a registered one, the format it was registered under (a version
+    keeps the semantics its runs were pinned to).
     """
     faults: list[DefinitionFault] = []
     if isinstance(spec, ParsedSpec):
@@ -102,7 +111,9 @@ def load_definition(
     except fmt.TooComplex as exc:
         fault = DefinitionFault("too_complex", str(exc))
         raise WorkflowDefinitionError([fault], source=source) from None
-    parser = _Parser(resolve=resolve, faults=faults, strict=not registered)
+    parser = _Parser(
+        resolve=resolve, faults=faults, strict=not registered, implied_format=implied_format
+    )
     definition = parser.workflow(spec)
     if definition is not None:
         parser.faults.extend(validate_graph(definition))
@@ -209,10 +220,18 @@ class _Parser:
     bad field never hides the faults in the rest of the definition.
     """
 
-    def __init__(self, *, resolve: bool, faults: list[DefinitionFault], strict: bool) -> None:
+    def __init__(
+        self,
+        *,
+        resolve: bool,
+        faults: list[DefinitionFault],
+        strict: bool,
+        implied_format: int = fmt.FORMAT_VERSION,
+    ) -> None:
         self.resolve = resolve
         self.faults = faults
         self.strict = strict
+        self.implied_format = implied_format
         self.ignored: list[str] = []  # unknown keys a registered definition may keep
         # The format the definition declares it was written for (the newest if it does
         # not say): keys introduced later are faults.
@@ -264,7 +283,7 @@ class _Parser:
 
     def declared_format(self, raw: object) -> int:
         if raw is None:
-            return fmt.FORMAT_VERSION
+            return self.implied_format
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
             self.fault("bad_value", f"'format' must be a positive integer, got {raw!r}")
             return fmt.FORMAT_VERSION
@@ -351,6 +370,7 @@ class _Parser:
             compensate_on_cancel=compensate_on_cancel,
             cancel_timeout=cancel_timeout or DEFAULT_CANCEL_TIMEOUT,
             node_timeout=self.node_timeout,
+            format=self.format_version,
             input_schema=input_schema,
             on_resume=on_resume,
             budget=budget,

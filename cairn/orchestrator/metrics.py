@@ -119,6 +119,13 @@ class SchedulerMetrics:
             "Node (and compensation) retries started by this scheduler's retry timers.",
             registry=self.registry,
         )
+        self.stalled = Counter(
+            "cairn_nodes_stalled",
+            "Running executions whose heartbeats arrive but whose progress has not moved for "
+            "their node's stall_after, flagged by this scheduler (each once).",
+            ["workflow"],
+            registry=self.registry,
+        )
         self.recoveries = Counter(
             "cairn_recoveries",
             "Executions with no live lease found by this scheduler: dispatched again, held "

@@ -20,6 +20,9 @@ path, so running it twice, or several schedulers at once, is harmless:
   unless that needs a person: an irreversible node a worker had claimed, or a node that
   keeps killing its workers, is *held* and the run waits for an operator's decision
   (:mod:`cairn.orchestrator.recovery`);
+- **stalls**: a running execution whose heartbeats arrive but whose progress has not
+  moved for its node's ``stall_after`` is flagged, once (an event, a metric, ``cairn
+  status``); nothing is stopped — a person looks;
 - **compaction**: old snapshots are thinned (the event log is kept);
 - **retention**: the artifacts of runs that ended longer ago than
   ``CAIRN_ARTIFACTS_RETENTION_DAYS``, then runs that ended longer ago than
@@ -62,6 +65,7 @@ BATCH = 500
 OUTAGE_MAX_WAIT_S = 5.0
 COMPACT_EVERY_PASSES = 120
 SKIPPED_TIMER_RETRY_S = 0.01
+STALL_CHECK_EVERY_S = 2.0  # stall_after is minutes in practice; reading every claim costs
 # A never-claimed execution is dispatched again only when the queue is empty (else its
 # message is most likely still waiting in it), or once it has waited this many times
 # CAIRN_RECOVERY_AFTER (a message lost while the queue was never empty).
@@ -105,6 +109,7 @@ class Scheduler:
     metrics: SchedulerMetrics = field(default_factory=SchedulerMetrics)
     _passes: int = field(default=0, init=False)
     _next_timer_at: float | None = field(default=None, init=False)  # time.monotonic()
+    _next_stall_check: float = field(default=0.0, init=False)  # time.monotonic()
     policy: RecoveryPolicy = field(init=False)
 
     def __post_init__(self) -> None:
@@ -117,6 +122,9 @@ class Scheduler:
             fired=self.fire_timers(),
             recovered=self.recover(),
         )
+        if time.monotonic() >= self._next_stall_check:
+            self._next_stall_check = time.monotonic() + STALL_CHECK_EVERY_S
+            self.flag_stalls()
         self._passes += 1
         if self._passes % COMPACT_EVERY_PASSES == 0:
             report.compacted = self.compact()
@@ -327,6 +335,56 @@ class Scheduler:
             "its worker died" if died else "never claimed or message lost",
         )
         return 1
+
+    def flag_stalls(self) -> int:
+        """Flag, once each, the running executions whose node declares ``stall_after``
+        and whose progress has not moved for that long (Redis's clock, from the claim or
+        the last ``ctx.progress``). Returns how many were flagged now."""
+        keys = self.leases.claims()
+        flagged = 0
+        for key, record in zip(keys, self.leases.beats(keys) if keys else [], strict=True):
+            if record is None or record.get("stalled") or "workflow" not in record:
+                continue
+            run_id, node_id, iteration, phase = parse_lease_key(key)
+            try:
+                definition = self.orchestrator.registry.get(
+                    record["workflow"], int(record["version"])
+                )
+            except Exception:  # a workflow this scheduler cannot load: not its call
+                log.debug("no definition for claim %s", key, exc_info=True)
+                continue
+            node = definition.nodes.get(node_id)
+            stall_after = getattr(node, "stall_after", None)
+            idle = float(record.get("progress_age_s", 0.0))
+            if stall_after is None or idle < stall_after.total_seconds():
+                continue
+            if not self.leases.flag_stalled(key):
+                continue  # another scheduler flagged it first
+            flagged += 1
+            self.metrics.stalled.labels(definition.name).inc()
+            log.warning(
+                "%s/%s#%d (%s) stalled: heartbeats arrive, no progress for %.0f s on %s",
+                run_id,
+                node_id,
+                iteration,
+                phase,
+                idle,
+                record.get("worker"),
+            )
+            self.orchestrator.record(
+                run_id,
+                "node_stalled",
+                {
+                    "node": node_id,
+                    "iteration": iteration,
+                    "attempt": int(record.get("attempt", 0)),
+                    "phase": phase,
+                    "worker": record.get("worker"),
+                    "no_progress_s": round(idle, 3),
+                    "stall_after_s": stall_after.total_seconds(),
+                },
+            )
+        return flagged
 
     def _maybe_queued(self, execution: Any, now: float) -> bool:
         """Nobody has started it (no claim in PostgreSQL, no heartbeat record), and it

@@ -289,14 +289,22 @@ class Tx:
 
     # -- workflows ----------------------------------------------------------------------
 
-    def register_workflow(self, name: str, version: int, spec: Mapping[str, Any]) -> bool:
-        """Insert a definition; True if new. A different spec under a taken (name, version)
-        raises: a version is immutable once runs may have pinned it."""
+    def register_workflow(
+        self, name: str, version: int, spec: Mapping[str, Any], definition_format: int
+    ) -> bool:
+        """Insert a definition compiled under ``definition_format``; True if new. A
+        different spec under a taken (name, version) raises: a version is immutable once
+        runs may have pinned it — and so is the format it was compiled under."""
         digest = spec_digest(spec)
         stmt = (
             self._insert(workflows)
             .values(
-                name=name, version=version, digest=digest, spec=dict(spec), registered_at=utcnow()
+                name=name,
+                version=version,
+                digest=digest,
+                spec=dict(spec),
+                registered_at=utcnow(),
+                format=definition_format,
             )
             .on_conflict_do_nothing()
             .returning(workflows.c.name)  # not rowcount: -1 for a skipped insert here
@@ -315,14 +323,19 @@ class Tx:
             )
         return False
 
-    def workflow_spec(self, name: str, version: int | None = None) -> tuple[int, dict[str, Any]]:
-        query = select(workflows.c.version, workflows.c.spec).where(workflows.c.name == name)
+    def workflow_spec(
+        self, name: str, version: int | None = None
+    ) -> tuple[int, dict[str, Any], int]:
+        """(version, spec, the format it was registered under); (0, {}, 0) if none."""
+        query = select(workflows.c.version, workflows.c.spec, workflows.c.format).where(
+            workflows.c.name == name
+        )
         if version is not None:
             query = query.where(workflows.c.version == version)
         row = self.connection.execute(query.order_by(workflows.c.version.desc()).limit(1)).first()
         if row is None:
-            return 0, {}
-        return row.version, dict(row.spec)
+            return 0, {}, 0
+        return row.version, dict(row.spec), int(row.format)
 
     def workflow_version(self, name: str, version: int | None) -> tuple[int | None, float]:
         """The newest registered version of ``name`` (``version`` itself, if given and

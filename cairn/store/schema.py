@@ -53,6 +53,8 @@ class WorkflowRow(Base):
     digest: Mapped[str] = mapped_column(String(64))
     spec: Mapped[dict[str, Any]] = mapped_column(Json)
     registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # The definition format it was compiled under (migration 0010): its semantics.
+    format: Mapped[int] = mapped_column(Integer, server_default="1")
 
 
 class RunRow(Base):

@@ -350,7 +350,12 @@ class NodeRunner:
             lambda: self.leases.acquire(
                 lease_key(message.run_id, message.node, message.iteration, message.phase.value),
                 self.settings.lease_ttl,
-                {"worker": self.worker, "attempt": message.attempt},
+                {
+                    "worker": self.worker,
+                    "attempt": message.attempt,
+                    "workflow": message.workflow,
+                    "version": message.version,
+                },
                 floor=fence_floor,
                 attempt=message.attempt,
             ),

@@ -66,6 +66,20 @@ def gated_charge(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     return charge(ctx, state)
 
 
+def paused_charge(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """``charge`` after a pause: ``first_pause_s`` on the node's first execution (the
+    test stops its worker meanwhile), ``pause_s`` on any later one. The pause ends by the
+    clock, so a worker resumed after it goes straight on to the call."""
+    started = Path(state["ledger"])
+    first = not started.exists() or f"{ctx.run_id} {ctx.node} " not in started.read_text()
+    with started.open("a") as ledger:
+        ledger.write(f"{ctx.run_id} {ctx.node} {ctx.iteration} {ctx.attempt} start {os.getpid()}\n")
+    deadline = time.monotonic() + float(state["first_pause_s" if first else "pause_s"])
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    return charge(ctx, state)
+
+
 def email(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     order = state["order"]
 

@@ -7,7 +7,8 @@ be told to misbehave.
 once per key (a repeated key gets the first response back, without applying again);
 ``GET /<kind>/<key>`` returns the record (404 if none); ``DELETE /<kind>/<key>`` removes
 it (a change made outside cairn: a seeded discrepancy); ``GET /stats`` counts, per key,
-how often it was applied and how often it was requested. ``POST /faults`` with
+how often it was applied and how often it was requested, and lists the fencing tokens
+(``X-Cairn-Fence``) its requests carried. ``POST /faults`` with
 ``{"mode": "drop"|"error"|"slow", "times": n, "delay_s": s}`` makes the next ``n``
 applying requests apply and then drop the connection without a response, apply and
 then answer 500, or apply slowly. In memory: its lifetime is one test.
@@ -28,6 +29,7 @@ _lock = threading.Lock()
 _records: dict[tuple[str, str], dict[str, Any]] = {}
 _applied: Counter[str] = Counter()
 _requested: Counter[str] = Counter()
+_fences: dict[str, list[str | None]] = {}
 _faults: dict[str, Any] = {"mode": None, "times": 0, "delay_s": 0.0}
 
 
@@ -58,6 +60,7 @@ class Handler(BaseHTTPRequestHandler):
                     {
                         "applied": dict(_applied),
                         "requested": dict(_requested),
+                        "fences": dict(_fences),
                         "records": len(_records),
                     },
                 )
@@ -89,6 +92,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         with _lock:
             _requested[key] += 1
+            _fences.setdefault(key, []).append(self.headers.get("X-Cairn-Fence"))
             record = _records.get((kind, key))
             fresh = record is None
             if fresh:

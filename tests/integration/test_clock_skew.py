@@ -11,9 +11,15 @@ would also freeze the timed waits of these processes.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+from cairn import clock
+from cairn.config import Settings
+from cairn.effects.ledger import EffectLedger, Policy
 from cairn.orchestrator.statuses import RunStatus
-from tests.integration.conftest import Cluster
+from cairn.runtime import Runtime
+from cairn.store.repository import to_epoch
+from tests.integration.conftest import WORKFLOWS, Cluster
 
 RUNS = 6
 SKEW_S = 300.0
@@ -55,3 +61,30 @@ def test_workers_five_minutes_fast_and_slow_neither_steal_nor_lose_a_lease(
     assert stats.get("contended", 0) > 0, stats  # the duplicates did try to claim
     workers = {line.split()[5] for line in cluster.ledger.read_text().splitlines()}
     assert len(workers) >= 2, "both workers ran nodes"
+
+
+def test_what_postgresql_compares_is_stamped_by_its_own_clock(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A process five minutes slow dispatches a node and records an effect's intent: the
+    times recovery and the reconciler compare with PostgreSQL's clock are PostgreSQL's,
+    or a fresh intent would look five minutes stale (and be checked, mid-call) and a
+    fresh dispatch would look lost."""
+    settings = Settings(
+        database_url=database_url, home=tmp_path / "home", workflows=[str(WORKFLOWS)]
+    )
+    runtime = Runtime.build(settings)
+    clock.skew(-SKEW_S)
+    try:
+        run_id = runtime.orchestrator.submit("chain10", {})
+        ledger = EffectLedger(runtime.store, "default", run_id, "n1", 1, 1, 1, 100_000, phase="run")
+        assert ledger._begin("t.effect", "k-1", Policy.FLAG, None) is None  # intent recorded
+        with runtime.store.reading() as tx:
+            now = tx.now()
+            (execution,) = [e for e in tx.executions_of(run_id) if e.node == "n1"]
+            (effect,) = tx.effects_of(run_id)
+        for stamp in (execution.dispatched_at, effect.created_at, effect.updated_at):
+            assert abs(to_epoch(stamp) - now) < 5, (stamp, now)
+    finally:
+        clock.skew(0.0)
+        runtime.close()

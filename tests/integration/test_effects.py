@@ -506,3 +506,32 @@ def test_a_worker_paused_mid_call_is_replaced_without_a_second_call(
     assert stats["applied"]["o-slow:charge"] == 1 and stats["requested"]["o-slow:charge"] == 1
     charge = effects_of(shop, run_id)["o-slow:charge"]
     assert (charge.status, charge.calls) == ("applied", 1)
+
+
+def test_a_worker_stopped_past_its_lease_makes_no_call_when_resumed(
+    shop: Cluster, service: Service
+) -> None:
+    """The worker running the charge is SIGSTOPped in the pause before its call; its lease
+    lapses, another worker takes the node over (fence 2, recorded in PostgreSQL) and
+    pauses too; the stopped one is resumed then, past its own lease deadline, and goes
+    straight for the call. It must learn it is stale before calling: the service sees
+    one request only, the new holder's, carrying fence 2."""
+    first = shop.worker(concurrency=1)
+    shop.consuming(first)
+    shop.scheduler()
+    run_id = shop.submit("order_paused", {"order": "o-stop", "first_pause_s": 3, "pause_s": 4})
+    shop.wait_for(lambda: shop.executions()[(run_id, "charge", 1)] == 1, 30, "the charge")
+    shop.signal(first, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    second = shop.worker(concurrency=1)
+    shop.consuming(second)
+    shop.wait_for(lambda: shop.executions()[(run_id, "charge", 1)] == 2, 30, "a takeover")
+    time.sleep(max(0.0, stopped_at + 3.5 - time.monotonic()))  # the first's pause is over
+    shop.signal(first, signal.SIGCONT)
+    view = shop.wait(run_id, timeout_s=60)
+    assert view.status is RunStatus.SUCCEEDED, view.reason
+    stats = service.stats()
+    assert stats["requested"] == {"o-stop:charge": 1}, stats
+    assert stats["fences"] == {"o-stop:charge": ["2"]}, stats
+    stale = [e for e in shop.client.events(run_id) if e["type"] == "audit.stale_write_rejected"]
+    assert [(e["data"]["fence"], e["data"]["caught_by"]) for e in stale] == [(1, "lease")]

@@ -65,3 +65,28 @@ def test_a_killed_worker_stops_beating_and_its_node_turns_suspect(cluster: Clust
     human = cli(cluster, "status", run_id)
     assert "read#1:" in human
     assert "suspect: no heartbeat for" in human or "waiting for a worker" in human
+
+
+def test_a_node_that_beats_without_progress_is_flagged_stalled_once(cluster: Cluster) -> None:
+    """Its heartbeats arrive (the lease is renewed) but its progress never moves: past
+    its node's stall_after it is flagged — an event, `cairn status` — and left to run."""
+    cluster.consuming(cluster.worker())
+    cluster.scheduler()
+    run_id = cluster.submit("stalling", {"call_s": 8})
+
+    def stalled_events() -> list[dict[str, object]]:
+        return [
+            event["data"]
+            for event in cluster.client.events(run_id)
+            if event["type"] == "audit.node_stalled"
+        ]
+
+    cluster.wait_for(lambda: bool(stalled_events()), 15, "the stall to be flagged")
+    shown = cluster.cli("status", run_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "stalled on" in shown.stdout and "no progress for" in shown.stdout, shown.stdout
+    view = cluster.wait(run_id, timeout_s=30)
+    assert view.status is RunStatus.SUCCEEDED  # flagged, not stopped
+    (stall,) = stalled_events()
+    assert stall["node"] == "work" and stall["stall_after_s"] == 2.0
+    assert float(stall["no_progress_s"]) >= 2.0  # type: ignore[arg-type]

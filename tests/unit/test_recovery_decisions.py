@@ -304,3 +304,22 @@ def test_a_hold_of_a_finished_execution_is_ignored() -> None:
     late = decide(driver.definition, driver.state, NodeHeld(at=driver.tick(), node="charge"))
     assert late.ignored is not None and "duplicate" in late.ignored
     assert driver.state.nodes["charge"].status is NodeStatus.SUCCEEDED
+
+
+def test_an_irreversible_node_that_times_out_is_held_not_failed() -> None:
+    """A payment still running at its timeout may yet go through: a person decides,
+    as when its worker is lost — it is neither retried nor failed (so no compensation
+    and no error edge run while the charge may be on its way)."""
+    driver = Driver(payment().build())
+    driver.start()
+    driver.succeed("quote")
+    driver.take("charge")
+    decision = driver.fire("node_timeout:charge")
+    assert driver.state.status is RunStatus.WAITING
+    charge = driver.state.nodes["charge"]
+    assert charge.status is NodeStatus.HELD
+    assert "irreversible: timed out after 1h" in (charge.error or "")
+    kinds = {type(command).__name__ for command in decision.commands}
+    assert {"CancelNode", "HoldExecution"} <= kinds
+    assert "Dispatch" not in kinds and "refund" not in driver.state.nodes
+    assert not [t for t in driver.timers if t.startswith("node_timeout:charge")]
