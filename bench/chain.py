@@ -188,8 +188,10 @@ def bench_cairn(
         with admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     name = "cairn (durable)" if redis_leases else "cairn, no Redis leases"
-    if workflow != "bench_chain10":
-        name = "cairn, half ephemeral"
+    name = {
+        "bench_chain10_ephemeral": "cairn, half ephemeral",
+        "bench_chain10_untimed": "cairn, no node timeouts",
+    }.get(workflow, name)
     return Figures(name, runs, elapsed, latencies, after - before)
 
 
@@ -308,6 +310,12 @@ def main() -> None:
         "fleet's leases and heartbeats cost",
     )
     parser.add_argument(
+        "--untimed",
+        action="store_true",
+        help="also run the chain with node_timeout: none, to show what arming and disarming "
+        "each step's default timeout costs",
+    )
+    parser.add_argument(
         "--ephemeral",
         action="store_true",
         help="also run the chain with every other step persist: ephemeral, to show what "
@@ -326,6 +334,7 @@ def main() -> None:
     ratios: list[float] = []
     lease_costs: list[float] = []
     ephemeral_gains: list[float] = []
+    timeout_costs: list[float] = []
     for _round in range(args.rounds):
         celery_figures = bench_celery(*setup)
         cairn_figures = bench_cairn(*setup)
@@ -338,6 +347,11 @@ def main() -> None:
             print(unleased.row())
             lease_costs.append(1 - cairn_figures.steps_per_s / unleased.steps_per_s)
             print(f"{'  Redis leases cost':<22} {lease_costs[-1] * 100:>17.0f}%")
+        if args.untimed:
+            untimed = bench_cairn(*setup, workflow="bench_chain10_untimed")
+            print(untimed.row())
+            timeout_costs.append(1 - cairn_figures.steps_per_s / untimed.steps_per_s)
+            print(f"{'  timeouts cost':<22} {timeout_costs[-1] * 100:>17.0f}%")
         if args.ephemeral:
             half = bench_cairn(*setup, workflow="bench_chain10_ephemeral")
             print(half.row())
@@ -352,6 +366,11 @@ def main() -> None:
         print(
             f"half the steps ephemeral, steps/s against all durable, median of "
             f"{len(ephemeral_gains)}: {statistics.median(ephemeral_gains):.2f}x"
+        )
+    if timeout_costs:
+        print(
+            f"default node timeouts (a timer armed and disarmed per step) cost, median of "
+            f"{len(timeout_costs)}: {statistics.median(timeout_costs) * 100:.0f}% of steps/s"
         )
     if lease_costs:
         print(

@@ -26,6 +26,13 @@ for _index in range(1, STEPS + 1):
     chain10.task(f"s{_index}", noop, next=f"s{_index + 1}" if _index < STEPS else "done")
 chain10.end("done")
 
+# The same chain without node timeouts (node_timeout: none): no timer armed and disarmed
+# with each step, to show what the default timeout costs.
+chain10_untimed = Workflow("bench_chain10_untimed", version=1, node_timeout="none")
+for _index in range(1, STEPS + 1):
+    chain10_untimed.task(f"s{_index}", noop, next=f"s{_index + 1}" if _index < STEPS else "done")
+chain10_untimed.end("done")
+
 # The same chain with every other step a pure query (persist: ephemeral): each is
 # committed with the durable step after it, by the worker that ran both.
 chain10_ephemeral = Workflow("bench_chain10_ephemeral", version=1)
