@@ -19,7 +19,7 @@ from typing import Any
 from cairn.config import Settings
 from cairn.errors import CairnError
 from cairn.orchestrator.batches import SubmitItem, Submitted
-from cairn.orchestrator.catalog import discover
+from cairn.orchestrator.catalog import load_all
 from cairn.orchestrator.definition import WorkflowDefinition
 from cairn.orchestrator.engine import RunView
 from cairn.orchestrator.explain import Awaiting
@@ -48,15 +48,9 @@ class Client:
 
     def register(self, source: WorkflowDefinition | str | Path) -> list[WorkflowDefinition]:
         """Register a definition, or every definition in a file, module or directory."""
-        if isinstance(source, WorkflowDefinition):
-            definitions = [source]
-        else:
-            definitions = []
-            for found in discover([str(source)]):
-                if found.error is not None:
-                    raise found.error
-                assert found.definition is not None
-                definitions.append(found.definition)
+        definitions = (
+            [source] if isinstance(source, WorkflowDefinition) else load_all([str(source)])
+        )
         for definition in definitions:
             self.runtime.orchestrator.registry.register(definition)
         return definitions

@@ -17,9 +17,8 @@ from typing import Any
 from cairn import clock, faults
 from cairn.config import Settings
 from cairn.effects.adapters import load_adapters
-from cairn.errors import DefinitionFault, WorkflowDefinitionError
 from cairn.lease.leases import Leases, MemoryLeases, RedisLeases
-from cairn.orchestrator.catalog import discover
+from cairn.orchestrator.catalog import load_all
 from cairn.orchestrator.engine import Orchestrator, Publisher, Registry
 from cairn.orchestrator.scheduler import Scheduler
 from cairn.sentry import init_sentry
@@ -175,19 +174,5 @@ def register_definitions(settings: Settings) -> None:
 def _register(registry: Registry, workflows: list[str]) -> None:
     """Register every definition found, or none: a process that starts must not run with
     half its workflows, and its operator sees every fault of every file at once."""
-    found = discover(workflows) if workflows else []
-    failed = [item for item in found if item.error is not None]
-    if len(failed) == 1 and failed[0].error is not None:
-        raise failed[0].error
-    if failed:
-        raise WorkflowDefinitionError(
-            [
-                DefinitionFault(fault.code, f"{item.source}: {fault.message}", fault.node)
-                for item in failed
-                for fault in getattr(item.error, "faults", [])
-            ],
-            source="CAIRN_WORKFLOWS",
-        )
-    for item in found:
-        assert item.definition is not None
-        registry.register(item.definition)
+    for definition in load_all(workflows) if workflows else []:
+        registry.register(definition)

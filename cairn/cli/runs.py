@@ -17,6 +17,7 @@ from cairn.cli.main import EXIT_INVALID, _cwd_importable, app, err, out
 from cairn.client import Client, WaitTimeout
 from cairn.errors import InvalidInput
 from cairn.lease.heartbeat import run_beats
+from cairn.orchestrator.catalog import load_all
 from cairn.orchestrator.explain import context_lines, describe, waiting_lines
 from cairn.orchestrator.statuses import RunStatus
 
@@ -28,13 +29,15 @@ EXIT_TIMEOUT = 3
 def register(
     paths: Annotated[list[str], typer.Argument(help="Definition files, .py modules, dirs.")],
 ) -> None:
-    """Register workflow definitions (a version, once registered, cannot change)."""
+    """Register workflow definitions (a version, once registered, cannot change): all of
+    them, or none if any is invalid (every fault of every file is listed)."""
     _cwd_importable()
+    definitions = load_all(paths)
     client = Client()
     try:
-        for path in paths:
-            for definition in client.register(path):
-                out.print(f"registered {definition.key}")
+        for definition in definitions:
+            client.register(definition)
+            out.print(f"registered {definition.key}")
     finally:
         client.close()
 

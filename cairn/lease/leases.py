@@ -155,10 +155,12 @@ end
 return 0
 """
 
-# KEYS: claims. ARGV: limit. Takes (removes) the claims whose lease ran out unreleased,
-# each with its heartbeat record, which goes too: whoever takes a lapsed claim — this
-# or a worker's acquire, which finds the record — is the one that counts the death.
-# The beat key is derived from the lease key, so this needs one Redis, not a cluster.
+# KEYS: claims. ARGV: limit, hold_ms. Takes the claims whose lease ran out unreleased,
+# each with its heartbeat record, which goes: whoever takes a lapsed claim — this or a
+# worker's acquire, which finds the record — is the one that counts the death. The claim
+# itself is only put hold_ms ahead, until the taker has dealt with it (SETTLE_LAPSED): a
+# scheduler that dies meanwhile leaves it to be taken again. The beat key is derived
+# from the lease key, so this needs one Redis, not a cluster.
 TAKE_LAPSED = """
 local t = redis.call('time')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -172,12 +174,22 @@ for _, lease in ipairs(due) do
     local beat = 'cairn:beat:' .. string.sub(lease, string.len('cairn:lease:') + 1)
     local record = redis.call('hgetall', beat)
     redis.call('del', beat)
-    redis.call('zrem', KEYS[1], lease)
+    redis.call('zadd', KEYS[1], now_ms + tonumber(ARGV[2]), lease)
     table.insert(taken, {lease, record})
   end
 end
 return taken
 """
+
+# KEYS: claims, lease. A lapsed claim dealt with leaves the set — unless a new holder
+# has claimed the lease since (its claim is the member now).
+SETTLE_LAPSED = """
+if redis.call('exists', KEYS[2]) == 0 then
+  return redis.call('zrem', KEYS[1], KEYS[2])
+end
+return 0
+"""
+LAPSED_HOLD_S = 30.0  # a taken claim comes back after this unless settled
 
 
 @dataclass(frozen=True)
@@ -227,7 +239,13 @@ class Leases(Protocol):
 
     def lapsed(self, limit: int) -> list[Lapsed]:
         """Take up to ``limit`` claims whose lease ran out without a release (their
-        holders died or were paused past the TTL), each once, fleet-wide."""
+        holders died or were paused past the TTL), each once, fleet-wide. Each comes
+        back after :data:`LAPSED_HOLD_S` unless :meth:`settle_lapsed` says it was dealt
+        with."""
+        ...
+
+    def settle_lapsed(self, key: str) -> None:
+        """A lapsed claim taken by :meth:`lapsed` has been dealt with."""
         ...
 
     def claims(self) -> list[str]:
@@ -306,6 +324,7 @@ class RedisLeases:
         self._renew = client.register_script(RENEW)
         self._release = client.register_script(RELEASE)
         self._take_lapsed = client.register_script(TAKE_LAPSED)
+        self._settle_lapsed = client.register_script(SETTLE_LAPSED)
 
     @classmethod
     def from_url(cls, url: str) -> RedisLeases:
@@ -361,7 +380,7 @@ class RedisLeases:
         return bool(self._renew(keys=keys, args=args))
 
     def lapsed(self, limit: int) -> list[Lapsed]:
-        taken = self._take_lapsed(keys=[CLAIMS_KEY], args=[limit])
+        taken = self._take_lapsed(keys=[CLAIMS_KEY], args=[limit, _ms(LAPSED_HOLD_S)])
         return [
             Lapsed(
                 key.decode(),
@@ -369,6 +388,9 @@ class RedisLeases:
             )
             for key, flat in taken
         ]
+
+    def settle_lapsed(self, key: str) -> None:
+        self._settle_lapsed(keys=[CLAIMS_KEY, key])
 
     def claims(self) -> list[str]:
         keys: list[bytes] = self.client.zrange(CLAIMS_KEY, 0, -1)  # type: ignore[assignment]
@@ -543,10 +565,15 @@ class MemoryLeases:
                 if live is not None:
                     self._claims[key] = live[1]
                     continue
-                del self._claims[key]
+                self._claims[key] = now + LAPSED_HOLD_S
                 record = self._beats.pop(key, None)
                 taken.append(Lapsed(key, _decoded(record, None) if record else None))
             return taken
+
+    def settle_lapsed(self, key: str) -> None:
+        with self._lock:
+            if self._live(key) is None:
+                self._claims.pop(key, None)
 
     def claims(self) -> list[str]:
         with self._lock:

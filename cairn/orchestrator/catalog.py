@@ -40,6 +40,26 @@ def discover(locations: Iterable[str], *, resolve: bool = True) -> list[Found]:
     return found
 
 
+def load_all(locations: Iterable[str]) -> list[WorkflowDefinition]:
+    """Every definition at ``locations``, or one :class:`WorkflowDefinitionError` naming
+    every fault of every file that failed (each prefixed with its source): what is
+    registered is registered whole, and its author sees everything wrong at once."""
+    found = discover(locations)
+    failed = [item for item in found if item.error is not None]
+    if len(failed) == 1 and isinstance(failed[0].error, WorkflowDefinitionError):
+        raise failed[0].error
+    if failed:
+        raise WorkflowDefinitionError(
+            [
+                DefinitionFault(fault.code, f"{item.source}: {fault.message}", fault.node)
+                for item in failed
+                for fault in getattr(item.error, "faults", [])
+            ],
+            source=", ".join(item.source for item in failed),
+        )
+    return [item.definition for item in found if item.definition is not None]
+
+
 def _discover_one(location: str, *, resolve: bool) -> Iterator[Found]:
     path = Path(location)
     if path.is_dir():

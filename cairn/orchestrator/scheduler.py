@@ -258,7 +258,16 @@ class Scheduler:
         out unreleased — found within one pass of their expiry — then what was
         dispatched more than ``CAIRN_RECOVERY_AFTER`` ago and never claimed (its message
         was lost), or whose claim Redis no longer knows."""
-        recovered = sum(self._recover_lapsed(lapsed) for lapsed in self.leases.lapsed(BATCH))
+        recovered = 0
+        for lapsed in self.leases.lapsed(BATCH):
+            try:
+                recovered += self._recover_lapsed(lapsed)
+            except Exception as error:  # it comes back to be taken again
+                if is_outage(error):
+                    raise
+                log.exception("recovering the lapsed claim %s failed", lapsed.key)
+                continue
+            self.leases.settle_lapsed(lapsed.key)
         store = self.orchestrator.store
         with store.reading() as tx:
             now = tx.now()

@@ -159,7 +159,11 @@ class NodeRunner:
             # Finished meanwhile, or a newer claim took it; or, irreversible, claimed before.
             return Handled.UNCONFIRMED if irreversible else Handled.DUPLICATE
         if lease.took_over:
-            settled = self._take_over(message, node)
+            try:
+                settled = self._take_over(message, node)
+            except BaseException:
+                self.leases.release(lease)
+                raise
             if settled is not None:
                 self.leases.release(lease)
                 return settled
@@ -426,8 +430,12 @@ class NodeRunner:
         against CAIRN_MAX_RECOVERIES and in the run's history, and under the same rule —
         a node that has killed its worker too often fails (or is held) instead of
         running again. None: run it."""
-        with self.orchestrator.store.transaction() as tx:
-            recoveries = tx.touch_execution(message.key, message.attempt, died=True)
+
+        def count() -> int | None:
+            with self.orchestrator.store.transaction() as tx:
+                return tx.touch_execution(message.key, message.attempt, died=True)
+
+        recoveries = self._through_outages(f"counting the recovery of {message.key}", count)
         if recoveries is None:
             return Handled.DUPLICATE  # it finished meanwhile
         outcome = self.recovery.settle(
@@ -518,27 +526,6 @@ class NodeRunner:
                         )
                         return NodeOutcome(invalidated, NodeStatus.CANCELLED, error=reason)
                 output = self._check_output(handler(ctx, ctx.handler_state()))
-        except DeadlineExceeded as exc:
-            duration = time.perf_counter() - started
-            ctx.log.warning("stopped at its deadline: %s", exc)
-            timed_out = NodeFailed(
-                at=0.0,
-                node=node,
-                iteration=iteration,
-                attempt=attempt,
-                error_class=ErrorClass.TRANSIENT,
-                message=str(exc),
-                phase=phase,
-                charges=ctx.charges or None,
-                timings=ctx.execution_timings(duration),
-            )
-            return NodeOutcome(
-                timed_out,
-                NodeStatus.FAILED,
-                error_class=ErrorClass.TRANSIENT.value,
-                error=str(exc),
-                duration_s=duration,
-            )
         except Cancelled:
             ctx.log.info("stopped at a safe point: the run is being cancelled")
             cancelled = NodeCancelled(
@@ -554,7 +541,7 @@ class NodeRunner:
             )
         except StoreUnavailable:  # cairn's outage, not the handler's failure: give it back
             raise
-        except Exception as exc:
+        except (DeadlineExceeded, Exception) as exc:  # a deadline: transient, "timed out"
             duration = time.perf_counter() - started
             error_class = classify(exc)
             report_failure(exc, error_class)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from cairn.lease import leases as lease_module
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.leases import Leases, MemoryLeases, RedisLeases, lease_key, parse_lease_key
 
@@ -68,10 +69,34 @@ def test_a_lapsed_claim_is_taken_once_with_its_record(leases: Leases) -> None:
     assert lapsed.key == KEY and lapsed.record is not None
     assert lapsed.record["worker"] == "doomed" and str(lapsed.record["attempt"]) == "1"
     assert leases.lapsed(10) == []  # taken: a second sweep does not see it
+    leases.settle_lapsed(KEY)  # dealt with
     assert KEY not in leases.claims()
     # The record went with it: a later claim is not a takeover (the death is counted once).
     again = leases.acquire(KEY, 30, {"worker": "next"})
     assert again is not None and not again.took_over
+
+
+def test_a_lapsed_claim_not_settled_comes_back(
+    leases: Leases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler that took it died before dealing with it: another takes it later."""
+    monkeypatch.setattr(lease_module, "LAPSED_HOLD_S", 0.3)
+    assert leases.acquire(KEY, TTL, {"worker": "doomed"}) is not None
+    _past_ttl()
+    assert [lapsed.key for lapsed in leases.lapsed(10)] == [KEY]
+    assert leases.lapsed(10) == []
+    time.sleep(0.45)
+    (again,) = leases.lapsed(10)
+    assert again.key == KEY and again.record is None  # the record went with the first take
+
+
+def test_settling_leaves_a_new_holders_claim_alone(leases: Leases) -> None:
+    assert leases.acquire(KEY, TTL, {"worker": "doomed"}) is not None
+    _past_ttl()
+    assert len(leases.lapsed(10)) == 1
+    assert leases.acquire(KEY, 30, {"worker": "new"}) is not None  # a redelivered message
+    leases.settle_lapsed(KEY)
+    assert KEY in leases.claims()
 
 
 def test_a_claim_taken_over_before_the_sweep_is_not_lapsed(leases: Leases) -> None:

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cairn.orchestrator.definition import WorkflowDefinition
 from cairn.orchestrator.loader import load_file
+from cairn.store.database import make_engine, upgrade
+from cairn.store.repository import Store
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -13,3 +16,12 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 @pytest.fixture(scope="session")
 def flight() -> WorkflowDefinition:
     return load_file(EXAMPLES / "book_flight.yaml")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """A migrated SQLite store of the test's own."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'cairn.db'}")
+    upgrade(engine)
+    yield Store(engine)
+    engine.dispose()

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from cairn.cli import runs  # noqa: F401 - registers the run commands
 from cairn.cli.main import app, main
 from cairn.client import Client
-from cairn.errors import ConfigError
+from cairn.errors import CairnError, ConfigError
 from cairn.orchestrator.events import NodeHeld, stamped
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -513,3 +513,24 @@ def test_watch_follows_a_run_to_its_end(
     parked = runner.invoke(app, ["watch", waiting, "--interval", "0.05", "--timeout", "0.3"])
     assert parked.exit_code == 3
     assert "waiting for a signal (approve, reject)" in flat(parked.output)
+
+
+def test_register_takes_all_or_nothing_and_names_every_fault(
+    cairn_script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    typos = tmp_path / "typos.yaml"
+    typos.write_text(TYPOS_YAML)
+    env = {**clean_env(), "CAIRN_HOME": str(home)}
+    result = run_script(cairn_script, "register", "examples/book_flight.yaml", str(typos), env=env)
+    assert result.returncode == 2, result.stderr
+    assert "unknown key 'retyr' (did you mean 'retry'?)" in flat(result.stderr)
+    assert "unknown key 'polcy' in 'join' (did you mean 'policy'?)" in flat(result.stderr)
+    assert "Traceback" not in result.stderr and "registered" not in result.stdout
+    monkeypatch.setenv("CAIRN_HOME", str(home))
+    client = Client()
+    try:
+        with pytest.raises(CairnError):  # the valid file was not registered either
+            client.runtime.orchestrator.registry.get("book_flight", 1)
+    finally:
+        client.close()

@@ -32,7 +32,6 @@ from cairn.lease.leases import MemoryLeases, lease_key
 from cairn.orchestrator.messages import NodeMessage
 from cairn.reconciler import Reconciler
 from cairn.reconnect import is_outage
-from cairn.store.database import make_engine, upgrade
 from cairn.store.repository import Store, executions, utcnow
 from cairn.workers.runner import NodeRunner, _Claimed
 
@@ -58,14 +57,6 @@ class World:
 
     def apply(self, effect: Effect) -> Any:
         return self.call(effect.key)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'cairn.db'}")
-    upgrade(engine)
-    yield Store(engine)
-    engine.dispose()
 
 
 @pytest.fixture

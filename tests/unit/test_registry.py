@@ -4,16 +4,10 @@ runs may be pinned to it, whoever registers the same file again."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from cairn.orchestrator.definition import DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY, NO_RETRY
 from cairn.orchestrator.engine import Registry
 from cairn.orchestrator.format import FORMAT_VERSION
 from cairn.orchestrator.loader import load_definition
-from cairn.store.database import make_engine, upgrade
 from cairn.store.repository import Store
 
 SPEC = {
@@ -25,14 +19,6 @@ SPEC = {
         "done": {"end": "succeeded"},
     },
 }
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'cairn.db'}")
-    upgrade(engine)
-    yield Store(engine)
-    engine.dispose()
 
 
 def _registered_before_format_2(store: Store) -> None:

@@ -37,7 +37,6 @@ from cairn.orchestrator.state import RunState
 from cairn.orchestrator.statuses import RunStatus
 from cairn.orchestrator.transitions import transition_table
 from cairn.runtime import Runtime
-from cairn.store.database import make_engine, upgrade
 from cairn.store.repository import Store
 from cairn.workers.fork import (
     BadPatch,
@@ -115,14 +114,6 @@ class World:
     def call(self, key: str) -> Any:
         self.calls.append(key)
         return {"id": f"rec-{len(self.calls)}", "key": key}
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'cairn.db'}")
-    upgrade(engine)
-    yield Store(engine)
-    engine.dispose()
 
 
 def ledger(store: Store, scope: str | None = None) -> EffectLedger:
