@@ -28,7 +28,7 @@ FLOWER_ADDRESS ?= 127.0.0.1
 
 flower:  ## Flower on CAIRN_BROKER_URL at http://$(FLOWER_ADDRESS):$(FLOWER_PORT) (workers: --events)
 	@test -n "$$CAIRN_BROKER_URL" || { echo "make flower: set CAIRN_BROKER_URL" >&2; exit 2; }
-	$(PYTHON) -m celery -A cairn.workers.app flower --port=$(FLOWER_PORT) --address=$(FLOWER_ADDRESS)
+	$(PYTHON) -m celery -A cairn.runtime flower --port=$(FLOWER_PORT) --address=$(FLOWER_ADDRESS)
 
 format:
 	$(PYTHON) -m ruff format .

@@ -37,17 +37,18 @@ from typing import Any
 
 from bench.chain import admin, fresh_database
 from cairn.config import Settings
+from cairn.definitions.builder import Workflow
 from cairn.lease.leases import MemoryLeases
-from cairn.orchestrator.builder import Workflow
-from cairn.orchestrator.engine import NodeOutcome, Orchestrator, replay
-from cairn.orchestrator.events import NodeSucceeded
-from cairn.orchestrator.messages import NodeMessage
-from cairn.orchestrator.scheduler import Scheduler
-from cairn.orchestrator.state import RunState
-from cairn.orchestrator.statuses import NodeStatus
-from cairn.orchestrator.timeline import Timeline
+from cairn.model.events import NodeSucceeded
+from cairn.model.messages import NodeMessage
+from cairn.model.outcomes import NodeOutcome
+from cairn.model.state import RunState
+from cairn.model.statuses import NodeStatus
+from cairn.orchestrator.engine import Orchestrator, replay
+from cairn.scheduler.process import Scheduler
 from cairn.store.database import make_engine
 from cairn.store.repository import Store
+from cairn.timetravel.timeline import Timeline
 
 FIELDS = 20  # the vars a visit rewrites: a state of a few hundred bytes that stays put
 WARM_UP = 5

@@ -10,8 +10,8 @@ from typing import Any
 import redis
 from celery import Celery
 
-from cairn.orchestrator.builder import Workflow
-from cairn.orchestrator.definition import WorkflowDefinition
+from cairn.definitions.builder import Workflow
+from cairn.model.definition import WorkflowDefinition
 
 BRANCHES = 8
 PARKED = "bench_parked"

@@ -11,8 +11,8 @@ from typing import Any
 import redis
 from celery import Celery
 
-from cairn.failures import TransientError
-from cairn.orchestrator.builder import Workflow
+from cairn.definitions.builder import Workflow
+from cairn.model.failures import TransientError
 
 STEPS = 10
 

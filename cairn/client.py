@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from cairn.config import Settings
+from cairn.definitions.catalog import load_all
 from cairn.errors import CairnError
+from cairn.model.definition import WorkflowDefinition
+from cairn.orchestrator.awaiting import Awaiting
 from cairn.orchestrator.batches import SubmitItem, Submitted
-from cairn.orchestrator.catalog import load_all
-from cairn.orchestrator.definition import WorkflowDefinition
 from cairn.orchestrator.engine import RunView
-from cairn.orchestrator.explain import Awaiting
-from cairn.orchestrator.timeline import Timeline
 from cairn.runtime import Runtime
+from cairn.timetravel.timeline import Timeline
 
 
 class WaitTimeout(CairnError):

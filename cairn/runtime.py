@@ -12,19 +12,21 @@ import os
 import socket
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from cairn import clock, faults
 from cairn.config import Settings
+from cairn.definitions.catalog import load_all
 from cairn.effects.adapters import load_adapters
 from cairn.lease.leases import Leases, MemoryLeases, RedisLeases
-from cairn.orchestrator.catalog import load_all
+from cairn.observe.alerts import report_anomalies
+from cairn.observe.sentry import init_sentry
 from cairn.orchestrator.engine import Orchestrator, Publisher, Registry
-from cairn.orchestrator.scheduler import Scheduler
-from cairn.sentry import init_sentry
+from cairn.scheduler.notifier import Notifier
+from cairn.scheduler.process import Scheduler
 from cairn.store.database import make_engine, upgrade
 from cairn.store.repository import Store
-from cairn.webhooks.notifier import Notifier
 from cairn.workers.cache import MemoryResultCache, RedisResultCache, ResultCache
 from cairn.workers.inprocess import InProcessBroker
 from cairn.workers.runner import NodeRunner
@@ -89,7 +91,7 @@ class Runtime:
             RedisLeases.from_url(settings.redis_url) if settings.redis_url else MemoryLeases()
         )
         orchestrator = Orchestrator(store, publisher, settings)
-        orchestrator.anomaly_counter = leases.count
+        orchestrator.after_commit.append(partial(report_anomalies, count=leases.count))
         cache: ResultCache = (
             RedisResultCache.from_url(settings.redis_url)
             if settings.redis_url
@@ -158,6 +160,37 @@ class Runtime:
                 "could not mark published messages sent; the relay will resend them", exc_info=True
             )
         self.store.dispose()
+
+
+def worker_runtime(app: Any) -> Runtime:
+    """The runtime of one Celery worker process, built after the fork."""
+    return Runtime.build(
+        app.cairn_settings,
+        celery_app=app,
+        worker=f"{socket.gethostname()}:{os.getpid()}",
+        register=False,  # `cairn worker` did, once, before the fork
+    )
+
+
+def worker_app(settings: Settings) -> Any:
+    """The Celery app of ``cairn worker``: one that runs nodes."""
+    from cairn.workers.app import make_celery  # noqa: PLC0415 - Celery, for workers only
+
+    return make_celery(settings, worker_runtime)
+
+
+_default_app: Any = None
+
+
+def __getattr__(name: str) -> Any:
+    """``celery -A cairn.runtime`` (Flower, or a worker started by Celery's own command)
+    finds the app here, built from ``CAIRN_*`` on first access rather than at import."""
+    global _default_app  # noqa: PLW0603 - the lazily built app for `celery -A`
+    if name == "app":
+        if _default_app is None:
+            _default_app = worker_app(Settings.from_env())
+        return _default_app
+    raise AttributeError(name)
 
 
 def register_definitions(settings: Settings) -> None:

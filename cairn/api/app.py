@@ -23,15 +23,20 @@ from cairn.api import errors, runs, stream
 from cairn.api.auth import ApiKeys
 from cairn.api.deps import Namespace, runtime_of
 from cairn.api.limits import BodyLimitMiddleware
-from cairn.api.metrics import CONTENT_TYPE_LATEST, ApiMetrics, MetricsMiddleware
 from cairn.api.models import WorkflowInfo, WorkflowList
 from cairn.config import Settings
+from cairn.observe.metrics.api import CONTENT_TYPE_LATEST, ApiMetrics, MetricsMiddleware
 from cairn.runtime import Runtime
 from cairn.store.repository import to_epoch
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "1"
+
+
+def app_from_env() -> FastAPI:
+    """The app for ``cairn api`` (uvicorn's factory): settings from ``CAIRN_*``."""
+    return create_app(Settings.from_env())
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:

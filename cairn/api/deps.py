@@ -8,7 +8,7 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from cairn.errors import InvalidInput
-from cairn.payloads import storable_text
+from cairn.model.payloads import storable_text
 from cairn.runtime import Runtime
 
 # Declared for the OpenAPI document (clients and schemathesis learn the scheme from it);

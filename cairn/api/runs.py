@@ -44,13 +44,14 @@ from cairn.api.models import (
 from cairn.artifacts.registry import ArtifactRegistry
 from cairn.errors import InvalidInput, RunNotFound
 from cairn.lease.heartbeat import beat_view, run_beats
+from cairn.model.definition import TaskNode
+from cairn.model.statuses import NodeStatus, RunStatus
+from cairn.observe.explain import context_lines, waiting_lines
+from cairn.orchestrator.awaiting import awaiting
 from cairn.orchestrator.batches import SubmitItem
-from cairn.orchestrator.definition import TaskNode
-from cairn.orchestrator.explain import awaiting, context_lines, waiting_lines
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.store.repository import to_epoch
-from cairn.workers.fork import fork_live, fork_point
+from cairn.timetravel.fork import fork_live, fork_point
 
 router = APIRouter(prefix="/v1")
 

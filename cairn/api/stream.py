@@ -31,7 +31,7 @@ from cairn.api.deps import Namespace
 from cairn.api.models import MAX_INT
 from cairn.api.runs import ERRORS, RunId, event_dict, head_in
 from cairn.lease.heartbeat import beat_view, run_beats
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 
 router = APIRouter(prefix="/v1")

@@ -20,7 +20,7 @@ from cairn.artifacts.errors import ArtifactCorrupt, ArtifactError, ArtifactNotFo
 from cairn.artifacts.registry import ArtifactInfo, ArtifactRegistry, Provenance
 from cairn.artifacts.stores import ObjectStore, digest, open_store
 from cairn.errors import InvalidInput
-from cairn.payloads import storable_json, storable_text
+from cairn.model.payloads import storable_json, storable_text
 
 if TYPE_CHECKING:
     from cairn.config import Settings

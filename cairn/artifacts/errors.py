@@ -7,7 +7,7 @@ from cairn.errors import CairnError
 
 class ArtifactError(CairnError):
     """An artifact could not be written, registered or read. Retrying does not help: a
-    handler that raises it fails permanently (see :mod:`cairn.workers.classify`)."""
+    handler that raises it fails permanently (see :mod:`cairn.model.classify`)."""
 
     code = "artifact_error"
     error_class = "permanent"

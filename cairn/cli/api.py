@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cairn.cli.main import _cwd_importable, app
+from cairn.cli._app import app, cwd_importable
 from cairn.config import Settings
 
 
@@ -18,14 +18,14 @@ def api(
     """Serve the HTTP API (docs/api.md): submit, read, stream, signal and cancel runs.
     One process per replica; scale with replicas, not with uvicorn workers, so that each
     process keeps one database pool."""
-    _cwd_importable()  # the embedded mode runs handlers in this process
+    cwd_importable()  # the embedded mode runs handlers in this process
     import uvicorn  # noqa: PLC0415 - the other commands need not import the server
-
-    from cairn.api import create_app  # noqa: PLC0415
 
     settings = Settings.from_env()
     uvicorn.run(
-        create_app(settings),
+        # By name: the command line stands beside the API, it does not import it.
+        "cairn.api.app:app_from_env",
+        factory=True,
         host=host,
         port=port,
         log_level=settings.log_level.lower(),

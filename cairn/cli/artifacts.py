@@ -13,7 +13,7 @@ from rich.table import Table
 
 from cairn.artifacts import ArtifactRegistry, open_store
 from cairn.artifacts.cleanup import clean
-from cairn.cli.main import app, out
+from cairn.cli._app import app, out
 from cairn.client import Client
 
 

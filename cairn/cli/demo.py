@@ -17,7 +17,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from cairn.cli.main import app, out
+from cairn.cli._app import app, out
 from cairn.client import Client
 from cairn.config import Settings
 from cairn.demo.skill import STEPS

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cairn.cli.main import _cwd_importable, app, out
+from cairn.cli._app import app, cwd_importable, out
 from cairn.client import Client
 from cairn.effects.adapters import Effect
 from cairn.reconciler import Reconciler
@@ -66,7 +66,7 @@ def reconcile(
     """One reconciliation pass: compare the effects ledger with the external systems,
     repair timing gaps, report discrepancies that need a person (exit 1 if any). Safe to
     run as a CronJob, and with two at once."""
-    _cwd_importable()
+    cwd_importable()
     client = Client()
     try:
         settings = client.settings

@@ -11,10 +11,10 @@ from typing import Annotated, Any
 import typer
 from prometheus_client.registry import Collector
 
-from cairn.cli.main import EXIT_INVALID, _cwd_importable, app, err, out
+from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, out
 from cairn.config import Settings
 from cairn.lease.leases import Leases, RedisLeases
-from cairn.runtime import Runtime, register_definitions
+from cairn.runtime import Runtime, register_definitions, worker_app
 from cairn.store.database import current_revision, make_engine, upgrade
 
 db = typer.Typer(help="The database schema.", no_args_is_help=True)
@@ -73,12 +73,10 @@ def worker(  # noqa: PLR0917 - typer passes options by name
 ) -> None:
     """Run a worker: a Celery worker (CAIRN_BROKER_URL set) or, embedded, worker threads
     plus the scheduler in this process."""
-    _cwd_importable()
+    cwd_importable()
     settings = _with(Settings.from_env(), liveness_file=liveness_file, metrics_port=metrics_port)
     _logging(settings)
     if settings.broker_url is not None:
-        from cairn.workers.app import make_celery  # noqa: PLC0415
-
         if settings.metrics_port is not None:
             if settings.redis_url is None:
                 raise typer.BadParameter(
@@ -89,7 +87,7 @@ def worker(  # noqa: PLR0917 - typer passes options by name
             # The parent serves: its children come and go, the counters are in Redis.
             _serve_metrics(RedisLeases.from_url(settings.redis_url), settings.metrics_port)
         register_definitions(settings)
-        celery_app = make_celery(settings)
+        celery_app = worker_app(settings)
         argv = [
             "worker",
             f"--concurrency={concurrency}",
@@ -112,7 +110,7 @@ def worker(  # noqa: PLR0917 - typer passes options by name
 @app.command()
 def scheduler(metrics_port: MetricsPort = None) -> None:
     """Run the scheduler: outbox relay, durable timers, recovery, compaction."""
-    _cwd_importable()
+    cwd_importable()
     settings = _with(Settings.from_env(), metrics_port=metrics_port)
     _logging(settings)
     _serve(Runtime.build(settings))
@@ -169,7 +167,7 @@ def _with(settings: Settings, **options: Any) -> Settings:
 
 
 def _serve_metrics(leases: Leases, port: int, *more: Collector) -> None:
-    from cairn.lease.metrics import serve_metrics  # noqa: PLC0415
+    from cairn.observe.metrics.leases import serve_metrics  # noqa: PLC0415
 
     serve_metrics(leases, port, more=more)
     out.print(f"metrics on :{port}/metrics")
@@ -181,7 +179,7 @@ def _serve(runtime: Runtime) -> None:
         signal.signal(signum, lambda *_: stop.set())
     runtime.start_scheduler()
     if runtime.settings.metrics_port is not None:
-        from cairn.orchestrator.metrics import FleetCollector  # noqa: PLC0415
+        from cairn.observe.metrics.fleet import FleetCollector  # noqa: PLC0415
 
         _serve_metrics(
             runtime.leases,

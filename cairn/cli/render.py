@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from cairn.durations import format_duration
-from cairn.orchestrator.definition import (
+from cairn.definitions.transitions import TransitionRow, transition_table
+from cairn.model.definition import (
     EndNode,
     ParallelNode,
     RetryPolicy,
@@ -16,7 +16,10 @@ from cairn.orchestrator.definition import (
     WaitNode,
     WorkflowDefinition,
 )
-from cairn.orchestrator.transitions import TransitionRow, transition_table
+from cairn.model.durations import format_duration
+
+if TYPE_CHECKING:
+    from cairn.timetravel.timeline import Change
 
 
 def as_table(definition: WorkflowDefinition) -> Table:
@@ -129,3 +132,20 @@ def _is_failure(row: TransitionRow) -> bool:
 
 def _escape(text: str) -> str:
     return text.replace('"', "#quot;")
+
+
+def change_lines(changes: list[Change]) -> list[str]:
+    lines = []
+    for change in changes:
+        if change.kind == "added":
+            lines.append(f"+ {change.path}: {_short(change.new)}")
+        elif change.kind == "removed":
+            lines.append(f"- {change.path}: {_short(change.old)}")
+        else:
+            lines.append(f"~ {change.path}: {_short(change.old)} -> {_short(change.new)}")
+    return lines
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value, separators=(", ", ": "))
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."

@@ -7,11 +7,10 @@ from typing import Annotated
 
 import typer
 
-from cairn.cli.main import _cwd_importable, app, err, out
-from cairn.cli.timeline import change_lines
+from cairn.cli._app import app, cwd_importable, err, out
+from cairn.cli.render import change_lines
 from cairn.client import Client
-from cairn.effects.replay import EffectUse, load_stubs
-from cairn.workers.fork import (
+from cairn.timetravel.fork import (
     DEFAULT_MAX_STEPS,
     DryRun,
     DryStep,
@@ -21,7 +20,8 @@ from cairn.workers.fork import (
     fork_point,
     parse_patch,
 )
-from cairn.workers.replay import Replayer, ReplayReport, StepReplay, Verdict
+from cairn.timetravel.ledger import EffectUse, load_stubs
+from cairn.timetravel.replay import Replayer, ReplayReport, StepReplay, Verdict
 
 EXIT_DIVERGED = 1  # replay: a step's result differs from the recorded one
 EXIT_INCOMPLETE = 1  # fork dry run: the step cap, or a child run it does not simulate
@@ -52,7 +52,7 @@ def replay_command(
     stub's fake result, or are refused) and never call the outside world; artifacts put
     go to a sandbox; nothing is written. Report where the results differ from the
     recorded ones. Exit 1 if one diverged, 3 if an effect was refused."""
-    _cwd_importable()
+    cwd_importable()
     load_stubs(stubs or [])
     client = Client()
     try:
@@ -97,7 +97,7 @@ def fork(
     effect), or with --live a real run in the same namespace, linked to its parent, whose
     effects get fresh idempotency keys. Dry run: exit 3 if an effect was refused, 1 if it
     hit the step cap or a child run."""
-    _cwd_importable()
+    cwd_importable()
     changes = parse_patch(patch)
     load_stubs(stubs or [])
     client = Client()

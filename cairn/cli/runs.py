@@ -13,13 +13,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from cairn.cli.main import EXIT_INVALID, _cwd_importable, app, err, out
+from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, out
 from cairn.client import Client, WaitTimeout
+from cairn.definitions.catalog import load_all
 from cairn.errors import InvalidInput
 from cairn.lease.heartbeat import run_beats
-from cairn.orchestrator.catalog import load_all
-from cairn.orchestrator.explain import context_lines, describe, waiting_lines
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
+from cairn.observe.explain import context_lines, describe, waiting_lines
 
 EXIT_FAILED = 1
 EXIT_TIMEOUT = 3
@@ -31,7 +31,7 @@ def register(
 ) -> None:
     """Register workflow definitions (a version, once registered, cannot change): all of
     them, or none if any is invalid (every fault of every file is listed)."""
-    _cwd_importable()
+    cwd_importable()
     definitions = load_all(paths)
     client = Client()
     try:
@@ -406,7 +406,7 @@ def _fleet_status(as_json: bool) -> None:
         else "leases: none taken yet"
     )
     anomalies = [[*name.split("|")[1:], str(n)] for name, n in stats.items() if "|" in name]
-    if anomalies:  # "anomalies|workflow|kind|action" (cairn.orchestrator.alerts)
+    if anomalies:  # "anomalies|workflow|kind|action" (cairn.observe.alerts)
         out.print(
             "anomalies: " + ", ".join(f"{w} {k} {a} {n}" for w, k, a, n in sorted(anomalies)),
             markup=False,

@@ -10,11 +10,18 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cairn.cli.main import app, err, out
+from cairn.cli._app import app, err, out
 from cairn.config import Settings
-from cairn.durations import format_duration, parse_duration
 from cairn.errors import InvalidInput
-from cairn.sla import STEP_PARTS, Percentiles, SlaReport, SloThresholds, build_report, read_facts
+from cairn.model.durations import format_duration, parse_duration
+from cairn.observe.sla import (
+    STEP_PARTS,
+    Percentiles,
+    SlaReport,
+    SloThresholds,
+    build_report,
+    read_facts,
+)
 from cairn.store.database import make_engine, upgrade
 from cairn.store.repository import Store
 

@@ -8,11 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
-from cairn.cli.main import _cwd_importable, app, out
+from cairn.cli._app import app, cwd_importable, out
+from cairn.cli.render import change_lines
 from cairn.client import Client
-from cairn.orchestrator.timeline import (
+from cairn.timetravel.timeline import (
     Bisection,
-    Change,
     Check,
     History,
     Step,
@@ -122,7 +122,7 @@ def bisect(
     must hold at the start and, once failed, stay failed); print each check and that
     step with its input and output. Exit 1 if no step is to blame: it fails from the
     start, or it never fails."""
-    _cwd_importable()
+    cwd_importable()
     predicate = load_predicate(check)
     client = Client()
     try:
@@ -178,18 +178,6 @@ def _duration(seconds: float, measured_by: str | None) -> str:
     if seconds < 1:
         return f"{approximate}{seconds * 1000:.0f} ms"
     return f"{approximate}{seconds:.2f} s"
-
-
-def change_lines(changes: list[Change]) -> list[str]:
-    lines = []
-    for change in changes:
-        if change.kind == "added":
-            lines.append(f"+ {change.path}: {_short(change.new)}")
-        elif change.kind == "removed":
-            lines.append(f"- {change.path}: {_short(change.old)}")
-        else:
-            lines.append(f"~ {change.path}: {_short(change.old)} -> {_short(change.new)}")
-    return lines
 
 
 def bisection_lines(found: Bisection) -> list[str]:

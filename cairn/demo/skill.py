@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from cairn.orchestrator.builder import Workflow
+from cairn.definitions.builder import Workflow
 
 SOURCES = [
     (

@@ -1,7 +1,7 @@
 """Exactly-once side effects: the effects ledger (``ctx.effect``) and the adapters that
-ask external systems what really happened (see ``docs/effects.md``); and what answers
-effects in a replay instead of the outside world: replay stubs (see
-``docs/time-travel.md``)."""
+ask external systems what really happened (see ``docs/effects.md``). What answers
+effects in a replay instead of the outside world (replay stubs) is time travel's:
+:mod:`cairn.timetravel`."""
 
 from cairn.effects.adapters import (
     Adapter,
@@ -13,15 +13,8 @@ from cairn.effects.adapters import (
     load_adapters,
     register_adapter,
 )
-from cairn.effects.ledger import (
-    EffectLedger,
-    EffectStatus,
-    EffectUnresolved,
-    Policy,
-    digest_of,
-    idempotency_headers,
-)
-from cairn.effects.replay import ReplayRefused, StubRequest, register_stub, replay_stub
+from cairn.effects.ledger import EffectLedger, EffectUnresolved, digest_of, idempotency_headers
+from cairn.model.effects import EffectStatus, Policy
 
 __all__ = [
     "Adapter",
@@ -31,8 +24,6 @@ __all__ = [
     "EffectStatus",
     "EffectUnresolved",
     "Policy",
-    "ReplayRefused",
-    "StubRequest",
     "Verdict",
     "adapter_for",
     "digest_of",
@@ -40,6 +31,4 @@ __all__ = [
     "idempotency_headers",
     "load_adapters",
     "register_adapter",
-    "register_stub",
-    "replay_stub",
 ]

@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from cairn.errors import ConfigError
-from cairn.orchestrator.definition import import_ref
+from cairn.model.definition import import_ref
 
 
 class Verdict(StrEnum):

@@ -32,24 +32,25 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, TypeVar
 
 from cairn.effects.adapters import Effect, Verdict, adapter_for, checked
 from cairn.errors import InvalidInput, StoreUnavailable
-from cairn.failures import (
+from cairn.faults import fault_point
+from cairn.model.classify import classify, may_have_applied
+from cairn.model.definition import ErrorClass, ref_path_of
+from cairn.model.effects import EffectStatus, Policy
+from cairn.model.failures import (
     BusinessError,
     HandlerError,
     PermanentError,
     StaleClaim,
     TransientError,
 )
-from cairn.faults import fault_point
-from cairn.orchestrator.definition import ErrorClass, ref_path_of
-from cairn.payloads import storable_json
+from cairn.model.keys import ExecutionKey
+from cairn.model.payloads import storable_json
 from cairn.reconnect import is_outage, through_outages
-from cairn.store.repository import ExecutionKey, Intent, Store, effects, utcnow
-from cairn.workers.classify import classify, may_have_applied
+from cairn.store.repository import Intent, Store, effects, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -63,25 +64,6 @@ _RAISED: dict[str, type[HandlerError]] = {
     ErrorClass.PERMANENT.value: PermanentError,
     ErrorClass.BUSINESS.value: BusinessError,
 }
-
-
-class EffectStatus(StrEnum):
-    INTENT = "intent"  # recorded before the call; the outcome is not known yet
-    APPLIED = "applied"
-    FAILED = "failed"  # it did not take effect (or failed for good): see error_class
-    # The call was made; whether it took effect is not known (its response was lost).
-    UNKNOWN = "unknown"
-    ABSENT = "absent"  # the reconciler found an old intent never took effect
-    FLAGGED = "flagged"  # the ledger and the world disagree: a person decides
-    COMPENSATED = "compensated"
-
-
-class Policy(StrEnum):
-    """What the reconciler does when the ledger says applied and the world says absent."""
-
-    FLAG = "flag"  # report it for a person (the default: money is involved)
-    REAPPLY = "reapply"  # apply it again through the adapter
-    COMPENSATE = "compensate"  # run the effect's compensation
 
 
 def digest_of(result: Any) -> str:
@@ -368,7 +350,7 @@ def failed(error: BaseException) -> dict[str, Any]:
     """The ledger changes that record a call that raised ``error``: ``unknown`` if it may
     have taken effect (the request left and no answer says what became of it), else
     ``failed`` — with its error class either way (see
-    :func:`cairn.workers.classify.may_have_applied`)."""
+    :func:`cairn.model.classify.may_have_applied`)."""
     error_class = classify(error)
     status = EffectStatus.UNKNOWN if may_have_applied(error) else EffectStatus.FAILED
     return {

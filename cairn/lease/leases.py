@@ -16,7 +16,7 @@ The same scripts keep fleet-wide counters in one hash (``STATS_KEY``: acquired,
 contended, renewed, lost, and whatever :meth:`Leases.count` adds, such as
 stale_rejected) and a histogram of lease waits (``WAIT_KEY``, see
 :mod:`cairn.lease.waits`), so every process, prefork children included, adds to the
-same numbers; :mod:`cairn.lease.metrics` serves them to Prometheus.
+same numbers; :mod:`cairn.observe.metrics.leases` serves them to Prometheus.
 
 Each claim also gets a fencing token (``Lease.fence``): a counter per execution
 (``cairn:fence:...``) that every acquire raises, never below one more than the fence
@@ -57,6 +57,7 @@ from cairn.lease.waits import (
     bucket_field,
     current_wait,
 )
+from cairn.model.keys import beat_key, fence_key
 
 BEAT_TTL_PERIODS = 3
 CLAIMS_KEY = "cairn:claims"  # every live claim's lease key, scored by its expiry (ms, Redis)
@@ -297,24 +298,6 @@ class Leases(Protocol):
     def step_times(self) -> dict[str, WaitHistogram]:
         """Fleet-wide histograms of the timed parts of steps, by part."""
         ...
-
-
-def lease_key(run_id: str, node: str, iteration: int, phase: str) -> str:
-    return f"cairn:lease:{run_id}:{node}:{iteration}:{phase}"
-
-
-def parse_lease_key(key: str) -> tuple[str, str, int, str]:
-    """(run id, node, iteration, phase) of a lease key: node names hold no colon."""
-    run_id, node, iteration, phase = key.removeprefix("cairn:lease:").rsplit(":", 3)
-    return run_id, node, int(iteration), phase
-
-
-def beat_key(key: str) -> str:
-    return key.replace("cairn:lease:", "cairn:beat:", 1)
-
-
-def fence_key(key: str) -> str:
-    return key.replace("cairn:lease:", "cairn:fence:", 1)
 
 
 class RedisLeases:

@@ -28,6 +28,9 @@ from typing import Any, Protocol
 from jsonschema import Draft202012Validator
 
 from cairn.config import Settings
+from cairn.decider.children import child_run_id
+from cairn.decider.graph import Decision, decide
+from cairn.definitions.loader import load_definition
 from cairn.errors import (
     CairnError,
     ConfirmationRequired,
@@ -37,10 +40,7 @@ from cairn.errors import (
     UnknownWorkflow,
 )
 from cairn.faults import fault_point
-from cairn.orchestrator.alerts import report_anomalies
-from cairn.orchestrator.batches import MAX_BATCH, SubmitItem, Submitted
-from cairn.orchestrator.children import child_run_id
-from cairn.orchestrator.commands import (
+from cairn.model.commands import (
     ArmTimer,
     CancelNode,
     Command,
@@ -53,9 +53,8 @@ from cairn.orchestrator.commands import (
     SettleExecution,
     StartChild,
 )
-from cairn.orchestrator.decider import Decision, decide
-from cairn.orchestrator.definition import WorkflowDefinition
-from cairn.orchestrator.events import (
+from cairn.model.definition import WorkflowDefinition
+from cairn.model.events import (
     CancelRequested,
     ChildFinished,
     Event,
@@ -68,21 +67,15 @@ from cairn.orchestrator.events import (
     event_to_dict,
     stamped,
 )
-from cairn.orchestrator.explain import Awaiting, awaiting
-from cairn.orchestrator.loader import load_definition
-from cairn.orchestrator.messages import NodeMessage
-from cairn.orchestrator.state import STATE_FORMAT, RunState
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
-from cairn.payloads import storable_json
-from cairn.store.repository import (
-    ExecutionKey,
-    StepWrites,
-    Store,
-    Tx,
-    encode_snapshot,
-    from_epoch,
-    utcnow,
-)
+from cairn.model.keys import ExecutionKey
+from cairn.model.messages import NodeMessage
+from cairn.model.outcomes import NodeOutcome, StepWrites
+from cairn.model.payloads import storable_json
+from cairn.model.state import STATE_FORMAT, RunState
+from cairn.model.statuses import NodeStatus, RunStatus
+from cairn.orchestrator.awaiting import Awaiting, awaiting
+from cairn.orchestrator.batches import MAX_BATCH, SubmitItem, Submitted
+from cairn.store.repository import Store, Tx, encode_snapshot, from_epoch, utcnow
 from cairn.webhooks.notices import Notice, check_url, notices
 from cairn.webhooks.signing import WebhookSecrets
 
@@ -102,6 +95,10 @@ ROW_COMMANDS = (
     StartChild,
     NotifyParent,
 )
+
+
+# Told of each decision once it is committed: (run id, decision).
+AfterCommit = Callable[[str, Decision], object]
 
 
 class Publisher(Protocol):
@@ -211,19 +208,6 @@ class Completion:
     decision: Decision | None = None
 
 
-@dataclass(frozen=True)
-class NodeOutcome:
-    """The result of one execution, as the worker reports it. The event's time is
-    replaced by the database's clock when it is recorded."""
-
-    event: Event
-    status: NodeStatus
-    result: Mapping[str, Any] | None = None
-    error_class: str | None = None
-    error: str | None = None
-    duration_s: float | None = None
-
-
 @dataclass
 class RunView:
     """A run as ``cairn status`` and ``cairn.get_run`` show it."""
@@ -274,7 +258,9 @@ class Orchestrator:
         self.sent = SentMarks()
         self.webhook_secrets = WebhookSecrets.from_settings(settings)
         # Counts anomalies fleet-wide (Runtime sets it to the leases' counters).
-        self.anomaly_counter: Callable[[str], None] | None = None
+        # Called with each decision once it is committed (never for one rolled back): the
+        # composition root registers what the world hears of it (anomaly alerts, counts).
+        self.after_commit: list[AfterCommit] = []
 
     # -- submit -------------------------------------------------------------------------
 
@@ -409,7 +395,7 @@ class Orchestrator:
             self.sent.add(sent)  # nothing was written, the marks included
             return self._existing_run(values)
         self._log_finish(run_id, decision)
-        report_anomalies(run_id, decision, self.anomaly_counter)
+        self._committed(run_id, decision)
         self._publish(_with_outbox_ids(plan.dispatches, ids))
         return str(run_id)
 
@@ -592,7 +578,7 @@ class Orchestrator:
         self, steps: Sequence[tuple[NodeMessage, NodeOutcome]], worker: str, fence: int
     ) -> Completion:
         """Record an ephemeral node's result and the results of the nodes its worker ran
-        on after it, in one transaction (see :mod:`cairn.orchestrator.fusion`): each
+        on after it, in one transaction (see :mod:`cairn.decider.fusion`): each
         step's advance dispatches the next, whose execution row is then finished at
         once and whose message is never published. If the run went elsewhere meanwhile
         (the decision now dispatches something else), the results from there on are
@@ -669,7 +655,7 @@ class Orchestrator:
                 False, f"a result for {message.key} attempt {message.attempt} is already recorded"
             )
         self._log_finish(message.run_id, decision)
-        report_anomalies(message.run_id, decision, self.anomaly_counter)
+        self._committed(message.run_id, decision)
         self._publish(_with_outbox_ids(plan.dispatches, ids))
         return Completion(True, decision=decision)
 
@@ -1075,7 +1061,7 @@ class Orchestrator:
         advanced.posted.extend(child.posted)
 
     def _after_commit(self, advanced: Orchestrator._Advanced) -> None:
-        report_anomalies(advanced.decision.state.run_id, advanced.decision, self.anomaly_counter)
+        self._committed(advanced.decision.state.run_id, advanced.decision)
         self._publish(advanced.messages)
         if advanced.posted:
             fault_point("inbox.after_commit")
@@ -1125,6 +1111,13 @@ class Orchestrator:
             return
         if taken:
             self.sent.add(m.outbox_id for m in messages if m.outbox_id is not None)
+
+    def _committed(self, run_id: str, decision: Decision) -> None:
+        for hook in self.after_commit:
+            try:
+                hook(run_id, decision)
+            except Exception:  # the decision stands; what reports it must not undo it
+                log.warning("an after-commit hook failed for run %s", run_id, exc_info=True)
 
     def flush_sent(self) -> None:
         ids = self.sent.drain()

@@ -17,11 +17,12 @@ from enum import StrEnum
 from functools import partial
 
 from cairn.config import Settings
-from cairn.orchestrator.definition import AnyNode, ErrorClass, TaskNode
-from cairn.orchestrator.engine import NodeOutcome, Orchestrator
-from cairn.orchestrator.events import NodeFailed, NodeHeld, stamped
-from cairn.orchestrator.messages import NodeMessage
-from cairn.orchestrator.statuses import NodeStatus
+from cairn.model.definition import AnyNode, ErrorClass, TaskNode
+from cairn.model.events import NodeFailed, NodeHeld, stamped
+from cairn.model.messages import NodeMessage
+from cairn.model.outcomes import NodeOutcome
+from cairn.model.statuses import NodeStatus
+from cairn.orchestrator.engine import Orchestrator
 
 log = logging.getLogger(__name__)
 

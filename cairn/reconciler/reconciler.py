@@ -44,9 +44,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
 from cairn.effects.adapters import Check, Effect, Verdict, adapter_for, checked
-from cairn.effects.ledger import UNSETTLED, EffectStatus, Policy, applied
-from cairn.orchestrator.definition import import_ref
-from cairn.orchestrator.statuses import RunStatus
+from cairn.effects.ledger import UNSETTLED, applied
+from cairn.model.definition import import_ref
+from cairn.model.effects import EffectStatus, Policy
+from cairn.model.statuses import RunStatus
 from cairn.store.repository import Store, Tx, utcnow
 
 log = logging.getLogger(__name__)

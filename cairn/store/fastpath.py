@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 from collections import namedtuple
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg import ClientCursor, Connection, errors, generators, pq
 from psycopg.adapt import Transformer
@@ -29,9 +29,7 @@ from psycopg.types.json import Jsonb
 
 from cairn.errors import StoreError
 from cairn.faults import fault_point
-
-if TYPE_CHECKING:
-    from cairn.store.repository import StepWrites
+from cairn.model.outcomes import StepWrites
 
 EXECUTION_AND_RUN = """
 SELECT e.status AS execution_status, e.attempt AS execution_attempt,

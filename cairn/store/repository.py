@@ -37,6 +37,9 @@ from sqlalchemy.sql.elements import ColumnElement
 from cairn import clock
 from cairn.errors import StoreError
 from cairn.faults import fault_point
+from cairn.model.keys import ExecutionKey
+from cairn.model.outcomes import StepWrites
+from cairn.model.statuses import EXECUTION_ACTIVE, ExecutionStatus
 from cairn.store import fastpath
 from cairn.store.database import autocommit_twin
 from cairn.store.schema import (
@@ -65,7 +68,9 @@ artifacts = cast(Table, ArtifactRow.__table__)
 notifications = cast(Table, NotificationRow.__table__)
 workflows = cast(Table, WorkflowRow.__table__)
 
-ACTIVE_EXECUTION = ("scheduled", "running")
+ACTIVE_EXECUTION = tuple(status.value for status in EXECUTION_ACTIVE)
+_SCHEDULED, _RUNNING = ExecutionStatus.SCHEDULED.value, ExecutionStatus.RUNNING.value
+_HELD, _FAILED = ExecutionStatus.HELD.value, ExecutionStatus.FAILED.value
 
 
 class Intent(StrEnum):
@@ -113,65 +118,23 @@ class FleetGauges:
     notifications: tuple[int, float | None]  # webhooks not delivered nor given up
 
 
-@dataclass(frozen=True)
-class StepWrites:
-    """What one decision writes, whichever path writes it: the run row's new values
-    (``run``; its ``last_seq`` is the event's seq), the event and what the decision did,
-    a snapshot when due (format, codec, body), the sent-marks this process owes, each
-    dispatch as (execution key, attempt, message payload), and the run's timers armed
-    (id, due at) and disarmed (ids) — disjoint, the decision's net effect on them."""
-
-    run: Mapping[str, Any]
-    event: Mapping[str, Any]
-    outcome: Mapping[str, Any]
-    sent: Sequence[int]
-    dispatches: Sequence[tuple[ExecutionKey, int, Mapping[str, Any]]]
-    snapshot: tuple[int, str, bytes] | None = None
-    armed: Sequence[tuple[str, float]] = ()
-    disarmed: Sequence[str] = ()
-
-    @property
-    def seq(self) -> int:
-        return int(self.run["last_seq"])
-
-    @property
-    def at(self) -> float:
-        return float(self.event["at"])
+def _where(key: ExecutionKey) -> Any:
+    """The row of execution ``key``."""
+    return and_(
+        executions.c.run_id == key.run_id,
+        executions.c.node == key.node,
+        executions.c.iteration == key.iteration,
+        executions.c.phase == key.phase,
+    )
 
 
-@dataclass(frozen=True)
-class ExecutionKey:
-    run_id: str
-    node: str
-    iteration: int
-    phase: str
-
-    def where(self) -> Any:
-        return and_(
-            executions.c.run_id == self.run_id,
-            executions.c.node == self.node,
-            executions.c.iteration == self.iteration,
-            executions.c.phase == self.phase,
-        )
-
-    def unfinished(self, attempt: int) -> Any:
-        """This execution at ``attempt``, while it has no result."""
-        return and_(
-            self.where(),
-            executions.c.attempt == attempt,
-            executions.c.status.in_(ACTIVE_EXECUTION),
-        )
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "node": self.node,
-            "iteration": self.iteration,
-            "phase": self.phase,
-        }
-
-    def __str__(self) -> str:
-        return f"{self.run_id}/{self.node}#{self.iteration}/{self.phase}"
+def _unfinished(key: ExecutionKey, attempt: int) -> Any:
+    """Execution ``key`` at ``attempt``, while it has no result."""
+    return and_(
+        _where(key),
+        executions.c.attempt == attempt,
+        executions.c.status.in_(ACTIVE_EXECUTION),
+    )
 
 
 def encode_snapshot(state_json: str, compress_over_bytes: int) -> tuple[str, bytes]:
@@ -636,14 +599,14 @@ class Tx:
             node=key.node,
             iteration=key.iteration,
             phase=key.phase,
-            status="scheduled",
+            status=_SCHEDULED,
             attempt=attempt,
             dispatched_at=now,
         )
         return stmt.on_conflict_do_update(
             index_elements=["run_id", "node", "iteration", "phase"],
             set_={
-                "status": "scheduled",
+                "status": _SCHEDULED,
                 "attempt": attempt,
                 "dispatched_at": now,
                 "finished_at": None,
@@ -666,7 +629,7 @@ class Tx:
                 runs,
             )
             .join(runs, runs.c.id == executions.c.run_id)
-            .where(key.where())
+            .where(_where(key))
         )
         row = self.connection.execute(query).first()
         if row is None:
@@ -705,7 +668,7 @@ class Tx:
         Returns (None, 0) if nothing was recorded."""
         finish = (
             update(executions)
-            .where(key.unfinished(attempt), executions.c.fence <= fence)
+            .where(_unfinished(key, attempt), executions.c.fence <= fence)
             .values(**values)
         )
         if self.dialect == "postgresql":
@@ -718,7 +681,7 @@ class Tx:
     def set_execution_status(self, key: ExecutionKey, status: str) -> None:
         self.connection.execute(
             update(executions)
-            .where(key.where(), executions.c.status.in_(ACTIVE_EXECUTION))
+            .where(_where(key), executions.c.status.in_(ACTIVE_EXECUTION))
             .values(status=status, finished_at=self.stamp())
         )
 
@@ -728,11 +691,11 @@ class Tx:
         self.connection.execute(
             update(executions)
             .where(
-                key.where(),
+                _where(key),
                 executions.c.attempt == attempt,
-                executions.c.status.in_([*ACTIVE_EXECUTION, "failed"]),
+                executions.c.status.in_([*ACTIVE_EXECUTION, _FAILED]),
             )
-            .values(status="held")
+            .values(status=_HELD)
         )
 
     def settle_execution(
@@ -741,7 +704,7 @@ class Tx:
         """Write an operator's settlement of a held execution, as a worker's result."""
         self.connection.execute(
             update(executions)
-            .where(key.where(), executions.c.status == "held")
+            .where(_where(key), executions.c.status == _HELD)
             .values(
                 status=status,
                 result=dict(result) if result is not None else None,
@@ -782,7 +745,7 @@ class Tx:
                 runs.c.status, executions.c.status.label("execution_status"), executions.c.attempt
             )
             .join(executions, executions.c.run_id == runs.c.id)
-            .where(key.where())
+            .where(_where(key))
         ).first()
         return (
             row is None
@@ -797,20 +760,20 @@ class Tx:
         """Record a claim (its fence) on the unfinished execution: it is running. False if
         it finished, a newer claim is recorded already, or — ``first`` — any worker has
         claimed this attempt before (it may have started: an irreversible node's rule)."""
-        conditions = [key.unfinished(attempt), executions.c.fence < fence]
+        conditions = [_unfinished(key, attempt), executions.c.fence < fence]
         if first:
-            conditions.append(executions.c.status == "scheduled")
+            conditions.append(executions.c.status == _SCHEDULED)
         claimed = self.connection.execute(
-            update(executions).where(*conditions).values(fence=fence, status="running")
+            update(executions).where(*conditions).values(fence=fence, status=_RUNNING)
         )
         return bool(claimed.rowcount)
 
     def execution(self, key: ExecutionKey) -> Any:
         """The execution row (attempt, status, dispatch time), or None."""
-        return self.connection.execute(select(executions).where(key.where())).first()
+        return self.connection.execute(select(executions).where(_where(key))).first()
 
     def execution_fence(self, key: ExecutionKey) -> int:
-        fence = self.connection.execute(select(executions.c.fence).where(key.where())).scalar()
+        fence = self.connection.execute(select(executions.c.fence).where(_where(key))).scalar()
         return int(fence or 0)
 
     def touch_execution(self, key: ExecutionKey, attempt: int, *, died: bool) -> int | None:
@@ -818,7 +781,7 @@ class Tx:
         worker died running it; the count, or None if it finished meanwhile."""
         row = self.connection.execute(
             update(executions)
-            .where(key.unfinished(attempt))
+            .where(_unfinished(key, attempt))
             .values(
                 dispatched_at=self.stamp(), recoveries=executions.c.recoveries + (1 if died else 0)
             )
@@ -904,7 +867,7 @@ class Tx:
     def _newer_claim(values: Mapping[str, Any], phase: str) -> Any:
         """The execution an effect is made by, if a claim newer than its fence is on record."""
         key = ExecutionKey(values["run_id"], values["node"], values["iteration"], phase)
-        return select(executions.c.fence).where(key.where(), executions.c.fence > values["fence"])
+        return select(executions.c.fence).where(_where(key), executions.c.fence > values["fence"])
 
     def effect(self, namespace: str, key: str, *, lock: bool = False) -> Any:
         query = select(effects).where(effects.c.namespace == namespace, effects.c.key == key)
@@ -931,7 +894,7 @@ class Tx:
             query = query.where(effects.c.fence <= fence_at_most)
         if claim is not None:
             execution, fence = claim
-            newer = select(executions.c.fence).where(execution.where(), executions.c.fence > fence)
+            newer = select(executions.c.fence).where(_where(execution), executions.c.fence > fence)
             query = query.where(~newer.exists())
         values = {**changes, "updated_at": self.stamp()}
         return bool(self.connection.execute(query.values(**values)).rowcount)
@@ -1008,7 +971,7 @@ class Tx:
             select(effects.c.status, func.count()).group_by(effects.c.status)
         )
         held = self.connection.execute(
-            select(func.count()).select_from(executions).where(executions.c.status == "held")
+            select(func.count()).select_from(executions).where(executions.c.status == _HELD)
         ).scalar_one()
         return FleetGauges(
             runs={str(status): int(count) for status, count in by_status},

@@ -18,9 +18,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cairn.errors import InvalidInput
-from cairn.orchestrator.commands import Command, HoldExecution
-from cairn.orchestrator.state import RunState
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.model.commands import Command, HoldExecution
+from cairn.model.state import RunState
+from cairn.model.statuses import NodeStatus, RunStatus
 
 MAX_URL_LENGTH = 2000
 # A result bigger than this is left out of the body (the receiver asks the API for it):

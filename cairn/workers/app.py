@@ -11,19 +11,17 @@ Every worker also pings itself through the broker to notice when it stops consum
 (:mod:`cairn.workers.liveness`), and every node message carries the time it was
 published, for the lease wait histogram (:mod:`cairn.lease.waits`).
 
-``celery -A cairn.workers.app worker`` finds the app through the module attribute
-``app``, built from ``CAIRN_*`` on first access rather than at import.
+``celery -A cairn.runtime`` finds the worker's app there (the composition root builds
+each process's runtime and hands it to the app); ``cairn worker`` starts the same.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from celery import Celery
@@ -35,8 +33,8 @@ from kombu.exceptions import ChannelError
 from cairn import clock
 from cairn.config import Settings
 from cairn.lease.waits import delivered
+from cairn.model.messages import NodeMessage
 from cairn.orchestrator.batches import SubmitItem, Submitted
-from cairn.orchestrator.messages import NodeMessage
 from cairn.reconnect import is_outage
 from cairn.workers import deadlines
 from cairn.workers.liveness import PING_TASK, Liveness
@@ -50,7 +48,21 @@ SUBMIT_BATCH_TASK = "cairn.submit_batch"
 PUBLISHED_HEADER = "cairn_published_at"  # epoch seconds, set by CeleryPublisher
 
 
-def make_celery(settings: Settings) -> Celery:
+class ProcessRuntime(Protocol):
+    """What a worker process runs node messages and submits with (a
+    :class:`cairn.runtime.Runtime`, which the composition root builds and passes in)."""
+
+    runner: Any
+    orchestrator: Any
+
+    def close(self) -> None: ...
+
+
+def make_celery(
+    settings: Settings, runtime: Callable[[Celery], ProcessRuntime] | None = None
+) -> Celery:
+    """The Celery app. ``runtime`` builds the runtime of a worker process (once per
+    process, after the fork); an app without one only publishes and inspects."""
     if settings.broker_url is None:
         raise ValueError(
             "make_celery needs CAIRN_BROKER_URL; without it cairn runs nodes in-process"
@@ -81,6 +93,7 @@ def make_celery(settings: Settings) -> Celery:
         worker_cancel_long_running_tasks_on_connection_loss=True,
     )
     app.cairn_settings = settings
+    app.cairn_runtime = runtime
     app.steps["consumer"].add(Liveness)
 
     @app.task(
@@ -211,21 +224,19 @@ _lock = threading.Lock()
 
 
 def _process_runtime(app: Celery) -> Any:
-    from cairn.runtime import Runtime  # noqa: PLC0415 - runtime imports this module
-
     key = id(app)
     runtime = _runtimes.get(key)
     if runtime is None:
         with _lock:
             runtime = _runtimes.get(key)
             if runtime is None:
-                runtime = Runtime.build(
-                    app.cairn_settings,
-                    celery_app=app,
-                    worker=f"{socket.gethostname()}:{os.getpid()}",
-                    register=False,  # `cairn worker` did, once, before the fork
-                )
-                _runtimes[key] = runtime
+                build = app.cairn_runtime
+                if build is None:
+                    raise RuntimeError(
+                        "this Celery app was made without a runtime: it publishes, it does "
+                        "not run nodes (use `cairn worker`, or `celery -A cairn.runtime`)"
+                    )
+                runtime = _runtimes[key] = build(app)
     return runtime
 
 
@@ -243,15 +254,3 @@ def _close_runtimes(**_kwargs: Any) -> None:
     for runtime in list(_runtimes.values()):
         runtime.close()
     _runtimes.clear()
-
-
-_default: Celery | None = None
-
-
-def __getattr__(name: str) -> Any:
-    global _default  # noqa: PLW0603 - the lazily built app for `celery -A`
-    if name == "app":
-        if _default is None:
-            _default = make_celery(Settings.from_env())
-        return _default
-    raise AttributeError(name)

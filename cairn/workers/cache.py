@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import redis
 
-from cairn.orchestrator.definition import Persist
+from cairn.model.definition import Persist
 
 PREFIX = "cairn:cache:"
 

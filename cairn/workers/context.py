@@ -15,8 +15,8 @@ from typing import Any
 
 from cairn.artifacts import Artifacts
 from cairn.effects.ledger import EffectLedger, idempotency_headers
-from cairn.failures import BudgetExceeded, Cancelled
-from cairn.orchestrator.state import RunState
+from cairn.model.failures import BudgetExceeded, Cancelled
+from cairn.model.state import RunState
 
 log = logging.getLogger("cairn.handler")
 

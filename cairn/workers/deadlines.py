@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from cairn.failures import DeadlineExceeded
 from cairn.lease.heartbeat import Beat, Heartbeats
+from cairn.model.failures import DeadlineExceeded
 
 log = logging.getLogger(__name__)
 

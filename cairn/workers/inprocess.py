@@ -16,7 +16,7 @@ from typing import Any
 
 from cairn import clock
 from cairn.lease.waits import delivered
-from cairn.orchestrator.messages import NodeMessage
+from cairn.model.messages import NodeMessage
 
 log = logging.getLogger(__name__)
 

@@ -26,15 +26,16 @@ from typing import Any, TypeVar
 
 from cairn.artifacts import Artifacts
 from cairn.config import Settings
+from cairn.decider.budget import allowance
+from cairn.decider.fusion import MAX_FUSED, fused_next
 from cairn.effects.ledger import EffectLedger, effect_scope
 from cairn.errors import CairnError, InvalidInput, StoreUnavailable, UnknownNode
-from cairn.failures import Cancelled, DeadlineExceeded
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
-from cairn.lease.leases import Lease, Leases, lease_key
+from cairn.lease.leases import Lease, Leases
 from cairn.lease.waits import current_wait
-from cairn.orchestrator.budget import allowance
-from cairn.orchestrator.definition import (
+from cairn.model.classify import classify
+from cairn.model.definition import (
     AnyNode,
     ErrorClass,
     OnResume,
@@ -42,25 +43,25 @@ from cairn.orchestrator.definition import (
     TaskNode,
     WorkflowDefinition,
 )
-from cairn.orchestrator.engine import NodeOutcome, Orchestrator, Restored
-from cairn.orchestrator.events import (
+from cairn.model.events import (
     NodeCancelled,
     NodeFailed,
     NodeSucceeded,
     Phase,
     PlanInvalidated,
 )
-from cairn.orchestrator.fusion import MAX_FUSED, fused_next
-from cairn.orchestrator.messages import InvalidMessage, NodeMessage
+from cairn.model.failures import Cancelled, DeadlineExceeded
+from cairn.model.keys import ExecutionKey, lease_key
+from cairn.model.messages import InvalidMessage, NodeMessage
+from cairn.model.outcomes import NodeOutcome
+from cairn.model.payloads import storable_json
+from cairn.model.state import RunState
+from cairn.model.statuses import ExecutionStatus, NodeStatus, RunStatus
+from cairn.observe.sentry import node_scope, report_failure
+from cairn.orchestrator.engine import Orchestrator, Restored
 from cairn.orchestrator.recovery import Outcome, RecoveryPolicy
-from cairn.orchestrator.state import RunState
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
-from cairn.payloads import storable_json
 from cairn.reconnect import is_outage, through_outages
-from cairn.sentry import node_scope, report_failure
-from cairn.store.repository import ACTIVE_EXECUTION, ExecutionKey
 from cairn.workers.cache import MemoryResultCache, ResultCache, cache_key
-from cairn.workers.classify import classify
 from cairn.workers.context import StepContext
 from cairn.workers.deadlines import limited
 
@@ -128,7 +129,7 @@ class NodeRunner:
         if node is None:
             raise UnknownNode(f"{definition.key} has no node {message.node!r}")
         irreversible = isinstance(node, TaskNode) and node.irreversible
-        if irreversible and execution.execution_status != "scheduled":
+        if irreversible and execution.execution_status != ExecutionStatus.SCHEDULED:
             return Handled.UNCONFIRMED  # a redelivery after its worker was lost
         ref = (
             node.compensate
@@ -381,7 +382,7 @@ class NodeRunner:
                     f"not {message.workflow}@{message.version}"
                 )
             if (
-                execution.execution_status not in ACTIVE_EXECUTION
+                not ExecutionStatus(execution.execution_status).active
                 or execution.execution_attempt != message.attempt
             ):
                 return Handled.DUPLICATE

@@ -34,7 +34,7 @@ from cairn.artifacts.stores import (
     digest,
     open_store,
 )
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from cairn.store.database import make_engine
 from cairn.store.repository import Store
 from tests.integration.conftest import ROOT, Cluster

@@ -8,8 +8,8 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from cairn.orchestrator.state import BranchOutcome
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.model.state import BranchOutcome
+from cairn.model.statuses import NodeStatus, RunStatus
 from tests.integration.conftest import Cluster
 
 

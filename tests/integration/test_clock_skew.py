@@ -15,8 +15,9 @@ from pathlib import Path
 
 from cairn import clock
 from cairn.config import Settings
-from cairn.effects.ledger import EffectLedger, Policy
-from cairn.orchestrator.statuses import RunStatus
+from cairn.effects.ledger import EffectLedger
+from cairn.model.effects import Policy
+from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.repository import to_epoch
 from tests.integration.conftest import WORKFLOWS, Cluster

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from tests.integration.conftest import Cluster
 
 GRACE = {"CAIRN_TIMEOUT_GRACE": "2"}

@@ -5,11 +5,11 @@ from __future__ import annotations
 import signal
 import time
 
-from cairn.orchestrator.decider import decide
-from cairn.orchestrator.events import Phase, event_from_dict
-from cairn.orchestrator.messages import NodeMessage
-from cairn.orchestrator.state import RunState
-from cairn.orchestrator.statuses import RunStatus
+from cairn.decider.graph import decide
+from cairn.model.events import Phase, event_from_dict
+from cairn.model.messages import NodeMessage
+from cairn.model.state import RunState
+from cairn.model.statuses import RunStatus
 from cairn.workers.app import CeleryPublisher, make_celery
 from tests.integration.conftest import Cluster
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cairn.errors import ConfirmationRequired, IllegalTransition, InvalidInput
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.model.statuses import NodeStatus, RunStatus
 from tests.integration.conftest import Cluster
 
 

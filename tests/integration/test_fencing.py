@@ -13,11 +13,12 @@ import redis
 from sqlalchemy import update
 
 from cairn.config import Settings
-from cairn.lease.leases import RedisLeases, lease_key
-from cairn.orchestrator.engine import NodeOutcome
-from cairn.orchestrator.events import NodeSucceeded
-from cairn.orchestrator.messages import NodeMessage
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.lease.leases import RedisLeases
+from cairn.model.events import NodeSucceeded
+from cairn.model.keys import lease_key
+from cairn.model.messages import NodeMessage
+from cairn.model.outcomes import NodeOutcome
+from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.store.repository import executions
 from cairn.workers.runner import Handled

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from tests.integration.conftest import ROOT, Cluster
 from tests.integration.test_lease_metrics import free_ports
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from tests.integration.conftest import Cluster
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from cairn.lease.leases import lease_key
-from cairn.orchestrator.state import BranchOutcome
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.model.keys import lease_key
+from cairn.model.state import BranchOutcome
+from cairn.model.statuses import NodeStatus, RunStatus
 from tests.integration.conftest import Cluster
 
 

@@ -12,7 +12,8 @@ import redis
 
 from cairn.lease import leases as lease_module
 from cairn.lease.heartbeat import Heartbeats
-from cairn.lease.leases import Leases, MemoryLeases, RedisLeases, lease_key, parse_lease_key
+from cairn.lease.leases import Leases, MemoryLeases, RedisLeases
+from cairn.model.keys import lease_key, parse_lease_key
 
 KEY = lease_key("run-1", "fetch.page", 2, "run")
 TTL = 0.4

@@ -17,9 +17,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from cairn.lease.leases import Leases, MemoryLeases, RedisLeases
-from cairn.lease.metrics import serve_metrics
 from cairn.lease.waits import delivered
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
+from cairn.observe.metrics.leases import serve_metrics
 from tests.integration.conftest import ROOT, Cluster
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from cairn.workers.app import make_celery
 from cairn.workers.liveness import check
 from tests.integration.conftest import Cluster

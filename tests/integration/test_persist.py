@@ -4,7 +4,7 @@ invalidates them."""
 
 from __future__ import annotations
 
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from tests.integration.conftest import Cluster
 
 

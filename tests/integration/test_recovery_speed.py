@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from cairn.config import Settings
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from tests.integration.conftest import Cluster
 
 DEFAULTS = Settings()

@@ -16,12 +16,12 @@ from sqlalchemy import select, update
 
 from cairn.config import Settings
 from cairn.errors import NotWaiting
-from cairn.lease.leases import lease_key
-from cairn.orchestrator.events import CancelRequested, stamped
-from cairn.orchestrator.messages import NodeMessage
-from cairn.orchestrator.scheduler import QUEUED_PATIENCE
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.model.events import CancelRequested, stamped
+from cairn.model.keys import lease_key
+from cairn.model.messages import NodeMessage
+from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
+from cairn.scheduler.process import QUEUED_PATIENCE
 from cairn.store.repository import executions
 from cairn.workers.runner import Handled
 from tests.integration.conftest import WORKFLOWS, Cluster

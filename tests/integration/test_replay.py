@@ -16,11 +16,11 @@ from typer.testing import CliRunner, Result
 from cairn.cli import replay as replay_cli  # noqa: F401 - registers the commands
 from cairn.cli import runs as runs_cli  # noqa: F401 - registers cairn status
 from cairn.cli.main import app
-from cairn.effects import register_stub
-from cairn.effects.replay import Answer, unregister_stub
-from cairn.orchestrator.statuses import RunStatus
-from cairn.workers.fork import Ending, dry_run, fork_point
-from cairn.workers.replay import Replayer, Verdict
+from cairn.model.statuses import RunStatus
+from cairn.timetravel import register_stub
+from cairn.timetravel.fork import Ending, dry_run, fork_point
+from cairn.timetravel.ledger import Answer, unregister_stub
+from cairn.timetravel.replay import Replayer, Verdict
 from tests.integration import replay_handlers
 from tests.integration.conftest import Cluster
 from tests.integration.test_effects import Service, service  # noqa: F401 - the fixture

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import redis
 
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from tests.integration.conftest import Cluster
 from tests.integration.test_durable import CHAIN
 from tests.integration.test_lease_metrics import free_ports

@@ -12,7 +12,7 @@ from sqlalchemy import insert, select
 
 from cairn.artifacts.stores import open_store
 from cairn.config import Settings
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.repository import artifacts, effects, events, executions, runs, utcnow
 from tests.integration.conftest import WORKFLOWS

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from tests.integration.conftest import Cluster
 
 

@@ -24,13 +24,13 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, func, inspect, select, update
 
 from cairn.config import Settings
-from cairn.orchestrator.decider import decide
-from cairn.orchestrator.definition import ErrorClass
-from cairn.orchestrator.engine import NodeOutcome
-from cairn.orchestrator.events import NodeFailed, NodeSucceeded, Phase, event_from_dict
-from cairn.orchestrator.messages import NodeMessage
-from cairn.orchestrator.state import STATE_FORMAT, RunState
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.decider.graph import decide
+from cairn.model.definition import ErrorClass
+from cairn.model.events import NodeFailed, NodeSucceeded, Phase, event_from_dict
+from cairn.model.messages import NodeMessage
+from cairn.model.outcomes import NodeOutcome
+from cairn.model.state import STATE_FORMAT, RunState
+from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.store.database import MIGRATIONS, current_revision, make_engine, upgrade
 from cairn.store.repository import ACTIVE_EXECUTION, outbox, runs, snapshots

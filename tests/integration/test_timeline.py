@@ -17,8 +17,8 @@ from typer.testing import CliRunner, Result
 from cairn.cli import timeline as timeline_cli  # noqa: F401 - registers the commands
 from cairn.cli.main import app
 from cairn.config import Settings
-from cairn.orchestrator.statuses import RunStatus
-from cairn.orchestrator.timeline import Verdict, plain
+from cairn.model.statuses import RunStatus
+from cairn.timetravel.timeline import Verdict, plain
 from tests.integration import timeline_handlers
 from tests.integration.conftest import Cluster
 

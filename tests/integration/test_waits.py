@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cairn.errors import NotWaiting, UnknownSignal
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from tests.integration.conftest import Cluster
 
 

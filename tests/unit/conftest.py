@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.orchestrator.definition import WorkflowDefinition
-from cairn.orchestrator.loader import load_file
+from cairn.definitions.loader import load_file
+from cairn.model.definition import WorkflowDefinition
 from cairn.store.database import make_engine, upgrade
 from cairn.store.repository import Store
 

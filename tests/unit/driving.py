@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.orchestrator.commands import ArmTimer, DisarmTimer, Dispatch
-from cairn.orchestrator.decider import Decision, decide
-from cairn.orchestrator.definition import ErrorClass, TaskNode, WorkflowDefinition
-from cairn.orchestrator.events import (
+from cairn.decider.graph import Decision, decide
+from cairn.model.commands import ArmTimer, DisarmTimer, Dispatch
+from cairn.model.definition import ErrorClass, TaskNode, WorkflowDefinition
+from cairn.model.events import (
     CancelRequested,
     Event,
     NodeFailed,
@@ -24,7 +24,7 @@ from cairn.orchestrator.events import (
     SignalReceived,
     TimerFired,
 )
-from cairn.orchestrator.state import RunState
+from cairn.model.state import RunState
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pytest
 
 from cairn import Workflow, WorkflowDefinitionError, load_definition
 from cairn.cli.render import as_mermaid
-from cairn.orchestrator.anomaly import (
+from cairn.decider.anomaly import (
     ABSENT,
     cleared,
     fingerprint,
@@ -25,9 +25,11 @@ from cairn.orchestrator.anomaly import (
     tool_calls,
     value_key,
 )
-from cairn.orchestrator.commands import Dispatch, FinishRun, ReportAnomaly
-from cairn.orchestrator.decider import Decision, decide
-from cairn.orchestrator.definition import (
+from cairn.decider.graph import Decision, decide
+from cairn.definitions.loader import parse_text
+from cairn.definitions.transitions import transition_table
+from cairn.model.commands import Dispatch, FinishRun, ReportAnomaly
+from cairn.model.definition import (
     AnomalyKind,
     AnomalyPolicy,
     ErrorClass,
@@ -36,18 +38,16 @@ from cairn.orchestrator.definition import (
     PingPongRule,
     WorkflowDefinition,
 )
-from cairn.orchestrator.events import (
+from cairn.model.events import (
     Event,
     NodeCancelled,
     NodeFailed,
     Phase,
     RollbackRequested,
 )
-from cairn.orchestrator.explain import anomaly_lines
-from cairn.orchestrator.loader import parse_text
-from cairn.orchestrator.state import AnomalyTrack, RunState
-from cairn.orchestrator.statuses import RunStatus
-from cairn.orchestrator.transitions import transition_table
+from cairn.model.state import AnomalyTrack, RunState
+from cairn.model.statuses import RunStatus
+from cairn.observe.explain import anomaly_lines
 from tests.unit import handlers
 from tests.unit.driving import Driver
 

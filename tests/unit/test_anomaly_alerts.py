@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import sentry_sdk
 
+from cairn.decider.graph import Decision
 from cairn.lease.leases import MemoryLeases
-from cairn.orchestrator.alerts import report_anomalies
-from cairn.orchestrator.commands import ReportAnomaly
-from cairn.orchestrator.decider import Decision
-from cairn.orchestrator.state import RunState
-from cairn.sentry import init_sentry, report_anomaly
+from cairn.model.commands import ReportAnomaly
+from cairn.model.state import RunState
+from cairn.observe.alerts import report_anomalies
+from cairn.observe.sentry import init_sentry, report_anomaly
 from tests.unit.test_anomaly import STUCK, Recorder, agent
 from tests.unit.test_embedded import settings
 from tests.unit.test_lease_metrics import scrape

@@ -17,16 +17,16 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from cairn.orchestrator.anomaly import cleared, observe, repeating_block, returns
-from cairn.orchestrator.definition import (
+from cairn.decider.anomaly import cleared, observe, repeating_block, returns
+from cairn.definitions.loader import load_definition
+from cairn.model.definition import (
     AnomalyPolicy,
     NoProgressRule,
     OscillationRule,
     PingPongRule,
 )
-from cairn.orchestrator.loader import load_definition
-from cairn.orchestrator.state import AnomalyTrack
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.state import AnomalyTrack
+from cairn.model.statuses import RunStatus
 from tests.unit.test_decider_properties import (
     WORKER_WEIGHTS,
     Simulator,

@@ -30,9 +30,9 @@ from cairn.artifacts.stores import (
 )
 from cairn.config import Settings
 from cairn.errors import ConfigError
-from cairn.orchestrator.events import NodeSucceeded, event_from_dict, event_to_dict
-from cairn.orchestrator.state import RunState
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.events import NodeSucceeded, event_from_dict, event_to_dict
+from cairn.model.state import RunState
+from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.database import make_engine, upgrade
 from cairn.store.repository import Store

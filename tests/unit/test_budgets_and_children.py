@@ -11,20 +11,20 @@ from typing import Any
 import pytest
 
 from cairn import BudgetExceeded, Workflow
-from cairn.orchestrator.budget import allowance
-from cairn.orchestrator.children import MAX_DEPTH, child_run_id
-from cairn.orchestrator.commands import NotifyParent, StartChild
-from cairn.orchestrator.definition import ErrorClass
-from cairn.orchestrator.events import (
+from cairn.decider.budget import allowance
+from cairn.decider.children import MAX_DEPTH, child_run_id
+from cairn.model.commands import NotifyParent, StartChild
+from cairn.model.definition import ErrorClass
+from cairn.model.events import (
     ChildFinished,
     NodeFailed,
     NodeSucceeded,
     RunStarted,
     event_from_dict,
 )
-from cairn.orchestrator.explain import context_lines
-from cairn.orchestrator.state import BranchOutcome, RunState
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.model.state import BranchOutcome, RunState
+from cairn.model.statuses import NodeStatus, RunStatus
+from cairn.observe.explain import context_lines
 from cairn.runtime import Runtime
 from cairn.workers.context import StepContext
 from tests.unit.driving import Driver

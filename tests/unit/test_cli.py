@@ -19,7 +19,7 @@ from cairn.cli import runs  # noqa: F401 - registers the run commands
 from cairn.cli.main import app, main
 from cairn.client import Client
 from cairn.errors import CairnError, ConfigError
-from cairn.orchestrator.events import NodeHeld, stamped
+from cairn.model.events import NodeHeld, stamped
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BROKEN = "tests/fixtures/broken.yaml"

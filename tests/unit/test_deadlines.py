@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from cairn.failures import DeadlineExceeded
 from cairn.lease.heartbeat import Beat, Heartbeats
-from cairn.lease.leases import MemoryLeases, lease_key
+from cairn.lease.leases import MemoryLeases
+from cairn.model.failures import DeadlineExceeded
+from cairn.model.keys import lease_key
 from cairn.workers import deadlines
 from cairn.workers.deadlines import limited
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from cairn import Workflow
+from cairn.decider.graph import decide, retry_delay_s
 from cairn.errors import (
     EventRejected,
     IllegalTransition,
@@ -14,7 +15,7 @@ from cairn.errors import (
     UnknownNode,
     UnknownSignal,
 )
-from cairn.orchestrator.commands import (
+from cairn.model.commands import (
     ArmTimer,
     CancelNode,
     DetachNode,
@@ -22,9 +23,8 @@ from cairn.orchestrator.commands import (
     FinishRun,
     HoldExecution,
 )
-from cairn.orchestrator.decider import decide, retry_delay_s
-from cairn.orchestrator.definition import ErrorClass, Jitter, RetryPolicy
-from cairn.orchestrator.events import (
+from cairn.model.definition import ErrorClass, Jitter, RetryPolicy
+from cairn.model.events import (
     NodeCancelled,
     NodeSucceeded,
     Phase,
@@ -32,8 +32,8 @@ from cairn.orchestrator.events import (
     SignalReceived,
     TimerFired,
 )
-from cairn.orchestrator.state import BranchOutcome, RunState
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.model.state import BranchOutcome, RunState
+from cairn.model.statuses import NodeStatus, RunStatus
 from tests.unit import handlers
 from tests.unit.driving import Driver
 

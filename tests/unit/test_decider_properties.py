@@ -35,8 +35,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
+from cairn.decider.graph import RECOVERY_SIGNALS, Decision, decide
+from cairn.definitions.loader import load_definition, load_file
+from cairn.definitions.transitions import transition_table
 from cairn.errors import CairnError, IllegalTransition, NotWaiting, UnknownNode, UnknownSignal
-from cairn.orchestrator.commands import (
+from cairn.model.commands import (
     ArmTimer,
     CancelNode,
     DetachNode,
@@ -44,15 +47,14 @@ from cairn.orchestrator.commands import (
     Dispatch,
     FinishRun,
 )
-from cairn.orchestrator.decider import RECOVERY_SIGNALS, Decision, decide
-from cairn.orchestrator.definition import (
+from cairn.model.definition import (
     ErrorClass,
     ParallelNode,
     TaskNode,
     WaitNode,
     WorkflowDefinition,
 )
-from cairn.orchestrator.events import (
+from cairn.model.events import (
     CancelRequested,
     Event,
     NodeCancelled,
@@ -63,10 +65,8 @@ from cairn.orchestrator.events import (
     SignalReceived,
     TimerFired,
 )
-from cairn.orchestrator.loader import load_definition, load_file
-from cairn.orchestrator.state import RunState
-from cairn.orchestrator.statuses import NODE_TRANSITIONS, RUN_TRANSITIONS, NodeStatus, RunStatus
-from cairn.orchestrator.transitions import transition_table
+from cairn.model.state import RunState
+from cairn.model.statuses import NODE_TRANSITIONS, RUN_TRANSITIONS, NodeStatus, RunStatus
 from tests.unit.property_handlers import COLORS, GUARD_LABELS
 
 # When a property fails, Hypothesis's report imports libcst, which warns about

@@ -247,7 +247,7 @@ def test_each_process_runs_its_command(docs: list[dict[str, Any]]) -> None:
     assert find(docs, "CronJob", "cairn-reconcile")["spec"]["concurrencyPolicy"] == "Forbid"
     assert args("Job", "cairn-migrate") == ["db", "upgrade"]
     flower = args("Deployment", "cairn-flower")
-    assert flower[:3] == ["celery", "--app=cairn.workers.app", "flower"]
+    assert flower[:3] == ["celery", "--app=cairn.runtime", "flower"]
     assert "--read-only" in flower
     (api,) = containers(find(docs, "Deployment", "cairn-api"))
     assert api["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -358,7 +358,7 @@ def test_the_health_check_picks_the_check_for_the_process() -> None:
         "http://127.0.0.1:8080/healthz"
     )
     assert module.check_for([*cairn, "api"]) == "http://127.0.0.1:8000/healthz"
-    flower = ["/opt/cairn/bin/celery", "--app=cairn.workers.app", "flower", "--port=5555"]
+    flower = ["/opt/cairn/bin/celery", "--app=cairn.runtime", "flower", "--port=5555"]
     assert module.check_for(flower) == "http://127.0.0.1:5555/healthcheck"
     assert module.check_for([*cairn, "scheduler"]) is None
     assert module.command_line()  # this process's own, read from /proc

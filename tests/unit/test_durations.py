@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from cairn.durations import format_duration, parse_duration
+from cairn.model.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -28,8 +28,9 @@ from cairn.effects import (
 )
 from cairn.effects import adapters as adapter_registry
 from cairn.errors import ConfigError, InvalidInput, StoreUnavailable
-from cairn.lease.leases import MemoryLeases, lease_key
-from cairn.orchestrator.messages import NodeMessage
+from cairn.lease.leases import MemoryLeases
+from cairn.model.keys import lease_key
+from cairn.model.messages import NodeMessage
 from cairn.reconciler import Reconciler
 from cairn.reconnect import is_outage
 from cairn.store.repository import Store, executions, utcnow

@@ -9,7 +9,7 @@ import pytest
 
 from cairn.config import Settings
 from cairn.errors import InvalidInput, UnknownWorkflow, WorkflowDefinitionError
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 
 WORKFLOWS = str(Path(__file__).resolve().parents[1] / "integration" / "workflows")

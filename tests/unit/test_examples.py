@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from cairn.orchestrator.catalog import discover
-from cairn.orchestrator.definition import WorkflowDefinition
-from cairn.orchestrator.loader import load_file
-from cairn.orchestrator.statuses import RunStatus
+from cairn.definitions.catalog import discover
+from cairn.definitions.loader import load_file
+from cairn.model.definition import WorkflowDefinition
+from cairn.model.statuses import RunStatus
 from tests.unit.conftest import EXAMPLES
 from tests.unit.driving import Driver
 

@@ -18,14 +18,14 @@ import urllib3
 from sqlalchemy import exc as sa_exc
 
 import cairn
+from cairn.definitions.transitions import transition_table
 from cairn.errors import IllegalTransition, StoreUnavailable
-from cairn.orchestrator.commands import CancelNode, Dispatch
-from cairn.orchestrator.definition import ErrorClass
-from cairn.orchestrator.events import Phase, RollbackRequested
-from cairn.orchestrator.explain import waiting_lines
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
-from cairn.orchestrator.transitions import transition_table
-from cairn.workers.classify import classify, may_have_applied
+from cairn.model.classify import classify, may_have_applied
+from cairn.model.commands import CancelNode, Dispatch
+from cairn.model.definition import ErrorClass
+from cairn.model.events import Phase, RollbackRequested
+from cairn.model.statuses import NodeStatus, RunStatus
+from cairn.observe.explain import waiting_lines
 from tests.unit import handlers
 from tests.unit.driving import Driver
 
@@ -114,7 +114,7 @@ def test_classification_imports_no_driver() -> None:
     errors must not cost importing them (a process that never did has none to see)."""
     code = (
         "import sys; sys.modules['cairn'] = type(sys)('cairn'); sys.modules['cairn'].__path__ "
-        "= [sys.argv[1]]; import cairn.workers.classify as c; "
+        "= [sys.argv[1]]; import cairn.model.classify as c; "
         "print(sorted(m for m in ('psycopg', 'sqlalchemy', 'redis', 'tenacity') "
         "if m in sys.modules)); print(c.classify(TimeoutError()).value)"
     )

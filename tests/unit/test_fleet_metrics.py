@@ -9,8 +9,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cairn.orchestrator.metrics import FleetCollector, SchedulerMetrics
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
+from cairn.observe.metrics.fleet import FleetCollector
+from cairn.observe.metrics.scheduler import SchedulerMetrics
 from cairn.runtime import Runtime
 from tests.unit.test_embedded import settings, wait
 

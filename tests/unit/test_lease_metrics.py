@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cairn.config import Settings
 from cairn.lease.leases import MemoryLeases
-from cairn.lease.metrics import lease_registry
 from cairn.lease.waits import INF, WAIT_BUCKETS_S, WaitHistogram, bucket_field, delivered
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
+from cairn.observe.metrics.leases import lease_registry
 from cairn.runtime import Runtime
 
 WORKFLOWS = str(Path(__file__).resolve().parents[1] / "integration" / "workflows")

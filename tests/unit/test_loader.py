@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from cairn import Workflow, WorkflowDefinitionError, load_definition, load_file
+from cairn.definitions.loader import parse_text
 from cairn.errors import DefinitionFault
-from cairn.orchestrator.definition import (
+from cairn.model.definition import (
     DEFAULT_NODE_TIMEOUT,
     DEFAULT_RETRY,
     NO_RETRY,
@@ -30,8 +31,7 @@ from cairn.orchestrator.definition import (
     WaitNode,
     WorkflowDefinition,
 )
-from cairn.orchestrator.loader import parse_text
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
 from examples import flights
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -1292,7 +1292,7 @@ def test_the_builder_refuses_unknown_keys_too() -> None:
 
 
 def test_a_definition_may_declare_the_format_it_was_written_for() -> None:
-    from cairn.orchestrator.format import FORMAT_VERSION  # noqa: PLC0415
+    from cairn.definitions.format import FORMAT_VERSION  # noqa: PLC0415
 
     load_definition(spec_with({"a": {"handler": SEARCH, "next": "done"}}, format=FORMAT_VERSION))
     faults = faults_of(spec_with({"a": {"handler": SEARCH, "next": "done"}}, format=99))
@@ -1312,7 +1312,7 @@ def test_a_registered_definition_keeps_loading_with_keys_it_does_not_know(
     spec = spec_with({"a": {"next": "b", "owner": "ops"}, "b": {"handler": SEARCH, "next": "done"}})
     assert ("empty_node", "a") in pairs(faults_of(spec))
     assert ("unknown_key", "a") in pairs(faults_of(spec))
-    with caplog.at_level("WARNING", logger="cairn.orchestrator.loader"):
+    with caplog.at_level("WARNING", logger="cairn.definitions.loader"):
         definition = load_definition(spec, source="registered workflow w@1", registered=True)
     assert isinstance(definition.node("a"), TaskNode) and definition.node("a").next == "b"
     assert "unknown key 'owner'" in caplog.text

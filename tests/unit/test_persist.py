@@ -9,15 +9,15 @@ from datetime import timedelta
 import pytest
 
 from cairn import PermanentError, Workflow, load_definition
+from cairn.decider.fusion import fused_next
+from cairn.decider.graph import decide
 from cairn.effects import EffectLedger
-from cairn.orchestrator.decider import decide
-from cairn.orchestrator.definition import Persist, PersistKind, TaskNode, WorkflowDefinition
-from cairn.orchestrator.engine import NodeOutcome
-from cairn.orchestrator.events import NodeFailed, NodeSucceeded, RunStarted
-from cairn.orchestrator.fusion import fused_next
-from cairn.orchestrator.messages import NodeMessage
-from cairn.orchestrator.state import RunState
-from cairn.orchestrator.statuses import NodeStatus
+from cairn.model.definition import Persist, PersistKind, TaskNode, WorkflowDefinition
+from cairn.model.events import NodeFailed, NodeSucceeded, RunStarted
+from cairn.model.messages import NodeMessage
+from cairn.model.outcomes import NodeOutcome
+from cairn.model.state import RunState
+from cairn.model.statuses import NodeStatus
 from cairn.workers.cache import MemoryResultCache, cache_key
 from tests.unit.test_loader import faults_of, pairs
 

@@ -8,18 +8,18 @@ from typing import Any
 import pytest
 
 from cairn import Workflow
+from cairn.decider.graph import OPERATOR, decide
+from cairn.definitions.transitions import transition_table
 from cairn.errors import (
     EventRejected,
     NotWaiting,
     UnknownSignal,
     WorkflowDefinitionError,
 )
-from cairn.orchestrator.commands import Dispatch, HoldExecution, SettleExecution
-from cairn.orchestrator.decider import OPERATOR, decide
-from cairn.orchestrator.definition import ErrorClass
-from cairn.orchestrator.events import NodeHeld, Phase, PlanInvalidated
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
-from cairn.orchestrator.transitions import transition_table
+from cairn.model.commands import Dispatch, HoldExecution, SettleExecution
+from cairn.model.definition import ErrorClass
+from cairn.model.events import NodeHeld, Phase, PlanInvalidated
+from cairn.model.statuses import NodeStatus, RunStatus
 from tests.unit import handlers
 from tests.unit.driving import Driver
 

@@ -4,10 +4,10 @@ runs may be pinned to it, whoever registers the same file again."""
 
 from __future__ import annotations
 
-from cairn.orchestrator.definition import DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY, NO_RETRY
+from cairn.definitions.format import FORMAT_VERSION
+from cairn.definitions.loader import load_definition
+from cairn.model.definition import DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY, NO_RETRY
 from cairn.orchestrator.engine import Registry
-from cairn.orchestrator.format import FORMAT_VERSION
-from cairn.orchestrator.loader import load_definition
 from cairn.store.repository import Store
 
 SPEC = {

@@ -25,20 +25,20 @@ from cairn.cli import replay as replay_cli  # noqa: F401 - registers the command
 from cairn.cli import runs as runs_cli  # noqa: F401 - registers cairn status
 from cairn.cli.main import app, main
 from cairn.config import Settings
-from cairn.effects import EffectLedger, ReplayRefused, register_stub
+from cairn.decider.graph import decide
+from cairn.definitions.loader import load_file
+from cairn.definitions.transitions import transition_table
+from cairn.effects import EffectLedger
 from cairn.effects.ledger import effect_scope, scoped_key
-from cairn.effects.replay import Answer, ReplayLedger, unregister_stub
 from cairn.errors import ConfirmationRequired, EventRejected, IllegalTransition, InvalidInput
-from cairn.orchestrator.commands import ArmTimer, Dispatch
-from cairn.orchestrator.decider import decide
-from cairn.orchestrator.events import NodeSucceeded, RunForked, RunStarted
-from cairn.orchestrator.loader import load_file
-from cairn.orchestrator.state import RunState
-from cairn.orchestrator.statuses import RunStatus
-from cairn.orchestrator.transitions import transition_table
+from cairn.model.commands import ArmTimer, Dispatch
+from cairn.model.events import NodeSucceeded, RunForked, RunStarted
+from cairn.model.state import RunState
+from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.repository import Store
-from cairn.workers.fork import (
+from cairn.timetravel import ReplayRefused, register_stub
+from cairn.timetravel.fork import (
     BadPatch,
     Ending,
     NotACheckpoint,
@@ -48,7 +48,8 @@ from cairn.workers.fork import (
     merge_patch,
     parse_patch,
 )
-from cairn.workers.replay import Replayer, Verdict
+from cairn.timetravel.ledger import Answer, ReplayLedger, unregister_stub
+from cairn.timetravel.replay import Replayer, Verdict
 from tests.integration import replay_handlers
 from tests.integration.replay_handlers import world_calls
 
@@ -429,7 +430,7 @@ def test_a_live_fork_is_linked_to_its_parent_and_calls_under_fresh_keys(
 
 
 def orchestrator_timeline(runtime: Runtime, run_id: str) -> Any:
-    from cairn.orchestrator.timeline import Timeline  # noqa: PLC0415
+    from cairn.timetravel.timeline import Timeline  # noqa: PLC0415
 
     return Timeline(runtime.orchestrator, run_id).history().events
 

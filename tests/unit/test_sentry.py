@@ -12,9 +12,9 @@ import pytest
 import sentry_sdk
 
 from cairn import Workflow
-from cairn.orchestrator.statuses import RunStatus
+from cairn.model.statuses import RunStatus
+from cairn.observe.sentry import init_sentry
 from cairn.runtime import Runtime
-from cairn.sentry import init_sentry
 from tests.unit.test_embedded import settings, wait
 
 

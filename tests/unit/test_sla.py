@@ -17,16 +17,15 @@ from cairn.cli import sla as sla_cli  # noqa: F401 - registers the command
 from cairn.cli.main import app
 from cairn.config import Settings
 from cairn.errors import ConfigError
-from cairn.orchestrator.events import (
+from cairn.model.events import (
     NodeFailed,
     NodeSucceeded,
     event_from_dict,
     event_to_dict,
 )
-from cairn.orchestrator.state import RunState
-from cairn.orchestrator.statuses import RunStatus
-from cairn.runtime import Runtime
-from cairn.sla import (
+from cairn.model.state import RunState
+from cairn.model.statuses import RunStatus
+from cairn.observe.sla import (
     DispatchFacts,
     EventFacts,
     ExecutionFacts,
@@ -39,6 +38,7 @@ from cairn.sla import (
     run_budget,
     split_step_time,
 )
+from cairn.runtime import Runtime
 from cairn.workers.context import StepContext
 
 WORKFLOWS = str(Path(__file__).resolve().parents[1] / "integration" / "workflows")

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from cairn.errors import IllegalTransition
-from cairn.orchestrator.statuses import (
+from cairn.model.statuses import (
     NODE_TERMINAL,
     NODE_TRANSITIONS,
     RUN_TERMINAL,

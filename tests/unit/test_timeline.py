@@ -22,9 +22,11 @@ from cairn.cli.main import app, main
 from cairn.client import Client
 from cairn.config import Settings
 from cairn.errors import RunNotFound
-from cairn.orchestrator.events import NodeHeld, stamped
-from cairn.orchestrator.statuses import RunStatus
-from cairn.orchestrator.timeline import (
+from cairn.model.events import NodeHeld, stamped
+from cairn.model.statuses import RunStatus
+from cairn.runtime import Runtime
+from cairn.store.repository import Tx
+from cairn.timetravel.timeline import (
     BadPredicate,
     Change,
     SeqOutOfRange,
@@ -36,8 +38,6 @@ from cairn.orchestrator.timeline import (
     load_predicate,
     plain,
 )
-from cairn.runtime import Runtime
-from cairn.store.repository import Tx
 from tests.integration import timeline_handlers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

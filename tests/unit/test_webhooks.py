@@ -13,14 +13,14 @@ import pytest
 
 from cairn.config import Settings
 from cairn.errors import ConfigError, InvalidInput
-from cairn.orchestrator.commands import HoldExecution
-from cairn.orchestrator.events import Phase
-from cairn.orchestrator.state import NodeState, RunState
-from cairn.orchestrator.statuses import NodeStatus, RunStatus
+from cairn.model.commands import HoldExecution
+from cairn.model.events import Phase
+from cairn.model.state import NodeState, RunState
+from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
+from cairn.scheduler.notifier import Notifier, backoff_s
 from cairn.webhooks import WebhookSecrets, WebhookSignatureError, check_url, sign, verify
 from cairn.webhooks.notices import MAX_RESULT_BYTES, notices
-from cairn.webhooks.notifier import Notifier, backoff_s
 from tests.unit.test_embedded import settings as embedded_settings
 from tests.unit.test_embedded import wait
 

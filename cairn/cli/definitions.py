@@ -1,0 +1,89 @@
+"""Commands about definitions: ``cairn validate``, ``cairn describe``, ``cairn config``."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from cairn.cli import render
+from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, out
+
+
+class DescribeFormat(StrEnum):
+    TABLE = "table"
+    MERMAID = "mermaid"
+    JSON = "json"
+
+
+@app.command()
+def validate(
+    paths: Annotated[list[str], typer.Argument(help="Definition files, .py modules, directories.")],
+) -> None:
+    """Validate workflow definitions; list every problem and exit 2 if there are any."""
+    cwd_importable()
+    from cairn.definitions.catalog import discover  # noqa: PLC0415 - imports user code
+
+    found = discover(paths)
+    failures = 0
+    for item in found:
+        if item.definition is not None:
+            out.print(f"[green]ok[/green]   {item.definition.key}  ({item.source})")
+        else:
+            failures += 1
+            err.print(f"[red]fail[/red] {item.source}")
+            assert item.error is not None
+            for fault in getattr(item.error, "faults", []):
+                err.print(f"       - {fault}", markup=False)
+    if failures:
+        err.print(f"{failures} of {len(found)} definition(s) invalid")
+        raise typer.Exit(EXIT_INVALID)
+    if not found:
+        err.print("no workflow definitions found")
+        raise typer.Exit(EXIT_INVALID)
+
+
+@app.command()
+def describe(
+    path: Annotated[str, typer.Argument(help="A definition file or module.")],
+    output_format: Annotated[
+        DescribeFormat, typer.Option("--format", "-f", help="table, mermaid or json.")
+    ] = DescribeFormat.TABLE,
+    resolve: Annotated[
+        bool,
+        typer.Option(
+            help="Import handlers and guards (turn off to describe a "
+            "definition whose code is not installed here)."
+        ),
+    ] = True,
+) -> None:
+    """Print the workflow's transition table: every (from, event, guard, to)."""
+    cwd_importable()
+    from cairn.definitions.catalog import discover  # noqa: PLC0415 - imports user code
+
+    found = discover([path], resolve=resolve)
+    failed = [item for item in found if item.error is not None]
+    for item in failed:
+        err.print(str(item.error), markup=False)
+    if failed or not found:
+        if not found:
+            err.print(f"no workflow definitions in {path}")
+        raise typer.Exit(EXIT_INVALID)
+    for item in found:
+        assert item.definition is not None
+        if output_format is DescribeFormat.TABLE:
+            out.print(render.as_table(item.definition))
+        elif output_format is DescribeFormat.MERMAID:
+            print(render.as_mermaid(item.definition))
+        else:
+            print(render.as_json(item.definition))
+
+
+@app.command("config")
+def show_config() -> None:
+    """Print the effective settings (from CAIRN_* variables), passwords masked."""
+    from cairn.config import Settings  # noqa: PLC0415 - pydantic, for this command only
+
+    print(json.dumps(Settings.from_env().describe(), indent=2))

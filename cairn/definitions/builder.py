@@ -1,0 +1,128 @@
+"""The Python form of a definition: a builder whose keywords mirror the file form.
+
+    wf = Workflow("weekly_report", version=1)
+    wf.task("collect", collect, next="fan_out")
+    wf.parallel("fan_out", ["sales", "traffic"], join={"policy": "all"}, next="compose")
+    ...
+    definition = wf.build()
+
+Every method takes the same keys as the YAML/JSON node (``next``, ``branch``, ``route``,
+``retry``, ``on_error``, ...), with callables allowed wherever the file names a
+``module:function``. :meth:`Workflow.build` goes through the same loader as a file, so
+both forms compile to equal models and are validated by the same rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from cairn.definitions.loader import ParsedSpec, load_definition, plain_spec
+from cairn.errors import DefinitionFault
+from cairn.model.definition import WorkflowDefinition
+
+Handler = Callable[..., Any] | str
+
+
+class Workflow:
+    def __init__(
+        self, name: str, version: int = 1, *, start: str | None = None, **options: Any
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.start = start
+        self.options = options  # description, max_visits, compensate_on_cancel, ...
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self._duplicates: list[DefinitionFault] = []
+
+    def _add(self, node_id: str, spec: dict[str, Any]) -> Workflow:
+        if node_id in self.nodes:
+            self._duplicates.append(
+                DefinitionFault(
+                    "duplicate_name", f"node {node_id!r} is added more than once", node_id
+                )
+            )
+        else:
+            self.nodes[node_id] = {k: v for k, v in spec.items() if v is not None}
+        if self.start is None:
+            self.start = node_id
+        return self
+
+    def task(
+        self,
+        node_id: str,
+        handler: Handler | None = None,
+        *,
+        next: str | None = None,
+        branch: Mapping[str, Any] | None = None,
+        route: Mapping[str, Any] | None = None,
+        **common: Any,
+    ) -> Workflow:
+        """A step that runs ``handler`` then follows ``next``, ``branch`` or ``route``."""
+        return self._add(
+            node_id, {"handler": handler, "next": next, "branch": branch, "route": route, **common}
+        )
+
+    def wait(
+        self,
+        node_id: str,
+        *,
+        signals: Mapping[str, str],
+        timeout: str | float,
+        on_timeout: str,
+        **common: Any,
+    ) -> Workflow:
+        """Hold the run until one of ``signals`` arrives or ``timeout`` passes."""
+        return self._add(
+            node_id,
+            {
+                "wait": {"signals": dict(signals), "timeout": timeout, "on_timeout": on_timeout},
+                **common,
+            },
+        )
+
+    def parallel(
+        self,
+        node_id: str,
+        branches: Sequence[str],
+        *,
+        next: str,
+        join: Mapping[str, Any] | None = None,
+        **common: Any,
+    ) -> Workflow:
+        """Fan out to ``branches`` (tasks added with :meth:`task`, no edges) and join."""
+        return self._add(
+            node_id, {"parallel": list(branches), "join": dict(join or {}), "next": next, **common}
+        )
+
+    def end(self, node_id: str, status: str = "succeeded") -> Workflow:
+        return self._add(node_id, {"end": status})
+
+    def to_spec(self) -> dict[str, Any]:
+        """The definition in file form, callables written as ``module:function``."""
+        spec: dict[str, Any] = plain_spec(self._spec())
+        return spec
+
+    def _spec(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "start": self.start,
+            **self.options,
+            "nodes": self.nodes,
+        }
+
+    def build(self, *, resolve: bool = True) -> WorkflowDefinition:
+        """Validate and compile; raises :class:`~cairn.errors.WorkflowDefinitionError`."""
+        spec = {
+            "name": self.name,
+            "version": self.version,
+            "start": self.start,
+            **self.options,
+            "nodes": self.nodes,
+        }
+        return load_definition(
+            ParsedSpec(spec, list(self._duplicates)),
+            source=f"workflow {self.name!r}",
+            resolve=resolve,
+        )

@@ -1,0 +1,110 @@
+"""The node task's message: what a worker needs to find one execution, as JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cairn.errors import EventRejected
+from cairn.model.events import Phase
+from cairn.model.keys import ExecutionKey
+from cairn.model.payloads import storable_text
+
+
+class InvalidMessage(EventRejected):
+    code = "invalid_message"
+
+
+@dataclass(frozen=True)
+class NodeMessage:
+    run_id: str
+    workflow: str
+    version: int
+    node: str
+    iteration: int
+    attempt: int
+    phase: Phase = Phase.RUN
+    outbox_id: int | None = None
+    # Dispatched again after an interruption (its worker was lost, or an operator
+    # retried it): the workflow's on_resume check runs before the handler.
+    resumed: bool = False
+
+    @property
+    def key(self) -> ExecutionKey:
+        return ExecutionKey(self.run_id, self.node, self.iteration, self.phase.value)
+
+    @property
+    def task_name(self) -> str:
+        """What operators see in Flower and logs: the workflow and the node."""
+        suffix = ":compensate" if self.phase is Phase.COMPENSATE else ""
+        return f"{self.workflow}.{self.node}{suffix}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "version": self.version,
+            "node": self.node,
+            "iteration": self.iteration,
+            "attempt": self.attempt,
+            "phase": self.phase.value,
+            "outbox_id": self.outbox_id,
+        }
+        if self.resumed:
+            data["resumed"] = True
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object) -> NodeMessage:
+        """Validate a message body from the broker; a malformed one is refused whole."""
+        if not isinstance(data, Mapping):
+            raise InvalidMessage(f"a node message is a JSON object, got {type(data).__name__}")
+        problems = []
+        for name in ("run_id", "workflow", "node"):
+            value = data.get(name)
+            if not isinstance(value, str) or not value or not storable_text(value):
+                problems.append(f"{name} must be a non-empty string of valid text")
+        for name in ("version", "iteration", "attempt"):
+            value = data.get(name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                problems.append(f"{name} must be a positive integer")
+        outbox_id = data.get("outbox_id")
+        if outbox_id is not None and (
+            isinstance(outbox_id, bool) or not isinstance(outbox_id, int)
+        ):
+            problems.append("outbox_id must be an integer")
+        resumed = data.get("resumed", False)
+        if not isinstance(resumed, bool):
+            problems.append("resumed must be true or false")
+        try:
+            phase = Phase(data.get("phase", Phase.RUN.value))
+        except ValueError:
+            problems.append(f"phase must be one of {[p.value for p in Phase]}")
+            phase = Phase.RUN
+        unknown = set(data) - {
+            "run_id",
+            "workflow",
+            "version",
+            "node",
+            "iteration",
+            "attempt",
+            "phase",
+            "outbox_id",
+            "resumed",
+        }
+        if unknown:
+            problems.append(f"unknown field(s) {sorted(unknown)}")
+        if problems:
+            raise InvalidMessage("invalid node message: " + "; ".join(problems))
+        return cls(
+            data["run_id"],
+            data["workflow"],
+            data["version"],
+            data["node"],
+            data["iteration"],
+            data["attempt"],
+            phase,
+            outbox_id,
+            resumed is True,
+        )

@@ -1,0 +1,115 @@
+"""Why a run is not simply running: what each waiting execution waits for — a retry
+timer, a person, a signal, a child run, a cancel — as data (:func:`awaiting`, for
+``cairn waiting``) and in words (:func:`waiting_lines`, for ``cairn status``); and what
+it has spent of its budget, which runs it is linked to, and the anomalies it was caught
+in (:func:`context_lines`)."""
+
+from __future__ import annotations
+
+from cairn.decider.budget import run_limits
+from cairn.model.definition import WorkflowDefinition
+from cairn.model.durations import format_duration
+from cairn.model.events import Phase
+from cairn.model.state import RunState, TimerKind
+from cairn.model.statuses import NodeStatus, RunStatus
+from cairn.orchestrator.awaiting import Awaiting, awaiting, due_at
+
+
+def waiting_lines(definition: WorkflowDefinition, state: RunState, now: float) -> list[str]:
+    lines = []
+    for current in state.nodes.values():
+        if current.status is NodeStatus.RETRYING:
+            attempts = definition.nodes[current.node].retry.attempts
+            due = due_at(state, TimerKind.RETRY, current.node)
+            when = "" if due is None else f", next in {_seconds(due - now)}"
+            lines.append(
+                f"{current.node}#{current.iteration}: retrying (attempt "
+                f"{current.attempt + 1}/{attempts}{when}) after {current.error_class} "
+                f"error: {current.error}"
+            )
+        elif current.child is not None and current.active:
+            lines.append(
+                f"{current.node}#{current.iteration}: running as child run {current.child}"
+            )
+    lines.extend(describe(entry, now) for entry in awaiting(definition, state))
+    if state.status is RunStatus.CANCELLING and state.cancel:
+        by = f" by {state.cancel['actor']}" if state.cancel.get("actor") else ""
+        lines.append(
+            f"cancelling{by}: {state.cancel.get('reason')}; waiting for "
+            f"{len(state.active_nodes)} running node(s) to stop (or "
+            f"{format_duration(definition.cancel_timeout)} after the request, detached)"
+        )
+    return lines
+
+
+def context_lines(definition: WorkflowDefinition, state: RunState) -> list[str]:
+    """The run's spending against its budget, and its parent run if it is a child."""
+    lines = []
+    limits = run_limits(definition, state)
+    units = sorted(set(state.spent) | set(limits))
+    if units:
+        spent = ", ".join(
+            f"{state.spent.get(unit, 0.0):g}"
+            + (f" of {limits[unit]:g}" if unit in limits else "")
+            + f" {unit}"
+            for unit in units
+        )
+        lines.append(f"spent: {spent}")
+    parent = state.parent
+    if parent:
+        lines.append(
+            f"child of run {parent['run_id']} (node {parent['node']}#{parent['iteration']}, "
+            f"correlation {parent['correlation_id']})"
+        )
+    lines.extend(anomaly_lines(state))
+    return lines
+
+
+def anomaly_lines(state: RunState) -> list[str]:
+    """Each anomaly the run was caught in, what was done, and (for the one that stopped
+    it) the scene: the last moves with their state fingerprints, tool calls, and the
+    changes of the watched fields."""
+    lines = []
+    for record in state.anomalies:
+        lines.append(
+            f"anomaly {record['kind']} at {record['node']}#{record['iteration']}: "
+            f"{record['action']}: {record['detail']}"
+        )
+    stopped = [r for r in state.anomalies if r["action"] != "intervened"]
+    if stopped:
+        scene = stopped[-1].get("scene") or {}
+        moves = " -> ".join(f"{node}@{fp[:8]}" for node, fp in scene.get("moves", []))
+        if moves:
+            lines.append(f"  moves: {moves}")
+        if scene.get("tools"):
+            lines.append(f"  tool calls: {' -> '.join(scene['tools'])}")
+        for name, changes in (scene.get("transitions") or {}).items():
+            lines.append(f"  {name}: {' -> '.join(value for _step, value in changes)}")
+    return lines
+
+
+def describe(entry: Awaiting, now: float) -> str:
+    name = f"{entry.node}#{entry.iteration}"
+    if entry.held:
+        what = " (compensation)" if entry.phase == Phase.COMPENSATE.value else ""
+        return (
+            f"{name}{what}: held for an operator: {entry.reason}\n"
+            f"  decide with: cairn signal {entry.run_id} recovery.retry | recovery.complete "
+            "--payload '{\"output\": {...}}' | recovery.fail"
+        )
+    timeout = (
+        "" if entry.times_out_at is None else f"; times out in {_seconds(entry.times_out_at - now)}"
+    )
+    return (
+        f"{name}: waiting for a signal ({', '.join(entry.signals)}) for "
+        f"{_seconds(now - entry.since)}{timeout}"
+    )
+
+
+def _seconds(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 90:
+        return f"{seconds:.1f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,92 @@
+"""Prometheus metrics of the orchestrator's side: the fleet's backlogs as PostgreSQL
+sees them, and what a scheduler process does (timers fired and how late, recoveries,
+retries, relayed messages, webhook deliveries).
+
+Two kinds of numbers, aggregated differently:
+
+- **Fleet gauges** (:class:`FleetCollector`) are read from PostgreSQL at each scrape —
+  runs by status, effects by status, held executions, and each backlog with its age:
+  outbox messages not yet published (the relay's lag), due timers not yet fired (how
+  late the oldest is), inbox entries, undelivered webhooks. Every scheduler serves the
+  same numbers: aggregate with ``max``, not ``sum``. A scrape costs a handful of
+  indexed aggregates; if PostgreSQL cannot be read, ``cairn_fleet_metrics_up`` is 0 and
+  the gauges are absent rather than zero.
+- **Scheduler counters** (:class:`SchedulerMetrics`) are this process's: ``sum`` them
+  over the scheduler replicas.
+
+The lease counters and the step histograms (queue wait, execution, commit) are fleet-wide
+in Redis: :mod:`cairn.observe.metrics.leases`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cairn.model.effects import EffectStatus
+from cairn.model.statuses import RunStatus
+from cairn.store.repository import FleetGauges, Store
+
+log = logging.getLogger(__name__)
+
+UP = "cairn_fleet_metrics_up"
+
+
+class FleetCollector(Collector):
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def describe(self) -> Iterator[Metric]:
+        # Without describe(), registering would call collect(): a query at startup.
+        yield GaugeMetricFamily(UP, "1 if PostgreSQL could be read for the fleet gauges.")
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            with self.store.reading() as tx:
+                now = tx.now()
+                gauges = tx.fleet_gauges(now)
+        except Exception:
+            log.warning("could not read the fleet gauges", exc_info=True)
+            yield GaugeMetricFamily(UP, "1 if PostgreSQL could be read for the fleet gauges.", 0)
+            return
+        yield GaugeMetricFamily(UP, "1 if PostgreSQL could be read for the fleet gauges.", 1)
+        yield from fleet_metrics(gauges, now)
+
+
+def fleet_metrics(gauges: FleetGauges, now: float) -> Iterator[Metric]:
+    runs = GaugeMetricFamily("cairn_runs", "Runs by status.", labels=["status"])
+    for status in RunStatus:
+        runs.add_metric([status.value], gauges.runs.get(status.value, 0))
+    yield runs
+    effects = GaugeMetricFamily(
+        "cairn_effects", "Effects in the ledger by status.", labels=["status"]
+    )
+    for effect_status in sorted({*(s.value for s in EffectStatus), *gauges.effects}):
+        effects.add_metric([effect_status], gauges.effects.get(effect_status, 0))
+    yield effects
+    yield GaugeMetricFamily(
+        "cairn_held_executions",
+        "Node executions held for an operator's decision.",
+        gauges.held_executions,
+    )
+    backlogs = (
+        ("cairn_outbox_unsent", "cairn_outbox_lag_seconds", gauges.unsent,
+         "Node messages committed but not yet published",
+         "Age of the oldest unpublished node message (the relay's lag)"),
+        ("cairn_timers_due", "cairn_timer_overdue_seconds", gauges.due_timers,
+         "Timers due and not yet fired",
+         "How late the most overdue timer is"),
+        ("cairn_inbox_pending", "cairn_inbox_lag_seconds", gauges.inbox,
+         "Events for runs from other runs, not yet applied",
+         "Age of the oldest inbox entry"),
+        ("cairn_webhooks_pending", "cairn_webhook_lag_seconds", gauges.notifications,
+         "Webhook notifications neither delivered nor given up",
+         "Age of the oldest undelivered webhook notification"),
+    )  # fmt: skip
+    for count_name, lag_name, (count, oldest), count_help, lag_help in backlogs:
+        yield GaugeMetricFamily(count_name, f"{count_help}.", count)
+        lag = 0.0 if oldest is None else max(0.0, now - oldest)
+        yield GaugeMetricFamily(lag_name, f"{lag_help}, seconds (0: none).", lag)

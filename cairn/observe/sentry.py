@@ -1,0 +1,98 @@
+"""Errors to Sentry, tagged with the run, workflow and node they happened in.
+
+Off unless ``CAIRN_SENTRY_DSN`` is set. A node execution gets its own scope with the
+tags ``run_id``, ``workflow``, ``node``, ``iteration``, ``attempt`` and ``phase``, so an
+error — a handler's permanent or business failure (a transient one is retried by the
+node's policy and is not news yet), or cairn's own — arrives in Sentry saying which run
+to look at. With Sentry off, a node pays one check. A run stopped for an anomaly (a loop
+without progress, a ping-pong, an oscillation) is an alert of its own, grouped by
+workflow and kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Literal
+
+import sentry_sdk
+from sentry_sdk.integrations.celery import CeleryIntegration
+
+from cairn.config import Settings
+from cairn.model.definition import ErrorClass
+from cairn.model.messages import NodeMessage
+
+
+def init_sentry(settings: Settings, *, transport: Any = None) -> bool:
+    """Start reporting to Sentry if a DSN is configured (or a transport given, in tests);
+    True if it is on."""
+    dsn = settings.sentry_dsn.get_secret_value() if settings.sentry_dsn else None
+    if dsn is None and transport is None:
+        return False
+    from cairn import __version__  # noqa: PLC0415 - cairn imports this module's users
+
+    sentry_sdk.init(
+        dsn=dsn,
+        transport=transport,
+        environment=settings.sentry_environment,
+        release=f"cairn@{__version__}",
+        # The node runner reports its failures itself, tagged; Celery's own report of
+        # the same exception would be a duplicate without the tags.
+        disabled_integrations=[CeleryIntegration()],
+    )
+    return True
+
+
+def reporting() -> bool:
+    return sentry_sdk.get_client().is_active()
+
+
+@contextmanager
+def node_scope(message: NodeMessage) -> Iterator[None]:
+    """Tag what is reported while this node executes."""
+    if not reporting():
+        yield
+        return
+    with sentry_sdk.isolation_scope() as scope:
+        scope.set_tag("run_id", message.run_id)
+        scope.set_tag("workflow", message.workflow)
+        scope.set_tag("node", message.node)
+        scope.set_tag("iteration", message.iteration)
+        scope.set_tag("attempt", message.attempt)
+        scope.set_tag("phase", message.phase.value)
+        yield
+
+
+def report_failure(error: BaseException, error_class: ErrorClass) -> None:
+    """A handler failed: worth a Sentry event unless its retry policy is on it."""
+    if error_class is not ErrorClass.TRANSIENT and reporting():
+        sentry_sdk.capture_exception(error)
+
+
+# What the decider did about an anomaly (cairn.decider.watch): an intervention is
+# the run helping itself, like a transient failure's retry, and is not news yet.
+_ANOMALY_LEVELS: dict[str, Literal["error", "warning"]] = {
+    "failed": "error",
+    "handed_off": "warning",
+}
+
+
+def report_anomaly(
+    run_id: str, workflow: str, *, node: str, kind: str, action: str, detail: str
+) -> bool:
+    """A run was stopped (failed, or handed to a person) for an anomaly: alert, grouped
+    by workflow and kind rather than by the text, which names fingerprints. True if an
+    event was sent."""
+    level = _ANOMALY_LEVELS.get(action)
+    if level is None or not reporting():
+        return False
+    with sentry_sdk.isolation_scope() as scope:
+        scope.set_tag("run_id", run_id)
+        scope.set_tag("workflow", workflow)
+        scope.set_tag("node", node)
+        scope.set_tag("anomaly", kind)
+        scope.set_tag("action", action)
+        scope.set_context("anomaly", {"kind": kind, "action": action, "detail": detail})
+        scope.fingerprint = ["cairn-anomaly", workflow, kind]
+        sentry_sdk.capture_message(f"anomaly:{kind} in {workflow}: {detail}", level=level)
+    return True

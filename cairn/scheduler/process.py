@@ -1,0 +1,140 @@
+"""The scheduler process: the outbox relay and inbox, durable timers, recovery and stall
+watch, compaction and retention — one pass after another.
+
+It never runs handlers; everything it does goes through the orchestrator's normal write
+path, so running it twice, or several schedulers at once, is harmless. Each duty is a
+module of its own: :mod:`~cairn.scheduler.relay`, :mod:`~cairn.scheduler.timers`,
+:mod:`~cairn.scheduler.recovery`, :mod:`~cairn.scheduler.housekeeping`. Webhook
+notifications are delivered beside it, on a thread of their own, by
+:mod:`~cairn.scheduler.notifier`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+from cairn.config import Settings
+from cairn.lease.leases import Leases
+from cairn.observe.metrics.scheduler import SchedulerMetrics
+from cairn.orchestrator.engine import Orchestrator
+from cairn.orchestrator.recovery import RecoveryPolicy
+from cairn.reconnect import is_outage
+from cairn.scheduler.housekeeping import Housekeeping
+from cairn.scheduler.recovery import Recovery
+from cairn.scheduler.relay import Relay
+from cairn.scheduler.timers import Timers
+
+log = logging.getLogger(__name__)
+
+OUTAGE_MAX_WAIT_S = 5.0
+COMPACT_EVERY_PASSES = 120
+STALL_CHECK_EVERY_S = 2.0  # stall_after is minutes in practice; reading every claim costs
+
+
+@dataclass
+class PassReport:
+    relayed: int = 0
+    delivered: int = 0
+    fired: int = 0
+    recovered: int = 0
+    compacted: int = 0
+    expired: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.relayed
+            or self.delivered
+            or self.fired
+            or self.recovered
+            or self.compacted
+            or self.expired
+        )
+
+
+@dataclass
+class Scheduler:
+    orchestrator: Orchestrator
+    leases: Leases
+    settings: Settings
+    relay_after: float | None = None  # seconds; default from settings
+    metrics: SchedulerMetrics = field(default_factory=SchedulerMetrics)
+    _passes: int = field(default=0, init=False)
+    _next_stall_check: float = field(default=0.0, init=False)  # time.monotonic()
+
+    def __post_init__(self) -> None:
+        self.messages = Relay(self.orchestrator, self.settings, self.metrics, self.relay_after)
+        self.timers = Timers(self.orchestrator, self.leases, self.settings, self.metrics)
+        self.recovery = Recovery(self.orchestrator, self.leases, self.settings, self.metrics)
+        self.housekeeping = Housekeeping(self.orchestrator, self.settings)
+
+    @property
+    def policy(self) -> RecoveryPolicy:
+        return self.recovery.policy
+
+    def run_once(self) -> PassReport:
+        report = PassReport(
+            relayed=self.relay(),
+            delivered=self.deliver(),
+            fired=self.fire_timers(),
+            recovered=self.recover(),
+        )
+        if time.monotonic() >= self._next_stall_check:
+            self._next_stall_check = time.monotonic() + STALL_CHECK_EVERY_S
+            self.flag_stalls()
+        self._passes += 1
+        if self._passes % COMPACT_EVERY_PASSES == 0:
+            report.compacted = self.compact()
+            report.expired = self.expire()
+        self.orchestrator.flush_sent()
+        return report
+
+    def run_forever(self, stop: threading.Event) -> None:
+        failures = 0
+        while not stop.is_set():
+            try:
+                report = self.run_once()
+            except Exception as error:
+                failures += 1
+                if not is_outage(error):
+                    log.exception("scheduler pass failed")
+                # Back off while PostgreSQL or Redis is away (full jitter: several
+                # schedulers do not come back in step); every pass is safe to repeat.
+                delay = random.uniform(0, min(OUTAGE_MAX_WAIT_S, 0.1 * 2 ** min(failures, 10)))
+                log.warning("scheduler pass %d failed (%s); next in %.2f s", failures, error, delay)
+                stop.wait(max(delay, self.settings.scheduler_interval))
+                continue
+            if failures:
+                log.info("scheduler back after %d failed pass(es)", failures)
+                failures = 0
+            if not report:
+                stop.wait(self.idle_wait())
+
+    # -- each duty, for tests and tools that drive one at a time ---------------------
+
+    def relay(self) -> int:
+        return self.messages.relay()
+
+    def deliver(self) -> int:
+        return self.messages.deliver()
+
+    def fire_timers(self) -> int:
+        return self.timers.fire()
+
+    def idle_wait(self) -> float:
+        return self.timers.idle_wait()
+
+    def recover(self) -> int:
+        return self.recovery.recover()
+
+    def flag_stalls(self) -> int:
+        return self.recovery.flag_stalls()
+
+    def compact(self) -> int:
+        return self.housekeeping.compact()
+
+    def expire(self) -> int:
+        return self.housekeeping.expire()

@@ -1,0 +1,63 @@
+"""The scheduler's message duties: the outbox relay and the inbox.
+
+- **relay**: outbox rows a crash left unpublished are claimed with ``FOR UPDATE SKIP
+  LOCKED``, published, and marked sent in the same transaction — several schedulers at
+  once are safe, and a message published twice is a duplicate the workers turn away;
+- **inbox**: events one run left for another (a child's end, a parent's cancel) that
+  were not applied right after their commit are applied, each once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from cairn.config import Settings
+from cairn.faults import fault_point
+from cairn.model.events import Phase
+from cairn.model.messages import NodeMessage
+from cairn.observe.metrics.scheduler import SchedulerMetrics
+from cairn.orchestrator.engine import Orchestrator
+
+log = logging.getLogger(__name__)
+
+BATCH = 500
+
+
+@dataclass
+class Relay:
+    orchestrator: Orchestrator
+    settings: Settings
+    metrics: SchedulerMetrics
+    relay_after: float | None = None  # seconds; default from settings
+
+    def relay(self) -> int:
+        relay_after = (
+            self.relay_after if self.relay_after is not None else self.settings.outbox_relay_after
+        )
+        store = self.orchestrator.store
+        with store.reading() as tx:  # an idle pass costs no commit
+            if not tx.has_unsent(tx.now() - relay_after):
+                return 0
+        with store.transaction() as tx:
+            rows = tx.claim_unsent(tx.now() - relay_after, BATCH)
+            if not rows:
+                return 0
+            messages = [
+                NodeMessage(
+                    **{**row.payload, "phase": Phase(row.payload["phase"]), "outbox_id": row.id}
+                )
+                for row in rows
+            ]
+            if not self.orchestrator.publisher.publish(messages):
+                return 0
+            fault_point("relay.after_publish")
+            tx.mark_sent([row.id for row in rows])
+        self.metrics.relayed.inc(len(rows))
+        log.info("relayed %d unsent message(s)", len(rows))
+        return len(rows)
+
+    def deliver(self) -> int:
+        with self.orchestrator.store.reading() as tx:
+            posted = tx.posted(BATCH)
+        return sum(self.orchestrator.deliver(entry.id, entry.run_id) for entry in posted)
