@@ -18,10 +18,11 @@ services:  ## start PostgreSQL and Redis if they are not running
 test: services  ## the whole test suite (what CI runs)
 	$(PYTHON) -m pytest
 
-lint:  ## ruff (lint + format check) and mypy
+lint:  ## ruff (lint + format check), mypy, and the import contracts of the architecture
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
+	lint-imports
 
 FLOWER_PORT ?= 5555
 FLOWER_ADDRESS ?= 127.0.0.1

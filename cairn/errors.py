@@ -103,12 +103,21 @@ class StoreError(CairnError):
 
 
 class StoreUnavailable(CairnError):
-    """PostgreSQL could not be reached for longer than ``CAIRN_RECONNECT_WITHIN`` while
-    cairn itself needed it (the effects ledger recording an intent or an outcome). Not a
-    failure of the handler that was running: the worker gives its message back to the
-    broker, and the node runs again on the same attempt. Chained from the last outage."""
+    """The database could not be reached (a restart, the network), chained from the
+    driver's error: what the store raises for every outage, so that nothing above it
+    needs to know the driver. Retried with backoff where a result would otherwise be
+    lost (:mod:`cairn.reconnect`); past ``CAIRN_RECONNECT_WITHIN`` inside a handler's
+    ``ctx.effect`` it is not the handler's failure: the worker gives its message back to
+    the broker, and the node runs again on the same attempt."""
 
-    code = "store_unavailable"
+    code = "unavailable"
+
+
+class StoreRefused(StoreError):
+    """The database refused a value (out of range, too long, not its type): the caller's
+    fault, as far as it can tell."""
+
+    code = "invalid_value"
 
 
 class RunNotFound(CairnError):
@@ -135,3 +144,23 @@ class ConfigError(CairnError):
     """Settings that cannot be used (unknown ``CAIRN_*`` variables, bad values)."""
 
     code = "config_error"
+
+
+class ArtifactError(CairnError):
+    """An artifact could not be written, registered or read. Retrying does not help: a
+    handler that raises it fails permanently (see :mod:`cairn.model.classify`)."""
+
+    code = "artifact_error"
+    error_class = "permanent"
+
+
+class ArtifactNotFound(ArtifactError):
+    """No artifact of that name (or version) in the run, or its content is gone."""
+
+    code = "artifact_not_found"
+
+
+class ArtifactCorrupt(ArtifactError):
+    """The object store returned bytes whose sha256 is not the one registered."""
+
+    code = "artifact_corrupt"

@@ -16,7 +16,6 @@ from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
-from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
 from cairn.api import errors, runs, stream
@@ -113,8 +112,7 @@ def _operations() -> APIRouter:
         try:
             if runtime is None:
                 raise RuntimeError("starting")
-            with runtime.store.reading() as tx:
-                tx.connection.execute(text("SELECT 1"))
+            runtime.store.ping()
         except Exception as exc:  # any failure means: not ready
             log.warning("not ready: %s", exc)
             return errors.error_response(503, "unavailable", "the database cannot be reached")

@@ -9,16 +9,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cairn.api.auth import Unauthorized
-from cairn.artifacts.errors import ArtifactNotFound
 from cairn.errors import (
+    ArtifactNotFound,
     CairnError,
     ConfigError,
     ConfirmationRequired,
@@ -26,6 +24,8 @@ from cairn.errors import (
     IllegalTransition,
     InvalidInput,
     RunNotFound,
+    StoreRefused,
+    StoreUnavailable,
     UnknownWorkflow,
 )
 
@@ -55,12 +55,21 @@ STATUS_BY_ERROR: tuple[tuple[type[CairnError], int], ...] = (
     (PayloadTooLarge, 413),
     (UnsupportedMediaType, 415),
     (InvalidInput, 422),
+    # A value the database refused (out of range, too long): the request's fault, as far
+    # as the client can tell; the field checks should have caught it first.
+    (StoreRefused, 422),
+    (StoreUnavailable, 503),
     (IdempotencyConflict, 409),
     (EventRejected, 409),  # a signal the run cannot take: the run's state conflicts
     (IllegalTransition, 409),  # cancelling a finished run
     (ConfirmationRequired, 409),
     (ConfigError, 500),
 )
+
+PUBLIC_MESSAGES: dict[type[CairnError], str] = {
+    StoreUnavailable: "the database cannot be reached; try again",
+    StoreRefused: "a value in the request cannot be stored",
+}
 
 HTTP_CODES = {
     400: "bad_request",
@@ -99,7 +108,9 @@ def install(app: FastAPI) -> None:
         status = status_of(exc)
         if status >= 500:
             log.error("request failed: %s", exc)
-        return error_response(status, exc.code, str(exc))
+        # The database's own words stay in the log: they name hosts and columns.
+        message = PUBLIC_MESSAGES.get(type(exc)) or str(exc)
+        return error_response(status, exc.code, message)
 
     async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
@@ -115,16 +126,6 @@ def install(app: FastAPI) -> None:
         code = HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
         return error_response(exc.status_code, code, str(exc.detail))
 
-    async def data_error(_request: Request, exc: Exception) -> JSONResponse:
-        # A value the database refused (out of range, too long): the request's fault, as
-        # far as the client can tell; the field checks should have caught it first.
-        log.warning("the database refused a value: %s", exc)
-        return error_response(422, "invalid_value", "a value in the request cannot be stored")
-
-    async def unavailable(_request: Request, exc: Exception) -> JSONResponse:
-        log.warning("database unavailable: %s", exc)
-        return error_response(503, "unavailable", "the database cannot be reached; try again")
-
     async def internal(_request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
         return error_response(500, "internal_error", "internal error")
@@ -132,10 +133,4 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(CairnError, cairn_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
-    # The hot path's SQL runs on psycopg directly (cairn.store.fastpath): its errors come
-    # unwrapped by SQLAlchemy, and mean the same.
-    for refused in (DataError, psycopg.DataError):
-        app.add_exception_handler(refused, data_error)
-    for down in (OperationalError, psycopg.OperationalError):
-        app.add_exception_handler(down, unavailable)
     app.add_exception_handler(Exception, internal)

@@ -41,7 +41,6 @@ from cairn.api.models import (
     SubmitRequest,
     Submitted,
 )
-from cairn.artifacts.registry import ArtifactRegistry
 from cairn.errors import InvalidInput, RunNotFound
 from cairn.lease.heartbeat import beat_view, run_beats
 from cairn.model.definition import TaskNode
@@ -50,6 +49,7 @@ from cairn.observe.explain import context_lines, waiting_lines
 from cairn.orchestrator.awaiting import awaiting
 from cairn.orchestrator.batches import SubmitItem
 from cairn.runtime import Runtime
+from cairn.store.artifacts import ArtifactRegistry
 from cairn.store.repository import to_epoch
 from cairn.timetravel.fork import fork_live, fork_point
 

@@ -3,7 +3,7 @@
 A handler puts content (``ctx.artifacts.put("draft", text, model="gpt-x")``); the bytes
 go to an object store under their sha256 (:mod:`cairn.artifacts.stores`), a row in the
 database registers them as the next version of that name in the run, with where they
-came from (:mod:`cairn.artifacts.registry`), and the handler gets back a small reference.
+came from (:mod:`cairn.store.artifacts`), and the handler gets back a small reference.
 The references a step created ride on its result into the run state
 (``RunState.artifacts``: name -> latest reference): snapshots hold references, never
 the content. :mod:`cairn.artifacts.cleanup` removes orphan blobs and expired artifacts.
@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from cairn.artifacts.errors import ArtifactCorrupt, ArtifactError, ArtifactNotFound
-from cairn.artifacts.registry import ArtifactInfo, ArtifactRegistry, Provenance
 from cairn.artifacts.stores import ObjectStore, digest, open_store
-from cairn.errors import InvalidInput
+from cairn.errors import ArtifactCorrupt, ArtifactError, ArtifactNotFound, InvalidInput
 from cairn.model.payloads import storable_json, storable_text
+from cairn.store.artifacts import ArtifactInfo, ArtifactRegistry, Provenance
 
 if TYPE_CHECKING:
     from cairn.config import Settings

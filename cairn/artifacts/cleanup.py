@@ -11,7 +11,7 @@ whose content another, live artifact shares (content addressing stores it once).
 
 Both are safe to run from several processes at once and to interrupt anywhere: a blob
 is deleted only under its lock and only if no row names it (see
-:mod:`cairn.artifacts.registry`); what an interrupted pass leaves is an orphan, which
+:mod:`cairn.store.artifacts`); what an interrupted pass leaves is an orphan, which
 the next pass removes.
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from cairn.artifacts.registry import ArtifactRegistry
 from cairn.artifacts.stores import ObjectStore
+from cairn.store.artifacts import ArtifactRegistry
 from cairn.store.repository import from_epoch
 
 log = logging.getLogger(__name__)

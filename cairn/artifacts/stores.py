@@ -3,7 +3,7 @@
 A blob's key is derived from its content (``sha256/ab/cd/abcd...``), so writing the same
 bytes twice stores them once, a write can be repeated after a crash without harm, and a
 blob never changes once written. PostgreSQL holds everything else about an artifact (see
-:mod:`cairn.artifacts.registry`); a blob that no row references is an orphan, which
+:mod:`cairn.store.artifacts`); a blob that no row references is an orphan, which
 :mod:`cairn.artifacts.cleanup` removes after a grace period.
 
 Three backends behind one interface: the local filesystem (the default, under
@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from cairn.artifacts.errors import ArtifactCorrupt, ArtifactError, ArtifactNotFound
-from cairn.errors import ConfigError
+from cairn.errors import ArtifactCorrupt, ArtifactError, ArtifactNotFound, ConfigError
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # A write in progress on the filesystem: renamed into place once complete.

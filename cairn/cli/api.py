@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 
 from cairn.cli._app import app, cwd_importable
-from cairn.config import Settings
 
 
 @app.command()
@@ -18,8 +17,10 @@ def api(
     """Serve the HTTP API (docs/api.md): submit, read, stream, signal and cancel runs.
     One process per replica; scale with replicas, not with uvicorn workers, so that each
     process keeps one database pool."""
+    from cairn.config import Settings
+
     cwd_importable()  # the embedded mode runs handlers in this process
-    import uvicorn  # noqa: PLC0415 - the other commands need not import the server
+    import uvicorn
 
     settings = Settings.from_env()
     uvicorn.run(

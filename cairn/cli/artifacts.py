@@ -11,10 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cairn.artifacts import ArtifactRegistry, open_store
-from cairn.artifacts.cleanup import clean
 from cairn.cli._app import app, out
-from cairn.client import Client
 
 
 @app.command("artifacts")
@@ -31,6 +28,9 @@ def list_artifacts(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """List a run's artifacts, every version with its provenance; or write one out."""
+    from cairn.artifacts import ArtifactRegistry, open_store
+    from cairn.client import Client
+
     client = Client()
     try:
         registry = ArtifactRegistry(client.runtime.store)
@@ -82,6 +82,10 @@ def artifacts_cleanup(
 ) -> None:
     """Delete orphan blobs and expired artifacts (for a Kubernetes CronJob); prints
     what was deleted as JSON. Safe to run from several processes at once."""
+    from cairn.artifacts import ArtifactRegistry, open_store
+    from cairn.artifacts.cleanup import clean
+    from cairn.client import Client
+
     client = Client()
     settings = client.settings
     days = retention_days if retention_days is not None else settings.artifacts_retention_days

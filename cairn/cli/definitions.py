@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from cairn.cli import render
 from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, out
 
 
@@ -23,9 +22,9 @@ def validate(
     paths: Annotated[list[str], typer.Argument(help="Definition files, .py modules, directories.")],
 ) -> None:
     """Validate workflow definitions; list every problem and exit 2 if there are any."""
-    cwd_importable()
-    from cairn.definitions.catalog import discover  # noqa: PLC0415 - imports user code
+    from cairn.definitions.catalog import discover
 
+    cwd_importable()
     found = discover(paths)
     failures = 0
     for item in found:
@@ -60,9 +59,10 @@ def describe(
     ] = True,
 ) -> None:
     """Print the workflow's transition table: every (from, event, guard, to)."""
-    cwd_importable()
-    from cairn.definitions.catalog import discover  # noqa: PLC0415 - imports user code
+    from cairn.cli import render
+    from cairn.definitions.catalog import discover
 
+    cwd_importable()
     found = discover([path], resolve=resolve)
     failed = [item for item in found if item.error is not None]
     for item in failed:
@@ -84,6 +84,6 @@ def describe(
 @app.command("config")
 def show_config() -> None:
     """Print the effective settings (from CAIRN_* variables), passwords masked."""
-    from cairn.config import Settings  # noqa: PLC0415 - pydantic, for this command only
+    from cairn.config import Settings
 
     print(json.dumps(Settings.from_env().describe(), indent=2))

@@ -11,17 +11,17 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.live import Live
 from rich.table import Table
 
 from cairn.cli._app import app, out
-from cairn.client import Client
-from cairn.config import Settings
-from cairn.demo.skill import STEPS
-from cairn.orchestrator.engine import RunView
+
+if TYPE_CHECKING:
+    from cairn.client import Client
+    from cairn.orchestrator.engine import RunView
 
 DEMO_ENV = {
     "CAIRN_LEASE_TTL": "2",
@@ -46,6 +46,10 @@ def demo(
     pace: Annotated[float, typer.Option(help="Scale every step's duration.")] = 1.0,
 ) -> None:
     """Run a research-brief agent skill, crash its worker mid-step, and resume it."""
+    from cairn.client import Client
+    from cairn.config import Settings
+    from cairn.demo.skill import STEPS
+
     if kill_at not in STEPS:
         raise typer.BadParameter(f"--kill-at must be one of {STEPS}")
     home = home or Path(tempfile.mkdtemp(prefix="cairn-demo-"))
@@ -124,6 +128,8 @@ def _finished_steps(view: RunView) -> dict[str, int]:
 
 
 def _progress(view: RunView, killed_during: str | None) -> Table:
+    from cairn.demo.skill import STEPS
+
     nodes = view.state.nodes if view.state is not None else {}
     table = Table(title=f"run {view.id[:8]}: {view.status.value}", title_justify="left")
     table.add_column("step")
@@ -146,6 +152,8 @@ def _summary(
     killed_during: str | None,
     finished_before_crash: dict[str, int],
 ) -> None:
+    from cairn.demo.skill import STEPS
+
     view = client.get_run(run_id)
     executions: Counter[str] = Counter(line.split()[0] for line in ledger.read_text().splitlines())
     table = Table(title="what happened", title_justify="left")

@@ -10,9 +10,6 @@ import typer
 from rich.table import Table
 
 from cairn.cli._app import app, cwd_importable, out
-from cairn.client import Client
-from cairn.effects.adapters import Effect
-from cairn.reconciler import Reconciler
 
 EXIT_NEEDS_HUMAN = 1
 
@@ -23,6 +20,9 @@ def effects(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """The effects ledger of a run: each external side effect by its key, and its outcome."""
+    from cairn.client import Client
+    from cairn.effects.adapters import Effect
+
     client = Client()
     try:
         with client.runtime.store.reading() as tx:
@@ -66,6 +66,9 @@ def reconcile(
     """One reconciliation pass: compare the effects ledger with the external systems,
     repair timing gaps, report discrepancies that need a person (exit 1 if any). Safe to
     run as a CronJob, and with two at once."""
+    from cairn.client import Client
+    from cairn.reconciler import Reconciler
+
     cwd_importable()
     client = Client()
     try:

@@ -6,16 +6,17 @@ import logging
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from prometheus_client.registry import Collector
 
 from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, out
-from cairn.config import Settings
-from cairn.lease.leases import Leases, RedisLeases
-from cairn.runtime import Runtime, register_definitions, worker_app
-from cairn.store.database import current_revision, make_engine, upgrade
+
+if TYPE_CHECKING:
+    from cairn.config import Settings
+    from cairn.lease.leases import Leases
+    from cairn.runtime import Runtime
 
 db = typer.Typer(help="The database schema.", no_args_is_help=True)
 app.add_typer(db, name="db")
@@ -38,6 +39,9 @@ MetricsPort = Annotated[
 @db.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
     """Migrate the database (safe to run twice, and from several processes at once)."""
+    from cairn.config import Settings
+    from cairn.store.database import current_revision, make_engine, upgrade
+
     settings = Settings.from_env()
     engine = make_engine(settings.effective_database_url)
     upgrade(engine, revision)
@@ -73,6 +77,10 @@ def worker(  # noqa: PLR0917 - typer passes options by name
 ) -> None:
     """Run a worker: a Celery worker (CAIRN_BROKER_URL set) or, embedded, worker threads
     plus the scheduler in this process."""
+    from cairn.config import Settings
+    from cairn.lease.leases import RedisLeases
+    from cairn.runtime import Runtime, register_definitions, worker_app
+
     cwd_importable()
     settings = _with(Settings.from_env(), liveness_file=liveness_file, metrics_port=metrics_port)
     _logging(settings)
@@ -110,6 +118,9 @@ def worker(  # noqa: PLR0917 - typer passes options by name
 @app.command()
 def scheduler(metrics_port: MetricsPort = None) -> None:
     """Run the scheduler: outbox relay, durable timers, recovery, compaction."""
+    from cairn.config import Settings
+    from cairn.runtime import Runtime
+
     cwd_importable()
     settings = _with(Settings.from_env(), metrics_port=metrics_port)
     _logging(settings)
@@ -136,7 +147,8 @@ def probe_worker(
 ) -> None:
     """Is a Celery worker still consuming? Exit 0 if it consumed its own ping through the
     broker (or was busy with nodes) within the max age, 1 if it is deaf."""
-    from cairn.workers.liveness import check, default_max_age  # noqa: PLC0415
+    from cairn.config import Settings
+    from cairn.workers.liveness import check, default_max_age
 
     settings = Settings.from_env()
     path = file or settings.liveness_file or _only_default_file()
@@ -147,7 +159,7 @@ def probe_worker(
 
 def _only_default_file() -> Path:
     """A worker's default file is keyed by its pid, unknown here: take the only one."""
-    from cairn.workers.liveness import default_files  # noqa: PLC0415
+    from cairn.workers.liveness import default_files
 
     pattern, candidates = default_files()
     if len(candidates) != 1:
@@ -167,7 +179,7 @@ def _with(settings: Settings, **options: Any) -> Settings:
 
 
 def _serve_metrics(leases: Leases, port: int, *more: Collector) -> None:
-    from cairn.observe.metrics.leases import serve_metrics  # noqa: PLC0415
+    from cairn.observe.metrics.leases import serve_metrics
 
     serve_metrics(leases, port, more=more)
     out.print(f"metrics on :{port}/metrics")
@@ -179,7 +191,7 @@ def _serve(runtime: Runtime) -> None:
         signal.signal(signum, lambda *_: stop.set())
     runtime.start_scheduler()
     if runtime.settings.metrics_port is not None:
-        from cairn.observe.metrics.fleet import FleetCollector  # noqa: PLC0415
+        from cairn.observe.metrics.fleet import FleetCollector
 
         _serve_metrics(
             runtime.leases,

@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cairn.cli._app import app, cwd_importable, err, out
+
+if TYPE_CHECKING:
+    from cairn.timetravel.fork import DryRun, DryStep
+    from cairn.timetravel.ledger import EffectUse
+    from cairn.timetravel.replay import ReplayReport, StepReplay
 from cairn.cli.render import change_lines
-from cairn.client import Client
-from cairn.timetravel.fork import (
-    DEFAULT_MAX_STEPS,
-    DryRun,
-    DryStep,
-    Ending,
-    dry_run,
-    fork_live,
-    fork_point,
-    parse_patch,
-)
-from cairn.timetravel.ledger import EffectUse, load_stubs
-from cairn.timetravel.replay import Replayer, ReplayReport, StepReplay, Verdict
 
 EXIT_DIVERGED = 1  # replay: a step's result differs from the recorded one
 EXIT_INCOMPLETE = 1  # fork dry run: the step cap, or a child run it does not simulate
@@ -52,6 +44,10 @@ def replay_command(
     stub's fake result, or are refused) and never call the outside world; artifacts put
     go to a sandbox; nothing is written. Report where the results differ from the
     recorded ones. Exit 1 if one diverged, 3 if an effect was refused."""
+    from cairn.client import Client
+    from cairn.timetravel.ledger import load_stubs
+    from cairn.timetravel.replay import Replayer
+
     cwd_importable()
     load_stubs(stubs or [])
     client = Client()
@@ -86,8 +82,9 @@ def fork(
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm --live without a prompt.")] = False,
     max_steps: Annotated[
-        int, typer.Option("--max-steps", help="Dry run: stop after this many decisions.")
-    ] = DEFAULT_MAX_STEPS,
+        int | None,
+        typer.Option("--max-steps", help="Dry run: stop after this many decisions [default: 200]."),
+    ] = None,
     stubs: StubsOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
@@ -97,6 +94,17 @@ def fork(
     effect), or with --live a real run in the same namespace, linked to its parent, whose
     effects get fresh idempotency keys. Dry run: exit 3 if an effect was refused, 1 if it
     hit the step cap or a child run."""
+    from cairn.client import Client
+    from cairn.timetravel.fork import (
+        DEFAULT_MAX_STEPS,
+        Ending,
+        dry_run,
+        fork_live,
+        fork_point,
+        parse_patch,
+    )
+    from cairn.timetravel.ledger import load_stubs
+
     cwd_importable()
     changes = parse_patch(patch)
     load_stubs(stubs or [])
@@ -119,7 +127,7 @@ def fork(
             found = dry_run(
                 orchestrator,
                 point,
-                max_steps=max_steps,
+                max_steps=DEFAULT_MAX_STEPS if max_steps is None else max_steps,
                 on_step=None if as_json else _print_dry_step,
             )
     finally:
@@ -153,6 +161,8 @@ def _print_replayed(step: StepReplay) -> None:
 
 
 def replayed_lines(replayed: StepReplay) -> list[str]:
+    from cairn.timetravel.replay import Verdict
+
     step = replayed.step
     verdict = replayed.verdict.upper() if replayed.verdict != Verdict.SAME else "same"
     effects = _effects(replayed.executed.effects) if replayed.executed is not None else ""

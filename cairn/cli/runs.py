@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Group
@@ -14,12 +14,11 @@ from rich.table import Table
 from rich.text import Text
 
 from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, out
-from cairn.client import Client, WaitTimeout
-from cairn.definitions.catalog import load_all
+
+if TYPE_CHECKING:
+    from cairn.client import Client
 from cairn.errors import InvalidInput
-from cairn.lease.heartbeat import run_beats
 from cairn.model.statuses import RunStatus
-from cairn.observe.explain import context_lines, describe, waiting_lines
 
 EXIT_FAILED = 1
 EXIT_TIMEOUT = 3
@@ -31,6 +30,9 @@ def register(
 ) -> None:
     """Register workflow definitions (a version, once registered, cannot change): all of
     them, or none if any is invalid (every fault of every file is listed)."""
+    from cairn.client import Client
+    from cairn.definitions.catalog import load_all
+
     cwd_importable()
     definitions = load_all(paths)
     client = Client()
@@ -57,6 +59,8 @@ def submit(
     ] = None,
 ) -> None:
     """Start a run; print its id."""
+    from cairn.client import Client
+
     payload = _json_object(input_json, "--input")
     client = Client()
     try:
@@ -72,6 +76,9 @@ def status(
     fleet: Annotated[bool, typer.Option("--fleet", help="The workers and their leases.")] = False,
 ) -> None:
     """Show a run (status, liveness of its running nodes, node results), or the fleet."""
+    from cairn.client import Client
+    from cairn.observe.explain import context_lines, waiting_lines
+
     if fleet:
         _fleet_status(as_json)
         return
@@ -150,6 +157,8 @@ def signal(
 ) -> None:
     """Send a signal to a waiting run; refused (exit 2, nothing written) if it cannot
     take it."""
+    from cairn.client import Client
+
     payload = _json_object(payload_json, "--payload") if payload_json is not None else None
     client = Client()
     try:
@@ -169,6 +178,9 @@ def waiting(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """List runs waiting for a person, longest waiting first, with what would answer."""
+    from cairn.client import Client
+    from cairn.observe.explain import describe
+
     client = Client()
     try:
         found = client.waiting(namespace, limit)
@@ -193,6 +205,8 @@ def cancel(
 ) -> None:
     """Cancel a run: nothing new starts, running nodes stop at their next safe point (or
     are detached after the workflow's cancel_timeout), then it ends cancelled."""
+    from cairn.client import Client
+
     client = Client()
     try:
         changed = client.cancel(run_id, reason, actor=actor)
@@ -226,6 +240,8 @@ def rollback(
     (last first), end rolled_back; or, --to-seq S, undo only the steps after event S and
     resume from the state the run had there; or, --step NODE, undo only that step and
     go on. Refused without --yes."""
+    from cairn.client import Client
+
     node, iteration = _step(step) if step is not None else (None, None)
     client = Client()
     try:
@@ -251,6 +267,8 @@ def events(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Print a run's event log."""
+    from cairn.client import Client
+
     client = Client()
     try:
         history = client.events(run_id, after)
@@ -277,6 +295,8 @@ def wait(
     timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 60.0,
 ) -> None:
     """Wait for a run to finish: exit 0 if it succeeded, 1 if not, 3 on timeout."""
+    from cairn.client import Client, WaitTimeout
+
     client = Client()
     try:
         view = client.wait(run_id, timeout)
@@ -301,6 +321,8 @@ def watch(
     """Follow a run live until it ends: a progress bar of its steps, what each running
     node is doing (heartbeats), what it waits for, and every recovery. Exit 0 if it
     succeeded, 1 if not, 3 on timeout."""
+    from cairn.client import Client
+
     client = Client()
     recoveries: list[str] = []
     seen = 0
@@ -337,6 +359,8 @@ def _watch_view(
     client: Client,
 ) -> Group:
     """One frame of ``cairn watch``."""
+    from cairn.observe.explain import context_lines, waiting_lines
+
     state = view.state
     tasks = [n for n, node in definition.nodes.items() if node.kind == "task"]
     done = (
@@ -383,6 +407,8 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
 
 
 def _fleet_status(as_json: bool) -> None:
+    from cairn.client import Client
+
     client = Client()
     try:
         stats = client.runtime.leases.stats()
@@ -434,6 +460,8 @@ def _fleet_status(as_json: bool) -> None:
 
 def _heartbeats(client: Client, view: Any) -> dict[str, dict[str, Any] | None]:
     """The heartbeat record of every execution the run is waiting for (lossy, in Redis)."""
+    from cairn.lease.heartbeat import run_beats
+
     state = view.state
     if state is None:
         return {}

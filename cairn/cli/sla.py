@@ -5,25 +5,18 @@ visibly (see docs/operations.md)."""
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from cairn.cli._app import app, err, out
-from cairn.config import Settings
+
+if TYPE_CHECKING:
+    from cairn.config import Settings
+    from cairn.observe.sla import Percentiles, SlaReport
 from cairn.errors import InvalidInput
 from cairn.model.durations import format_duration, parse_duration
-from cairn.observe.sla import (
-    STEP_PARTS,
-    Percentiles,
-    SlaReport,
-    SloThresholds,
-    build_report,
-    read_facts,
-)
-from cairn.store.database import make_engine, upgrade
-from cairn.store.repository import Store
 
 EXIT_SLO_VIOLATED = 1
 
@@ -40,6 +33,8 @@ def sla(
     """Per workflow: success rates (first try, with retries), latency (end to end; per
     step: queue, model, tool, other), cost against budget, recoveries; SLOs from
     CAIRN_SLO_* checked, exit 1 if any is violated."""
+    from cairn.config import Settings
+
     try:
         window = parse_duration(since)
     except ValueError as exc:
@@ -57,6 +52,11 @@ def sla(
 def sla_report(settings: Settings, window_s: float, workflow: str | None = None) -> SlaReport:
     """The report of the last ``window_s`` seconds, by the database's clock. Reads the
     store only: no workflow code is imported, nothing is registered."""
+    from cairn.observe.sla import SloThresholds, build_report
+    from cairn.store.database import make_engine, upgrade
+    from cairn.store.reports import read_facts
+    from cairn.store.repository import Store
+
     engine = make_engine(settings.effective_database_url)
     try:
         if settings.database_url is None:
@@ -71,6 +71,8 @@ def sla_report(settings: Settings, window_s: float, workflow: str | None = None)
 
 
 def _show(report: SlaReport, window: str) -> None:
+    from cairn.observe.sla import STEP_PARTS
+
     if not report.workflows:
         out.print(f"no runs created or finished in the last {window}", markup=False)
         return

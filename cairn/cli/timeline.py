@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cairn.cli._app import app, cwd_importable, out
+
+if TYPE_CHECKING:
+    from cairn.timetravel.timeline import Bisection, Check, History, Step
 from cairn.cli.render import change_lines
-from cairn.client import Client
-from cairn.timetravel.timeline import (
-    Bisection,
-    Check,
-    History,
-    Step,
-    Verdict,
-    load_predicate,
-    plain,
-)
 
 EXIT_NOT_FOUND = 1  # bisect: no step to blame (fails from the start, or never fails)
 SHORT_DIGEST = 12
@@ -33,6 +26,8 @@ def history(
     """Every step of a run: its seq, node, visit, attempt, phase, inputs and outputs
     digests, duration, and any retry, recovery, hold or compensation; the run's other
     events (signals, timers, cancel, rollback, recoveries) in between."""
+    from cairn.client import Client
+
     client = Client()
     try:
         found = client.timeline(run_id).history()
@@ -55,6 +50,9 @@ def state(
 ) -> None:
     """The run's full state after event SEQ: the latest snapshot at or before it plus the
     events since, replayed through the decider (nothing runs again)."""
+    from cairn.client import Client
+    from cairn.timetravel.timeline import plain
+
     client = Client()
     try:
         found = plain(client.timeline(run_id).state_at(at))
@@ -91,6 +89,8 @@ def diff(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """What changed in the run's state from after event --from to after event --to."""
+    from cairn.client import Client
+
     client = Client()
     try:
         changes = client.timeline(run_id).diff(from_seq, to_seq)
@@ -122,6 +122,9 @@ def bisect(
     must hold at the start and, once failed, stay failed); print each check and that
     step with its input and output. Exit 1 if no step is to blame: it fails from the
     start, or it never fails."""
+    from cairn.client import Client
+    from cairn.timetravel.timeline import Verdict, load_predicate
+
     cwd_importable()
     predicate = load_predicate(check)
     client = Client()
@@ -181,6 +184,8 @@ def _duration(seconds: float, measured_by: str | None) -> str:
 
 
 def bisection_lines(found: Bisection) -> list[str]:
+    from cairn.timetravel.timeline import Verdict
+
     checks = f"{len(found.checks)} check(s)"
     if found.verdict is Verdict.NO_STEPS:
         return [f"run {found.run_id} has no step yet: nothing to bisect"]

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from cairn.artifacts.cleanup import expire as expire_artifacts
-from cairn.artifacts.registry import ArtifactRegistry
 from cairn.artifacts.stores import open_store
 from cairn.config import Settings
 from cairn.orchestrator.engine import Orchestrator
+from cairn.store.artifacts import ArtifactRegistry
 
 log = logging.getLogger(__name__)
 

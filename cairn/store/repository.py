@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, cast
 
-import psycopg
 from sqlalchemy import (
     Connection,
     Engine,
@@ -42,6 +41,7 @@ from cairn.model.outcomes import StepWrites
 from cairn.model.statuses import EXECUTION_ACTIVE, ExecutionStatus
 from cairn.store import fastpath
 from cairn.store.database import autocommit_twin
+from cairn.store.errors import translated
 from cairn.store.schema import (
     ArtifactRow,
     EffectRow,
@@ -170,14 +170,14 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
-        with self.engine.begin() as connection, _dropped_invalidates(connection):
+        with translated(), self.engine.begin() as connection, translated(connection):
             yield Tx(connection, self.dialect)
 
     @contextmanager
     def reading(self) -> Iterator[Tx]:
         """A read-only transaction, ended by a rollback: reads never count as commits
         (on SQLite a deferred transaction, which the writer does not block)."""
-        with self.engine.connect() as plain, _dropped_invalidates(plain):
+        with translated(), self.engine.connect() as plain, translated(plain):
             connection = plain.execution_options(cairn_read_only=True)
             yield Tx(connection, self.dialect)
             connection.rollback()
@@ -193,20 +193,14 @@ class Store:
             with self.transaction() if writes else self.reading() as tx:
                 yield tx
             return
-        with self._autocommit.connect() as connection, _dropped_invalidates(connection):
+        with translated(), self._autocommit.connect() as connection, translated(connection):
             yield Tx(connection, self.dialect)
 
-
-@contextmanager
-def _dropped_invalidates(connection: Connection) -> Iterator[None]:
-    """The hot path talks to psycopg below SQLAlchemy (cairn.store.fastpath), so a
-    connection the server dropped (a restart) fails there unnoticed by the pool: discard
-    it, so that the next checkout (a retry) connects afresh instead of failing again."""
-    try:
-        yield
-    except (psycopg.OperationalError, psycopg.InterfaceError):
-        connection.invalidate()
-        raise
+    def ping(self) -> None:
+        """Ask the database something trivial (a readiness probe); StoreUnavailable if it
+        cannot answer."""
+        with self.reading() as tx:
+            tx.connection.execute(select(1))
 
 
 def _serialise_sqlite_writers(engine: Engine) -> None:

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.artifacts import Artifacts, _check_name, _content
-from cairn.artifacts.registry import ArtifactInfo, ArtifactRegistry
 from cairn.artifacts.stores import MemoryStore, digest, open_store
 from cairn.config import Settings
 from cairn.decider.budget import allowance
@@ -62,6 +61,7 @@ from cairn.model.failures import Cancelled
 from cairn.model.payloads import storable_json
 from cairn.model.state import RunState
 from cairn.orchestrator.engine import Orchestrator, replay
+from cairn.store.artifacts import ArtifactInfo, ArtifactRegistry
 from cairn.store.repository import Store
 from cairn.timetravel.ledger import Answer, EffectUse, ReplayLedger
 from cairn.timetravel.timeline import (

@@ -25,7 +25,6 @@ from sqlalchemy import insert
 
 from cairn.artifacts import ArtifactNotFound, ArtifactRegistry, Artifacts
 from cairn.artifacts.cleanup import clean, collect_orphans, expire
-from cairn.artifacts.registry import Provenance, runs
 from cairn.artifacts.stores import (
     FilesystemStore,
     MemoryStore,
@@ -35,6 +34,7 @@ from cairn.artifacts.stores import (
     open_store,
 )
 from cairn.model.statuses import RunStatus
+from cairn.store.artifacts import Provenance, runs
 from cairn.store.database import make_engine
 from cairn.store.repository import Store
 from tests.integration.conftest import ROOT, Cluster

@@ -17,7 +17,6 @@ import pytest
 from cairn import Workflow
 from cairn.artifacts import ArtifactError, ArtifactNotFound, ArtifactRegistry, Artifacts
 from cairn.artifacts.cleanup import collect_orphans
-from cairn.artifacts.errors import ArtifactCorrupt
 from cairn.artifacts.stores import (
     PARTIAL_SUFFIX,
     FilesystemStore,
@@ -29,7 +28,7 @@ from cairn.artifacts.stores import (
     open_store,
 )
 from cairn.config import Settings
-from cairn.errors import ConfigError
+from cairn.errors import ArtifactCorrupt, ConfigError
 from cairn.model.events import NodeSucceeded, event_from_dict, event_to_dict
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus

@@ -25,8 +25,7 @@ from sqlalchemy import Connection, Table, delete, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Row
 
-from cairn.artifacts.errors import ArtifactNotFound
-from cairn.errors import StoreError
+from cairn.errors import ArtifactNotFound, StoreError
 from cairn.store.repository import Store, to_epoch, utcnow
 from cairn.store.schema import ArtifactRow, RunRow
 
