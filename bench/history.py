@@ -38,7 +38,7 @@ from typing import Any
 from bench.chain import admin, fresh_database
 from cairn.config import Settings
 from cairn.definitions.builder import Workflow
-from cairn.lease.leases import MemoryLeases
+from cairn.lease.memory import MemoryLeases
 from cairn.model.events import NodeSucceeded
 from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome

@@ -19,7 +19,9 @@ from cairn import clock, faults
 from cairn.config import Settings
 from cairn.definitions.catalog import load_all
 from cairn.effects.adapters import load_adapters
-from cairn.lease.leases import Leases, MemoryLeases, RedisLeases
+from cairn.lease.memory import MemoryLeases
+from cairn.lease.port import Leases
+from cairn.lease.redis import RedisLeases
 from cairn.observe.alerts import report_anomalies
 from cairn.observe.sentry import init_sentry
 from cairn.orchestrator.engine import Orchestrator, Publisher, Registry

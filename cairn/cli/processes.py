@@ -15,7 +15,7 @@ from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, out
 
 if TYPE_CHECKING:
     from cairn.config import Settings
-    from cairn.lease.leases import Leases
+    from cairn.lease.port import Leases
     from cairn.runtime import Runtime
 
 db = typer.Typer(help="The database schema.", no_args_is_help=True)
@@ -78,7 +78,7 @@ def worker(  # noqa: PLR0917 - typer passes options by name
     """Run a worker: a Celery worker (CAIRN_BROKER_URL set) or, embedded, worker threads
     plus the scheduler in this process."""
     from cairn.config import Settings
-    from cairn.lease.leases import RedisLeases
+    from cairn.lease.redis import RedisLeases
     from cairn.runtime import Runtime, register_definitions, worker_app
 
     cwd_importable()

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.lease.leases import Lease, Leases
+from cairn.lease.port import Lease, Leases
 from cairn.model.keys import lease_key
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from cairn.config import Settings
-from cairn.lease.leases import Leases
+from cairn.lease.port import Leases
 from cairn.observe.metrics.scheduler import SchedulerMetrics
 from cairn.orchestrator.engine import Orchestrator
 from cairn.orchestrator.recovery import RecoveryPolicy

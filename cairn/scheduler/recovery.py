@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.config import Settings
-from cairn.lease.leases import Lapsed, Leases
+from cairn.lease.port import Lapsed, Leases
 from cairn.model.events import Phase
 from cairn.model.keys import ExecutionKey, lease_key, parse_lease_key
 from cairn.model.messages import NodeMessage

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from cairn.config import Settings
-from cairn.lease.leases import Leases
+from cairn.lease.port import Leases
 from cairn.model.events import Phase, TimerFired
 from cairn.model.keys import lease_key
 from cairn.model.state import TimerKind

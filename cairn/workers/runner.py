@@ -32,7 +32,7 @@ from cairn.effects.ledger import EffectLedger, effect_scope
 from cairn.errors import CairnError, InvalidInput, StoreUnavailable, UnknownNode
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
-from cairn.lease.leases import Lease, Leases
+from cairn.lease.port import Lease, Leases
 from cairn.lease.waits import current_wait
 from cairn.model.classify import classify
 from cairn.model.definition import (

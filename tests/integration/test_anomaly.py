@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cairn.lease.leases import RedisLeases
+from cairn.lease.redis import RedisLeases
 from cairn.model.statuses import RunStatus
 from tests.integration.conftest import Cluster
 

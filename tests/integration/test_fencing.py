@@ -13,7 +13,7 @@ import redis
 from sqlalchemy import update
 
 from cairn.config import Settings
-from cairn.lease.leases import RedisLeases
+from cairn.lease.redis import RedisLeases
 from cairn.model.events import NodeSucceeded
 from cairn.model.keys import lease_key
 from cairn.model.messages import NodeMessage

@@ -16,7 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from cairn.lease.leases import Leases, MemoryLeases, RedisLeases
+from cairn.lease.memory import MemoryLeases
+from cairn.lease.port import Leases
+from cairn.lease.redis import RedisLeases
 from cairn.lease.waits import delivered
 from cairn.model.statuses import RunStatus
 from cairn.observe.metrics.leases import serve_metrics

@@ -48,8 +48,8 @@ from cairn.model.events import (
 from cairn.model.state import AnomalyTrack, RunState
 from cairn.model.statuses import RunStatus
 from cairn.observe.explain import anomaly_lines
+from cairn.testing.driver import Driver
 from tests.unit import handlers
-from tests.unit.driving import Driver
 
 NOOP = handlers.noop
 HINT = "You are going round in circles ({kind}). Try something else."

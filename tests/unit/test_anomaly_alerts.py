@@ -12,7 +12,7 @@ import pytest
 import sentry_sdk
 
 from cairn.decider.graph import Decision
-from cairn.lease.leases import MemoryLeases
+from cairn.lease.memory import MemoryLeases
 from cairn.model.commands import ReportAnomaly
 from cairn.model.state import RunState
 from cairn.observe.alerts import report_anomalies

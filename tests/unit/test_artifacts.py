@@ -21,7 +21,6 @@ from cairn.artifacts.stores import (
     PARTIAL_SUFFIX,
     FilesystemStore,
     MemoryStore,
-    ObjectStore,
     S3Store,
     blob_key,
     digest,
@@ -35,9 +34,9 @@ from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.database import make_engine, upgrade
 from cairn.store.repository import Store
+from cairn.testing.driver import Driver
 from cairn.workers.context import StepContext
 from tests.unit import handlers
-from tests.unit.driving import Driver
 
 WORKFLOWS = str(Path(__file__).resolve().parents[1] / "integration" / "workflows")
 
@@ -50,37 +49,7 @@ class FakeClock:
         return self.now
 
 
-# -- object stores: one contract ----------------------------------------------------------
-
-
-@pytest.fixture(params=["filesystem", "memory"])
-def objects(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
-    if request.param == "filesystem":
-        return FilesystemStore(tmp_path / "blobs")
-    return MemoryStore("contract")
-
-
-def test_a_blob_is_stored_under_its_sha256_once(objects: ObjectStore) -> None:
-    data = b"the same bytes"
-    sha = objects.put(data)
-    assert sha == digest(data)
-    assert objects.exists(sha) and objects.read(sha) == data
-    assert objects.ensure(sha, data) is False  # already there: not written again
-    assert objects.put(data) == sha
-    assert [(b.sha256, b.size) for b in objects.blobs()] == [(sha, len(data))]
-    assert objects.uri(sha).endswith(blob_key(sha))
-
-
-def test_reading_a_missing_blob_is_not_found_and_deleting_twice_is_fine(
-    objects: ObjectStore,
-) -> None:
-    sha = objects.put(b"short-lived")
-    objects.delete(sha)
-    objects.delete(sha)
-    assert not objects.exists(sha)
-    with pytest.raises(ArtifactNotFound):
-        objects.read(sha)
-    assert list(objects.blobs()) == []
+# -- object stores (the shared contract is in tests/contract/) ---------------------------
 
 
 def test_blob_keys_fan_out_and_refuse_what_is_not_a_digest() -> None:

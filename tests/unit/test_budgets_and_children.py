@@ -26,8 +26,8 @@ from cairn.model.state import BranchOutcome, RunState
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.observe.explain import context_lines
 from cairn.runtime import Runtime
+from cairn.testing.driver import Driver
 from cairn.workers.context import StepContext
-from tests.unit.driving import Driver
 from tests.unit.test_embedded import settings, wait
 from tests.unit.test_loader import faults_of, pairs
 

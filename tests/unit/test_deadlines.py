@@ -13,7 +13,7 @@ import time
 import pytest
 
 from cairn.lease.heartbeat import Beat, Heartbeats
-from cairn.lease.leases import MemoryLeases
+from cairn.lease.memory import MemoryLeases
 from cairn.model.failures import DeadlineExceeded
 from cairn.model.keys import lease_key
 from cairn.workers import deadlines

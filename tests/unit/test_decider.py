@@ -34,8 +34,8 @@ from cairn.model.events import (
 )
 from cairn.model.state import BranchOutcome, RunState
 from cairn.model.statuses import NodeStatus, RunStatus
+from cairn.testing.driver import Driver
 from tests.unit import handlers
-from tests.unit.driving import Driver
 
 NOOP = handlers.noop
 

@@ -28,7 +28,7 @@ from cairn.effects import (
 )
 from cairn.effects import adapters as adapter_registry
 from cairn.errors import ConfigError, InvalidInput, StoreUnavailable
-from cairn.lease.leases import MemoryLeases
+from cairn.lease.memory import MemoryLeases
 from cairn.model.keys import lease_key
 from cairn.model.messages import NodeMessage
 from cairn.reconciler import Reconciler

@@ -8,8 +8,8 @@ from cairn.definitions.catalog import discover
 from cairn.definitions.loader import load_file
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.statuses import RunStatus
+from cairn.testing.driver import Driver
 from tests.unit.conftest import EXAMPLES
-from tests.unit.driving import Driver
 
 
 def weekly_report() -> WorkflowDefinition:

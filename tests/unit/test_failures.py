@@ -26,8 +26,8 @@ from cairn.model.definition import ErrorClass
 from cairn.model.events import Phase, RollbackRequested
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.observe.explain import waiting_lines
+from cairn.testing.driver import Driver
 from tests.unit import handlers
-from tests.unit.driving import Driver
 
 NOOP = handlers.noop
 

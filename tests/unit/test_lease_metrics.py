@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cairn.config import Settings
-from cairn.lease.leases import MemoryLeases
+from cairn.lease.memory import MemoryLeases
 from cairn.lease.waits import INF, WAIT_BUCKETS_S, WaitHistogram, bucket_field, delivered
 from cairn.model.statuses import RunStatus
 from cairn.observe.metrics.leases import lease_registry

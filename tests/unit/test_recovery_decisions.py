@@ -20,8 +20,8 @@ from cairn.model.commands import Dispatch, HoldExecution, SettleExecution
 from cairn.model.definition import ErrorClass
 from cairn.model.events import NodeHeld, Phase, PlanInvalidated
 from cairn.model.statuses import NodeStatus, RunStatus
+from cairn.testing.driver import Driver
 from tests.unit import handlers
-from tests.unit.driving import Driver
 
 NOOP = handlers.noop
 

@@ -1,7 +1,7 @@
 """The lease counters and the lease wait histogram, for Prometheus.
 
 The numbers are fleet-wide: the lease scripts keep them in Redis (see
-:mod:`cairn.lease.leases`), so a scrape reads the truth for every worker at once,
+:mod:`cairn.lease.redis`), so a scrape reads the truth for every worker at once,
 prefork children included, rather than one process's share. Every process that serves
 them (workers, schedulers: ``--metrics-port``) serves the same numbers; aggregate with
 ``max`` over instances, not ``sum``. With the embedded leases they are this process's.
@@ -26,7 +26,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from cairn.lease.leases import Leases
+from cairn.lease.port import Leases
 from cairn.lease.waits import WaitHistogram
 
 log = logging.getLogger(__name__)

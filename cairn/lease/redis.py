@@ -1,0 +1,186 @@
+"""Leases in Redis: the fleet's. Every operation is one Lua script (``scripts/*.lua``,
+each headed by its keys and arguments), so a claim, its heartbeat record, its place in
+the claims set and the fleet's counters change together, in one round trip; expiry is
+judged by Redis's clock alone."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+import redis
+
+from cairn.lease import port
+from cairn.lease.port import (
+    BEAT_TTL_PERIODS,
+    FENCE_TTL_MS,
+    FINISHED_FENCE_TTL_MS,
+    Lapsed,
+    Lease,
+    decoded,
+    flat,
+    ms,
+    step_fields,
+    step_histograms,
+)
+from cairn.lease.waits import WaitHistogram, bucket_field, current_wait
+from cairn.model.keys import beat_key, fence_key
+
+CLAIMS_KEY = "cairn:claims"  # every live claim's lease key, scored by its expiry (ms, Redis)
+STATS_KEY = "cairn:stats:leases"  # fleet-wide counters, kept by the scripts themselves
+WAIT_KEY = "cairn:stats:lease_wait"  # fleet-wide lease wait histogram: count per bucket, sum
+# Fleet-wide histograms of the parts of a step its holder timed (execution, commit), as
+# "<part>:<bucket>" counts and "<part>:sum", added to by the release.
+STEP_KEY = "cairn:stats:step"
+
+
+def _script(name: str) -> str:
+    return resources.files("cairn.lease").joinpath("scripts", f"{name}.lua").read_text()
+
+
+ACQUIRE, RENEW, RELEASE = _script("acquire"), _script("renew"), _script("release")
+TAKE_LAPSED, SETTLE_LAPSED = _script("take_lapsed"), _script("settle_lapsed")
+
+
+class RedisLeases:
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._acquire = client.register_script(ACQUIRE)
+        self._renew = client.register_script(RENEW)
+        self._release = client.register_script(RELEASE)
+        self._take_lapsed = client.register_script(TAKE_LAPSED)
+        self._settle_lapsed = client.register_script(SETTLE_LAPSED)
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisLeases:
+        return cls(
+            redis.Redis.from_url(
+                url, socket_timeout=5, socket_connect_timeout=5, health_check_interval=30
+            )
+        )
+
+    def acquire(
+        self,
+        key: str,
+        ttl_s: float,
+        record: Mapping[str, Any] | None = None,
+        floor: int = 0,
+        attempt: int = 1,
+    ) -> Lease | None:
+        token = f"{attempt}:{secrets.token_hex(16)}"
+        wait_s = current_wait()
+        args: list[str | int | float] = [
+            token,
+            ms(ttl_s),
+            ms(ttl_s * BEAT_TTL_PERIODS),
+            floor,
+            FENCE_TTL_MS,
+            "" if wait_s is None else bucket_field(wait_s),
+            0 if wait_s is None else round(wait_s, 6),
+            *flat(record),
+        ]
+        keys = [key, beat_key(key), STATS_KEY, fence_key(key), WAIT_KEY, CLAIMS_KEY]
+        fence, orphaned, superseded = self._acquire(keys=keys, args=args)
+        if not fence:
+            return None
+        return Lease(key, token, ttl_s, int(fence), bool(orphaned), attempt, bool(superseded))
+
+    def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
+        return self._touch(lease, ms(lease.ttl_s), record, progressed=False)
+
+    def beat(self, lease: Lease, record: Mapping[str, Any], progressed: bool = False) -> bool:
+        return self._touch(lease, 0, record, progressed=progressed)
+
+    def _touch(
+        self, lease: Lease, ttl_ms: int, record: Mapping[str, Any] | None, *, progressed: bool
+    ) -> bool:
+        args: list[str | int] = [
+            lease.token,
+            ttl_ms,
+            ms(lease.ttl_s * BEAT_TTL_PERIODS),
+            "1" if progressed else "0",
+            *flat(record),
+        ]
+        keys = [lease.key, beat_key(lease.key), STATS_KEY, CLAIMS_KEY]
+        return bool(self._renew(keys=keys, args=args))
+
+    def lapsed(self, limit: int) -> list[Lapsed]:
+        taken = self._take_lapsed(keys=[CLAIMS_KEY], args=[limit, ms(port.LAPSED_HOLD_S)])
+        return [
+            Lapsed(
+                key.decode(),
+                decoded(dict(zip(flat[::2], flat[1::2], strict=True)), None) if flat else None,
+            )
+            for key, flat in taken
+        ]
+
+    def settle_lapsed(self, key: str) -> None:
+        self._settle_lapsed(keys=[CLAIMS_KEY, key])
+
+    def claims(self) -> list[str]:
+        keys: list[bytes] = self.client.zrange(CLAIMS_KEY, 0, -1)  # type: ignore[assignment]
+        return [key.decode() for key in keys]
+
+    def flag_stalled(self, key: str) -> bool:
+        beat = beat_key(key)
+        return bool(self.client.exists(beat) and self.client.hsetnx(beat, "stalled", "1"))
+
+    def release(
+        self, lease: Lease, finished: bool = False, timings: Mapping[str, float] | None = None
+    ) -> bool:
+        keys = [lease.key, beat_key(lease.key), fence_key(lease.key), STEP_KEY, CLAIMS_KEY]
+        args: list[str | int | float] = [
+            lease.token,
+            "1" if finished else "0",
+            FINISHED_FENCE_TTL_MS,
+            *step_fields(timings),
+        ]
+        return bool(self._release(keys=keys, args=args))
+
+    def count(self, name: str) -> None:
+        self.client.hincrby(STATS_KEY, name, 1)
+
+    def held(self, key: str) -> bool:
+        return bool(self.client.exists(key))
+
+    def stats(self) -> dict[str, int]:
+        counters: dict[bytes, bytes] = self.client.hgetall(STATS_KEY)  # type: ignore[assignment]
+        return {k.decode(): int(v) for k, v in counters.items()}
+
+    def waits(self) -> WaitHistogram:
+        fields: dict[bytes, bytes] = self.client.hgetall(WAIT_KEY)  # type: ignore[assignment]
+        return WaitHistogram.from_fields({k.decode(): float(v) for k, v in fields.items()})
+
+    def step_times(self) -> dict[str, WaitHistogram]:
+        fields: dict[bytes, bytes] = self.client.hgetall(STEP_KEY)  # type: ignore[assignment]
+        return step_histograms({k.decode(): float(v) for k, v in fields.items()})
+
+    def forget(self, key: str) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(beat_key(key))
+        pipe.zrem(CLAIMS_KEY, key)
+        pipe.execute()
+
+    def running(self) -> list[dict[str, Any]]:
+        """Every heartbeat record in the fleet (a SCAN: for operators, not the hot path)."""
+        keys = [
+            key.decode().replace("cairn:beat:", "cairn:lease:", 1)
+            for key in self.client.scan_iter(match="cairn:beat:*", count=1000)
+        ]
+        records = self.beats(keys)
+        return [
+            {"lease": key, **record}
+            for key, record in zip(keys, records, strict=True)
+            if record is not None
+        ]
+
+    def beats(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        for key in keys:
+            pipe.hgetall(beat_key(key))
+        now_parts, *records = pipe.execute()
+        now = now_parts[0] + now_parts[1] / 1_000_000
+        return [decoded(record, now) if record else None for record in records]

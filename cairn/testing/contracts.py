@@ -1,0 +1,184 @@
+"""The contracts a backend of each port must keep, written once and run against every
+backend (``tests/contract/`` runs them on memory and Redis leases, filesystem, memory and
+S3 object stores; run them on yours). Each is a mixin: subclass it as ``Test...`` beside a
+fixture that yields a fresh backend.
+
+Absent services are skipped on a laptop and fail in CI (``CAIRN_TEST_REQUIRE_SERVICES``):
+a contract that silently stopped running would prove nothing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cairn.artifacts.stores import ObjectStore, blob_key, digest
+from cairn.errors import ArtifactNotFound
+from cairn.lease import port as lease_port
+from cairn.lease.heartbeat import Heartbeats
+from cairn.lease.port import Leases
+from cairn.model.keys import lease_key
+
+KEY = lease_key("run-1", "fetch.page", 2, "run")
+TTL = 0.4
+
+
+class LeasesContract:
+    """What a worker and the scheduler rely on from a :class:`~cairn.lease.port.Leases`
+    backend. Subclass it as ``Test...`` beside a ``leases`` fixture that yields a fresh
+    backend; expiry is waited for for real (a lease's TTL here is a fraction of a
+    second), because only a real clock proves the backend's."""
+
+    @staticmethod
+    def past_ttl() -> None:
+        time.sleep(TTL + 0.15)
+
+    def test_a_held_lease_is_refused_to_the_same_and_older_attempts(self, leases: Leases) -> None:
+        held = leases.acquire(KEY, 30, {"worker": "a"}, attempt=2)
+        assert held is not None and held.attempt == 2 and not held.superseded
+        assert leases.acquire(KEY, 30, {"worker": "b"}, attempt=2) is None
+        assert leases.acquire(KEY, 30, {"worker": "b"}, attempt=1) is None
+        assert leases.stats()["contended"] == 2
+        assert leases.renew(held)
+
+    def test_a_newer_attempt_supersedes_an_older_ones_lease(self, leases: Leases) -> None:
+        stuck = leases.acquire(KEY, 30, {"worker": "stuck", "attempt": 1}, attempt=1)
+        assert stuck is not None
+        retry = leases.acquire(KEY, 30, {"worker": "fresh", "attempt": 2}, attempt=2)
+        assert retry is not None and retry.superseded and not retry.took_over
+        assert retry.fence > stuck.fence
+        assert not leases.renew(stuck)  # the stuck attempt can neither renew ...
+        assert not leases.release(stuck)  # ... nor release the newer one's lease
+        assert leases.renew(retry)
+        (record,) = leases.beats([KEY])
+        assert record is not None and record["worker"] == "fresh"
+        assert leases.stats()["superseded"] == 1
+
+    def test_a_lapsed_claim_is_taken_once_with_its_record(self, leases: Leases) -> None:
+        lease = leases.acquire(KEY, TTL, {"worker": "doomed", "attempt": 1})
+        assert lease is not None
+        assert KEY in leases.claims()
+        assert leases.lapsed(10) == []  # still held
+        self.past_ttl()
+        (lapsed,) = leases.lapsed(10)
+        assert lapsed.key == KEY and lapsed.record is not None
+        assert lapsed.record["worker"] == "doomed" and str(lapsed.record["attempt"]) == "1"
+        assert leases.lapsed(10) == []  # taken: a second sweep does not see it
+        leases.settle_lapsed(KEY)  # dealt with
+        assert KEY not in leases.claims()
+        # The record went with it: a later claim is not a takeover (the death is counted once).
+        again = leases.acquire(KEY, 30, {"worker": "next"})
+        assert again is not None and not again.took_over
+
+    def test_a_lapsed_claim_not_settled_comes_back(
+        self, leases: Leases, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The scheduler that took it died before dealing with it: another takes it later."""
+        monkeypatch.setattr(lease_port, "LAPSED_HOLD_S", 0.3)
+        assert leases.acquire(KEY, TTL, {"worker": "doomed"}) is not None
+        self.past_ttl()
+        assert [lapsed.key for lapsed in leases.lapsed(10)] == [KEY]
+        assert leases.lapsed(10) == []
+        time.sleep(0.45)
+        (again,) = leases.lapsed(10)
+        assert again.key == KEY and again.record is None  # the record went with the first take
+
+    def test_settling_leaves_a_new_holders_claim_alone(self, leases: Leases) -> None:
+        assert leases.acquire(KEY, TTL, {"worker": "doomed"}) is not None
+        self.past_ttl()
+        assert len(leases.lapsed(10)) == 1
+        assert leases.acquire(KEY, 30, {"worker": "new"}) is not None  # a redelivered message
+        leases.settle_lapsed(KEY)
+        assert KEY in leases.claims()
+
+    def test_a_claim_taken_over_before_the_sweep_is_not_lapsed(self, leases: Leases) -> None:
+        dead = leases.acquire(KEY, TTL, {"worker": "doomed"})
+        assert dead is not None
+        self.past_ttl()
+        taker = leases.acquire(KEY, 30, {"worker": "taker"})
+        assert taker is not None and taker.took_over  # it found the dead holder's record
+        assert leases.lapsed(10) == []  # so the sweep counts nothing
+
+    def test_renewals_keep_a_claim_off_the_lapsed_list_and_release_ends_it(
+        self, leases: Leases
+    ) -> None:
+        lease = leases.acquire(KEY, TTL, {"worker": "alive"})
+        assert lease is not None
+        for _ in range(3):
+            time.sleep(TTL / 2)
+            assert leases.renew(lease)
+            assert leases.lapsed(10) == []
+        assert leases.release(lease, finished=True)
+        assert KEY not in leases.claims()
+        self.past_ttl()
+        assert leases.lapsed(10) == []
+
+    def test_progress_is_timed_apart_from_beats(self, leases: Leases) -> None:
+        lease = leases.acquire(KEY, 30, {"worker": "w"})
+        assert lease is not None
+        time.sleep(0.2)
+        assert leases.renew(lease)
+        (record,) = leases.beats([KEY])
+        assert record is not None
+        assert record["age_s"] < 0.1 and record["progress_age_s"] >= 0.2
+        assert record["running_s"] >= 0.2
+        assert leases.beat(lease, {"done": 1}, progressed=True)
+        (record,) = leases.beats([KEY])
+        assert record is not None and record["progress_age_s"] < 0.1
+
+    def test_a_paused_holder_trusts_nothing_until_it_has_renewed(self, leases: Leases) -> None:
+        """Past its own monotonic deadline a holder asks before it acts: once someone else
+        has the lease, the answer is no and stays no."""
+        heartbeats = Heartbeats(leases)
+        lease = leases.acquire(KEY, TTL, {"worker": "paused"})
+        assert lease is not None
+        beat = heartbeats.hold(lease, interval_s=60)  # no renewal comes: as if SIGSTOPped
+        assert heartbeats.confirm(beat)
+        self.past_ttl()
+        assert not beat.valid
+        taker = leases.acquire(KEY, 30, {"worker": "taker"})
+        assert taker is not None
+        assert not heartbeats.confirm(beat)
+        assert beat.lost.is_set() and not heartbeats.confirm(beat)
+
+    def test_a_holder_past_its_deadline_whose_lease_survived_is_trusted_again(
+        self,
+        leases: Leases,
+    ) -> None:
+        """The deadline passed without a renewal (Redis was slow to answer), but nobody took
+        the lease: re-confirming renews it, and the holder goes on."""
+        heartbeats = Heartbeats(leases)
+        lease = leases.acquire(KEY, 30, {"worker": "slow"})
+        assert lease is not None
+        beat = heartbeats.hold(lease, interval_s=60)
+        beat.deadline = time.monotonic() - 1  # its own clock says: no longer sure
+        assert not beat.valid
+        assert heartbeats.confirm(beat) and beat.valid
+
+
+class ObjectStoreContract:
+    """What the artifacts rely on from an :class:`~cairn.artifacts.stores.ObjectStore`:
+    content addressed by its sha256, written once, read back or not found. Subclass it
+    beside an ``objects`` fixture yielding an empty store."""
+
+    def test_a_blob_is_stored_under_its_sha256_once(self, objects: ObjectStore) -> None:
+        data = b"the same bytes"
+        sha = objects.put(data)
+        assert sha == digest(data)
+        assert objects.exists(sha) and objects.read(sha) == data
+        assert objects.ensure(sha, data) is False  # already there: not written again
+        assert objects.put(data) == sha
+        assert [(b.sha256, b.size) for b in objects.blobs()] == [(sha, len(data))]
+        assert objects.uri(sha).endswith(blob_key(sha))
+
+    def test_reading_a_missing_blob_is_not_found_and_deleting_twice_is_fine(
+        self, objects: ObjectStore
+    ) -> None:
+        sha = objects.put(b"short-lived")
+        objects.delete(sha)
+        objects.delete(sha)
+        assert not objects.exists(sha)
+        with pytest.raises(ArtifactNotFound):
+            objects.read(sha)
+        assert list(objects.blobs()) == []
