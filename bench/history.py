@@ -47,7 +47,7 @@ from cairn.model.statuses import NodeStatus
 from cairn.orchestrator.engine import Orchestrator, replay
 from cairn.scheduler.process import Scheduler
 from cairn.store.database import make_engine
-from cairn.store.repository import Store
+from cairn.store.sql import Store
 from cairn.timetravel.timeline import Timeline
 
 FIELDS = 20  # the vars a visit rewrites: a state of a few hundred bytes that stays put

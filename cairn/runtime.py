@@ -28,7 +28,7 @@ from cairn.orchestrator.engine import Orchestrator, Publisher, Registry
 from cairn.scheduler.notifier import Notifier
 from cairn.scheduler.process import Scheduler
 from cairn.store.database import make_engine, upgrade
-from cairn.store.repository import Store
+from cairn.store.sql import Store
 from cairn.workers.cache import MemoryResultCache, RedisResultCache, ResultCache
 from cairn.workers.inprocess import InProcessBroker
 from cairn.workers.runner import NodeRunner

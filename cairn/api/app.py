@@ -26,7 +26,7 @@ from cairn.api.models import WorkflowInfo, WorkflowList
 from cairn.config import Settings
 from cairn.observe.metrics.api import CONTENT_TYPE_LATEST, ApiMetrics, MetricsMiddleware
 from cairn.runtime import Runtime
-from cairn.store.repository import to_epoch
+from cairn.store.records import to_epoch
 
 log = logging.getLogger(__name__)
 

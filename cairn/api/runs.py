@@ -50,7 +50,7 @@ from cairn.orchestrator.awaiting import awaiting
 from cairn.orchestrator.batches import SubmitItem
 from cairn.runtime import Runtime
 from cairn.store.artifacts import ArtifactRegistry
-from cairn.store.repository import to_epoch
+from cairn.store.records import to_epoch
 from cairn.timetravel.fork import fork_live, fork_point
 
 router = APIRouter(prefix="/v1")

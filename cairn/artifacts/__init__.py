@@ -23,7 +23,7 @@ from cairn.store.artifacts import ArtifactInfo, ArtifactRegistry, Provenance
 
 if TYPE_CHECKING:
     from cairn.config import Settings
-    from cairn.store.repository import Store
+    from cairn.store.sql import Store
 
 NAME_MAX = 200
 # Provenance travels in a database row, not in a blob: keep it small.

@@ -25,7 +25,7 @@ from datetime import timedelta
 
 from cairn.artifacts.stores import ObjectStore
 from cairn.store.artifacts import ArtifactRegistry
-from cairn.store.repository import from_epoch
+from cairn.store.records import from_epoch
 
 log = logging.getLogger(__name__)
 

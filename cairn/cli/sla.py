@@ -55,7 +55,7 @@ def sla_report(settings: Settings, window_s: float, workflow: str | None = None)
     from cairn.observe.sla import SloThresholds, build_report
     from cairn.store.database import make_engine, upgrade
     from cairn.store.reports import read_facts
-    from cairn.store.repository import Store
+    from cairn.store.sql import Store
 
     engine = make_engine(settings.effective_database_url)
     try:

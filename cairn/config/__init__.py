@@ -31,6 +31,9 @@ from pydantic import (
 from cairn.errors import ConfigError
 
 ENV_PREFIX = "CAIRN_"
+# The test suite's own variables (CAIRN_TEST_POSTGRES, ...): never settings, so a shell
+# that exports them for the tests can still run cairn.
+TEST_PREFIX = "CAIRN_TEST_"
 # In a per-workflow setting ("0.99,weekly_report=0.95"), the value for every other workflow.
 EVERY_WORKFLOW = "*"
 
@@ -334,7 +337,11 @@ class Settings(BaseModel):
         """Read settings; raise :class:`ConfigError` on unknown variables or bad values."""
         environ = os.environ if environ is None else environ
         known = {f"{ENV_PREFIX}{name.upper()}" for name in cls.model_fields}
-        unknown = sorted(key for key in environ if key.startswith(ENV_PREFIX) and key not in known)
+        unknown = sorted(
+            key
+            for key in environ
+            if key.startswith(ENV_PREFIX) and not key.startswith(TEST_PREFIX) and key not in known
+        )
         if unknown:
             hints = []
             names = sorted(name.removeprefix(ENV_PREFIX) for name in known)

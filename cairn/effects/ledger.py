@@ -50,7 +50,9 @@ from cairn.model.failures import (
 from cairn.model.keys import ExecutionKey
 from cairn.model.payloads import storable_json
 from cairn.reconnect import is_outage, through_outages
-from cairn.store.repository import Intent, Store, effects, utcnow
+from cairn.store.records import Intent, utcnow
+from cairn.store.schema import effects
+from cairn.store.sql import Store
 
 log = logging.getLogger(__name__)
 

@@ -75,7 +75,8 @@ from cairn.model.state import STATE_FORMAT, RunState
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.orchestrator.awaiting import Awaiting, awaiting
 from cairn.orchestrator.batches import MAX_BATCH, SubmitItem, Submitted
-from cairn.store.repository import Store, Tx, encode_snapshot, from_epoch, utcnow
+from cairn.store.records import encode_snapshot, from_epoch, utcnow
+from cairn.store.sql import Store, Tx
 from cairn.webhooks.notices import Notice, check_url, notices
 from cairn.webhooks.signing import WebhookSecrets
 
@@ -293,10 +294,9 @@ class Orchestrator:
             at=now,
             webhook=webhook,
         )
-        if self.store.dialect == "postgresql":
-            run_id = self._submit_in_one_statement(values, definition, now)
-            if run_id is not None:
-                return run_id
+        run_id = self._submit_in_one_statement(values, definition, now)
+        if run_id is not None:
+            return run_id
         return self._submit_in_transaction(values, definition)
 
     def submit_batch(
@@ -346,13 +346,9 @@ class Orchestrator:
                 state = RunState(values["id"], definition.name, definition.version)
                 event = RunStarted(at=now, input=values["input"])
                 _decision, plan = self._plan(fresh, definition, state, event)
-                if (
-                    self.store.dialect == "postgresql"
-                    and plan is not None
-                    and not plan.writes_other_rows
-                ):
+                if plan is not None and not plan.writes_other_rows:
                     pipelined.append((index, values, plan, event))
-                else:  # timers to arm (or SQLite): the step's general path
+                else:  # rows besides its own to write: the step's general path
                     slow.append((index, values, definition, state, event))
             # The common case: each run and its first step one statement, all pipelined.
             writes = [
@@ -546,7 +542,7 @@ class Orchestrator:
         completion is one optimistic statement (PostgreSQL); otherwise the run is locked
         and read again.
         """
-        if known is not None and self.store.dialect == "postgresql":
+        if known is not None:
             completion = self._complete_optimistically(message, outcome, worker, known, fence)
             if completion is not None:
                 return completion

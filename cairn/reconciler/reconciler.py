@@ -48,7 +48,8 @@ from cairn.effects.ledger import UNSETTLED, applied
 from cairn.model.definition import import_ref
 from cairn.model.effects import EffectStatus, Policy
 from cairn.model.statuses import RunStatus
-from cairn.store.repository import Store, Tx, utcnow
+from cairn.store.records import utcnow
+from cairn.store.sql import Store, Tx
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import httpx
 from cairn.config import Settings
 from cairn.observe.metrics.scheduler import SchedulerMetrics
 from cairn.reconnect import is_outage
-from cairn.store.repository import Store
+from cairn.store.sql import Store
 from cairn.webhooks.signing import (
     EVENT_ID_HEADER,
     EVENT_TYPE_HEADER,

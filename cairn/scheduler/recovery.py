@@ -33,7 +33,7 @@ from cairn.observe.metrics.scheduler import SchedulerMetrics
 from cairn.orchestrator.engine import Orchestrator
 from cairn.orchestrator.recovery import Outcome, RecoveryPolicy
 from cairn.reconnect import is_outage
-from cairn.store.repository import to_epoch
+from cairn.store.records import to_epoch
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,8 @@ from cairn.model.keys import lease_key
 from cairn.model.state import TimerKind
 from cairn.observe.metrics.scheduler import SchedulerMetrics
 from cairn.orchestrator.engine import Orchestrator
-from cairn.store.repository import Tx, to_epoch
+from cairn.store.records import to_epoch
+from cairn.store.sql import Tx
 
 BATCH = 500
 SKIPPED_TIMER_RETRY_S = 0.01

@@ -26,8 +26,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Row
 
 from cairn.errors import ArtifactNotFound, StoreError
-from cairn.store.repository import Store, to_epoch, utcnow
+from cairn.store.records import to_epoch, utcnow
 from cairn.store.schema import ArtifactRow, RunRow
+from cairn.store.sql import Store
 
 artifacts = cast(Table, ArtifactRow.__table__)
 runs = cast(Table, RunRow.__table__)
@@ -273,7 +274,7 @@ class ArtifactRegistry:
     def _lock(self, connection: Connection, sha256: str, *, shared: bool) -> None:
         """The blob's lock until the transaction ends. SQLite needs none: a transaction
         that writes holds the database's write lock from its BEGIN (see
-        :class:`cairn.store.repository.Store`)."""
+        :class:`cairn.store.sql.Store`)."""
         if self.store.dialect != "postgresql":
             return
         function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"

@@ -2,7 +2,7 @@
 
 A step is one read and one write. Built through SQLAlchemy Core each would cost more
 Python than its round trip, so they are constant SQL here, the same statements as the
-portable versions in :mod:`cairn.store.repository`. Round trips are what a step costs
+portable versions in :mod:`cairn.store.runs` and its siblings. Round trips are what a step costs
 (measured: a BEGIN or a ROLLBACK costs the server as much as a small statement), so:
 
 * the write is one statement (COMPLETE_STEP, SUBMIT_RUN), run on an autocommit

@@ -10,7 +10,9 @@ from typing import Any
 
 from sqlalchemy import Connection, or_, select
 
-from cairn.store.repository import Tx, events, executions, from_epoch, runs, to_epoch, workflows
+from cairn.store.records import from_epoch, to_epoch
+from cairn.store.schema import events, executions, runs, workflows
+from cairn.store.sql import Tx
 
 RESULT_EVENTS = ("node_succeeded", "node_failed")
 # Every event that carries what an execution spent (``charges``).

@@ -6,7 +6,7 @@ the two never drift apart.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -18,6 +18,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
@@ -301,3 +302,17 @@ class ArtifactRow(Base):
     params: Mapped[dict[str, Any] | None] = mapped_column(Json)
     meta: Mapped[dict[str, Any] | None] = mapped_column(Json)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+# The tables, for Core statements.
+runs = cast(Table, RunRow.__table__)
+events = cast(Table, EventRow.__table__)
+snapshots = cast(Table, SnapshotRow.__table__)
+executions = cast(Table, NodeExecutionRow.__table__)
+outbox = cast(Table, OutboxRow.__table__)
+timers = cast(Table, TimerRow.__table__)
+inbox = cast(Table, InboxRow.__table__)
+effects = cast(Table, EffectRow.__table__)
+artifacts = cast(Table, ArtifactRow.__table__)
+notifications = cast(Table, NotificationRow.__table__)
+workflows = cast(Table, WorkflowRow.__table__)

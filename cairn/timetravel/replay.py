@@ -62,7 +62,7 @@ from cairn.model.payloads import storable_json
 from cairn.model.state import RunState
 from cairn.orchestrator.engine import Orchestrator, replay
 from cairn.store.artifacts import ArtifactInfo, ArtifactRegistry
-from cairn.store.repository import Store
+from cairn.store.sql import Store
 from cairn.timetravel.ledger import Answer, EffectUse, ReplayLedger
 from cairn.timetravel.timeline import (
     Change,

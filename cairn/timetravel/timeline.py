@@ -42,7 +42,7 @@ from cairn.errors import InvalidInput, RunNotFound
 from cairn.model.definition import WorkflowDefinition, import_ref
 from cairn.model.state import RunState
 from cairn.orchestrator.engine import AUDIT_ONLY, Orchestrator, replay
-from cairn.store.repository import Tx
+from cairn.store.sql import Tx
 
 Predicate = Callable[[dict[str, Any]], object]
 # An execution by what tells its attempts apart: (node, iteration, attempt, phase).

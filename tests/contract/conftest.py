@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-pytest.register_assert_rewrite("cairn.testing.contracts")
+pytest.register_assert_rewrite("cairn.testing.contracts", "cairn.testing.store_contract")
 
 REQUIRED = os.environ.get("CAIRN_TEST_REQUIRE_SERVICES") == "1"
 

@@ -36,7 +36,7 @@ from cairn.artifacts.stores import (
 from cairn.model.statuses import RunStatus
 from cairn.store.artifacts import Provenance, runs
 from cairn.store.database import make_engine
-from cairn.store.repository import Store
+from cairn.store.sql import Store
 from tests.integration.conftest import ROOT, Cluster
 
 HOUR = timedelta(hours=1)

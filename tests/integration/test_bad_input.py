@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 
 from cairn.errors import InvalidInput, UnknownWorkflow
 from cairn.model.statuses import RunStatus
-from cairn.store.repository import events, executions, outbox, runs, snapshots, timers, workflows
+from cairn.store.schema import events, executions, outbox, runs, snapshots, timers, workflows
 from cairn.workers.app import NODE_TASK, make_celery
 from tests.integration.conftest import Cluster
 

@@ -19,7 +19,7 @@ from cairn.effects.ledger import EffectLedger
 from cairn.model.effects import Policy
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
-from cairn.store.repository import to_epoch
+from cairn.store.records import to_epoch
 from tests.integration.conftest import WORKFLOWS, Cluster
 
 RUNS = 6

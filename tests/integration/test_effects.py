@@ -26,7 +26,7 @@ from sqlalchemy import update
 from cairn import NotApplied, StaleClaim
 from cairn.effects import Effect, EffectLedger
 from cairn.model.statuses import RunStatus
-from cairn.store.repository import executions
+from cairn.store.schema import executions
 from tests.integration.conftest import PG_ADMIN, ROOT, Cluster
 
 ADAPTERS = (

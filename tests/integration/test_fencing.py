@@ -20,7 +20,7 @@ from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
-from cairn.store.repository import executions
+from cairn.store.schema import executions
 from cairn.workers.runner import Handled
 from tests.integration.conftest import WORKFLOWS
 

@@ -22,7 +22,7 @@ from cairn.model.messages import NodeMessage
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.scheduler.recovery import QUEUED_PATIENCE
-from cairn.store.repository import executions
+from cairn.store.schema import executions
 from cairn.workers.runner import Handled
 from tests.integration.conftest import WORKFLOWS, Cluster
 

@@ -14,7 +14,8 @@ from cairn.artifacts.stores import open_store
 from cairn.config import Settings
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
-from cairn.store.repository import artifacts, effects, events, executions, runs, utcnow
+from cairn.store.records import utcnow
+from cairn.store.schema import artifacts, effects, events, executions, runs
 from tests.integration.conftest import WORKFLOWS
 
 

@@ -33,8 +33,8 @@ from cairn.model.state import STATE_FORMAT, RunState
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.store.database import MIGRATIONS, current_revision, make_engine, upgrade
-from cairn.store.repository import ACTIVE_EXECUTION, outbox, runs, snapshots
-from cairn.store.schema import Base
+from cairn.store.records import ACTIVE_EXECUTION
+from cairn.store.schema import Base, outbox, runs, snapshots
 from tests.integration.conftest import ROOT, WORKFLOWS, _admin, _db_url, _drop
 
 TABLES = {

@@ -8,7 +8,7 @@ import pytest
 from cairn.definitions.loader import load_file
 from cairn.model.definition import WorkflowDefinition
 from cairn.store.database import make_engine, upgrade
-from cairn.store.repository import Store
+from cairn.store.sql import Store
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -33,7 +33,7 @@ from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.database import make_engine, upgrade
-from cairn.store.repository import Store
+from cairn.store.sql import Store
 from cairn.testing.driver import Driver
 from cairn.workers.context import StepContext
 from tests.unit import handlers

@@ -141,6 +141,11 @@ def test_unknown_variable_is_refused_even_next_to_good_ones() -> None:
         Settings.from_env(environ)
 
 
+def test_the_test_suites_own_variables_are_no_settings() -> None:
+    environ = {"CAIRN_TEST_REQUIRE_SERVICES": "1", "CAIRN_TEST_REDIS": "redis://x"}
+    assert Settings.from_env({**environ, "CAIRN_LOG_LEVEL": "DEBUG"}).log_level == "DEBUG"
+
+
 def test_every_unknown_variable_is_listed() -> None:
     environ = {
         "CAIRN_REDIS_ULR": "redis://x",

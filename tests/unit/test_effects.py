@@ -33,7 +33,9 @@ from cairn.model.keys import lease_key
 from cairn.model.messages import NodeMessage
 from cairn.reconciler import Reconciler
 from cairn.reconnect import is_outage
-from cairn.store.repository import Store, executions, utcnow
+from cairn.store.records import utcnow
+from cairn.store.schema import executions
+from cairn.store.sql import Store
 from cairn.workers.runner import NodeRunner, _Claimed
 
 

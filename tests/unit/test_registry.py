@@ -8,7 +8,7 @@ from cairn.definitions.format import FORMAT_VERSION
 from cairn.definitions.loader import load_definition
 from cairn.model.definition import DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY, NO_RETRY
 from cairn.orchestrator.engine import Registry
-from cairn.store.repository import Store
+from cairn.store.sql import Store
 
 SPEC = {
     "name": "legacy",

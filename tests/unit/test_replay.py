@@ -36,7 +36,7 @@ from cairn.model.events import NodeSucceeded, RunForked, RunStarted
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
-from cairn.store.repository import Store
+from cairn.store.sql import Store
 from cairn.timetravel import ReplayRefused, register_stub
 from cairn.timetravel.fork import (
     BadPatch,

@@ -25,7 +25,7 @@ from cairn.errors import RunNotFound
 from cairn.model.events import NodeHeld, stamped
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
-from cairn.store.repository import Tx
+from cairn.store.sql import Tx
 from cairn.timetravel.timeline import (
     BadPredicate,
     Change,

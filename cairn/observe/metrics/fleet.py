@@ -28,7 +28,8 @@ from prometheus_client.registry import Collector
 
 from cairn.model.effects import EffectStatus
 from cairn.model.statuses import RunStatus
-from cairn.store.repository import FleetGauges, Store
+from cairn.store.records import FleetGauges
+from cairn.store.sql import Store
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,278 @@
+"""The statements about workflows, runs, their events and snapshots — a run's
+lifecycle as the store keeps it (dialect-neutral; a backend overrides what it does
+faster, :mod:`cairn.store.postgres`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select
+
+from cairn.errors import StoreError
+from cairn.store.base import TxBase
+from cairn.store.records import (
+    Snapshot,
+    decode_snapshot,
+    from_epoch,
+    spec_digest,
+    utcnow,
+)
+from cairn.store.schema import (
+    artifacts,
+    events,
+    executions,
+    inbox,
+    notifications,
+    outbox,
+    runs,
+    snapshots,
+    timers,
+    workflows,
+)
+
+
+class RunsTx(TxBase):
+    """The run's rows: definitions, runs, events, snapshots, listing and retention."""
+
+    def register_workflow(
+        self, name: str, version: int, spec: Mapping[str, Any], definition_format: int
+    ) -> bool:
+        """Insert a definition compiled under ``definition_format``; True if new. A
+        different spec under a taken (name, version) raises: a version is immutable once
+        runs may have pinned it — and so is the format it was compiled under."""
+        digest = spec_digest(spec)
+        stmt = (
+            self._insert(workflows)
+            .values(
+                name=name,
+                version=version,
+                digest=digest,
+                spec=dict(spec),
+                registered_at=utcnow(),
+                format=definition_format,
+            )
+            .on_conflict_do_nothing()
+            .returning(workflows.c.name)  # not rowcount: -1 for a skipped insert here
+        )
+        if self.connection.execute(stmt).first() is not None:
+            return True
+        existing = self.connection.execute(
+            select(workflows.c.digest).where(
+                workflows.c.name == name, workflows.c.version == version
+            )
+        ).scalar_one()
+        if existing != digest:
+            raise StoreError(
+                f"workflow {name} version {version} is already registered with a "
+                "different definition; register the change as a new version"
+            )
+        return False
+
+    def workflow_spec(
+        self, name: str, version: int | None = None
+    ) -> tuple[int, dict[str, Any], int]:
+        """(version, spec, the format it was registered under); (0, {}, 0) if none."""
+        query = select(workflows.c.version, workflows.c.spec, workflows.c.format).where(
+            workflows.c.name == name
+        )
+        if version is not None:
+            query = query.where(workflows.c.version == version)
+        row = self.connection.execute(query.order_by(workflows.c.version.desc()).limit(1)).first()
+        if row is None:
+            return 0, {}, 0
+        return row.version, dict(row.spec), int(row.format)
+
+    def workflow_version(self, name: str, version: int | None) -> tuple[int | None, float]:
+        """The newest registered version of ``name`` (``version`` itself, if given and
+        registered; None if not) and the database's clock."""
+        query = select(func.max(workflows.c.version)).where(workflows.c.name == name)
+        if version is not None:
+            query = query.where(workflows.c.version == version)
+        return self.connection.execute(query).scalar(), self.now()
+
+    def insert_run(self, values: Mapping[str, Any]) -> bool:
+        """Insert a run; False if its (namespace, request id) already exists."""
+        # RETURNING, not rowcount: psycopg reports -1 for a skipped insert here.
+        stmt = self._insert(runs).values(**values).on_conflict_do_nothing()
+        return self.connection.execute(stmt.returning(runs.c.id)).first() is not None
+
+    def run_by_request(self, namespace: str, request_id: str) -> Any:
+        return self.connection.execute(
+            select(runs).where(runs.c.namespace == namespace, runs.c.request_id == request_id)
+        ).first()
+
+    def lock_run(self, run_id: str, *, skip_locked: bool = False) -> tuple[Any, float]:
+        """Lock the run row for this transaction; also read the database clock, in the same
+        round trip, so that every event's time comes from one clock. ``skip_locked``: a
+        row another transaction holds comes back as None instead of being waited for."""
+        return self.run(run_id, lock=True), self.now()
+
+    def run(self, run_id: str, *, lock: bool = False) -> Any:
+        query = select(runs).where(runs.c.id == run_id)
+        if lock:
+            query = query.with_for_update()
+        return self.connection.execute(query).first()
+
+    def list_runs(
+        self, *, status: str | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[Any]:
+        query = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
+        if status:
+            query = query.where(runs.c.status == status)
+        if workflow:
+            query = query.where(runs.c.workflow == workflow)
+        return list(self.connection.execute(query))
+
+    def runs_page(
+        self,
+        namespace: str,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: tuple[datetime, str] | None = None,
+    ) -> list[Any]:
+        """A page of a namespace's runs, newest first, keyset-paginated on (created_at,
+        id): the page after ``before`` stays the same while new runs arrive (an offset
+        would shift)."""
+        query = select(
+            runs.c.id,
+            runs.c.workflow,
+            runs.c.version,
+            runs.c.status,
+            runs.c.request_id,
+            runs.c.current,
+            runs.c.reason,
+            runs.c.last_seq,
+            runs.c.created_at,
+            runs.c.updated_at,
+        ).where(runs.c.namespace == namespace)
+        if status:
+            query = query.where(runs.c.status == status)
+        if workflow:
+            query = query.where(runs.c.workflow == workflow)
+        if before is not None:
+            created, run_id = before
+            query = query.where(
+                (runs.c.created_at < created)
+                | ((runs.c.created_at == created) & (runs.c.id < run_id))
+            )
+        order = (runs.c.created_at.desc(), runs.c.id.desc())
+        return list(self.connection.execute(query.order_by(*order).limit(limit)))
+
+    def runs_by_requests(self, namespace: str, request_ids: Sequence[str]) -> list[Any]:
+        """The runs these request ids already started in the namespace (one query for a
+        whole batch)."""
+        if not request_ids:
+            return []
+        return list(
+            self.connection.execute(
+                select(
+                    runs.c.id,
+                    runs.c.workflow,
+                    runs.c.version,
+                    runs.c.input,
+                    runs.c.request_id,
+                    runs.c.webhook_url,
+                ).where(runs.c.namespace == namespace, runs.c.request_id.in_(list(request_ids)))
+            )
+        )
+
+    def run_head(self, run_id: str) -> Any:
+        """A run's namespace, status, last seq and running nodes, without its cached
+        state: what a progress stream polls."""
+        return self.connection.execute(
+            select(runs.c.namespace, runs.c.status, runs.c.last_seq, runs.c.current).where(
+                runs.c.id == run_id
+            )
+        ).first()
+
+    def registered_workflows(self) -> list[Any]:
+        return list(
+            self.connection.execute(
+                select(workflows.c.name, workflows.c.version, workflows.c.registered_at).order_by(
+                    workflows.c.name, workflows.c.version
+                )
+            )
+        )
+
+    def events_after(self, run_id: str, seq: int, upto: int | None = None) -> list[Any]:
+        query = select(
+            events.c.seq, events.c.type, events.c.data, events.c.outcome, events.c.at
+        ).where(events.c.run_id == run_id, events.c.seq > seq)
+        if upto is not None:
+            query = query.where(events.c.seq <= upto)
+        return list(self.connection.execute(query.order_by(events.c.seq)))
+
+    def latest_snapshot(self, run_id: str, at_or_before: int | None = None) -> Snapshot | None:
+        query = select(
+            snapshots.c.seq, snapshots.c.format, snapshots.c.codec, snapshots.c.body
+        ).where(snapshots.c.run_id == run_id)
+        if at_or_before is not None:
+            query = query.where(snapshots.c.seq <= at_or_before)
+        row = self.connection.execute(query.order_by(snapshots.c.seq.desc()).limit(1)).first()
+        if row is None:
+            return None
+        return Snapshot(row.seq, row.format, decode_snapshot(row.codec, bytes(row.body)))
+
+    def snapshot_seqs(self, run_id: str) -> list[int]:
+        return list(
+            self.connection.execute(
+                select(snapshots.c.seq)
+                .where(snapshots.c.run_id == run_id)
+                .order_by(snapshots.c.seq)
+            ).scalars()
+        )
+
+    def waiting_runs(self, namespace: str | None, limit: int) -> list[Any]:
+        """Runs parked for a person (a wait, a held node), longest waiting first."""
+        query = select(runs).where(runs.c.status == "waiting")
+        if namespace is not None:
+            query = query.where(runs.c.namespace == namespace)
+        return list(self.connection.execute(query.order_by(runs.c.updated_at).limit(limit)))
+
+    def runs_with_snapshots_over(self, count: int, limit: int) -> list[str]:
+        return list(
+            self.connection.execute(
+                select(snapshots.c.run_id)
+                .group_by(snapshots.c.run_id)
+                .having(func.count() > count)
+                .limit(limit)
+            ).scalars()
+        )
+
+    def delete_snapshots(self, run_id: str, seqs: Sequence[int]) -> int:
+        if not seqs:
+            return 0
+        return int(
+            self.connection.execute(
+                delete(snapshots).where(
+                    snapshots.c.run_id == run_id, snapshots.c.seq.in_(list(seqs))
+                )
+            ).rowcount
+        )
+
+    def expired_runs(self, finished_before: float, limit: int) -> list[str]:
+        """Runs that ended before ``finished_before``, oldest first — once their artifacts
+        are gone (artifacts have their own retention, and their blobs go with them)."""
+        has_artifacts = select(artifacts.c.run_id).where(artifacts.c.run_id == runs.c.id)
+        query = (
+            select(runs.c.id)
+            .where(runs.c.finished_at < from_epoch(finished_before), ~has_artifacts.exists())
+            .order_by(runs.c.finished_at)
+            .limit(limit)
+        )
+        return [str(row.id) for row in self.connection.execute(query)]
+
+    def delete_runs(self, run_ids: Sequence[str]) -> int:
+        """Delete runs and everything kept for them — events, snapshots, executions,
+        outbox messages, timers, inbox entries, notifications — except the effects
+        ledger, whose keys keep guarding the outside world against a late duplicate call."""
+        if not run_ids:
+            return 0
+        ids = list(run_ids)
+        for table in (events, snapshots, executions, outbox, timers, inbox, notifications):
+            self.connection.execute(delete(table).where(table.c.run_id.in_(ids)))
+        return int(self.connection.execute(delete(runs).where(runs.c.id.in_(ids))).rowcount)

@@ -1,0 +1,88 @@
+"""The store's port: :class:`Store` hands out transactions, :class:`Tx` is every
+statement the engine, workers and scheduler run, grouped by the tables they touch
+(:mod:`~cairn.store.runs`, :mod:`~cairn.store.executions`,
+:mod:`~cairn.store.messages`, :mod:`~cairn.store.effects`) and the write path of a step
+above them (:mod:`~cairn.store.steps`), written once in
+dialect-neutral SQLAlchemy Core. A backend subclasses both — PostgreSQL with its
+one-statement hot path (:mod:`cairn.store.postgres`), SQLite for the embedded default
+(:mod:`cairn.store.sqlite`) — and ``Store(engine)`` picks the one for the engine's
+database. The same contract suite runs on both (:mod:`cairn.testing.store_contract`).
+
+Every status change is a guarded write (``UPDATE ... WHERE status IN (...)``, a fence, an
+attempt), and what a zero-row result means is the method's to say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import ClassVar
+
+from sqlalchemy import Engine, select
+
+from cairn.errors import StoreError
+from cairn.store.effects import EffectsTx
+from cairn.store.errors import translated
+from cairn.store.steps import StepsTx
+
+
+class Tx(StepsTx, EffectsTx):
+    """Every statement of the store, on one transaction."""
+
+
+class Store:
+    """The database: transactions, read-only connections, and the hot path's statements.
+    ``Store(engine)`` is the backend for the engine's database."""
+
+    tx_class: ClassVar[type[Tx]] = Tx
+
+    def __new__(cls, engine: Engine) -> Store:
+        backend: type[Store] = cls
+        if cls is Store:  # the backends subclass this module's classes: imported late
+            if engine.dialect.name == "postgresql":
+                from cairn.store.postgres import PostgresStore  # noqa: PLC0415
+
+                backend = PostgresStore
+            elif engine.dialect.name == "sqlite":
+                from cairn.store.sqlite import SqliteStore  # noqa: PLC0415
+
+                backend = SqliteStore
+            else:
+                raise StoreError(f"no store for {engine.dialect.name}: PostgreSQL or SQLite")
+        return super().__new__(backend)
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+
+    def dispose(self) -> None:
+        """Close every pooled connection (after a fork, a restart of the database, or at
+        the end)."""
+        self.engine.dispose()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with translated(), self.engine.begin() as connection, translated(connection):
+            yield self.tx_class(connection)
+
+    @contextmanager
+    def reading(self) -> Iterator[Tx]:
+        """A read-only transaction, ended by a rollback: reads never count as commits."""
+        with translated(), self.engine.connect() as plain, translated(plain):
+            connection = plain.execution_options(cairn_read_only=True)
+            yield self.tx_class(connection)
+            connection.rollback()
+
+    @contextmanager
+    def statements(self, *, writes: bool = False) -> Iterator[Tx]:
+        """Where each statement is a transaction of its own (the hot path: its read and
+        its write are one statement each), if the backend has such connections;
+        elsewhere a transaction, read-only unless the caller ``writes``."""
+        with self.transaction() if writes else self.reading() as tx:
+            yield tx
+
+    def ping(self) -> None:
+        """Ask the database something trivial (a readiness probe); StoreUnavailable if it
+        cannot answer."""
+        with self.reading() as tx:
+            tx.connection.execute(select(1))

@@ -1,0 +1,182 @@
+"""The write path of a step, as the store carries it out: a run started with its first
+step, a worker's read before it runs a node, and a result recorded with the decision it
+leads to — each all or nothing. They span the table groups (runs, executions, outbox,
+timers), which is why they live here, above them; a backend overrides the ones it does
+in fewer round trips (:mod:`cairn.store.postgres`: one statement each).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import insert, select, update
+
+from cairn.faults import fault_point
+from cairn.model.keys import ExecutionKey
+from cairn.model.outcomes import StepWrites
+from cairn.store.executions import ExecutionsTx
+from cairn.store.messages import MessagesTx
+from cairn.store.records import (
+    unfinished,
+    where,
+)
+from cairn.store.runs import RunsTx
+from cairn.store.schema import events, executions, outbox, runs, snapshots
+
+
+class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
+    """A step's statements, on the tables they span."""
+
+    def submit_run(
+        self, values: Mapping[str, Any], writes: StepWrites
+    ) -> tuple[bool, dict[tuple[str, int, str], int]]:
+        """A new run, already advanced by its first step, all or nothing; False (and
+        nothing written) if its request id is taken. With its outbox ids by (node,
+        iteration, phase)."""
+        if not self.insert_run(values):
+            return False, {}
+        ids = self.write_step(str(values["id"]), writes)
+        return True, {
+            (key.node, key.iteration, key.phase): outbox_id
+            for (key, _attempt, _payload), outbox_id in zip(writes.dispatches, ids, strict=True)
+        }
+
+    def submit_runs(
+        self, runs: Sequence[tuple[Mapping[str, Any], StepWrites]]
+    ) -> list[tuple[bool, dict[tuple[str, int, str], int]]]:
+        """:meth:`submit_run` for many runs, in this transaction."""
+        return [self.submit_run(values, writes) for values, writes in runs]
+
+    def execution_and_run(self, key: ExecutionKey) -> tuple[Any, Any]:
+        """The execution's status and its run (with the cached state), in one statement."""
+        query = (
+            select(
+                executions.c.status.label("execution_status"),
+                executions.c.attempt.label("execution_attempt"),
+                executions.c.fence.label("execution_fence"),
+                executions.c.recoveries.label("execution_recoveries"),
+                runs,
+            )
+            .join(runs, runs.c.id == executions.c.run_id)
+            .where(where(key))
+        )
+        row = self.connection.execute(query).first()
+        if row is None:
+            return None, self.run(key.run_id)
+        return row, row
+
+    def complete_step(
+        self,
+        key: ExecutionKey,
+        *,
+        attempt: int,
+        fence: int,
+        known_seq: int,
+        result: Mapping[str, Any],
+        writes: StepWrites,
+    ) -> tuple[bool, bool, dict[tuple[str, int, str], int]]:
+        """The optimistic, all-or-nothing completion of a step: if the run is still at
+        ``known_seq`` (the worker's read), record the result (first for this attempt, no
+        newer claim) and write the step. Returns (the run was at ``known_seq``, the result
+        was recorded, outbox ids by (node, iteration, phase)); nothing is written unless
+        both hold. On PostgreSQL one statement (cairn.store.fastpath.COMPLETE_STEP)."""
+        unmoved = self.connection.execute(
+            select(runs.c.id)
+            .where(runs.c.id == key.run_id, runs.c.last_seq == known_seq)
+            .with_for_update()
+        ).first()
+        if unmoved is None:
+            return False, False, {}
+        finish = (
+            update(executions)
+            .where(unfinished(key, attempt), executions.c.fence <= fence)
+            .values(**result)
+        )
+        if not self.connection.execute(finish).rowcount:
+            return True, False, {}
+        ids = self.write_step(key.run_id, writes)
+        return (
+            True,
+            True,
+            {
+                (k.node, k.iteration, k.phase): outbox_id
+                for (k, _attempt, _payload), outbox_id in zip(writes.dispatches, ids, strict=True)
+            },
+        )
+
+    def finish_and_lock(
+        self, key: ExecutionKey, attempt: int, fence: int, values: Mapping[str, Any]
+    ) -> tuple[Any, float]:
+        """Record the first result for (key, attempt), if no claim newer than ``fence``
+        took the execution over, and lock its run, in one round trip on PostgreSQL.
+        Returns (None, 0) if nothing was recorded."""
+        finish = (
+            update(executions)
+            .where(unfinished(key, attempt), executions.c.fence <= fence)
+            .values(**values)
+        )
+        if not self.connection.execute(finish).rowcount:
+            return None, 0.0
+        return self.lock_run(key.run_id)
+
+    def write_step(self, run_id: str, writes: StepWrites, *, last: bool = True) -> list[int]:
+        """Write what a decision produced: each dispatch (its idempotency row and outbox
+        message), the event, a snapshot when due, the run row, and published messages
+        marked sent; return the outbox ids. The ``last`` statement of its transaction
+        commits it in the same round trip on PostgreSQL (see cairn.store.fastpath)."""
+        ids = []
+        for key, attempt, payload in writes.dispatches:
+            self.connection.execute(self._schedule_statement(key, attempt))
+            ids.append(
+                int(
+                    self.connection.execute(
+                        insert(outbox)
+                        .values(
+                            run_id=key.run_id,
+                            topic="node",
+                            payload=dict(payload),
+                            created_at=self.stamp(),
+                        )
+                        .returning(outbox.c.id)
+                    ).scalar_one()
+                )
+            )
+        self.connection.execute(
+            insert(events).values(
+                run_id=run_id,
+                seq=writes.seq,
+                type=writes.event["type"],
+                data=dict(writes.event),
+                outcome=dict(writes.outcome),
+                at=writes.at,
+            )
+        )
+        if writes.snapshot is not None:
+            state_format, codec, body = writes.snapshot
+            self.connection.execute(
+                self._insert(snapshots)
+                .values(
+                    run_id=run_id,
+                    seq=writes.seq,
+                    format=state_format,
+                    codec=codec,
+                    body=body,
+                    created_at=self.stamp(),
+                )
+                .on_conflict_do_nothing()
+            )
+            fault_point("snapshot.before_commit")
+        for timer_id, due_at in writes.armed:
+            self.arm_timer(run_id, timer_id, due_at)
+        for timer_id in writes.disarmed:
+            self.disarm_timer(run_id, timer_id)
+        cached = writes.run.get("state")
+        self.connection.execute(
+            update(runs)
+            .where(runs.c.id == run_id)
+            .values(**{**writes.run, "state": json.loads(cached) if cached else None})
+        )
+        self.mark_sent(writes.sent)
+        return ids

@@ -1,0 +1,312 @@
+"""The store's contract: what the engine, the workers and the scheduler rely on from a
+:class:`~cairn.store.sql.Store`, whichever database is behind it. Every guarded
+write is specified here once — the first result wins, a claim is fenced, a timer fires
+once, an outbox row is claimed by one relay, an inbox entry is applied once, an effect's
+intent is refused to a stale claim — and ``tests/contract`` runs it on SQLite and on
+PostgreSQL. Subclass it as ``Test...`` beside a ``store`` fixture yielding a fresh,
+migrated store.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from cairn.model.keys import ExecutionKey
+from cairn.model.outcomes import StepWrites
+from cairn.model.statuses import ExecutionStatus
+from cairn.store.records import Intent, from_epoch, to_epoch
+from cairn.store.sql import Store
+
+NODE = "fetch"
+
+
+def new_run_values(store: Store, *, request_id: str | None = None) -> dict[str, Any]:
+    with store.reading() as tx:
+        now = tx.now()
+    stamp = from_epoch(now)
+    return {
+        "id": str(uuid.uuid4()),
+        "namespace": "default",
+        "workflow": "w",
+        "version": 1,
+        "status": "pending",
+        "input": {},
+        "request_id": request_id,
+        "webhook_url": None,
+        "current": [],
+        "created_at": stamp,
+        "updated_at": stamp,
+    }
+
+
+def first_step(run_id: str, at: float, *, attempt: int = 1) -> StepWrites:
+    """A run's first decision: ``fetch`` dispatched, a node timer armed."""
+    key = ExecutionKey(run_id, NODE, 1, "run")
+    message = {
+        "run_id": run_id,
+        "workflow": "w",
+        "version": 1,
+        "node": NODE,
+        "iteration": 1,
+        "attempt": attempt,
+        "phase": "run",
+    }
+    return StepWrites(
+        run={
+            "status": "running",
+            "last_seq": 1,
+            "updated_at": from_epoch(at),
+            "current": [f"{NODE}#1"],
+            "reason": None,
+            "state": None,
+        },
+        event={"type": "run_started", "at": at, "input": {}},
+        outcome={"status": "running"},
+        sent=[],
+        dispatches=[(key, attempt, message)],
+        armed=[(f"node_timeout:{NODE}:1:{attempt}", at + 3600)],
+    )
+
+
+def started(store: Store) -> tuple[str, ExecutionKey, float]:
+    """A run, started: its id, its first execution's key, the database's time."""
+    values = new_run_values(store)
+    at = to_epoch(values["created_at"])
+    with store.transaction() as tx:
+        assert tx.insert_run(values)
+        tx.write_step(values["id"], first_step(values["id"], at))
+    return values["id"], ExecutionKey(values["id"], NODE, 1, "run"), at
+
+
+def result(status: ExecutionStatus = ExecutionStatus.SUCCEEDED) -> dict[str, Any]:
+    return {
+        "status": status.value,
+        "result": {"ok": True},
+        "error_class": None,
+        "error": None,
+        "duration_s": 0.01,
+        "worker": "w-1",
+    }
+
+
+class StoreContract:
+    # -- runs and their steps -------------------------------------------------------------
+
+    def test_a_run_and_its_first_step_are_written_together(self, store: Store) -> None:
+        run_id, _key, _at = started(store)
+        with store.reading() as tx:
+            row = tx.run(run_id)
+            (execution,) = tx.executions_of(run_id)
+            events = tx.events_after(run_id, 0)
+            timers = tx.due_timers(tx.now() + 7200, 10)
+            assert tx.has_unsent(tx.now() + 1)
+        assert (row.status, row.last_seq, list(row.current)) == ("running", 1, ["fetch#1"])
+        assert (execution.node, execution.status, execution.attempt) == (NODE, "scheduled", 1)
+        assert [event.seq for event in events] == [1]
+        assert [t.timer_id for t in timers] == ["node_timeout:fetch:1:1"]
+
+    def test_a_request_id_names_one_run(self, store: Store) -> None:
+        first = new_run_values(store, request_id="order-42")
+        again = {**new_run_values(store, request_id="order-42")}
+        with store.transaction() as tx:
+            assert tx.insert_run(first)
+            assert not tx.insert_run(again)
+            assert tx.run_by_request("default", "order-42").id == first["id"]
+
+    def test_lock_run_reads_the_row_and_the_databases_clock(self, store: Store) -> None:
+        run_id, _key, at = started(store)
+        with store.transaction() as tx:
+            row, now = tx.lock_run(run_id)
+        assert row.id == run_id and abs(now - at) < 60
+        with store.transaction() as tx:
+            assert tx.lock_run("no-such-run")[0] is None
+
+    # -- the idempotency table --------------------------------------------------------------
+
+    def test_the_first_result_for_an_attempt_wins(self, store: Store) -> None:
+        run_id, key, _at = started(store)
+        with store.transaction() as tx:
+            row, _now = tx.finish_and_lock(key, 1, 1, result())
+            assert row is not None and row.id == run_id
+        with store.transaction() as tx:  # a duplicate delivery's result
+            assert tx.finish_and_lock(key, 1, 1, result(ExecutionStatus.FAILED))[0] is None
+        with store.reading() as tx:
+            (execution,) = tx.executions_of(run_id)
+        assert execution.status == "succeeded" and execution.result == {"ok": True}
+
+    def test_a_result_for_another_attempt_is_refused(self, store: Store) -> None:
+        _run_id, key, _at = started(store)
+        with store.transaction() as tx:
+            assert tx.finish_and_lock(key, 2, 1, result())[0] is None
+
+    def test_a_taken_over_claim_cannot_record_its_result(self, store: Store) -> None:
+        _run_id, key, _at = started(store)
+        with store.transaction() as tx:
+            assert tx.claim_execution(key, 1, 2)  # a takeover records fence 2
+            assert not tx.claim_execution(key, 1, 2)  # fences only rise
+        with store.reading() as tx:
+            assert tx.execution_fence(key) == 2
+            assert tx.execution(key).status == "running"
+        with store.transaction() as tx:
+            assert tx.finish_and_lock(key, 1, 1, result())[0] is None  # the stale holder
+        with store.transaction() as tx:
+            assert tx.finish_and_lock(key, 1, 2, result())[0] is not None
+
+    def test_an_irreversible_claim_is_recorded_once_per_attempt(self, store: Store) -> None:
+        _run_id, key, _at = started(store)
+        with store.transaction() as tx:
+            assert tx.claim_execution(key, 1, 1, first=True)
+        with store.transaction() as tx:
+            assert not tx.claim_execution(key, 1, 2, first=True)  # claimed before
+
+    def test_recoveries_are_counted_on_unfinished_executions_only(self, store: Store) -> None:
+        _run_id, key, _at = started(store)
+        with store.transaction() as tx:
+            assert tx.touch_execution(key, 1, died=True) == 1
+            assert tx.touch_execution(key, 1, died=False) == 1
+            assert tx.touch_execution(key, 1, died=True) == 2
+            tx.finish_and_lock(key, 1, 1, result())
+        with store.transaction() as tx:
+            assert tx.touch_execution(key, 1, died=True) is None
+
+    def test_a_lost_execution_is_held_then_settled_by_an_operator(self, store: Store) -> None:
+        run_id, key, _at = started(store)
+        with store.transaction() as tx:
+            tx.hold_execution(key, 1)
+        with store.reading() as tx:
+            assert tx.execution(key).status == "held"
+        with store.transaction() as tx:
+            tx.settle_execution(key, "succeeded", {"charge_id": "ch_1"}, None)
+        with store.reading() as tx:
+            row = tx.execution(key)
+        assert (row.status, row.result, row.worker) == (
+            "succeeded",
+            {"charge_id": "ch_1"},
+            "operator",
+        )
+        with store.transaction() as tx:  # only a held execution is settled
+            tx.settle_execution(key, "failed", None, "too late")
+        with store.reading() as tx:
+            assert tx.execution(key).status == "succeeded"
+        assert run_id
+
+    def test_stop_requested_when_the_execution_is_no_longer_awaited(self, store: Store) -> None:
+        _run_id, key, _at = started(store)
+        with store.reading() as tx:
+            assert not tx.stop_requested(key, 1)
+            assert tx.stop_requested(key, 2)  # a newer attempt is the one awaited
+        with store.transaction() as tx:
+            tx.set_execution_status(key, "cancelled")
+        with store.reading() as tx:
+            assert tx.stop_requested(key, 1)
+
+    def test_stalled_executions_are_those_dispatched_before_a_time(self, store: Store) -> None:
+        _run_id, _key, at = started(store)
+        with store.reading() as tx:
+            assert [e.node for e in tx.stalled_executions(tx.now() + 5, 10)] == [NODE]
+            assert tx.stalled_executions(at - 60, 10) == []
+
+    # -- timers, outbox, inbox ---------------------------------------------------------------
+
+    def test_a_timer_fires_once_and_may_be_moved_on(self, store: Store) -> None:
+        run_id, _key, at = started(store)
+        timer = "node_timeout:fetch:1:1"
+        with store.transaction() as tx:
+            assert tx.postpone_timer(run_id, timer, at + 10)
+        with store.reading() as tx:
+            (due,) = tx.due_timers(at + 11, 10)
+        assert abs(to_epoch(due.due_at) - (at + 10)) < 1e-3
+        with store.transaction() as tx:
+            assert tx.take_timer(run_id, timer)
+        with store.transaction() as tx:
+            assert not tx.take_timer(run_id, timer)
+            assert not tx.postpone_timer(run_id, timer, at + 20)
+
+    def test_a_step_arms_and_disarms_timers_with_its_write(self, store: Store) -> None:
+        run_id, _key, at = started(store)
+        step = StepWrites(
+            run={
+                "status": "running",
+                "last_seq": 2,
+                "updated_at": from_epoch(at),
+                "current": [],
+                "reason": None,
+                "state": None,
+            },
+            event={"type": "timer_fired", "at": at, "timer_id": "x"},
+            outcome={},
+            sent=[],
+            dispatches=[],
+            armed=[("retry:fetch:1:2", at + 5)],
+            disarmed=["node_timeout:fetch:1:1"],
+        )
+        with store.transaction() as tx:
+            tx.lock_run(run_id)
+            tx.write_step(run_id, step)
+        with store.reading() as tx:
+            assert [t.timer_id for t in tx.due_timers(at + 7200, 10)] == ["retry:fetch:1:2"]
+
+    def test_outbox_rows_are_claimed_then_marked_sent_once(self, store: Store) -> None:
+        _run_id, _key, _at = started(store)
+        with store.transaction() as tx:
+            rows = tx.claim_unsent(tx.now() + 1, 10)
+            assert len(rows) == 1 and rows[0].payload["node"] == NODE
+            tx.mark_sent([rows[0].id])
+            tx.mark_sent([rows[0].id])  # twice is once
+        with store.reading() as tx:
+            assert not tx.has_unsent(tx.now() + 1)
+
+    def test_an_inbox_entry_is_taken_once(self, store: Store) -> None:
+        run_id, _key, _at = started(store)
+        with store.transaction() as tx:
+            entry = tx.post(run_id, {"type": "child_finished"})
+        with store.reading() as tx:
+            assert [p.id for p in tx.posted(10)] == [entry]
+        with store.transaction() as tx:
+            assert tx.take_posted(entry) == {"type": "child_finished"}
+        with store.transaction() as tx:
+            assert tx.take_posted(entry) is None
+
+    # -- the effects ledger -------------------------------------------------------------------
+
+    def effect_values(self, run_id: str, fence: int, key: str = "order-1:charge") -> dict[str, Any]:
+        return {
+            "namespace": "default",
+            "key": key,
+            "name": "payments.charge",
+            "run_id": run_id,
+            "node": NODE,
+            "iteration": 1,
+            "attempt": 1,
+            "fence": fence,
+            "status": "intent",
+            "calls": 1,
+            "policy": "flag",
+            "compensate": None,
+        }
+
+    def test_an_intent_is_recorded_once_and_stamped_by_the_database(self, store: Store) -> None:
+        run_id, _key, at = started(store)
+        with store.transaction() as tx:
+            assert tx.record_intent(self.effect_values(run_id, 1), phase="run") is Intent.RECORDED
+            assert tx.record_intent(self.effect_values(run_id, 1), phase="run") is Intent.KNOWN
+            row = tx.effect("default", "order-1:charge")
+        assert row.status == "intent" and abs(to_epoch(row.updated_at) - at) < 60
+
+    def test_an_intent_is_refused_to_a_claim_taken_over(self, store: Store) -> None:
+        run_id, key, _at = started(store)
+        with store.transaction() as tx:
+            assert tx.claim_execution(key, 1, 2)
+        with store.transaction() as tx:
+            assert tx.record_intent(self.effect_values(run_id, 1), phase="run") is Intent.FENCED
+            assert tx.effect("default", "order-1:charge") is None
+
+    def test_an_effects_outcome_is_recorded_only_from_its_status(self, store: Store) -> None:
+        run_id, _key, _at = started(store)
+        with store.transaction() as tx:
+            tx.record_intent(self.effect_values(run_id, 1), phase="run")
+            row = tx.effect("default", "order-1:charge")
+            assert tx.update_effect(row.id, {"status": "applied"}, status="intent")
+            assert not tx.update_effect(row.id, {"status": "failed"}, status="intent")
+            assert not tx.update_effect(row.id, {"status": "x"}, fence_at_most=0)
