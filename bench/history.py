@@ -38,14 +38,16 @@ from typing import Any
 from bench.chain import admin, fresh_database
 from cairn.config import Settings
 from cairn.definitions.builder import Workflow
+from cairn.engine.orchestrator import Orchestrator
+from cairn.engine.reads import replay
 from cairn.lease.memory import MemoryLeases
 from cairn.model.events import NodeSucceeded
 from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome
 from cairn.model.state import RunState
 from cairn.model.statuses import NodeStatus
-from cairn.orchestrator.engine import Orchestrator, replay
 from cairn.scheduler.process import Scheduler
+from cairn.store.backends import store_for
 from cairn.store.database import make_engine
 from cairn.store.sql import Store
 from cairn.timetravel.timeline import Timeline
@@ -179,7 +181,7 @@ def main() -> None:
         snapshot_every_events=args.snapshot_every,
         snapshot_every_s=86_400,  # count-driven only: the figures do not depend on speed
     )
-    store = Store(make_engine(url))
+    store = store_for(make_engine(url))
     publisher = Collected()
     orchestrator = Orchestrator(store, publisher, settings)
     orchestrator.registry.register(loop_workflow(max(args.sizes)).build())

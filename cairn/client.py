@@ -18,11 +18,11 @@ from typing import Any
 
 from cairn.config import Settings
 from cairn.definitions.catalog import load_all
+from cairn.engine.awaiting import Awaiting
+from cairn.engine.batches import SubmitItem, Submitted
+from cairn.engine.reads import RunView
 from cairn.errors import CairnError
 from cairn.model.definition import WorkflowDefinition
-from cairn.orchestrator.awaiting import Awaiting
-from cairn.orchestrator.batches import SubmitItem, Submitted
-from cairn.orchestrator.engine import RunView
 from cairn.runtime import Runtime
 from cairn.timetravel.timeline import Timeline
 

@@ -19,14 +19,17 @@ from cairn import clock, faults
 from cairn.config import Settings
 from cairn.definitions.catalog import load_all
 from cairn.effects.adapters import load_adapters
+from cairn.engine.orchestrator import Orchestrator
+from cairn.engine.outbox import Publisher
+from cairn.engine.registry import Registry
 from cairn.lease.memory import MemoryLeases
 from cairn.lease.port import Leases
 from cairn.lease.redis import RedisLeases
 from cairn.observe.alerts import report_anomalies
 from cairn.observe.sentry import init_sentry
-from cairn.orchestrator.engine import Orchestrator, Publisher, Registry
 from cairn.scheduler.notifier import Notifier
 from cairn.scheduler.process import Scheduler
+from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.sql import Store
 from cairn.workers.cache import MemoryResultCache, RedisResultCache, ResultCache
@@ -75,7 +78,7 @@ class Runtime:
         engine = make_engine(settings.effective_database_url, pre_ping=pre_ping)
         if migrate if migrate is not None else settings.database_url is None:
             upgrade(engine)  # the embedded database migrates itself; servers use `cairn db`
-        store = Store(engine)
+        store = store_for(engine)
         publisher: Publisher
         broker = None
         if settings.broker_url is not None:
@@ -136,7 +139,7 @@ class Runtime:
         self._notifier = Notifier(
             self.store,
             self.settings,
-            self.orchestrator.webhook_secrets,
+            self.orchestrator.webhooks.secrets,
             metrics=self.scheduler.metrics,
         )
         for target, name in (
@@ -201,7 +204,7 @@ def register_definitions(settings: Settings) -> None:
     first task on it."""
     engine = make_engine(settings.effective_database_url)
     try:
-        _register(Registry(Store(engine)), settings.workflows)
+        _register(Registry(store_for(engine)), settings.workflows)
     finally:
         engine.dispose()
 

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from cairn.engine.batches import MAX_BATCH
 from cairn.model.payloads import storable_text
-from cairn.orchestrator.batches import MAX_BATCH
 
 MAX_INT = 2**31 - 1  # PostgreSQL integer columns (version, seq)
 

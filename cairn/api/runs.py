@@ -41,13 +41,13 @@ from cairn.api.models import (
     SubmitRequest,
     Submitted,
 )
+from cairn.engine.awaiting import awaiting
+from cairn.engine.batches import SubmitItem
 from cairn.errors import InvalidInput, RunNotFound
 from cairn.lease.heartbeat import beat_view, run_beats
 from cairn.model.definition import TaskNode
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.observe.explain import context_lines, waiting_lines
-from cairn.orchestrator.awaiting import awaiting
-from cairn.orchestrator.batches import SubmitItem
 from cairn.runtime import Runtime
 from cairn.store.artifacts import ArtifactRegistry
 from cairn.store.records import to_epoch

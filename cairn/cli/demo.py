@@ -21,7 +21,7 @@ from cairn.cli._app import app, out
 
 if TYPE_CHECKING:
     from cairn.client import Client
-    from cairn.orchestrator.engine import RunView
+    from cairn.engine.reads import RunView
 
 DEMO_ENV = {
     "CAIRN_LEASE_TTL": "2",

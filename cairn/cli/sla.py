@@ -53,15 +53,15 @@ def sla_report(settings: Settings, window_s: float, workflow: str | None = None)
     """The report of the last ``window_s`` seconds, by the database's clock. Reads the
     store only: no workflow code is imported, nothing is registered."""
     from cairn.observe.sla import SloThresholds, build_report
+    from cairn.store.backends import store_for
     from cairn.store.database import make_engine, upgrade
     from cairn.store.reports import read_facts
-    from cairn.store.sql import Store
 
     engine = make_engine(settings.effective_database_url)
     try:
         if settings.database_url is None:
             upgrade(engine)  # the embedded database migrates itself, as its runtime does
-        with Store(engine).reading() as tx:
+        with store_for(engine).reading() as tx:
             until = tx.now()
             since = until - window_s
             facts = read_facts(tx, since, workflow)

@@ -7,12 +7,12 @@ in (:func:`context_lines`)."""
 from __future__ import annotations
 
 from cairn.decider.budget import run_limits
+from cairn.engine.awaiting import Awaiting, awaiting, due_at
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.durations import format_duration
 from cairn.model.events import Phase
 from cairn.model.state import RunState, TimerKind
 from cairn.model.statuses import NodeStatus, RunStatus
-from cairn.orchestrator.awaiting import Awaiting, awaiting, due_at
 
 
 def waiting_lines(definition: WorkflowDefinition, state: RunState, now: float) -> list[str]:

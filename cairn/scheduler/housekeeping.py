@@ -17,7 +17,7 @@ from datetime import timedelta
 from cairn.artifacts.cleanup import expire as expire_artifacts
 from cairn.artifacts.stores import open_store
 from cairn.config import Settings
-from cairn.orchestrator.engine import Orchestrator
+from cairn.engine.orchestrator import Orchestrator
 from cairn.store.artifacts import ArtifactRegistry
 
 log = logging.getLogger(__name__)

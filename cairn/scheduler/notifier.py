@@ -1,7 +1,7 @@
 """Delivering webhook notifications: the scheduler's notifier thread.
 
 Notifications are committed with the decision they report (see
-:mod:`cairn.webhooks.notices`); the notifier takes the due ones, a batch at a time,
+:mod:`cairn.engine.notices`); the notifier takes the due ones, a batch at a time,
 POSTs each — signed, with its event id — and records the outcome. A receiver that
 answers 2xx has it; anything else (an error status, a timeout, a refused connection) is
 retried with exponential backoff and jitter, until ``CAIRN_WEBHOOK_MAX_ATTEMPTS``; a

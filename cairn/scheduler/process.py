@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass, field
 
 from cairn.config import Settings
+from cairn.engine.orchestrator import Orchestrator
+from cairn.engine.recovery import RecoveryPolicy
 from cairn.lease.port import Leases
 from cairn.observe.metrics.scheduler import SchedulerMetrics
-from cairn.orchestrator.engine import Orchestrator
-from cairn.orchestrator.recovery import RecoveryPolicy
 from cairn.reconnect import is_outage
 from cairn.scheduler.housekeeping import Housekeeping
 from cairn.scheduler.recovery import Recovery

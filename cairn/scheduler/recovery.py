@@ -8,7 +8,7 @@ TTL) is found within one pass, by Redis's clock; an execution dispatched long ag
 result and no live lease (its message was lost, or Redis lost its claims) by the older
 sweep. Each death counts against CAIRN_MAX_RECOVERIES, and what needs a person — an
 irreversible node a worker had claimed, a node that keeps killing its workers — is held
-(:mod:`cairn.orchestrator.recovery`). Never sends again an execution nobody claimed
+(:mod:`cairn.engine.recovery`). Never sends again an execution nobody claimed
 while the queue still holds messages (it is most likely one of them), unless it has
 waited far longer.
 
@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.config import Settings
+from cairn.engine.orchestrator import Orchestrator
+from cairn.engine.recovery import Outcome, RecoveryPolicy
 from cairn.lease.port import Lapsed, Leases
 from cairn.model.events import Phase
 from cairn.model.keys import ExecutionKey, lease_key, parse_lease_key
 from cairn.model.messages import NodeMessage
 from cairn.model.statuses import ExecutionStatus
 from cairn.observe.metrics.scheduler import SchedulerMetrics
-from cairn.orchestrator.engine import Orchestrator
-from cairn.orchestrator.recovery import Outcome, RecoveryPolicy
 from cairn.reconnect import is_outage
 from cairn.store.records import to_epoch
 
@@ -57,7 +57,7 @@ class Recovery:
 
     def recover(self) -> int:
         """Dispatch again what has no result and no live lease, unless recovery needs a
-        person (see :mod:`cairn.orchestrator.recovery`): first the claims whose lease ran
+        person (see :mod:`cairn.engine.recovery`): first the claims whose lease ran
         out unreleased — found within one pass of their expiry — then what was
         dispatched more than ``CAIRN_RECOVERY_AFTER`` ago and never claimed (its message
         was lost), or whose claim Redis no longer knows."""

@@ -13,11 +13,11 @@ import logging
 from dataclasses import dataclass
 
 from cairn.config import Settings
+from cairn.engine.orchestrator import Orchestrator
 from cairn.faults import fault_point
 from cairn.model.events import Phase
 from cairn.model.messages import NodeMessage
 from cairn.observe.metrics.scheduler import SchedulerMetrics
-from cairn.orchestrator.engine import Orchestrator
 
 log = logging.getLogger(__name__)
 

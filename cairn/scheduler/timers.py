@@ -17,12 +17,12 @@ from functools import partial
 from typing import Any
 
 from cairn.config import Settings
+from cairn.engine.orchestrator import Orchestrator
 from cairn.lease.port import Leases
 from cairn.model.events import Phase, TimerFired
 from cairn.model.keys import lease_key
 from cairn.model.state import TimerKind
 from cairn.observe.metrics.scheduler import SchedulerMetrics
-from cairn.orchestrator.engine import Orchestrator
 from cairn.store.records import to_epoch
 from cairn.store.sql import Tx
 

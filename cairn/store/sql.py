@@ -5,8 +5,8 @@ statement the engine, workers and scheduler run, grouped by the tables they touc
 above them (:mod:`~cairn.store.steps`), written once in
 dialect-neutral SQLAlchemy Core. A backend subclasses both — PostgreSQL with its
 one-statement hot path (:mod:`cairn.store.postgres`), SQLite for the embedded default
-(:mod:`cairn.store.sqlite`) — and ``Store(engine)`` picks the one for the engine's
-database. The same contract suite runs on both (:mod:`cairn.testing.store_contract`).
+(:mod:`cairn.store.sqlite`) — and :func:`cairn.store.backends.store_for` picks the one
+for a database. The same contract suite runs on both (:mod:`cairn.testing.store_contract`).
 
 Every status change is a guarded write (``UPDATE ... WHERE status IN (...)``, a fence, an
 attempt), and what a zero-row result means is the method's to say.
@@ -20,7 +20,6 @@ from typing import ClassVar
 
 from sqlalchemy import Engine, select
 
-from cairn.errors import StoreError
 from cairn.store.effects import EffectsTx
 from cairn.store.errors import translated
 from cairn.store.steps import StepsTx
@@ -32,24 +31,9 @@ class Tx(StepsTx, EffectsTx):
 
 class Store:
     """The database: transactions, read-only connections, and the hot path's statements.
-    ``Store(engine)`` is the backend for the engine's database."""
+    A backend subclasses it; :func:`~cairn.store.backends.store_for` picks one."""
 
     tx_class: ClassVar[type[Tx]] = Tx
-
-    def __new__(cls, engine: Engine) -> Store:
-        backend: type[Store] = cls
-        if cls is Store:  # the backends subclass this module's classes: imported late
-            if engine.dialect.name == "postgresql":
-                from cairn.store.postgres import PostgresStore  # noqa: PLC0415
-
-                backend = PostgresStore
-            elif engine.dialect.name == "sqlite":
-                from cairn.store.sqlite import SqliteStore  # noqa: PLC0415
-
-                backend = SqliteStore
-            else:
-                raise StoreError(f"no store for {engine.dialect.name}: PostgreSQL or SQLite")
-        return super().__new__(backend)
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

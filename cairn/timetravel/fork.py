@@ -32,14 +32,14 @@ from typing import Any
 
 from cairn.decider.graph import Decision, decide
 from cairn.effects.ledger import effect_scope
+from cairn.engine.awaiting import Awaiting, awaiting
+from cairn.engine.orchestrator import Orchestrator
 from cairn.errors import InvalidInput, RunNotFound
 from cairn.model.commands import Dispatch, StartChild
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import Event, Phase, RunForked, TimerFired
 from cairn.model.payloads import storable_json
 from cairn.model.state import RunState, TimerKind
-from cairn.orchestrator.awaiting import Awaiting, awaiting
-from cairn.orchestrator.engine import Orchestrator
 from cairn.timetravel.ledger import EffectUse
 from cairn.timetravel.replay import ArtifactSandbox, Executed, ReplaySpace, replay_namespace
 from cairn.timetravel.timeline import SeqOutOfRange, plain

@@ -40,6 +40,8 @@ from cairn.config import Settings
 from cairn.decider.budget import allowance
 from cairn.decider.graph import decide
 from cairn.effects.ledger import effect_scope
+from cairn.engine.orchestrator import Orchestrator
+from cairn.engine.reads import replay
 from cairn.errors import CairnError, InvalidInput, RunNotFound, UnknownNode
 from cairn.model.classify import classify
 from cairn.model.definition import (
@@ -60,7 +62,6 @@ from cairn.model.events import (
 from cairn.model.failures import Cancelled
 from cairn.model.payloads import storable_json
 from cairn.model.state import RunState
-from cairn.orchestrator.engine import Orchestrator, replay
 from cairn.store.artifacts import ArtifactInfo, ArtifactRegistry
 from cairn.store.sql import Store
 from cairn.timetravel.ledger import Answer, EffectUse, ReplayLedger
@@ -668,7 +669,7 @@ def states_before(
     definition: WorkflowDefinition, run_id: str, event_rows: Sequence[Any], seqs: Iterable[int]
 ) -> dict[int, RunState]:
     """The run's state just before each event in ``seqs``: the log folded once through
-    the decider (:func:`cairn.orchestrator.engine.replay`, as the timeline folds it)."""
+    the decider (:func:`cairn.engine.orchestrator.replay`, as the timeline folds it)."""
     wanted = set(seqs)
     found: dict[int, RunState] = {}
     state = RunState(run_id, definition.name, definition.version)

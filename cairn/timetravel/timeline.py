@@ -4,7 +4,7 @@ predicate fails (``cairn history``, ``cairn state --at``, ``cairn diff``, ``cair
 
 Nothing here writes, dispatches or calls a handler: every state is rebuilt from the log
 by the pure decider — :meth:`Orchestrator.restore` for a single seq (the latest snapshot
-at or before it plus the events since), :func:`~cairn.orchestrator.engine.replay` for the
+at or before it plus the events since), :func:`~cairn.engine.orchestrator.replay` for the
 whole history — so travelling in time never touches the real world.
 
 Definitions, in the words ``docs/time-travel.md`` uses:
@@ -38,10 +38,11 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Any
 
+from cairn.engine.orchestrator import Orchestrator
+from cairn.engine.reads import AUDIT_ONLY, replay, restore
 from cairn.errors import InvalidInput, RunNotFound
 from cairn.model.definition import WorkflowDefinition, import_ref
 from cairn.model.state import RunState
-from cairn.orchestrator.engine import AUDIT_ONLY, Orchestrator, replay
 from cairn.store.sql import Tx
 
 Predicate = Callable[[dict[str, Any]], object]
@@ -646,14 +647,14 @@ class Timeline:
         with self.orchestrator.store.reading() as tx:
             row, definition = self._run(tx)
             upto = row.last_seq if seq is None else self._in_range(seq, row.last_seq)
-            return self.orchestrator.restore(tx, row, definition, upto)
+            return restore(tx, row, definition, upto)
 
     def diff(self, from_seq: int, to_seq: int) -> list[Change]:
         """What changed in the state from after ``from_seq`` to after ``to_seq``."""
         with self.orchestrator.store.reading() as tx:
             row, definition = self._run(tx)
             old, new = (
-                self.orchestrator.restore(tx, row, definition, self._in_range(seq, row.last_seq))
+                restore(tx, row, definition, self._in_range(seq, row.last_seq))
                 for seq in (from_seq, to_seq)
             )
         return diff_states(old, new)
@@ -675,7 +676,7 @@ class Timeline:
                 return Bisection(self.run_id, Verdict.NO_STEPS, ())
 
             def holds_at(seq: int, label: str) -> bool:
-                state = self.orchestrator.restore(tx, row, definition, seq)
+                state = restore(tx, row, definition, seq)
                 try:
                     good = bool(predicate(plain(state)))
                 except Exception as exc:  # the user's predicate: say where it broke
@@ -697,8 +698,8 @@ class Timeline:
             found = results[first]
             if first == 0 and not holds_at(found.seq - 1, "start"):
                 return Bisection(self.run_id, Verdict.FAILS_AT_START, tuple(checks))
-            before = self.orchestrator.restore(tx, row, definition, found.seq - 1)
-            after = self.orchestrator.restore(tx, row, definition, found.seq)
+            before = restore(tx, row, definition, found.seq - 1)
+            after = restore(tx, row, definition, found.seq)
         result = _result_of(found, before)
         assert result is not None  # is_step said so, and the decider accepted it
         step = _bare_step(found, result, before)

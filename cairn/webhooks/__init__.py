@@ -1,10 +1,10 @@
 """Webhooks: a run names a URL when it is submitted; its end and its milestones are
 announced there, signed, through an outbox (see docs/webhooks.md).
 
-Receivers check requests with :func:`verify`.
+Receivers check requests with :func:`verify`. What a step announces, and which URLs a run
+may name, is the engine's (:mod:`cairn.engine.notices`).
 """
 
-from cairn.webhooks.notices import check_url
 from cairn.webhooks.signing import (
     EVENT_ID_HEADER,
     SIGNATURE_HEADER,
@@ -19,7 +19,6 @@ __all__ = [
     "SIGNATURE_HEADER",
     "WebhookSecrets",
     "WebhookSignatureError",
-    "check_url",
     "sign",
     "verify",
 ]

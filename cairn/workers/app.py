@@ -32,9 +32,9 @@ from kombu.exceptions import ChannelError
 
 from cairn import clock
 from cairn.config import Settings
+from cairn.engine.batches import SubmitItem, Submitted
 from cairn.lease.waits import delivered
 from cairn.model.messages import NodeMessage
-from cairn.orchestrator.batches import SubmitItem, Submitted
 from cairn.reconnect import is_outage
 from cairn.workers import deadlines
 from cairn.workers.liveness import PING_TASK, Liveness

@@ -29,6 +29,9 @@ from cairn.config import Settings
 from cairn.decider.budget import allowance
 from cairn.decider.fusion import MAX_FUSED, fused_next
 from cairn.effects.ledger import EffectLedger, effect_scope
+from cairn.engine.orchestrator import Orchestrator
+from cairn.engine.reads import Restored, restore
+from cairn.engine.recovery import Outcome, RecoveryPolicy
 from cairn.errors import CairnError, InvalidInput, StoreUnavailable, UnknownNode
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Heartbeats
@@ -58,8 +61,6 @@ from cairn.model.payloads import storable_json
 from cairn.model.state import RunState
 from cairn.model.statuses import ExecutionStatus, NodeStatus, RunStatus
 from cairn.observe.sentry import node_scope, report_failure
-from cairn.orchestrator.engine import Orchestrator, Restored
-from cairn.orchestrator.recovery import Outcome, RecoveryPolicy
 from cairn.reconnect import is_outage, through_outages
 from cairn.workers.cache import MemoryResultCache, ResultCache, cache_key
 from cairn.workers.context import StepContext
@@ -390,11 +391,7 @@ class NodeRunner:
             if status.terminal:
                 return Handled.RUN_FINISHED
             definition = orchestrator.registry.get(message.workflow, message.version, tx)
-            state = (
-                None
-                if status is RunStatus.CANCELLING
-                else orchestrator.restore(tx, run, definition)
-            )
+            state = None if status is RunStatus.CANCELLING else restore(tx, run, definition)
         return execution, run, definition, state
 
     def _give_up_lease(self, lease: Lease) -> None:

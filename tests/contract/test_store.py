@@ -9,6 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.sql import Store
 from cairn.testing.store_contract import StoreContract
@@ -21,7 +22,7 @@ class TestSqliteStore(StoreContract):
     def store(self, tmp_path: Path) -> Iterator[Store]:
         engine = make_engine(f"sqlite:///{tmp_path / 'cairn.db'}")
         upgrade(engine)
-        yield Store(engine)
+        yield store_for(engine)
         engine.dispose()
 
 
@@ -33,5 +34,5 @@ class TestPostgresStore(StoreContract):
         except psycopg.OperationalError as error:
             unavailable("PostgreSQL", error)
         engine = make_engine(request.getfixturevalue("database_url"))
-        yield Store(engine)
+        yield store_for(engine)
         engine.dispose()

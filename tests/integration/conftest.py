@@ -28,7 +28,7 @@ import redis
 
 from cairn.client import Client
 from cairn.config import Settings
-from cairn.orchestrator.engine import RunView
+from cairn.engine.reads import RunView
 from cairn.store.database import make_engine, upgrade
 
 ROOT = Path(__file__).resolve().parents[2]

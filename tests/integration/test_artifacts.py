@@ -35,6 +35,7 @@ from cairn.artifacts.stores import (
 )
 from cairn.model.statuses import RunStatus
 from cairn.store.artifacts import Provenance, runs
+from cairn.store.backends import store_for
 from cairn.store.database import make_engine
 from cairn.store.sql import Store
 from tests.integration.conftest import ROOT, Cluster
@@ -44,7 +45,7 @@ HOUR = timedelta(hours=1)
 
 @pytest.fixture
 def store(database_url: str) -> Iterator[Store]:
-    store = Store(make_engine(database_url))
+    store = store_for(make_engine(database_url))
     yield store
     store.dispose()
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from celery import Celery
 
+from cairn.engine.batches import SubmitItem
 from cairn.model.statuses import RunStatus
-from cairn.orchestrator.batches import SubmitItem
 from tests.integration.conftest import Cluster
 
 

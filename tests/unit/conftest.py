@@ -7,6 +7,7 @@ import pytest
 
 from cairn.definitions.loader import load_file
 from cairn.model.definition import WorkflowDefinition
+from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.sql import Store
 
@@ -23,5 +24,5 @@ def store(tmp_path: Path) -> Iterator[Store]:
     """A migrated SQLite store of the test's own."""
     engine = make_engine(f"sqlite:///{tmp_path / 'cairn.db'}")
     upgrade(engine)
-    yield Store(engine)
+    yield store_for(engine)
     engine.dispose()

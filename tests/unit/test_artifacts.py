@@ -32,6 +32,7 @@ from cairn.model.events import NodeSucceeded, event_from_dict, event_to_dict
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
+from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.sql import Store
 from cairn.testing.driver import Driver
@@ -112,7 +113,7 @@ def test_the_default_store_is_under_the_cairn_home(tmp_path: Path) -> None:
 def sqlite_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     engine = make_engine(f"sqlite:///{tmp_path_factory.mktemp('artifacts') / 'cairn.db'}")
     upgrade(engine)
-    store = Store(engine)
+    store = store_for(engine)
     yield store
     store.dispose()
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from cairn.engine.batches import MAX_BATCH, SubmitItem
 from cairn.errors import InvalidInput
 from cairn.model.statuses import RunStatus
-from cairn.orchestrator.batches import MAX_BATCH, SubmitItem
 from cairn.runtime import Runtime
 from tests.unit.test_embedded import settings, wait
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from cairn.definitions.format import FORMAT_VERSION
 from cairn.definitions.loader import load_definition
+from cairn.engine.registry import Registry
 from cairn.model.definition import DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY, NO_RETRY
-from cairn.orchestrator.engine import Registry
 from cairn.store.sql import Store
 
 SPEC = {

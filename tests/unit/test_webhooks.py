@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from cairn.config import Settings
+from cairn.engine.notices import MAX_RESULT_BYTES, check_url, notices
 from cairn.errors import ConfigError, InvalidInput
 from cairn.model.commands import HoldExecution
 from cairn.model.events import Phase
@@ -19,8 +20,7 @@ from cairn.model.state import NodeState, RunState
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.scheduler.notifier import Notifier, backoff_s
-from cairn.webhooks import WebhookSecrets, WebhookSignatureError, check_url, sign, verify
-from cairn.webhooks.notices import MAX_RESULT_BYTES, notices
+from cairn.webhooks import WebhookSecrets, WebhookSignatureError, sign, verify
 from tests.unit.test_embedded import settings as embedded_settings
 from tests.unit.test_embedded import wait
 

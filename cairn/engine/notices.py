@@ -1,4 +1,5 @@
-"""What a run announces to its webhook, decided from one step: pure, no I/O.
+"""What a run announces to its webhook, decided from one step (pure, no I/O), and which
+webhooks a run may name.
 
 A run that names a webhook is announced when it ends (``run.succeeded``,
 ``run.failed``, ``run.cancelled``, ``run.compensated``, ``run.rolled_back``) and at the
@@ -17,10 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from cairn.config import Settings
 from cairn.errors import InvalidInput
 from cairn.model.commands import Command, HoldExecution
 from cairn.model.state import RunState
 from cairn.model.statuses import NodeStatus, RunStatus
+from cairn.webhooks.signing import WebhookSecrets
 
 MAX_URL_LENGTH = 2000
 # A result bigger than this is left out of the body (the receiver asks the API for it):
@@ -57,6 +60,27 @@ def check_url(url: object, hosts: Sequence[str] = ()) -> str:
     if hosts and not any(fnmatch.fnmatchcase(host, pattern.lower()) for pattern in hosts):
         raise InvalidInput(f"webhook: host {host!r} is not one webhooks may call")
     return url
+
+
+class WebhookPolicy:
+    """Which webhook a run may name: a URL webhooks may call, for a namespace that has a
+    secret to sign with (nothing is sent unsigned)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.hosts = settings.webhook_hosts
+        self.secrets = WebhookSecrets.from_settings(settings)
+
+    def check(self, url: str | None, namespace: str) -> str | None:
+        """A run's webhook URL as stored, or :class:`InvalidInput`."""
+        if url is None:
+            return None
+        checked = check_url(url, self.hosts)
+        if not self.secrets.of(namespace):
+            raise InvalidInput(
+                f"webhook: namespace {namespace!r} has no signing secret "
+                "(CAIRN_WEBHOOK_SECRETS): its runs cannot name a webhook"
+            )
+        return checked
 
 
 def notices(

@@ -17,12 +17,12 @@ from enum import StrEnum
 from functools import partial
 
 from cairn.config import Settings
+from cairn.engine.orchestrator import Orchestrator
 from cairn.model.definition import AnyNode, ErrorClass, TaskNode
 from cairn.model.events import NodeFailed, NodeHeld, stamped
 from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome
 from cairn.model.statuses import NodeStatus
-from cairn.orchestrator.engine import Orchestrator
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,85 @@
+"""What a run starts from: its input, checked against the definition, and its row."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from cairn.errors import InvalidInput
+from cairn.model.definition import WorkflowDefinition
+from cairn.model.payloads import storable_json
+from cairn.model.statuses import RunStatus
+from cairn.store.records import from_epoch
+
+
+def check_input(
+    definition: WorkflowDefinition, run_input: object, *, limit_bytes: int
+) -> dict[str, Any]:
+    """The input as it will be stored: a JSON object PostgreSQL can hold, within the
+    size limit, matching the definition's schema; otherwise :class:`InvalidInput`."""
+    if run_input is None:
+        run_input = {}
+    if not isinstance(run_input, Mapping):
+        raise InvalidInput(f"the input must be a JSON object, not {type(run_input).__name__}")
+    payload = dict(run_input)
+    storable_json(payload, what="the input", limit_bytes=limit_bytes)
+    if definition.input_schema is not None:
+        errors = sorted(
+            Draft202012Validator(definition.input_schema).iter_errors(payload),
+            key=lambda error: list(error.path),
+        )
+        if errors:
+            details = "; ".join(
+                f"{'/'.join(map(str, error.path)) or '(input)'}: {error.message}"
+                for error in errors
+            )
+            raise InvalidInput(f"input does not match {definition.key}: {details}")
+    return payload
+
+
+def new_run(
+    run_id: str,
+    namespace: str,
+    definition: WorkflowDefinition,
+    payload: Mapping[str, Any],
+    *,
+    request_id: str | None,
+    at: float,
+    webhook: str | None = None,
+) -> dict[str, Any]:
+    """The row of a run about to start."""
+    stamp = from_epoch(at)
+    return {
+        "id": run_id,
+        "namespace": namespace,
+        "workflow": definition.name,
+        "version": definition.version,
+        "status": RunStatus.PENDING.value,
+        "input": payload,
+        "request_id": request_id,
+        "webhook_url": webhook,
+        "current": [],
+        "created_at": stamp,
+        "updated_at": stamp,
+    }
+
+
+@dataclass(frozen=True)
+class FreshRun:
+    """What planning a run's first step reads of its row, before the row exists."""
+
+    id: str
+    created_at: datetime
+    namespace: str
+    webhook_url: str | None
+    last_seq: int = 0
+    snapshot_seq: int = 0
+    snapshot_at: datetime | None = None
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> FreshRun:
+        return cls(values["id"], values["created_at"], values["namespace"], values["webhook_url"])

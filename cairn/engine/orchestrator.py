@@ -1,0 +1,78 @@
+"""The orchestrator: the engine's one face to workers, the scheduler, the API and the CLI.
+
+It wires the engine's parts together and hands out their methods — submitting
+(:mod:`~cairn.engine.submit`), advancing (:mod:`~cairn.engine.advance`), requests from
+outside (:mod:`~cairn.engine.requests`), reading (:mod:`~cairn.engine.reads`) — over one
+store, one publisher and one registry of definitions.
+"""
+
+from __future__ import annotations
+
+from cairn.config import Settings
+from cairn.engine.advance import Steps
+from cairn.engine.hooks import AfterCommit
+from cairn.engine.notices import WebhookPolicy
+from cairn.engine.outbox import Outbox, Publisher
+from cairn.engine.plan import Planner
+from cairn.engine.reads import Reads
+from cairn.engine.registry import Registry
+from cairn.engine.requests import Requests
+from cairn.engine.submit import Submissions
+from cairn.store.sql import Store
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        store: Store,
+        publisher: Publisher,
+        settings: Settings,
+        registry: Registry | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.registry = registry or Registry(store)
+        # Called with each decision once it is committed (never for one rolled back): the
+        # composition root registers what the world hears of it (anomaly alerts, counts).
+        self.after_commit: list[AfterCommit] = []
+        self.outbox = Outbox(store, publisher)
+        self.webhooks = WebhookPolicy(settings)
+        limit = settings.max_payload_bytes
+        reads = Reads(store, self.registry)
+        steps = Steps(Planner(settings), self.outbox, reads, self.after_commit)
+        submissions = Submissions(steps, self.webhooks, limit_bytes=limit)
+        requests = Requests(steps, reads, limit_bytes=limit)
+
+        self.submit = submissions.submit
+        self.submit_batch = submissions.submit_batch
+        self.fork = submissions.fork
+        self.check_input = submissions.check_input
+
+        self.apply = steps.apply
+        self.complete = steps.complete
+        self.complete_fused = steps.complete_fused
+        self.deliver = steps.deliver
+        self.record = steps.record
+        self.record_recovery = steps.record_recovery
+
+        self.signal = requests.signal
+        self.cancel = requests.cancel
+        self.rollback = requests.rollback
+
+        self.load = reads.load
+        self.get_run = reads.get_run
+        self.waiting = reads.waiting
+        self.events = reads.events
+        self.checkpoint = reads.checkpoint
+        self.fenced_out = reads.fenced_out
+        self.stop_requested = reads.stop_requested
+
+        self.flush_sent = self.outbox.flush
+
+    @property
+    def publisher(self) -> Publisher:
+        return self.outbox.publisher
+
+    @publisher.setter
+    def publisher(self, publisher: Publisher) -> None:
+        self.outbox.publisher = publisher

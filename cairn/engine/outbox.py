@@ -1,0 +1,93 @@
+"""Publish after commit: node messages are rows of the step's transaction (the outbox),
+handed to the broker only once it commits. A publish that fails, or a process that dies
+before it, leaves them to the scheduler's relay. Persist first, then publish — never the
+other way round.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Protocol
+
+from cairn.faults import fault_point
+from cairn.model.messages import NodeMessage
+from cairn.store.sql import Store
+
+log = logging.getLogger(__name__)
+
+
+class Publisher(Protocol):
+    def publish(self, messages: Sequence[NodeMessage]) -> bool:
+        """Hand messages to the broker; False if they were not taken (left to the relay)."""
+        ...
+
+    def backlog(self) -> int | None:
+        """Node messages waiting in the queue for a worker; None if the broker cannot
+        say (recovery then assumes none)."""
+        ...
+
+
+class SentMarks:
+    """Outbox ids published but not yet marked sent.
+
+    Marking costs a write; rather than a commit of its own after every publish, the
+    marks ride along with this process's next transaction, or a flush within a second
+    when it is idle. A mark lost in a crash only means the relay publishes that message
+    again, which the workers' idempotency turns into a no-op.
+    """
+
+    def __init__(self) -> None:
+        self._ids: list[int] = []
+        self._lock = threading.Lock()
+
+    def add(self, ids: Iterable[int]) -> None:
+        with self._lock:
+            self._ids.extend(ids)
+
+    def drain(self) -> list[int]:
+        with self._lock:
+            ids, self._ids = self._ids, []
+        return ids
+
+
+class Outbox:
+    """The committed messages' way to the broker, and the marks of those it took."""
+
+    def __init__(self, store: Store, publisher: Publisher) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.sent = SentMarks()
+
+    def publish(self, messages: Sequence[NodeMessage]) -> None:
+        """Publish messages whose rows are committed; a failure is the relay's to mend."""
+        if not messages:
+            return
+        fault_point("publish.after_commit")
+        try:
+            taken = self.publisher.publish(messages)
+        except Exception:  # committed already: the relay will publish these
+            log.warning(
+                "publishing %d message(s) failed; the relay will retry",
+                len(messages),
+                exc_info=True,
+            )
+            return
+        if taken:
+            self.sent.add(m.outbox_id for m in messages if m.outbox_id is not None)
+
+    def flush(self) -> None:
+        """Write the marks that found no transaction to ride along with."""
+        ids = self.sent.drain()
+        if ids:
+            with self.store.transaction() as tx:
+                tx.mark_sent(ids)
+
+
+def with_outbox_ids(
+    dispatches: Sequence[NodeMessage], ids: Mapping[tuple[str, int, str], int]
+) -> list[NodeMessage]:
+    """The dispatches with the ids of the outbox rows the step wrote for them."""
+    return [replace(m, outbox_id=ids[(m.node, m.iteration, m.phase.value)]) for m in dispatches]

@@ -1,0 +1,192 @@
+"""What one decision writes, worked out before any write: the run row's new values, the
+event, a snapshot if one is due, the dispatches (outbox rows and execution rows), the
+run's timers, and the commands that change other rows. Either path carries a plan out:
+the backend's one-statement step, or the locking transaction (:mod:`cairn.engine.advance`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cairn.config import Settings
+from cairn.decider import Decision, decide
+from cairn.engine.notices import Notice, notices
+from cairn.model.commands import (
+    ArmTimer,
+    CancelNode,
+    Command,
+    DetachNode,
+    DisarmTimer,
+    Dispatch,
+    HoldExecution,
+    NotifyParent,
+    SettleExecution,
+    StartChild,
+)
+from cairn.model.definition import WorkflowDefinition
+from cairn.model.events import Event, event_to_dict
+from cairn.model.messages import NodeMessage
+from cairn.model.outcomes import NodeOutcome, StepWrites
+from cairn.model.state import STATE_FORMAT, RunState
+from cairn.model.statuses import RunStatus
+from cairn.store.records import encode_snapshot, from_epoch, utcnow
+
+# Commands that change rows besides the step's own (the fast path takes none of them;
+# the run's timers are the step's own: see StepWrites).
+ROW_COMMANDS = (
+    CancelNode,
+    DetachNode,
+    HoldExecution,
+    SettleExecution,
+    StartChild,
+    NotifyParent,
+)
+
+
+@dataclass
+class Plan:
+    """What one decision writes: computed before any write, carried out by either path."""
+
+    decision: Decision
+    run_values: dict[str, Any]  # "last_seq": the event's seq; "state": JSON text, if cached
+    snapshot: str | None  # the state as JSON text, when a snapshot is due
+    dispatches: list[NodeMessage]
+    row_commands: Sequence[Command]  # cancellations, holds, children: other rows
+    notices: Sequence[Notice]  # for the run's webhook
+    armed: Sequence[tuple[str, float]]  # the run's timers: (id, due at) ...
+    disarmed: Sequence[str]  # ... and ids, the decision's net effect on them
+
+    @property
+    def writes_other_rows(self) -> bool:
+        """Rows besides the run's, its event and its dispatches: not for the
+        one-statement paths."""
+        return bool(self.row_commands or self.notices)
+
+
+class Planner:
+    """Plans steps under the settings' snapshot and cache policy."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def plan(
+        self, row: Any, definition: WorkflowDefinition, state: RunState, event: Event
+    ) -> tuple[Decision, Plan | None]:
+        """Decide, and work out every row the decision writes (None if it was ignored)."""
+        decision = decide(definition, state, event)
+        if decision.ignored:
+            return decision, None
+        new = decision.state
+        seq = row.last_seq + 1
+        values: dict[str, Any] = {
+            "status": new.status.value,
+            "last_seq": seq,
+            "updated_at": from_epoch(event.at),
+            "current": sorted(f"{n.node}#{n.iteration}" for n in new.active_nodes),
+            "reason": new.reason,
+        }
+        if new.status.terminal:
+            values["finished_at"] = from_epoch(event.at)
+        # Serialized once, for the row's cache and a snapshot alike: an agent's state with
+        # its message history is the largest thing a step writes.
+        state_json = json.dumps(new.to_dict(), separators=(",", ":"))
+        cacheable = 0 < len(state_json) <= self.settings.state_cache_bytes
+        values["state"] = state_json if cacheable else None
+        snapshot = None
+        if self.snapshot_due(row, new, seq, event.at):
+            snapshot = state_json
+            values.update(snapshot_seq=seq, snapshot_at=from_epoch(event.at))
+        dispatches = [
+            NodeMessage(
+                row.id,
+                definition.name,
+                definition.version,
+                c.node,
+                c.iteration,
+                c.attempt,
+                c.phase,
+                resumed=c.resumed,
+            )
+            for c in decision.commands
+            if isinstance(c, Dispatch)
+        ]
+        row_commands = [c for c in decision.commands if isinstance(c, ROW_COMMANDS)]
+        announced = (
+            notices(state, new, decision.commands, seq, row.namespace) if row.webhook_url else []
+        )
+        armed, disarmed = net_timers(decision.commands)
+        return decision, Plan(
+            decision, values, snapshot, dispatches, row_commands, announced, armed, disarmed
+        )
+
+    def snapshot_due(self, row: Any, new: RunState, seq: int, at: float) -> bool:
+        """Snapshots compress the log: every K events, every T seconds, and whenever the
+        run parks (waits) or ends, so that restoring a parked run replays nothing."""
+        if new.status in (RunStatus.WAITING,) or new.status.terminal:
+            return True
+        if seq - row.snapshot_seq >= self.settings.snapshot_every_events:
+            return True
+        last = (row.snapshot_at or row.created_at).timestamp()
+        return bool(at - last >= self.settings.snapshot_every_s)
+
+    def writes(self, plan: Plan, event: Event, sent: Sequence[int]) -> StepWrites:
+        """The plan as the store's step writes it (``sent``: outbox marks riding along)."""
+        snapshot = None
+        if plan.snapshot is not None:
+            codec, body = encode_snapshot(plan.snapshot, self.settings.snapshot_compress_bytes)
+            snapshot = (STATE_FORMAT, codec, body)
+        return StepWrites(
+            run=plan.run_values,
+            event=event_to_dict(event),
+            outcome=outcome_record(plan.decision),
+            sent=sent,
+            dispatches=[(m.key, m.attempt, m.to_dict()) for m in plan.dispatches],
+            snapshot=snapshot,
+            armed=plan.armed,
+            disarmed=plan.disarmed,
+        )
+
+
+def result_values(outcome: NodeOutcome, worker: str) -> dict[str, Any]:
+    """The idempotency row's columns for a worker's result."""
+    return {
+        "status": outcome.status.value,
+        "result": dict(outcome.result) if outcome.result is not None else None,
+        "error_class": outcome.error_class,
+        "error": outcome.error,
+        "finished_at": utcnow(),
+        "duration_s": outcome.duration_s,
+        "worker": worker,
+    }
+
+
+def outcome_record(decision: Decision) -> dict[str, Any]:
+    """What the decision did, kept beside its event for people reading the history."""
+    commands = []
+    for command in decision.commands:
+        entry = {"command": type(command).__name__}
+        entry.update(
+            {k: (v.value if hasattr(v, "value") else v) for k, v in command.__dict__.items()}
+        )
+        commands.append(entry)
+    return {
+        "status": decision.state.status.value,
+        "transitions": [[t.source, t.label, t.target] for t in decision.transitions],
+        "commands": commands,
+    }
+
+
+def net_timers(commands: Sequence[Command]) -> tuple[list[tuple[str, float]], list[str]]:
+    """What a decision's timer commands leave, in order: the timers armed (id, due at)
+    and those disarmed, disjoint — one statement writes both, so no row may be in both."""
+    final: dict[str, float | None] = {}
+    for command in commands:
+        if isinstance(command, ArmTimer):
+            final[command.timer_id] = command.due_at
+        elif isinstance(command, DisarmTimer):
+            final[command.timer_id] = None
+    armed = [(timer_id, due) for timer_id, due in final.items() if due is not None]
+    return armed, [timer_id for timer_id, due in final.items() if due is None]

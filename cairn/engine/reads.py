@@ -1,0 +1,213 @@
+"""Reading runs: a run's state restored from its log, and the views people and workers
+read (``cairn status``, ``cairn events``, what parked runs wait for, rollback
+checkpoints). Nothing here writes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from cairn.decider import decide
+from cairn.engine.awaiting import Awaiting, awaiting
+from cairn.engine.registry import Registry
+from cairn.errors import InvalidInput, RunNotFound
+from cairn.model.definition import WorkflowDefinition
+from cairn.model.events import event_from_dict
+from cairn.model.keys import ExecutionKey
+from cairn.model.state import RunState
+from cairn.model.statuses import RunStatus
+from cairn.store.sql import Store, Tx
+
+AUDIT_ONLY = "audit"  # events with this "type" prefix are history, not decider input
+
+
+def replay(
+    definition: WorkflowDefinition, state: RunState, event_rows: Iterable[Any]
+) -> Iterator[tuple[Any, RunState]]:
+    """Each logged event with the run's state after it: the log folded into ``state`` (the
+    state before the first of them) through the decider. Audit entries are history, not
+    the decider's input: the state after one is the state before it."""
+    for event_row in event_rows:
+        if not event_row.type.startswith(AUDIT_ONLY):
+            state = decide(definition, state, event_from_dict(event_row.data)).state
+        yield event_row, state
+
+
+def restore(tx: Tx, row: Any, definition: WorkflowDefinition, upto: int | None = None) -> RunState:
+    """The run's state after event ``upto`` (default: its latest).
+
+    The latest is cached on the run row; any other (or an uncached one) is the latest
+    snapshot at or before ``upto`` plus the events after it, replayed.
+    """
+    upto = row.last_seq if upto is None else upto
+    if upto == row.last_seq and row.state is not None:
+        return RunState.from_dict(row.state)
+    snapshot = tx.latest_snapshot(row.id, at_or_before=upto)
+    if snapshot is None:
+        state = RunState(row.id, definition.name, definition.version)
+        after = 0
+    else:
+        state, after = RunState.from_dict(snapshot.state), snapshot.seq
+    for _event_row, replayed in replay(definition, state, tx.events_after(row.id, after, upto)):
+        state = replayed
+    return state
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A run as a worker read it before running a node: the row, the state as of its
+    ``last_seq``, and the database's clock at the read (carried forward by a monotonic
+    clock, so an event's time still comes from the one clock)."""
+
+    row: Any
+    state: RunState
+    db_time: float
+    read_at: float = field(default_factory=time.monotonic)
+
+    def now(self) -> float:
+        return self.db_time + (time.monotonic() - self.read_at)
+
+
+@dataclass
+class RunView:
+    """A run as ``cairn status`` and ``cairn.get_run`` show it."""
+
+    id: str
+    workflow: str
+    version: int
+    status: RunStatus
+    namespace: str
+    request_id: str | None
+    current: list[str]
+    reason: str | None
+    last_seq: int
+    created_at: float
+    updated_at: float
+    state: RunState | None = None
+    executions: list[dict[str, Any]] = field(default_factory=list)
+    # Lineage of a fork: the run it was forked from, and after which of its events.
+    parent_run_id: str | None = None
+    fork_seq: int | None = None
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        return self.state.vars if self.state is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {key: value for key, value in self.__dict__.items() if key != "state"}
+        data["status"] = self.status.value
+        if self.state is not None:
+            data["vars"] = self.state.vars
+            data["visits"] = self.state.visits
+            data["nodes"] = {name: node.status.value for name, node in self.state.nodes.items()}
+        return data
+
+
+class Reads:
+    """The engine's read side: each read one read-only transaction."""
+
+    def __init__(self, store: Store, registry: Registry) -> None:
+        self.store = store
+        self.registry = registry
+
+    def load(
+        self, run_id: str, upto: int | None = None
+    ) -> tuple[Any, WorkflowDefinition, RunState]:
+        with self.store.reading() as tx:
+            row = tx.run(run_id)
+            if row is None:
+                raise RunNotFound(f"no run {run_id}")
+            definition = self.registry.get(row.workflow, row.version, tx)
+            return row, definition, restore(tx, row, definition, upto)
+
+    def get_run(self, run_id: str, *, with_executions: bool = False) -> RunView:
+        row, _definition, state = self.load(run_id)
+        view = RunView(
+            id=row.id,
+            workflow=row.workflow,
+            version=row.version,
+            status=RunStatus(row.status),
+            namespace=row.namespace,
+            request_id=row.request_id,
+            current=list(row.current),
+            reason=row.reason,
+            last_seq=row.last_seq,
+            created_at=row.created_at.timestamp(),
+            updated_at=row.updated_at.timestamp(),
+            state=state,
+            parent_run_id=row.parent_run_id,
+            fork_seq=row.fork_seq,
+        )
+        if with_executions:
+            with self.store.reading() as tx:
+                view.executions = [
+                    {
+                        "node": e.node,
+                        "iteration": e.iteration,
+                        "phase": e.phase,
+                        "status": e.status,
+                        "attempt": e.attempt,
+                        "worker": e.worker,
+                        "duration_s": e.duration_s,
+                        "error": e.error,
+                    }
+                    for e in tx.executions_of(run_id)
+                ]
+        return view
+
+    def waiting(self, namespace: str | None = None, limit: int = 100) -> list[Awaiting]:
+        """What every parked run waits for (a signal, an operator), longest first."""
+        found: list[Awaiting] = []
+        with self.store.reading() as tx:
+            for row in tx.waiting_runs(namespace, limit):
+                definition = self.registry.get(row.workflow, row.version, tx)
+                found.extend(awaiting(definition, restore(tx, row, definition)))
+        return sorted(found, key=lambda entry: entry.since)
+
+    def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        with self.store.reading() as tx:
+            if tx.run(run_id) is None:
+                raise RunNotFound(f"no run {run_id}")
+            return [
+                {"seq": e.seq, "type": e.type, "at": e.at, "data": e.data, "outcome": e.outcome}
+                for e in tx.events_after(run_id, after)
+            ]
+
+    def checkpoint(self, run_id: str, seq: int, *, latest: bool = False) -> RunState:
+        """The state a rollback may rewind to: after a decision (not an audit entry)
+        before the latest (``latest``: or the latest itself, for a fork), with the run
+        going and no parallel section half joined."""
+        with self.store.reading() as tx:
+            row = tx.run(run_id)
+            if row is None:
+                raise RunNotFound(f"no run {run_id}")
+            last = row.last_seq if latest else row.last_seq - 1
+            entries = tx.events_after(run_id, seq - 1, seq) if seq >= 1 else []
+            if not entries or entries[0].type.startswith(AUDIT_ONLY) or seq > last:
+                raise InvalidInput(
+                    f"run {run_id} has no checkpoint at seq {seq}: pick the seq of a decision "
+                    f"(not an audit entry) from 1 to {last} (cairn events)"
+                )
+            definition = self.registry.get(row.workflow, row.version, tx)
+            state = restore(tx, row, definition, upto=seq)
+        if state.status not in (RunStatus.RUNNING, RunStatus.WAITING):
+            raise InvalidInput(f"at seq {seq} run {run_id} was {state.status.value}: not resumable")
+        if any(not join.done for join in state.joins.values()):
+            raise InvalidInput(
+                f"at seq {seq} run {run_id} was inside a parallel section; roll back to a "
+                "seq before its fan-out or after its join"
+            )
+        return state
+
+    def fenced_out(self, key: ExecutionKey, fence: int) -> bool:
+        """True if a claim newer than ``fence`` took the execution over."""
+        with self.store.reading() as tx:
+            return tx.execution_fence(key) > fence
+
+    def stop_requested(self, key: ExecutionKey, attempt: int) -> bool:
+        """True once the run is being cancelled or no longer waits for this execution
+        (asked by heartbeats, for ``ctx.cancelled``)."""
+        with self.store.statements() as tx:
+            return tx.stop_requested(key, attempt)
