@@ -120,6 +120,15 @@ class StoreRefused(StoreError):
     code = "invalid_value"
 
 
+class StaleTransition(StoreError):
+    """A guarded write found its row somewhere it may not move from: an execution not in a
+    status the transition leaves, a dispatch that would not move an execution forward, a
+    run no longer at the seq the step follows. Nothing is written (the transaction rolls
+    back): the caller acted on a view of the run that is no longer true."""
+
+    code = "stale_transition"
+
+
 class RunNotFound(CairnError):
     code = "run_not_found"
 

@@ -24,6 +24,7 @@ from cairn.errors import (
     IllegalTransition,
     InvalidInput,
     RunNotFound,
+    StaleTransition,
     StoreRefused,
     StoreUnavailable,
     UnknownWorkflow,
@@ -63,6 +64,8 @@ STATUS_BY_ERROR: tuple[tuple[type[CairnError], int], ...] = (
     (EventRejected, 409),  # a signal the run cannot take: the run's state conflicts
     (IllegalTransition, 409),  # cancelling a finished run
     (ConfirmationRequired, 409),
+    # The run moved under the request (a guarded write found nothing to move): retry.
+    (StaleTransition, 409),
     (ConfigError, 500),
 )
 

@@ -52,7 +52,7 @@ from cairn.model.keys import ExecutionKey
 from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome, StepWrites
 from cairn.model.state import RunState
-from cairn.model.statuses import NodeStatus, RunStatus
+from cairn.model.statuses import NodeStatus, RunStatus, stopped_execution
 from cairn.store.records import from_epoch, utcnow
 from cairn.store.sql import Store, Tx
 
@@ -402,7 +402,7 @@ class Steps:
                 node = new.nodes.get(command.node)
                 if node is not None and not node.active:
                     key = ExecutionKey(row.id, command.node, command.iteration, Phase.RUN.value)
-                    tx.set_execution_status(key, node.status.value)
+                    tx.set_execution_status(key, stopped_execution(node.status))
                 if node is not None and node.child is not None and isinstance(command, CancelNode):
                     child = child_run_id(row.id, command.node, command.iteration, command.attempt)
                     stop = CancelRequested(

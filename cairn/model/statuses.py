@@ -185,6 +185,15 @@ EXECUTION_TRANSITIONS: Mapping[ExecutionStatus, frozenset[ExecutionStatus]] = {
 }
 
 
+def stopped_execution(node: NodeStatus) -> ExecutionStatus:
+    """What an execution's row records when its run stops waiting for it (cancelled,
+    detached, timed out): the node's status — or, for a node that will retry after this
+    attempt timed out, ``timed_out``: the row is the attempt's, not the node's."""
+    if node is NodeStatus.RETRYING:
+        return ExecutionStatus.TIMED_OUT
+    return ExecutionStatus(node.value)
+
+
 def advance_run(subject: str, current: RunStatus, target: RunStatus) -> RunStatus:
     """Check that a run may move from ``current`` to ``target``; return ``target``."""
     if target not in RUN_TRANSITIONS[current]:

@@ -17,20 +17,44 @@ import psycopg
 from sqlalchemy import Connection
 from sqlalchemy import exc as sa_exc
 
-from cairn.errors import StoreRefused, StoreUnavailable
+from cairn.errors import StaleTransition, StoreRefused, StoreUnavailable
 
 _OUTAGES = (psycopg.OperationalError, psycopg.InterfaceError)
+# cairn_refuse (migration 0011): a guard inside one of the step's statements found
+# nothing to move.
+REFUSED_STATE = "CRN01"
+CHECK_VIOLATION = "23514"
+
+
+def _driver_error(error: BaseException) -> BaseException:
+    return error.orig if isinstance(error, sa_exc.DBAPIError) and error.orig else error
 
 
 @contextmanager
 def translated(connection: Connection | None = None) -> Iterator[None]:
     try:
         yield
-    except _OUTAGES as error:
-        if connection is not None:
+    except (psycopg.Error, sa_exc.DBAPIError) as error:
+        translation = _translation(error, connection)
+        if translation is error:
+            raise
+        raise translation from error
+
+
+def _translation(error: BaseException, connection: Connection | None) -> BaseException:
+    driver = _driver_error(error)
+    sqlstate = getattr(driver, "sqlstate", None)
+    if sqlstate == REFUSED_STATE:
+        message = getattr(getattr(driver, "diag", None), "message_primary", None)
+        return StaleTransition(message or str(driver))
+    if isinstance(driver, _OUTAGES):
+        if connection is not None and isinstance(error, psycopg.Error):
             connection.invalidate()
-        raise StoreUnavailable(f"the database cannot be reached: {error}") from error
-    except (sa_exc.OperationalError, sa_exc.InterfaceError) as error:
-        raise StoreUnavailable(f"the database cannot be reached: {error.orig}") from error
-    except (sa_exc.DataError, psycopg.DataError) as error:
-        raise StoreRefused(f"the database refused a value: {error}") from error
+        return StoreUnavailable(f"the database cannot be reached: {driver}")
+    if isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError):
+        return StoreUnavailable(f"the database cannot be reached: {driver}")
+    if isinstance(error, sa_exc.DataError | psycopg.DataError):
+        return StoreRefused(f"the database refused a value: {error}")
+    if sqlstate == CHECK_VIOLATION or "CHECK constraint failed" in str(driver):
+        return StoreRefused(f"the database refused a value: {driver}")
+    return error

@@ -4,11 +4,12 @@ which worker's result counts, whose claim is current, and that a timer fires onc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from sqlalchemy import delete, select, update
 
+from cairn.errors import StaleTransition
 from cairn.model.keys import ExecutionKey
 from cairn.model.statuses import ExecutionStatus
 from cairn.store.base import TxBase
@@ -42,6 +43,8 @@ class ExecutionsTx(TxBase):
             attempt=attempt,
             dispatched_at=now,
         )
+        # Forward only: a dispatch to a key on record is the next attempt (a retry, an
+        # operator's), never the same one again or an older one.
         return stmt.on_conflict_do_update(
             index_elements=["run_id", "node", "iteration", "phase"],
             set_={
@@ -52,33 +55,61 @@ class ExecutionsTx(TxBase):
                 "error_class": None,
                 "error": None,
             },
+            where=executions.c.attempt < attempt,
         )
 
-    def set_execution_status(self, key: ExecutionKey, status: str) -> None:
-        self.connection.execute(
+    def _moved(
+        self,
+        moved: int,
+        key: ExecutionKey,
+        target: ExecutionStatus,
+        sources: Collection[str],
+        *,
+        missing_ok: bool = False,
+    ) -> None:
+        """The verdict on a guarded write that moved ``moved`` rows: done, or the row is
+        already where it would have put it; anything else raises StaleTransition."""
+        if moved:
+            return
+        found = self.connection.execute(
+            select(executions.c.status, executions.c.attempt).where(where(key))
+        ).first()
+        if found is None and missing_ok:
+            return
+        if found is not None and found.status == target:
+            return
+        was = "no row" if found is None else f"{found.status} (attempt {found.attempt})"
+        raise StaleTransition(
+            f"execution {key} cannot become {target.value}: it is {was}, "
+            f"not one of {', '.join(sorted(sources))}"
+        )
+
+    def set_execution_status(self, key: ExecutionKey, status: ExecutionStatus) -> None:
+        """The run stopped waiting for an unfinished execution (cancelled, detached, timed
+        out): a late result must not count. A key with no row (a wait) has nothing to stop."""
+        moved = self.connection.execute(
             update(executions)
             .where(where(key), executions.c.status.in_(ACTIVE_EXECUTION))
-            .values(status=status, finished_at=self.stamp())
-        )
+            .values(status=status.value, finished_at=self.stamp())
+        ).rowcount
+        self._moved(moved, key, status, ACTIVE_EXECUTION, missing_ok=True)
 
     def hold_execution(self, key: ExecutionKey, attempt: int) -> None:
         """Recovery stops at this execution until an operator decides (see NodeHeld): it
         lost its worker (unfinished), or it is a compensation that failed for good."""
-        self.connection.execute(
+        sources = [*ACTIVE_EXECUTION, _FAILED]
+        moved = self.connection.execute(
             update(executions)
-            .where(
-                where(key),
-                executions.c.attempt == attempt,
-                executions.c.status.in_([*ACTIVE_EXECUTION, _FAILED]),
-            )
+            .where(where(key), executions.c.attempt == attempt, executions.c.status.in_(sources))
             .values(status=_HELD)
-        )
+        ).rowcount
+        self._moved(moved, key, ExecutionStatus.HELD, sources)
 
     def settle_execution(
         self, key: ExecutionKey, status: str, result: Mapping[str, Any] | None, error: str | None
     ) -> None:
         """Write an operator's settlement of a held execution, as a worker's result."""
-        self.connection.execute(
+        moved = self.connection.execute(
             update(executions)
             .where(where(key), executions.c.status == _HELD)
             .values(
@@ -88,7 +119,8 @@ class ExecutionsTx(TxBase):
                 worker="operator",
                 finished_at=self.stamp(),
             )
-        )
+        ).rowcount
+        self._moved(moved, key, ExecutionStatus(status), [_HELD])
 
     def executions_of(self, run_id: str) -> list[Any]:
         return list(

@@ -72,24 +72,43 @@ FOR UPDATE OF r
 """
 )
 
-DISPATCH = """
-WITH scheduled AS (
-  INSERT INTO node_executions (run_id, node, iteration, phase, status, attempt, dispatched_at)
-  VALUES (%(run_id)s, %(node)s, %(iteration)s, %(phase)s, 'scheduled', %(attempt)s, now())
+# A dispatch to a key on record moves its execution forward — the next attempt, never
+# the same one again — or the statement fails (cairn_refuse: migration 0011), and with it
+# the step's transaction.
+_FORWARD_ONLY = """
   ON CONFLICT (run_id, node, iteration, phase) DO UPDATE
   SET status = 'scheduled', attempt = EXCLUDED.attempt, dispatched_at = EXCLUDED.dispatched_at,
       finished_at = NULL, error_class = NULL, error = NULL
+  WHERE node_executions.attempt < EXCLUDED.attempt
+  RETURNING 1
+"""
+_STALE_DISPATCH = (
+    "'stale transition: a dispatch of run ' || {run} || ' is not newer than the attempt on record'"
 )
+
+DISPATCH = (
+    """
+WITH scheduled AS (
+  INSERT INTO node_executions (run_id, node, iteration, phase, status, attempt, dispatched_at)
+  VALUES (%(run_id)s, %(node)s, %(iteration)s, %(phase)s, 'scheduled', %(attempt)s, now())"""
+    + _FORWARD_ONLY
+    + """)
 INSERT INTO outbox (run_id, topic, payload, created_at)
-VALUES (%(run_id)s, 'node', %(payload)s, now())
+SELECT %(run_id)s, 'node', %(payload)s, now()
+WHERE CASE WHEN EXISTS (SELECT 1 FROM scheduled) THEN true
+      ELSE cairn_refuse("""
+    + _STALE_DISPATCH.format(run="%(run_id)s::text")
+    + """) = 0 END
 RETURNING id
 """
+)
 
 # What a step writes once its run row is in place (the CTE ``adv`` yields the run's id):
 # its event, a snapshot when due, sent-marks, and each dispatch's idempotency row and
 # outbox message. Shared by a run's first step (SUBMIT_RUN) and every later one
 # (COMPLETE_STEP).
-_STEP_WRITES = """
+_STEP_WRITES = (
+    """
 appended AS (
   INSERT INTO events (run_id, seq, type, data, outcome, at)
   SELECT id, %(last_seq)s, %(type)s, %(data)s, %(outcome)s, %(at)s FROM adv
@@ -105,13 +124,15 @@ appended AS (
   INSERT INTO node_executions (run_id, node, iteration, phase, status, attempt, dispatched_at)
   SELECT adv.id, d.node, d.iteration, d.phase, 'scheduled', d.attempt, now()
   FROM adv, unnest(%(d_node)s::text[], %(d_iteration)s::int[], %(d_phase)s::text[],
-                   %(d_attempt)s::int[]) AS d(node, iteration, phase, attempt)
-  ON CONFLICT (run_id, node, iteration, phase) DO UPDATE
-  SET status = 'scheduled', attempt = EXCLUDED.attempt, dispatched_at = EXCLUDED.dispatched_at,
-      finished_at = NULL, error_class = NULL, error = NULL
-), box AS (
+                   %(d_attempt)s::int[]) AS d(node, iteration, phase, attempt)"""
+    + _FORWARD_ONLY
+    + """), box AS (
   INSERT INTO outbox (run_id, topic, payload, created_at)
   SELECT adv.id, 'node', p.payload, now() FROM adv, unnest(%(d_payload)s::jsonb[]) AS p(payload)
+  WHERE CASE WHEN (SELECT count(*) FROM scheduled) = cardinality(%(d_node)s::text[]) THEN true
+        ELSE cairn_refuse("""
+    + _STALE_DISPATCH.format(run="adv.id")
+    + """) = 0 END
   RETURNING id, payload->>'node' AS node, (payload->>'iteration')::int AS iteration,
             payload->>'phase' AS phase
 ), armed AS (
@@ -124,6 +145,7 @@ appended AS (
   WHERE run_id IN (SELECT id FROM adv) AND timer_id = ANY(%(t_disarmed)s::text[])
 )
 """
+)
 
 _OUTBOX_IDS = """
 coalesce((SELECT json_agg(json_build_array(id, node, iteration, phase)) FROM box),
@@ -192,10 +214,16 @@ WITH appended AS (
   ON CONFLICT (run_id, timer_id) DO UPDATE SET due_at = EXCLUDED.due_at, fired_at = NULL
 ), disarmed AS (
   DELETE FROM timers WHERE run_id = %(run_id)s AND timer_id = ANY(%(t_disarmed)s::text[])
-)
-UPDATE runs"""
+), adv AS (
+  UPDATE runs"""
     + _ADVANCE_RUN
-    + "WHERE id = %(run_id)s\n"
+    + """  WHERE id = %(run_id)s AND last_seq = %(last_seq)s::integer - 1
+  RETURNING id
+)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM adv) THEN 1
+       ELSE cairn_refuse('stale transition: run ' || %(run_id)s::text
+                         || ' is no longer at seq ' || (%(last_seq)s::integer - 1)) END
+"""
 )
 
 

@@ -5,12 +5,15 @@ the two never drift apart.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
     BigInteger,
+    CheckConstraint,
     DateTime,
     Float,
     Index,
@@ -26,6 +29,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from cairn.model.effects import EffectStatus
+from cairn.model.statuses import ExecutionStatus, RunStatus
+
 # JSONB on PostgreSQL (indexable, compact), plain JSON text on SQLite.
 Json = JSON().with_variant(JSONB(), "postgresql")
 # BIGSERIAL on PostgreSQL; SQLite only auto-increments an INTEGER PRIMARY KEY.
@@ -38,6 +44,12 @@ NAMING = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+def _known(statuses: Iterable[StrEnum]) -> CheckConstraint:
+    """A status column holds only the statuses its state machine has (migration 0011)."""
+    listed = ", ".join(f"'{status.value}'" for status in statuses)
+    return CheckConstraint(f"status IN ({listed})", name="status")
 
 
 class Base(DeclarativeBase):
@@ -62,6 +74,7 @@ class RunRow(Base):
     __tablename__ = "runs"
     __table_args__ = (
         UniqueConstraint("namespace", "request_id"),
+        _known(RunStatus),
         Index("ix_runs_status_updated_at", "status", "updated_at"),
         # Listing a namespace's runs, newest first (migration 0008).
         Index("ix_runs_namespace_created_at_id", "namespace", "created_at", "id"),
@@ -128,7 +141,10 @@ class NodeExecutionRow(Base):
     result recorded for a key is the result."""
 
     __tablename__ = "node_executions"
-    __table_args__ = (Index("ix_node_executions_status_dispatched_at", "status", "dispatched_at"),)
+    __table_args__ = (
+        _known(ExecutionStatus),
+        Index("ix_node_executions_status_dispatched_at", "status", "dispatched_at"),
+    )
 
     run_id: Mapped[str] = mapped_column(String(36), primary_key=True)
     node: Mapped[str] = mapped_column(String(200), primary_key=True)
@@ -223,6 +239,7 @@ class EffectRow(Base):
     __tablename__ = "effects"
     __table_args__ = (
         UniqueConstraint("namespace", "key"),
+        _known(EffectStatus),
         Index("ix_effects_status_updated_at", "status", "updated_at"),
         Index("ix_effects_run_id", "run_id"),
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
+from cairn.errors import StaleTransition
 from cairn.faults import fault_point
 from cairn.model.keys import ExecutionKey
 from cairn.model.outcomes import StepWrites
@@ -128,7 +129,11 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
         commits it in the same round trip on PostgreSQL (see cairn.store.fastpath)."""
         ids = []
         for key, attempt, payload in writes.dispatches:
-            self.connection.execute(self._schedule_statement(key, attempt))
+            if not self.connection.execute(self._schedule_statement(key, attempt)).rowcount:
+                raise StaleTransition(
+                    f"dispatch of {key} attempt {attempt}: an execution of that attempt or a "
+                    "newer one is on record"
+                )
             ids.append(
                 int(
                     self.connection.execute(
@@ -173,10 +178,12 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
         for timer_id in writes.disarmed:
             self.disarm_timer(run_id, timer_id)
         cached = writes.run.get("state")
-        self.connection.execute(
+        advanced = self.connection.execute(
             update(runs)
-            .where(runs.c.id == run_id)
+            .where(runs.c.id == run_id, runs.c.last_seq == writes.seq - 1)
             .values(**{**writes.run, "state": json.loads(cached) if cached else None})
         )
+        if not advanced.rowcount:
+            raise StaleTransition(f"run {run_id} is no longer at seq {writes.seq - 1}")
         self.mark_sent(writes.sent)
         return ids

@@ -12,6 +12,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
+from cairn.errors import StaleTransition, StoreRefused
 from cairn.model.keys import ExecutionKey
 from cairn.model.outcomes import StepWrites
 from cairn.model.statuses import ExecutionStatus
@@ -77,6 +80,25 @@ def started(store: Store) -> tuple[str, ExecutionKey, float]:
         assert tx.insert_run(values)
         tx.write_step(values["id"], first_step(values["id"], at))
     return values["id"], ExecutionKey(values["id"], NODE, 1, "run"), at
+
+
+def next_step(run_id: str, at: float, *, seq: int, attempt: int, node: str = NODE) -> StepWrites:
+    """A later decision (event ``seq``) that dispatches ``node`` at ``attempt``."""
+    first = first_step(run_id, at, attempt=attempt)
+    key = ExecutionKey(run_id, node, 1, "run")
+    message = {**first.dispatches[0][2], "node": node}
+    return StepWrites(
+        run={**first.run, "last_seq": seq},
+        event={"type": "node_finished", "at": at},
+        outcome={"status": "running"},
+        sent=[],
+        dispatches=[(key, attempt, message)],
+    )
+
+
+def seq_and_events(store: Store, run_id: str) -> tuple[int, list[int]]:
+    with store.reading() as tx:
+        return tx.run(run_id).last_seq, [e.seq for e in tx.events_after(run_id, 0)]
 
 
 def result(status: ExecutionStatus = ExecutionStatus.SUCCEEDED) -> dict[str, Any]:
@@ -185,8 +207,8 @@ class StoreContract:
             {"charge_id": "ch_1"},
             "operator",
         )
-        with store.transaction() as tx:  # only a held execution is settled
-            tx.settle_execution(key, "failed", None, "too late")
+        with pytest.raises(StaleTransition), store.transaction() as tx:
+            tx.settle_execution(key, "failed", None, "too late")  # only a held one is settled
         with store.reading() as tx:
             assert tx.execution(key).status == "succeeded"
         assert run_id
@@ -197,9 +219,69 @@ class StoreContract:
             assert not tx.stop_requested(key, 1)
             assert tx.stop_requested(key, 2)  # a newer attempt is the one awaited
         with store.transaction() as tx:
-            tx.set_execution_status(key, "cancelled")
+            tx.set_execution_status(key, ExecutionStatus.CANCELLED)
         with store.reading() as tx:
             assert tx.stop_requested(key, 1)
+
+    # -- guarded transitions: each states where it moves from, and refuses loudly --------
+
+    def test_a_dispatch_only_moves_an_execution_forward(self, store: Store) -> None:
+        run_id, key, at = started(store)
+        with pytest.raises(StaleTransition), store.transaction() as tx:
+            tx.write_step(run_id, next_step(run_id, at, seq=2, attempt=1))  # attempt 1 again
+        assert seq_and_events(store, run_id) == (1, [1])  # nothing of that step was written
+        with store.transaction() as tx:
+            tx.write_step(run_id, next_step(run_id, at, seq=2, attempt=2))
+        with store.reading() as tx:
+            row = tx.execution(key)
+        assert (row.status, row.attempt) == ("scheduled", 2)
+        assert seq_and_events(store, run_id) == (2, [1, 2])
+
+    def test_a_step_that_does_not_follow_the_runs_seq_is_refused(self, store: Store) -> None:
+        run_id, _key, at = started(store)
+        with pytest.raises(StaleTransition), store.transaction() as tx:
+            tx.write_step(run_id, next_step(run_id, at, seq=3, attempt=2, node="other"))
+        assert seq_and_events(store, run_id) == (1, [1])
+
+    def test_the_one_step_completion_refuses_a_backward_dispatch(self, store: Store) -> None:
+        run_id, key, at = started(store)
+        with store.transaction() as tx:
+            tx.write_step(run_id, next_step(run_id, at, seq=2, attempt=1, node="other"))
+        stale = next_step(run_id, at, seq=3, attempt=1, node="other")
+        with pytest.raises(StaleTransition), store.statements(writes=True) as tx:
+            tx.complete_step(key, attempt=1, fence=1, known_seq=2, result=result(), writes=stale)
+        with store.reading() as tx:
+            assert tx.execution(key).status == "scheduled"  # the result went with the step
+        assert seq_and_events(store, run_id) == (2, [1, 2])
+
+    def test_only_an_unfinished_or_failed_execution_is_held(self, store: Store) -> None:
+        _run_id, key, _at = started(store)
+        with store.transaction() as tx:
+            tx.hold_execution(key, 1)
+            tx.hold_execution(key, 1)  # held already: where the write would put it
+        with store.transaction() as tx:
+            tx.settle_execution(key, "succeeded", {}, None)
+        with pytest.raises(StaleTransition, match="cannot become held"), store.transaction() as tx:
+            tx.hold_execution(key, 1)
+        with store.reading() as tx:
+            assert tx.execution(key).status == "succeeded"
+
+    def test_stopping_an_execution_refuses_one_that_finished(self, store: Store) -> None:
+        run_id, key, _at = started(store)
+        with store.transaction() as tx:  # no row (a wait): nothing to stop
+            tx.set_execution_status(
+                ExecutionKey(run_id, "wait", 1, "run"), ExecutionStatus.CANCELLED
+            )
+            tx.finish_and_lock(key, 1, 1, result())
+        with pytest.raises(StaleTransition), store.transaction() as tx:
+            tx.set_execution_status(key, ExecutionStatus.CANCELLED)
+        with store.reading() as tx:
+            assert tx.execution(key).status == "succeeded"
+
+    def test_a_status_no_state_machine_has_is_refused(self, store: Store) -> None:
+        values = {**new_run_values(store), "status": "bogus"}
+        with pytest.raises(StoreRefused), store.transaction() as tx:
+            tx.insert_run(values)
 
     def test_stalled_executions_are_those_dispatched_before_a_time(self, store: Store) -> None:
         _run_id, _key, at = started(store)

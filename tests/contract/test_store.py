@@ -33,6 +33,6 @@ class TestPostgresStore(StoreContract):
             psycopg.connect(PG_ADMIN, connect_timeout=3).close()
         except psycopg.OperationalError as error:
             unavailable("PostgreSQL", error)
-        engine = make_engine(request.getfixturevalue("database_url"))
-        yield store_for(engine)
-        engine.dispose()
+        store = store_for(make_engine(request.getfixturevalue("database_url")))
+        yield store
+        store.dispose()

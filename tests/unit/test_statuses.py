@@ -8,6 +8,7 @@ import pytest
 
 from cairn.errors import IllegalTransition
 from cairn.model.statuses import (
+    EXECUTION_TRANSITIONS,
     NODE_TERMINAL,
     NODE_TRANSITIONS,
     RUN_TERMINAL,
@@ -16,7 +17,10 @@ from cairn.model.statuses import (
     RunStatus,
     advance_node,
     advance_run,
+    stopped_execution,
 )
+from cairn.model.statuses import ExecutionStatus as E
+from cairn.store.records import ACTIVE_EXECUTION
 
 RUN_PAIRS = list(itertools.product(RunStatus, RunStatus))
 NODE_PAIRS = list(itertools.product(NodeStatus, NodeStatus))
@@ -80,3 +84,31 @@ def test_illegal_transition_serialises() -> None:
         "code": "illegal_transition",
         "message": "run r1: succeeded -> running is not allowed: the run is finished",
     }
+
+
+# -- executions: the store's guarded writes move only along the table -----------------
+
+
+def test_the_stores_guarded_writes_follow_the_execution_table() -> None:
+    """Each guarded write of cairn.store states the statuses it moves from; every one of
+    those moves is in EXECUTION_TRANSITIONS (a write the table forbids is a bug)."""
+    stop_sources = ACTIVE_EXECUTION
+    for target in (E.CANCELLED, E.TIMED_OUT, E.HELD):  # stopping: cancel, detach, time out
+        assert all(target in EXECUTION_TRANSITIONS[E(s)] for s in stop_sources)
+    hold_sources = [*ACTIVE_EXECUTION, E.FAILED.value]
+    assert all(E.HELD in EXECUTION_TRANSITIONS[E(s)] for s in hold_sources)
+    for settled in (E.SUCCEEDED, E.FAILED, E.CANCELLED):
+        assert settled in EXECUTION_TRANSITIONS[E.HELD]
+    # A dispatch (the next attempt) may follow every status a retry starts from.
+    for retried in (E.SCHEDULED, E.RUNNING, E.FAILED, E.TIMED_OUT, E.HELD):
+        assert E.SCHEDULED in EXECUTION_TRANSITIONS[retried]
+
+
+def test_a_stopped_execution_records_what_its_attempt_did() -> None:
+    assert stopped_execution(NodeStatus.CANCELLED) is E.CANCELLED
+    assert stopped_execution(NodeStatus.TIMED_OUT) is E.TIMED_OUT
+    assert stopped_execution(NodeStatus.HELD) is E.HELD
+    # The node retries after its attempt timed out: the row is the attempt's.
+    assert stopped_execution(NodeStatus.RETRYING) is E.TIMED_OUT
+    with pytest.raises(ValueError, match="'waiting' is not a valid ExecutionStatus"):
+        stopped_execution(NodeStatus.WAITING)  # a wait has no execution to stop
