@@ -19,7 +19,7 @@ from cairn.model.definition import (
 from cairn.model.durations import format_duration
 
 if TYPE_CHECKING:
-    from cairn.timetravel.timeline import Change
+    from cairn.timetravel.diff import Change
 
 
 def as_table(definition: WorkflowDefinition) -> Table:

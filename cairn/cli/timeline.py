@@ -11,7 +11,9 @@ import typer
 from cairn.cli._app import app, cwd_importable, out
 
 if TYPE_CHECKING:
-    from cairn.timetravel.timeline import Bisection, Check, History, Step
+    from cairn.timetravel.bisection import Bisection, Check
+    from cairn.timetravel.history import History
+    from cairn.timetravel.steps import Step
 from cairn.cli.render import change_lines
 
 EXIT_NOT_FOUND = 1  # bisect: no step to blame (fails from the start, or never fails)
@@ -51,7 +53,7 @@ def state(
     """The run's full state after event SEQ: the latest snapshot at or before it plus the
     events since, replayed through the decider (nothing runs again)."""
     from cairn.client import Client
-    from cairn.timetravel.timeline import plain
+    from cairn.timetravel.diff import plain
 
     client = Client()
     try:
@@ -123,7 +125,7 @@ def bisect(
     step with its input and output. Exit 1 if no step is to blame: it fails from the
     start, or it never fails."""
     from cairn.client import Client
-    from cairn.timetravel.timeline import Verdict, load_predicate
+    from cairn.timetravel.bisection import Verdict, load_predicate
 
     cwd_importable()
     predicate = load_predicate(check)
@@ -184,7 +186,7 @@ def _duration(seconds: float, measured_by: str | None) -> str:
 
 
 def bisection_lines(found: Bisection) -> list[str]:
-    from cairn.timetravel.timeline import Verdict
+    from cairn.timetravel.bisection import Verdict
 
     checks = f"{len(found.checks)} check(s)"
     if found.verdict is Verdict.NO_STEPS:

@@ -6,7 +6,7 @@ its vars patched, linked to it by lineage (parent run, fork seq).
   the run going; not inside a parallel section) — its latest seq included — with a JSON
   merge patch (RFC 7386) applied to its ``vars``.
 - A **dry run** (the default) goes forward from there in this process: the decider, and
-  the handlers in a replay context (:class:`~cairn.timetravel.replay.ReplaySpace`) — no
+  the handlers in a replay context (:class:`~cairn.timetravel.replay_space.ReplaySpace`) — no
   broker, no lease, no row written — until the run ends, parks at a wait (what it waits
   for is reported), starts a child run (not simulated), hits an effect it may not answer
   (refused), or the step cap. Its effects never reach the world: the parent's recorded
@@ -40,9 +40,11 @@ from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import Event, Phase, RunForked, TimerFired
 from cairn.model.payloads import storable_json
 from cairn.model.state import RunState, TimerKind
+from cairn.timetravel.diff import plain
 from cairn.timetravel.ledger import EffectUse
-from cairn.timetravel.replay import ArtifactSandbox, Executed, ReplaySpace, replay_namespace
-from cairn.timetravel.timeline import SeqOutOfRange, plain
+from cairn.timetravel.replay_space import Executed, ReplaySpace
+from cairn.timetravel.sandbox import ArtifactSandbox, replay_namespace
+from cairn.timetravel.timeline import SeqOutOfRange
 
 DEFAULT_MAX_STEPS = 200
 

@@ -18,7 +18,8 @@ from cairn.cli import timeline as timeline_cli  # noqa: F401 - registers the com
 from cairn.cli.main import app
 from cairn.config import Settings
 from cairn.model.statuses import RunStatus
-from cairn.timetravel.timeline import Verdict, plain
+from cairn.timetravel.bisection import Verdict
+from cairn.timetravel.diff import plain
 from tests.integration import timeline_handlers
 from tests.integration.conftest import Cluster
 

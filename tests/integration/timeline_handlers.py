@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from cairn import TransientError
-from cairn.timetravel.timeline import digest
+from cairn.timetravel.steps import digest
 
 
 def _observe(ctx: Any, state: dict[str, Any]) -> int:

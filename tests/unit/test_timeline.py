@@ -26,18 +26,10 @@ from cairn.model.events import NodeHeld, stamped
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.sql import Tx
-from cairn.timetravel.timeline import (
-    BadPredicate,
-    Change,
-    SeqOutOfRange,
-    Timeline,
-    Verdict,
-    diff_values,
-    digest,
-    first_failing,
-    load_predicate,
-    plain,
-)
+from cairn.timetravel.bisection import BadPredicate, Verdict, first_failing, load_predicate
+from cairn.timetravel.diff import Change, diff_values, plain
+from cairn.timetravel.steps import digest
+from cairn.timetravel.timeline import SeqOutOfRange, Timeline
 from tests.integration import timeline_handlers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -132,6 +124,12 @@ def test_digests_are_canonical() -> None:
     assert digest({"a": 1, "b": [1, {"c": "é"}]}) == digest({"b": [1, {"c": "é"}], "a": 1})
     assert digest({"a": 1}) != digest({"a": 1.5})
     assert len(digest({})) == 64
+
+
+def test_the_digest_is_importable_where_the_docs_name_it() -> None:
+    from cairn.timetravel import timeline  # noqa: PLC0415
+
+    assert timeline.digest is digest  # docs/time-travel.md: cairn.timetravel.timeline.digest
 
 
 def test_diff_walks_dicts_and_lists_and_names_paths() -> None:

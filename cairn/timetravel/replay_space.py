@@ -1,0 +1,222 @@
+"""Running a handler again in a replay context (:class:`ReplaySpace`): the state it was
+given, effects answered by a read-only :class:`~cairn.timetravel.ledger.ReplayLedger`,
+artifacts put into a :class:`~cairn.timetravel.sandbox.ArtifactSandbox`, no lease, no
+heartbeat, nothing written to the database — and its result as the event a worker
+would have reported (:class:`Executed`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cairn.config import Settings
+from cairn.decider.budget import allowance
+from cairn.effects.ledger import effect_scope
+from cairn.errors import CairnError, InvalidInput, UnknownNode
+from cairn.model.classify import classify
+from cairn.model.definition import ErrorClass, PersistKind, TaskNode, WorkflowDefinition
+from cairn.model.events import NodeCancelled, NodeFailed, NodeSucceeded, Phase
+from cairn.model.failures import Cancelled
+from cairn.model.payloads import storable_json
+from cairn.model.state import RunState
+from cairn.store.sql import Store
+from cairn.timetravel.ledger import Answer, EffectUse, ReplayLedger
+from cairn.timetravel.sandbox import ArtifactSandbox, ReplayArtifacts, replay_namespace
+from cairn.workers.context import StepContext
+
+
+class BadOutput(CairnError):
+    code = "bad_output"
+    error_class = ErrorClass.PERMANENT.value
+
+
+@dataclass(frozen=True)
+class Executed:
+    """One handler execution in a replay context, and everything it did there."""
+
+    event: NodeSucceeded | NodeFailed | NodeCancelled
+    effects: tuple[EffectUse, ...] = ()
+    progress: tuple[dict[str, Any], ...] = ()
+    puts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return self.event.type.removeprefix("node_")
+
+    @property
+    def output(self) -> Mapping[str, Any] | None:
+        return self.event.output if isinstance(self.event, NodeSucceeded) else None
+
+    @property
+    def error(self) -> str | None:
+        if isinstance(self.event, NodeFailed):
+            return f"{self.event.error_class.value}: {self.event.message}"
+        return "cancelled at a safe point" if isinstance(self.event, NodeCancelled) else None
+
+    @property
+    def refused(self) -> list[EffectUse]:
+        return [use for use in self.effects if use.answer == Answer.REFUSED]
+
+    def to_dict(self) -> dict[str, Any]:
+        charges = getattr(self.event, "charges", None)
+        return {
+            "status": self.status,
+            "output": dict(self.output) if self.output is not None else None,
+            "error": self.error,
+            "effects": [use.to_dict() for use in self.effects],
+            "charges": dict(charges) if charges else {},
+            "progress": list(self.progress),
+            "artifacts": {name: dict(ref) for name, ref in self.puts.items()},
+        }
+
+
+@dataclass
+class ReplaySpace:
+    """Where one replay (or dry run) reads and where its writes go.
+
+    ``namespace`` and ``scope`` locate the recorded effects (the real run's, or a fork's
+    parent's); ``source_run`` is the run whose artifacts stand for the replayed run's;
+    ``sandbox`` takes every artifact put. Nothing here writes the database."""
+
+    store: Store
+    settings: Settings
+    namespace: str
+    scope: str | None
+    source_run: str
+    sandbox: ArtifactSandbox
+
+    @classmethod
+    def of(cls, store: Store, settings: Settings, run: Any) -> ReplaySpace:
+        """Reading the real run ``run`` (its row)."""
+        return cls(
+            store,
+            settings,
+            run.namespace,
+            effect_scope(run),
+            str(run.id),
+            ArtifactSandbox(replay_namespace(run.namespace)),
+        )
+
+    def execute(
+        self,
+        definition: WorkflowDefinition,
+        state: RunState,
+        *,
+        run_id: str,
+        node: str,
+        iteration: int,
+        attempt: int,
+        phase: Phase,
+        at: float,
+        resumed: bool = False,
+    ) -> Executed:
+        """Run the handler (or compensation) registered now for ``node`` on ``state``,
+        in a replay context; its result as the event a worker would have reported."""
+        declared = definition.nodes.get(node)
+        if declared is None:
+            raise UnknownNode(f"{definition.key} has no node {node!r}")
+        ref = (
+            declared.compensate
+            if phase is Phase.COMPENSATE
+            else (declared.handler if isinstance(declared, TaskNode) else None)
+        )
+        if ref is None:
+            raise InvalidInput(f"{definition.key} node {node!r} has nothing to run in {phase}")
+        ephemeral = (
+            isinstance(declared, TaskNode) and declared.persist.kind is PersistKind.EPHEMERAL
+        )
+        ledger = ReplayLedger(
+            self.store,
+            namespace=self.namespace,
+            run_id=run_id,
+            node=node,
+            iteration=iteration,
+            attempt=attempt,
+            fence=0,
+            max_payload_bytes=self.settings.max_payload_bytes,
+            refusal=f"{node} is ephemeral: it cannot have external effects" if ephemeral else None,
+            scope=self.scope,
+        )
+        progress: list[dict[str, Any]] = []
+        artifacts = ReplayArtifacts(
+            self.store,
+            self.settings,
+            self.sandbox,
+            run_id=run_id,
+            source_run=self.source_run,
+            known=state.artifacts,
+            node=node,
+            iteration=iteration,
+            attempt=attempt,
+            phase=phase.value,
+        )
+        ctx = StepContext(
+            run_id=run_id,
+            workflow=definition.name,
+            node=node,
+            iteration=iteration,
+            attempt=attempt,
+            phase=phase.value,
+            state=state,
+            on_progress=lambda p: progress.append(
+                {"done": p.done, "total": p.total, "message": p.message}
+            ),
+            resumed=resumed,
+            allowance=allowance(definition, state, node) if phase is Phase.RUN else None,
+            artifacts=artifacts,
+            effects=ledger,
+        )
+        event = _run(ref.resolve(), ctx, phase, at, self.settings.max_payload_bytes)
+        return Executed(event, tuple(ledger.uses), tuple(progress), ctx.added_artifacts())
+
+
+def _run(
+    handler: Callable[..., Any], ctx: StepContext, phase: Phase, at: float, limit: int
+) -> NodeSucceeded | NodeFailed | NodeCancelled:
+    """The handler's result as the worker would report it (see NodeRunner._execute)."""
+    common: dict[str, Any] = {
+        "at": at,
+        "node": ctx.node,
+        "iteration": ctx.iteration,
+        "attempt": ctx.attempt,
+        "phase": phase,
+    }
+    started = time.perf_counter()
+    try:
+        output = _checked_output(handler(ctx, ctx.handler_state()), limit)
+    except Cancelled:
+        return NodeCancelled(**common, charges=ctx.charges or None)
+    except Exception as exc:  # the handler's failure is the result being compared
+        ctx.log.info("replayed handler failed: %s: %s", type(exc).__name__, exc)
+        return NodeFailed(
+            **common,
+            error_class=classify(exc),
+            message=f"{type(exc).__name__}: {exc}",
+            charges=ctx.charges or None,
+            timings=ctx.execution_timings(time.perf_counter() - started),
+        )
+    return NodeSucceeded(
+        **common,
+        output=output,
+        messages=ctx.added_messages(),
+        sessions=ctx.changed_sessions() or None,
+        charges=ctx.charges or None,
+        artifacts=ctx.added_artifacts() or None,
+        timings=ctx.execution_timings(time.perf_counter() - started),
+    )
+
+
+def _checked_output(output: Any, limit: int) -> dict[str, Any]:
+    if output is None:
+        return {}
+    if not isinstance(output, dict):
+        raise BadOutput(
+            f"a handler returns a dict (merged into the state) or None, not {type(output).__name__}"
+        )
+    try:
+        storable_json(output, what="the handler's output", limit_bytes=limit)
+    except InvalidInput as exc:
+        raise BadOutput(str(exc)) from exc
+    return output
