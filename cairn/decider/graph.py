@@ -3,8 +3,8 @@
 No I/O, no clock, no randomness: the time comes in on the event, jitter is derived from
 the execution key, and the only code it calls besides its own is a branch's guard, which
 the definition contract requires to be a pure function of the state. Every rule about how
-a run moves lives here; the store, the workers and the scheduler carry out its commands
-and feed it events, and none of them re-implements a rule.
+a run moves lives in this package; the store, the workers and the scheduler carry out its
+commands and feed it events, and none of them re-implements a rule.
 
 An event the run must refuse (a signal nobody waits for, a cancel of a finished run)
 raises a :class:`~cairn.errors.CairnError` before anything is decided. An event that is
@@ -12,51 +12,26 @@ harmless but out of date (a duplicate delivery, a result from an attempt that wa
 already given up on, a timer that was disarmed) is *ignored*: the decision carries the
 unchanged state and says why.
 
-This module holds the event handlers and how a run moves along the graph; joins,
-stopping (failure, cancel, compensation, rollback), operator holds and the anomaly watch
-are parts of the same decision in :mod:`~cairn.decider.joins`,
-:mod:`~cairn.decider.stopping`, :mod:`~cairn.decider.holds` and
-:mod:`~cairn.decider.watch`, on the shared :class:`~cairn.decider.step.Step`.
+This module holds the entry: which handler each kind of event goes to, and what the
+decision hands back. How a run moves along the graph and what a node's result does are in
+:mod:`~cairn.decider.moves` (:class:`~cairn.decider.moves.Moves`, with joins, stopping,
+operator holds and the anomaly watch as parts of the same decision); signals and fired
+timers in :mod:`~cairn.decider.signal_received` and :mod:`~cairn.decider.timer_fired`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from cairn.decider.budget import added, allowance, branch_allowances
-from cairn.decider.children import MAX_DEPTH, child_run_id, correlation_id, picked
-from cairn.decider.holds import Holds
-from cairn.decider.joins import Joins
-from cairn.decider.step import (
-    DECISIONS_KEY,
-    OPERATOR,
-    RECOVERY_PREFIX,
-    RECOVERY_SIGNALS,
-    REWIND,
-    START,
-    Step,
-    Transition,
-    label_of,
-    outcome_node,
-    retry_delay_s,
-    timer_id,
-)
-from cairn.decider.stopping import Stopping
-from cairn.decider.watch import Watch
-from cairn.errors import EventRejected, IllegalTransition, NotWaiting, UnknownSignal
-from cairn.model.commands import CancelNode, Command, Dispatch, NotifyParent, StartChild
-from cairn.model.definition import (
-    AnyNode,
-    EndNode,
-    ErrorClass,
-    ParallelNode,
-    TaskNode,
-    WaitNode,
-    WorkflowDefinition,
-)
-from cairn.model.durations import format_duration
+from cairn.decider.moves import Moves
+from cairn.decider.signal_received import signal_received
+from cairn.decider.step import Transition
+from cairn.decider.timer_fired import timer_fired
+from cairn.errors import EventRejected
+from cairn.model.commands import Command
+from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import (
     CancelRequested,
     ChildFinished,
@@ -65,24 +40,14 @@ from cairn.model.events import (
     NodeFailed,
     NodeHeld,
     NodeSucceeded,
-    Phase,
     PlanInvalidated,
     RollbackRequested,
     RunForked,
     RunStarted,
     SignalReceived,
     TimerFired,
-    event_to_dict,
 )
-from cairn.model.state import (
-    BranchOutcome,
-    JoinState,
-    NodeState,
-    RunState,
-    TimerKind,
-    TimerState,
-)
-from cairn.model.statuses import NodeStatus, RunStatus
+from cairn.model.state import RunState
 
 
 @dataclass(frozen=True)
@@ -99,7 +64,7 @@ def decide(definition: WorkflowDefinition, state: RunState, event: Event) -> Dec
     ``state`` is not modified. Raises :class:`~cairn.errors.IllegalTransition` or an
     :class:`~cairn.errors.EventRejected` subclass when the event is not acceptable.
     """
-    step = _Step(definition, state.copy(), event.at)
+    step = Moves(definition, state.copy(), event.at)
     handler = _HANDLERS.get(type(event))
     if handler is None:
         raise EventRejected(f"the decider does not know event type {type(event).__name__}")
@@ -113,513 +78,20 @@ def decide(definition: WorkflowDefinition, state: RunState, event: Event) -> Dec
     return Decision(step.state, tuple(step.commands), tuple(step.transitions))
 
 
-class _Step(Watch, Holds, Stopping, Joins, Step):
-    """One decision: the event handlers and how a run moves along the graph."""
-
-    # -- events -------------------------------------------------------------------------
-
-    def started(self, event: RunStarted) -> str | None:
-        if self.state.status is not RunStatus.PENDING:
-            raise IllegalTransition(
-                "run",
-                self.state.run_id,
-                self.state.status.value,
-                RunStatus.RUNNING.value,
-                "the run has already started",
-            )
-        self.state.vars = dict(event.input)
-        self.state.parent = dict(event.parent) if event.parent is not None else None
-        self.state.budget = dict(event.budget) if event.budget is not None else None
-        self.state.started_at = event.at
-        self.enter(self.definition.start, START, "started")
-        return None
-
-    def node_succeeded(self, event: NodeSucceeded) -> str | None:
-        node = self.known_node(event.node)
-        if event.phase is Phase.COMPENSATE:
-            return self.compensation_succeeded(event)
-        current, stale = self.current_execution(event.node, event.iteration, event.attempt)
-        if stale:
-            return stale
-        current = self.charge(current, event.charges)
-        self.disarm_node_timers(event.node)
-        self.absorb_context(event)
-        self.note_tool_calls(event)
-        output = dict(event.output or {})
-        if (
-            self.state.status is RunStatus.CANCELLING
-            or event.node in self.definition.branch_parents
-        ):
-            # Cancelling: keep the result readable (and compensable) but go nowhere.
-            self.set_node(current, NodeStatus.SUCCEEDED)
-            self.record_compensable(node, current)
-            parent = self.definition.branch_parents.get(event.node)
-            if parent is not None:
-                self.transitions.append(Transition(event.node, "branch_succeeded", parent))
-                self.branch_finished(parent, event.node, BranchOutcome.SUCCEEDED, output)
-            else:
-                self.state.vars.update(output)
-            self.settle_cancel()
-            return None
-        assert isinstance(node, TaskNode)
-        self.follow(node, current, output)
-        return None
-
-    def node_failed(self, event: NodeFailed) -> str | None:
-        node = self.known_node(event.node)
-        if event.phase is Phase.COMPENSATE:
-            return self.compensation_failed(event)
-        current, stale = self.current_execution(event.node, event.iteration, event.attempt)
-        if stale:
-            return stale
-        current = self.charge(current, event.charges)
-        self.disarm_node_timers(event.node)
-        if self.state.status is RunStatus.CANCELLING:
-            self.set_node(
-                current, NodeStatus.FAILED, error_class=event.error_class.value, error=event.message
-            )
-            self.settle_cancel()
-            return None
-        self.node_failure(node, current, event.error_class, event.message)
-        return None
-
-    def node_cancelled(self, event: NodeCancelled) -> str | None:
-        self.known_node(event.node)
-        if event.phase is Phase.COMPENSATE:
-            return "compensations are not cancelled; the acknowledgement changes nothing"
-        current, stale = self.current_execution(event.node, event.iteration, event.attempt)
-        if stale:
-            return stale
-        current = self.charge(current, event.charges)
-        self.disarm_node_timers(event.node)
-        self.set_node(current, NodeStatus.CANCELLED)
-        parent = self.definition.branch_parents.get(event.node)
-        if parent is not None and self.state.status is not RunStatus.CANCELLING:
-            self.transitions.append(Transition(event.node, "branch_failed", parent))
-            self.branch_finished(parent, event.node, BranchOutcome.CANCELLED, None)
-        elif self.state.status is not RunStatus.CANCELLING:
-            # Stopped without the run asking (an operator, a worker shutting down for good):
-            # the run cannot go on without this node's result.
-            self.after_failure(
-                self.definition.nodes[event.node],
-                current,
-                ErrorClass.PERMANENT,
-                "the node was cancelled",
-            )
-        self.settle_cancel()
-        return None
-
-    def child_finished(self, event: ChildFinished) -> str | None:
-        """The child run executing a node ended: the node ends as the child did."""
-        current = self.state.nodes.get(event.node)
-        if current is not None and current.child != event.child_run_id:
-            return f"child run {event.child_run_id} no longer executes {event.node!r}"
-        common: dict[str, Any] = {
-            "at": event.at,
-            "node": event.node,
-            "iteration": event.iteration,
-            "attempt": event.attempt,
-            "charges": event.charges,
-        }
-        if event.status == RunStatus.SUCCEEDED.value:
-            node = self.known_node(event.node)
-            fields = node.child.output if isinstance(node, TaskNode) and node.child else None
-            return self.node_succeeded(
-                NodeSucceeded(**common, output=picked(fields, event.output or {}))
-            )
-        if event.status == RunStatus.CANCELLED.value:
-            return self.node_cancelled(NodeCancelled(**common))
-        message = f"child run {event.child_run_id} ended {event.status}: {event.reason or ''}"
-        return self.node_failed(
-            NodeFailed(**common, error_class=ErrorClass.PERMANENT, message=message.rstrip(": "))
-        )
-
-    def signal(self, event: SignalReceived) -> str | None:
-        state = self.state
-        if event.signal_id and event.signal_id in state.signals_seen:
-            return f"signal {event.signal_id!r} was already applied"
-        if event.name.startswith(RECOVERY_PREFIX):
-            return self.resolve_hold(event)
-        waiting = state.waiting_on
-        if state.status is not RunStatus.WAITING or waiting is None:
-            raise NotWaiting(
-                f"run {state.run_id} is {state.status.value}, not waiting; "
-                f"signal {event.name!r} refused"
-            )
-        if event.wait is not None and (
-            event.wait != waiting.node
-            or (event.iteration is not None and event.iteration != waiting.iteration)
-        ):
-            raise EventRejected(
-                f"signal {event.name!r} answers wait {event.wait!r}"
-                f"{'' if event.iteration is None else f' (visit {event.iteration})'}, which is "
-                f"already decided; the run now waits at {waiting.node!r} "
-                f"(visit {waiting.iteration})"
-            )
-        node = self.definition.nodes[waiting.node]
-        assert isinstance(node, WaitNode)
-        target = node.signals.get(event.name)
-        if target is None:
-            raise UnknownSignal(
-                f"wait {node.id!r} accepts {sorted(node.signals)}, not {event.name!r}"
-            )
-        if event.signal_id:
-            state.signals_seen.append(event.signal_id)
-        self.disarm(timer_id(TimerKind.WAIT, node.id, waiting.iteration))
-        self.set_node(waiting, NodeStatus.SUCCEEDED)
-        decisions = dict(state.vars.get(DECISIONS_KEY) or {})
-        decisions[node.id] = {
-            "signal": event.name,
-            "payload": dict(event.payload or {}),
-            "actor": event.actor,
-            "at": event.at,
-        }
-        state.vars[DECISIONS_KEY] = decisions
-        self.enter(target, node.id, f"signal:{event.name}")
-        return None
-
-    def timer_fired(self, event: TimerFired) -> str | None:
-        timer = self.state.timers.pop(event.timer_id, None)
-        if timer is None:
-            return f"timer {event.timer_id!r} is not armed (fired already, or disarmed)"
-        if timer.kind is TimerKind.CANCEL:
-            self.detach_active()
-            return None
-        if timer.kind is TimerKind.JOIN_TIMEOUT:
-            assert timer.node is not None
-            self.join_timed_out(timer.node)
-            return None
-        if timer.kind is TimerKind.COMPENSATION_RETRY:
-            self.compensation_retry_due()
-            return None
-        assert timer.node is not None
-        current = self.state.nodes[timer.node]
-        if current.iteration != timer.iteration:  # defensive: timers die with their execution
-            return f"timer {timer.timer_id!r} belongs to an earlier visit of {timer.node!r}"
-        node = self.definition.nodes[timer.node]
-        if timer.kind is TimerKind.RETRY:
-            self.schedule(node, current.iteration, current.attempt + 1, current)
-        elif timer.kind is TimerKind.WAIT:
-            assert isinstance(node, WaitNode)
-            self.set_node(current, NodeStatus.TIMED_OUT)
-            self.enter(node.on_timeout, node.id, "timeout")
-        elif timer.kind is TimerKind.NODE_TIMEOUT:
-            assert node.timeout is not None
-            self.commands.append(
-                CancelNode(node.id, current.iteration, current.attempt, "timed out")
-            )
-            if isinstance(node, TaskNode) and node.irreversible:
-                # It may still finish (a payment on its way): not a failure to retry or
-                # fail on, but a decision for a person, as when its worker is lost.
-                timed_out = format_duration(node.timeout)
-                return self.node_held(
-                    NodeHeld(
-                        at=self.at,
-                        node=node.id,
-                        iteration=current.iteration,
-                        attempt=current.attempt,
-                        reason=f"irreversible: timed out after {timed_out}, and it may have "
-                        "taken effect",
-                    )
-                )
-            self.node_failure(
-                node,
-                current,
-                ErrorClass.TRANSIENT,
-                f"timed out after {format_duration(node.timeout)}",
-                timed_out=True,
-            )
-        return None
-
-    # -- moving along the graph ---------------------------------------------------------
-
-    def enter(self, node_id: str, source: str, label: str) -> None:
-        definition, state = self.definition, self.state
-        node = definition.nodes[node_id]
-        self.transitions.append(Transition(source, label, node_id))
-        visits = state.visits.get(node_id, 0) + 1
-        state.visits[node_id] = visits
-        limit = definition.visit_limit(node_id)
-        if limit is not None and visits > limit:
-            self.transitions.append(
-                Transition(node_id, "visits_exceeded", outcome_node(RunStatus.FAILED))
-            )
-            self.fail_run(f"max_visits: {node_id!r} was entered more than {limit} times")
-            return
-        if self.anomaly_diverted(node_id):
-            return
-        if isinstance(node, EndNode):
-            self.transitions.append(Transition(node_id, "end", outcome_node(node.status)))
-            if node.status is RunStatus.FAILED:
-                self.fail_run(f"reached end node {node_id!r}")
-            else:
-                self.finish(
-                    node.status,
-                    None if node.status is RunStatus.SUCCEEDED else f"reached end node {node_id!r}",
-                )
-        elif isinstance(node, WaitNode):
-            assert node.timeout is not None
-            state.nodes[node_id] = NodeState(node_id, visits, NodeStatus.WAITING, first_at=self.at)
-            self.arm(
-                TimerState(
-                    timer_id(TimerKind.WAIT, node_id, visits),
-                    TimerKind.WAIT,
-                    self.at + node.timeout.total_seconds(),
-                    node_id,
-                    visits,
-                )
-            )
-            self.set_run(RunStatus.WAITING)
-        elif isinstance(node, ParallelNode):
-            self.set_run(RunStatus.RUNNING)
-            state.nodes[node_id] = NodeState(
-                node_id, visits, NodeStatus.RUNNING, first_at=self.at, dispatched=False
-            )
-            state.joins[node_id] = JoinState(
-                node_id,
-                visits,
-                dict.fromkeys(node.branches, BranchOutcome.PENDING),
-                allowances=branch_allowances(definition, state, node),
-            )
-            if node.join.timeout is not None:
-                self.arm(
-                    TimerState(
-                        timer_id(TimerKind.JOIN_TIMEOUT, node_id, visits),
-                        TimerKind.JOIN_TIMEOUT,
-                        self.at + node.join.timeout.total_seconds(),
-                        node_id,
-                        visits,
-                    )
-                )
-            for branch in node.branches:
-                if not self.moving:
-                    break
-                self.enter(branch, node_id, "fan_out")
-        else:
-            self.set_run(RunStatus.RUNNING)
-            if node.handler is not None or node.child is not None:
-                self.schedule(node, visits, 1, None)
-            else:  # a pure decision node: no work to dispatch, follow the edge now
-                current = NodeState(node_id, visits, NodeStatus.SCHEDULED, first_at=self.at)
-                state.nodes[node_id] = current
-                self.follow(node, current, {})
-
-    def follow(self, node: TaskNode, current: NodeState, output: Mapping[str, Any]) -> None:
-        """A task succeeded: merge its output and take the edge its definition picks."""
-        merged = {**self.state.vars, **output}
-        if node.next is not None:
-            label, target = "succeeded", node.next
-        elif node.branch is not None:
-            try:
-                raw = node.branch.guard.resolve()(dict(merged))
-            except Exception as exc:  # the guard is user code; its failure fails the node
-                self.node_failure(
-                    node,
-                    current,
-                    ErrorClass.PERMANENT,
-                    f"guard {node.branch.guard.path} raised {type(exc).__name__}: {exc}",
-                )
-                return
-            case = label_of(raw)
-            if case is None or case not in node.branch.cases:
-                self.node_failure(
-                    node,
-                    current,
-                    ErrorClass.PERMANENT,
-                    f"guard {node.branch.guard.path} returned {raw!r}, not one of "
-                    f"{sorted(node.branch.cases)}",
-                )
-                return
-            label, target = f"case:{case}", node.branch.cases[case]
-        else:
-            assert node.route is not None
-            value = label_of(merged.get(node.route.key))
-            if value is not None and value in node.route.table:
-                label, target = f"route:{value}", node.route.table[value]
-            else:
-                label, target = "route:default", node.route.default
-        self.set_node(current, NodeStatus.SUCCEEDED)
-        self.state.vars = merged
-        self.record_compensable(node, current)
-        self.enter(target, node.id, label)
-
-    def schedule(
-        self,
-        node: AnyNode,
-        iteration: int,
-        attempt: int,
-        current: NodeState | None,
-        *,
-        resumed: bool = False,
-    ) -> None:
-        if current is None:
-            self.state.nodes[node.id] = NodeState(
-                node.id, iteration, NodeStatus.SCHEDULED, attempt, first_at=self.at
-            )
-        else:
-            cleared = {"error": None} if resumed else {}  # the hold's reason is history now
-            self.set_node(current, NodeStatus.SCHEDULED, attempt=attempt, **cleared)
-        if isinstance(node, TaskNode) and node.child is not None:
-            if not self.start_child(node, iteration, attempt):
-                return
-        else:
-            self.commands.append(Dispatch(node.id, iteration, attempt, resumed=resumed))
-        if node.timeout is not None:
-            self.arm(
-                TimerState(
-                    timer_id(TimerKind.NODE_TIMEOUT, node.id, iteration, attempt),
-                    TimerKind.NODE_TIMEOUT,
-                    self.at + node.timeout.total_seconds(),
-                    node.id,
-                    iteration,
-                    attempt,
-                )
-            )
-
-    def start_child(self, node: TaskNode, iteration: int, attempt: int) -> bool:
-        """Start the child run that executes ``node``; False if it may not (nested too
-        deep), and the node has failed instead."""
-        assert node.child is not None
-        run_id = self.state.run_id
-        depth = (self.state.parent or {}).get("depth", 0) + 1
-        current = self.state.nodes[node.id]
-        if depth > MAX_DEPTH:
-            self.node_failure(
-                node,
-                current,
-                ErrorClass.PERMANENT,
-                f"child workflow {node.child.workflow!r} would nest {depth} runs deep "
-                f"(at most {MAX_DEPTH})",
-            )
-            return False
-        child = child_run_id(run_id, node.id, iteration, attempt)
-        self.state.nodes[node.id] = replace(current, child=child)
-        self.commands.append(
-            StartChild(
-                node=node.id,
-                iteration=iteration,
-                attempt=attempt,
-                run_id=child,
-                correlation_id=correlation_id(run_id, node.id, iteration, attempt),
-                workflow=node.child.workflow,
-                version=node.child.version,
-                input=picked(node.child.input, self.state.vars),
-                budget=allowance(self.definition, self.state, node.id) or None,
-                depth=depth,
-            )
-        )
-        return True
-
-    def notify_parent(self) -> None:
-        """This child run has ended: tell its parent's node, with what it spent."""
-        state, parent = self.state, self.state.parent
-        assert parent is not None
-        finished = ChildFinished(
-            at=self.at,
-            node=parent["node"],
-            iteration=parent["iteration"],
-            attempt=parent["attempt"],
-            child_run_id=state.run_id,
-            correlation_id=parent["correlation_id"],
-            status=state.status.value,
-            output=state.vars if state.status is RunStatus.SUCCEEDED else None,
-            reason=state.reason,
-            charges=dict(state.spent) or None,
-        )
-        self.commands.append(NotifyParent(parent["run_id"], event_to_dict(finished)))
-
-    def charge(self, current: NodeState, charges: Mapping[str, float] | None) -> NodeState:
-        """Count what an execution spent against its visit and the run."""
-        if not charges:
-            return current
-        self.state.spent = added(self.state.spent, charges)
-        charged = replace(current, spent=added(current.spent, charges))
-        self.state.nodes[current.node] = charged
-        return charged
-
-    def node_failure(
-        self,
-        node: AnyNode,
-        current: NodeState,
-        error_class: ErrorClass,
-        message: str,
-        *,
-        timed_out: bool = False,
-    ) -> None:
-        policy = node.retry
-        if error_class is ErrorClass.TRANSIENT and current.attempt < policy.attempts:
-            delay = retry_delay_s(
-                policy, self.state.run_id, node.id, current.iteration, current.attempt
-            )
-            within_deadline = (
-                policy.deadline is None
-                or self.at + delay - current.first_at <= policy.deadline.total_seconds()
-            )
-            if within_deadline:
-                self.set_node(
-                    current, NodeStatus.RETRYING, error_class=error_class.value, error=message
-                )
-                self.arm(
-                    TimerState(
-                        timer_id(TimerKind.RETRY, node.id, current.iteration, current.attempt),
-                        TimerKind.RETRY,
-                        self.at + delay,
-                        node.id,
-                        current.iteration,
-                        current.attempt,
-                    )
-                )
-                self.transitions.append(Transition(node.id, "retry", node.id))
-                return
-        status = NodeStatus.TIMED_OUT if timed_out else NodeStatus.FAILED
-        current = self.set_node(current, status, error_class=error_class.value, error=message)
-        self.after_failure(node, current, error_class, message)
-
-    def after_failure(
-        self, node: AnyNode, current: NodeState, error_class: ErrorClass, message: str
-    ) -> None:
-        parent = self.definition.branch_parents.get(node.id)
-        if parent is not None:
-            self.transitions.append(Transition(node.id, "branch_failed", parent))
-            self.branch_finished(parent, node.id, BranchOutcome.FAILED, None)
-            return
-        label = f"failed:{error_class.value}"
-        target = node.on_error.get(error_class)
-        if target is not None:
-            self.enter(target, node.id, label)
-            return
-        self.transitions.append(Transition(node.id, label, outcome_node(RunStatus.FAILED)))
-        self.fail_run(f"{node.id}: {error_class.value} error: {message}")
-
-
-_HANDLERS: dict[type[Event], Callable[[_Step, Any], str | None]] = {
-    RunStarted: _Step.started,
-    NodeSucceeded: _Step.node_succeeded,
-    NodeFailed: _Step.node_failed,
-    NodeCancelled: _Step.node_cancelled,
-    NodeHeld: _Step.node_held,
-    PlanInvalidated: _Step.plan_invalidated,
-    ChildFinished: _Step.child_finished,
-    SignalReceived: _Step.signal,
-    TimerFired: _Step.timer_fired,
-    CancelRequested: _Step.cancel_requested,
-    RollbackRequested: _Step.rollback_requested,
-    RunForked: _Step.forked,
+_HANDLERS: dict[type[Event], Callable[[Moves, Any], str | None]] = {
+    RunStarted: Moves.started,
+    NodeSucceeded: Moves.node_succeeded,
+    NodeFailed: Moves.node_failed,
+    NodeCancelled: Moves.node_cancelled,
+    NodeHeld: Moves.node_held,
+    PlanInvalidated: Moves.plan_invalidated,
+    ChildFinished: Moves.child_finished,
+    SignalReceived: signal_received,
+    TimerFired: timer_fired,
+    CancelRequested: Moves.cancel_requested,
+    RollbackRequested: Moves.rollback_requested,
+    RunForked: Moves.forked,
 }
 
 
-__all__ = [
-    "DECISIONS_KEY",
-    "OPERATOR",
-    "RECOVERY_PREFIX",
-    "RECOVERY_SIGNALS",
-    "REWIND",
-    "START",
-    "Decision",
-    "Transition",
-    "decide",
-    "label_of",
-    "outcome_node",
-    "retry_delay_s",
-    "timer_id",
-]
+__all__ = ["Decision", "decide"]

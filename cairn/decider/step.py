@@ -2,10 +2,11 @@
 the decider shares: pseudo-nodes, transitions, timer ids, retry delays, and the small
 moves (set a status through its transition table, arm a timer, stop an execution).
 
-The rules themselves live in :mod:`cairn.decider.graph` (events, moving along the
-graph), :mod:`~cairn.decider.joins`, :mod:`~cairn.decider.stopping` (ending,
-cancelling, compensating, rolling back) and :mod:`~cairn.decider.holds` (what waits
-for an operator); :class:`Step` declares the moves they ask of one another.
+The rules themselves live in :mod:`cairn.decider.moves` (moving along the graph, a
+node's result), :mod:`~cairn.decider.signal_received`, :mod:`~cairn.decider.timer_fired`,
+:mod:`~cairn.decider.joins`, :mod:`~cairn.decider.stopping` (ending, cancelling,
+compensating, rolling back) and :mod:`~cairn.decider.holds` (what waits for an operator);
+:class:`Step` declares the moves they ask of one another.
 """
 
 from __future__ import annotations
@@ -219,7 +220,7 @@ class Step:
                 self.disarm(timer.timer_id)
 
     # -- moves the other parts of the decider make, declared for one another -------------
-    # (for the type checker only: the composed decision, decider._Step, defines each)
+    # (for the type checker only: the composed decision, moves.Moves, defines each)
 
     if TYPE_CHECKING:
 

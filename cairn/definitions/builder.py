@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from cairn.definitions.loader import ParsedSpec, load_definition, plain_spec
+from cairn.definitions.loader import load_definition
+from cairn.definitions.text import ParsedSpec
+from cairn.definitions.top_level import plain_spec
 from cairn.errors import DefinitionFault
 from cairn.model.definition import WorkflowDefinition
 

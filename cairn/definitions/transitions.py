@@ -12,8 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cairn.decider.anomaly import watched
-from cairn.decider.graph import OPERATOR, RECOVERY_SIGNALS, REWIND, START, outcome_node
-from cairn.decider.step import FORK
+from cairn.decider.step import FORK, OPERATOR, RECOVERY_SIGNALS, REWIND, START, outcome_node
 from cairn.model.definition import (
     AnomalyKind,
     AnomalyPolicy,

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 
 from cairn.decider.anomaly import watched
-from cairn.decider.graph import RECOVERY_PREFIX
+from cairn.decider.step import RECOVERY_PREFIX
 from cairn.errors import DefinitionFault
 from cairn.model.definition import (
     EndNode,

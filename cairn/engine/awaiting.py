@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cairn.decider.graph import RECOVERY_SIGNALS
+from cairn.decider.step import RECOVERY_SIGNALS
 from cairn.model.definition import WaitNode, WorkflowDefinition
 from cairn.model.events import Phase
 from cairn.model.state import RunState, TimerKind

@@ -26,7 +26,7 @@ from cairn.decider.anomaly import (
     value_key,
 )
 from cairn.decider.graph import Decision, decide
-from cairn.definitions.loader import parse_text
+from cairn.definitions.text import parse_text
 from cairn.definitions.transitions import transition_table
 from cairn.model.commands import Dispatch, FinishRun, ReportAnomaly
 from cairn.model.definition import (

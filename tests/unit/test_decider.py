@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from cairn import Workflow
-from cairn.decider.graph import decide, retry_delay_s
+from cairn.decider.graph import decide
+from cairn.decider.step import retry_delay_s
 from cairn.errors import (
     EventRejected,
     IllegalTransition,

@@ -35,7 +35,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from cairn.decider.graph import RECOVERY_SIGNALS, Decision, decide
+from cairn.decider.graph import Decision, decide
+from cairn.decider.step import RECOVERY_SIGNALS
 from cairn.definitions.loader import load_definition, load_file
 from cairn.definitions.transitions import transition_table
 from cairn.errors import CairnError, IllegalTransition, NotWaiting, UnknownNode, UnknownSignal

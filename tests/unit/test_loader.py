@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from cairn import Workflow, WorkflowDefinitionError, load_definition, load_file
-from cairn.definitions.loader import parse_text
+from cairn.definitions.text import parse_text
 from cairn.errors import DefinitionFault
 from cairn.model.definition import (
     DEFAULT_NODE_TIMEOUT,

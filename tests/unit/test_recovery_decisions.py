@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from cairn import Workflow
-from cairn.decider.graph import OPERATOR, decide
+from cairn.decider.graph import decide
+from cairn.decider.step import OPERATOR
 from cairn.definitions.transitions import transition_table
 from cairn.errors import (
     EventRejected,

@@ -1,0 +1,161 @@
+"""Task nodes: what a task runs (a handler or a child workflow), how its result is kept
+(``persist``), and where it goes next (``next``, a ``branch`` on a guard, or a ``route``
+on a state field)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from cairn.definitions import format as fmt
+from cairn.definitions.reader import Reader
+from cairn.model.definition import (
+    DURABLE,
+    Branch,
+    ChildRun,
+    Persist,
+    PersistKind,
+    Route,
+    TaskNode,
+)
+
+CACHED_FORM = re.compile(r"^cached\((?P<ttl>[^)]+)\)$")
+
+
+def task_node(
+    reader: Reader, node_id: str, raw: Mapping[str, Any], common: dict[str, Any]
+) -> TaskNode:
+    """A task node; ``common`` holds the keys every kind of node shares (see
+    :mod:`cairn.definitions.nodes`)."""
+    edges = [key for key in fmt.EDGES if key in raw]
+    if len(edges) > 1:
+        reader.fault("conflicting_edges", f"use one of next, branch or route, not {edges}", node_id)
+    next_node = reader.target(raw["next"], node_id, "next") if "next" in raw else None
+    irreversible = raw.get("irreversible", False)
+    if not isinstance(irreversible, bool):
+        reader.fault("bad_value", "'irreversible' must be true or false", node_id)
+        irreversible = False
+    if irreversible and raw.get("handler") is None:
+        reader.fault("bad_value", "'irreversible' marks a node with a handler", node_id)
+    child = _child(reader, node_id, raw["child"]) if "child" in raw else None
+    if child is not None and "handler" in raw:
+        reader.fault(
+            "ambiguous_node", "a task runs a handler or a child workflow, not both", node_id
+        )
+    invalidates = raw.get("invalidates", [])
+    if not isinstance(invalidates, list) or not all(isinstance(n, str) for n in invalidates):
+        reader.fault("bad_value", "'invalidates' is a list of nodes", node_id)
+        invalidates = []
+    stall_after = reader.duration(raw.get("stall_after"), node_id, "stall_after")
+    if stall_after is not None and raw.get("handler") is None:
+        reader.fault(
+            "bad_value",
+            "'stall_after' watches a handler's progress: it needs a handler",
+            node_id,
+        )
+    return TaskNode(
+        id=node_id,
+        handler=reader.ref(raw.get("handler"), node_id, "handler"),
+        child=child,
+        persist=_persist(reader, node_id, raw.get("persist")),
+        invalidates=tuple(invalidates),
+        next=next_node,
+        branch=_branch(reader, node_id, raw["branch"]) if "branch" in raw else None,
+        route=_route(reader, node_id, raw["route"]) if "route" in raw else None,
+        irreversible=irreversible,
+        stall_after=stall_after,
+        extra=reader.metadata(raw, node_id),
+        **common,
+    )
+
+
+def _persist(reader: Reader, node_id: str, raw: object) -> Persist:
+    """``durable`` (default), ``ephemeral``, ``cached(10m)`` or ``{cached: 10m, key:
+    [field, ...]}``."""
+    if raw is None or raw == PersistKind.DURABLE.value:
+        return DURABLE
+    if raw == PersistKind.EPHEMERAL.value:
+        return Persist(PersistKind.EPHEMERAL)
+    if isinstance(raw, str) and (match := CACHED_FORM.match(raw.strip())):
+        raw = {"cached": match["ttl"]}
+    if isinstance(raw, Mapping):
+        reader.closed(raw, fmt.PERSIST, "persist", node_id, where="persist")
+    if not isinstance(raw, Mapping) or "cached" not in raw:
+        reader.fault(
+            "bad_value",
+            "'persist' is 'durable', 'ephemeral', 'cached(TTL)' or "
+            f"{{cached: TTL, key: [field, ...]}}, got {raw!r}",
+            node_id,
+        )
+        return DURABLE
+    ttl = reader.duration(raw["cached"], node_id, "persist.cached")
+    key = raw.get("key", [])
+    if not isinstance(key, list) or not all(isinstance(field, str) for field in key):
+        reader.fault("bad_value", "'persist.key' is a list of state fields", node_id)
+        key = []
+    return Persist(PersistKind.CACHED, ttl, tuple(key)) if ttl is not None else DURABLE
+
+
+def _child(reader: Reader, node_id: str, raw: object) -> ChildRun | None:
+    if isinstance(raw, str):
+        raw = {"workflow": raw}
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("workflow"), str):
+        reader.fault(
+            "bad_value",
+            "'child' names a workflow, or is a mapping with 'workflow' and optionally "
+            "'version', 'input' and 'output' (lists of state fields)",
+            node_id,
+        )
+        return None
+    reader.closed(raw, fmt.CHILD, "child", node_id, where="child")
+    fields: dict[str, tuple[str, ...] | None] = {}
+    for what in ("input", "output"):
+        names = raw.get(what)
+        if names is not None and (
+            not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+        ):
+            reader.fault("bad_value", f"'child.{what}' is a list of state fields", node_id)
+            names = None
+        fields[what] = tuple(names) if names is not None else None
+    return ChildRun(
+        workflow=raw["workflow"],
+        version=reader.positive_int(raw.get("version"), "child.version", node_id),
+        input=fields["input"],
+        output=fields["output"],
+    )
+
+
+def _branch(reader: Reader, node_id: str, raw: object) -> Branch | None:
+    if not isinstance(raw, Mapping):
+        reader.fault("bad_value", "'branch' is a mapping with 'guard' and 'cases'", node_id)
+        return None
+    reader.closed(raw, fmt.BRANCH, "branch", node_id, where="branch")
+    guard = reader.ref(raw.get("guard"), node_id, "guard")
+    if guard is None:
+        reader.fault("missing_guard", "'branch' needs a 'guard' (module:function)", node_id)
+    cases = reader.label_map(node_id, raw.get("cases"), "cases")
+    if guard is None or cases is None:
+        return None
+    return Branch(guard=guard, cases=cases)
+
+
+def _route(reader: Reader, node_id: str, raw: object) -> Route | None:
+    if not isinstance(raw, Mapping):
+        reader.fault("bad_value", "'route' is a mapping with 'key', 'table' and 'default'", node_id)
+        return None
+    reader.closed(raw, fmt.ROUTE, "route", node_id, where="route")
+    key = raw.get("key")
+    if not isinstance(key, str) or not key:
+        reader.fault("bad_value", "'route.key' must name a state field", node_id)
+    table = reader.label_map(node_id, raw.get("table"), "table")
+    default = raw.get("default")
+    if default is None:
+        reader.fault(
+            "route_without_default",
+            "a routing table needs a 'default' target for values not in the table",
+            node_id,
+        )
+    if not isinstance(key, str) or table is None or default is None:
+        return None
+    return Route(key=key, table=table, default=reader.target(default, node_id, "default"))
