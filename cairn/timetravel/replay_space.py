@@ -14,22 +14,17 @@ from typing import Any
 from cairn.config import Settings
 from cairn.decider.budget import allowance
 from cairn.effects.ledger import effect_scope
-from cairn.errors import CairnError, InvalidInput, UnknownNode
+from cairn.errors import InvalidInput, UnknownNode
 from cairn.model.classify import classify
-from cairn.model.definition import ErrorClass, PersistKind, TaskNode, WorkflowDefinition
+from cairn.model.definition import PersistKind, TaskNode, WorkflowDefinition
 from cairn.model.events import NodeCancelled, NodeFailed, NodeSucceeded, Phase
 from cairn.model.failures import Cancelled
-from cairn.model.payloads import storable_json
 from cairn.model.state import RunState
 from cairn.store.sql import Store
 from cairn.timetravel.ledger import Answer, EffectUse, ReplayLedger
 from cairn.timetravel.sandbox import ArtifactSandbox, ReplayArtifacts, replay_namespace
 from cairn.workers.context import StepContext
-
-
-class BadOutput(CairnError):
-    code = "bad_output"
-    error_class = ErrorClass.PERMANENT.value
+from cairn.workers.execute import OUTPUT_HINT, check_output
 
 
 @dataclass(frozen=True)
@@ -185,7 +180,7 @@ def _run(
     }
     started = time.perf_counter()
     try:
-        output = _checked_output(handler(ctx, ctx.handler_state()), limit)
+        output = check_output(handler(ctx, ctx.handler_state()), limit, hint=OUTPUT_HINT)
     except Cancelled:
         return NodeCancelled(**common, charges=ctx.charges or None)
     except Exception as exc:  # the handler's failure is the result being compared
@@ -206,17 +201,3 @@ def _run(
         artifacts=ctx.added_artifacts() or None,
         timings=ctx.execution_timings(time.perf_counter() - started),
     )
-
-
-def _checked_output(output: Any, limit: int) -> dict[str, Any]:
-    if output is None:
-        return {}
-    if not isinstance(output, dict):
-        raise BadOutput(
-            f"a handler returns a dict (merged into the state) or None, not {type(output).__name__}"
-        )
-    try:
-        storable_json(output, what="the handler's output", limit_bytes=limit)
-    except InvalidInput as exc:
-        raise BadOutput(str(exc)) from exc
-    return output

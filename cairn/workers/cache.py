@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import redis
 
-from cairn.model.definition import Persist
+from cairn.model.definition import Persist, PersistKind, TaskNode, WorkflowDefinition
+from cairn.model.events import Phase
+from cairn.model.messages import NodeMessage
+from cairn.model.outcomes import NodeOutcome
+from cairn.model.statuses import NodeStatus
+
+log = logging.getLogger(__name__)
 
 PREFIX = "cairn:cache:"
 
@@ -87,3 +94,61 @@ class MemoryResultCache:
         with self._lock:
             for key in keys:
                 self._entries.pop(key, None)
+
+
+def node_entry(
+    namespace: str, definition: WorkflowDefinition, message: NodeMessage, state: Mapping[str, Any]
+) -> str | None:
+    """The cache entry a message's node reads and fills, if it is a cached node's run."""
+    node = definition.nodes[message.node]
+    if (
+        message.phase is not Phase.RUN
+        or not isinstance(node, TaskNode)
+        or node.persist.kind is not PersistKind.CACHED
+    ):
+        return None
+    return cache_key(namespace, definition.name, node.id, node.persist, state)
+
+
+def keep(
+    cache: ResultCache,
+    definition: WorkflowDefinition,
+    message: NodeMessage,
+    entry: str,
+    result: Mapping[str, Any],
+) -> None:
+    """Keep a cached node's result for its TTL; a cache that is down costs
+    recomputation later, nothing else."""
+    node = definition.nodes[message.node]
+    assert isinstance(node, TaskNode) and node.persist.ttl is not None
+    try:
+        cache.put(entry, result, node.persist.ttl.total_seconds())
+    except Exception:
+        log.warning("could not cache the result of %s", message.key, exc_info=True)
+
+
+def invalidate(
+    cache: ResultCache,
+    namespace: str,
+    definition: WorkflowDefinition,
+    state: Mapping[str, Any],
+    steps: Sequence[tuple[NodeMessage, NodeOutcome]],
+) -> None:
+    """Committed: the cached results the succeeded nodes invalidate are deleted."""
+    entries = []
+    values = dict(state)
+    for message, outcome in steps:
+        values.update(outcome.result or {})
+        node = definition.nodes[message.node]
+        if outcome.status is not NodeStatus.SUCCEEDED or not isinstance(node, TaskNode):
+            continue
+        for target in node.invalidates:
+            cached = definition.nodes[target]
+            assert isinstance(cached, TaskNode)
+            entries.append(cache_key(namespace, definition.name, target, cached.persist, values))
+    if not entries:
+        return
+    try:
+        cache.delete(*entries)
+    except Exception:
+        log.warning("could not invalidate cached results %s", entries, exc_info=True)

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import partial
@@ -32,39 +31,32 @@ from cairn.effects.ledger import EffectLedger, effect_scope
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.reads import Restored, restore
 from cairn.engine.recovery import Outcome, RecoveryPolicy
-from cairn.errors import CairnError, InvalidInput, StoreUnavailable, UnknownNode
+from cairn.errors import UnknownNode
 from cairn.faults import fault_point
-from cairn.lease.heartbeat import Heartbeats
+from cairn.lease.heartbeat import Beat, Heartbeats
 from cairn.lease.port import Lease, Leases
 from cairn.lease.waits import current_wait
-from cairn.model.classify import classify
 from cairn.model.definition import (
     AnyNode,
     ErrorClass,
-    OnResume,
     PersistKind,
     TaskNode,
     WorkflowDefinition,
 )
 from cairn.model.events import (
     NodeCancelled,
-    NodeFailed,
-    NodeSucceeded,
     Phase,
-    PlanInvalidated,
 )
-from cairn.model.failures import Cancelled, DeadlineExceeded
 from cairn.model.keys import ExecutionKey, lease_key
 from cairn.model.messages import InvalidMessage, NodeMessage
 from cairn.model.outcomes import NodeOutcome
-from cairn.model.payloads import storable_json
 from cairn.model.state import RunState
 from cairn.model.statuses import ExecutionStatus, NodeStatus, RunStatus
 from cairn.observe.sentry import node_scope, report_failure
 from cairn.reconnect import is_outage, through_outages
-from cairn.workers.cache import MemoryResultCache, ResultCache, cache_key
+from cairn.workers.cache import MemoryResultCache, ResultCache, invalidate, keep, node_entry
 from cairn.workers.context import StepContext
-from cairn.workers.deadlines import limited
+from cairn.workers.execute import execute, succeeded
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +211,7 @@ class NodeRunner:
             except Exception:  # the lease expires on its own
                 log.warning("releasing %s failed", lease.key, exc_info=True)
         if completion.recorded:
-            self._invalidate(run.namespace, definition, state.vars, steps)
+            invalidate(self.cache, run.namespace, definition, state.vars, steps)
         if not completion.recorded:
             if orchestrator.fenced_out(key, lease.fence):
                 self._stale(message, lease.fence, caught_by="fence")
@@ -293,14 +285,26 @@ class NodeRunner:
         """Run the handler — or take a cached node's result from the cache."""
         definition, namespace = claimed.definition, claimed.run.namespace
         check = definition.on_resume if message.resumed and message.phase is Phase.RUN else None
-        entry = self._cache_entry(namespace, definition, message, state.vars)
+        entry = node_entry(namespace, definition, message, state.vars)
         cached = self.cache.get(entry) if entry is not None else None
         if cached is not None:
             ctx.log.info("result taken from the cache (%s)", entry)
-            return self._succeeded(ctx, message, cached, 0.0)
-        outcome = self._execute(handler, ctx, claimed, message, check)
+            return succeeded(ctx, message, cached, 0.0)
+        timeout = definition.nodes[message.node].timeout
+        outcome = execute(
+            handler,
+            ctx,
+            message,
+            check=check,
+            timeout_s=timeout.total_seconds() if timeout is not None else None,
+            heartbeats=self.heartbeats,
+            beat=claimed.beat,
+            grace_s=self.settings.timeout_grace,
+            give_up=partial(self._give_up_lease, claimed.beat.lease),
+            limit_bytes=self.settings.max_payload_bytes,
+        )
         if entry is not None and outcome.status is NodeStatus.SUCCEEDED:
-            self._keep(definition, message, entry, outcome.result or {})
+            keep(self.cache, definition, message, entry, outcome.result or {})
         return outcome
 
     def _run_on(
@@ -486,185 +490,6 @@ class NodeRunner:
         except Exception:  # the history entry is best effort; the refusal is what counts
             log.warning("could not record the stale write of %s", message.key, exc_info=True)
 
-    def _execute(
-        self,
-        handler: Any,
-        ctx: StepContext,
-        claimed: _Claimed,
-        message: NodeMessage,
-        check: OnResume | None,
-    ) -> NodeOutcome:
-        """Run the handler — after the workflow's on_resume check, if it has one and the
-        node is running again after an interruption — held to its node's timeout."""
-        node, iteration, attempt, phase = (
-            message.node,
-            message.iteration,
-            message.attempt,
-            message.phase,
-        )
-        timeout = claimed.definition.nodes[node].timeout
-        lease = claimed.beat.lease
-        started = time.perf_counter()
-        try:
-            with limited(
-                self.heartbeats,
-                claimed.beat,
-                timeout.total_seconds() if timeout is not None else None,
-                self.settings.timeout_grace,
-                what=f"{message.key} attempt {attempt}",
-                give_up=partial(self._give_up_lease, lease),
-            ):
-                if check is not None:
-                    verdict = check.check.resolve()(ctx, ctx.handler_state())
-                    if verdict is False or isinstance(verdict, str):
-                        reason = verdict or f"{check.check.path} found the plan no longer holds"
-                        ctx.log.warning("plan no longer valid on resume: %s", reason)
-                        invalidated = PlanInvalidated(
-                            at=0.0, node=node, iteration=iteration, attempt=attempt, reason=reason
-                        )
-                        return NodeOutcome(invalidated, NodeStatus.CANCELLED, error=reason)
-                output = self._check_output(handler(ctx, ctx.handler_state()))
-        except Cancelled:
-            ctx.log.info("stopped at a safe point: the run is being cancelled")
-            cancelled = NodeCancelled(
-                at=0.0,
-                node=node,
-                iteration=iteration,
-                attempt=attempt,
-                phase=phase,
-                charges=ctx.charges or None,
-            )
-            return NodeOutcome(
-                cancelled, NodeStatus.CANCELLED, duration_s=time.perf_counter() - started
-            )
-        except StoreUnavailable:  # cairn's outage, not the handler's failure: give it back
-            raise
-        except (DeadlineExceeded, Exception) as exc:  # a deadline: transient, "timed out"
-            duration = time.perf_counter() - started
-            error_class = classify(exc)
-            report_failure(exc, error_class)
-            text = f"{type(exc).__name__}: {exc}"
-            ctx.log.warning("handler failed (%s): %s", error_class.value, text)
-            failed = NodeFailed(
-                at=0.0,
-                node=node,
-                iteration=iteration,
-                attempt=attempt,
-                error_class=error_class,
-                message=text,
-                phase=phase,
-                charges=ctx.charges or None,
-                timings=ctx.execution_timings(duration),
-            )
-            return NodeOutcome(
-                failed,
-                NodeStatus.FAILED,
-                error_class=error_class.value,
-                error=traceback.format_exc(limit=20),
-                duration_s=duration,
-            )
-        return self._succeeded(ctx, message, output, time.perf_counter() - started)
-
-    @staticmethod
-    def _succeeded(
-        ctx: StepContext, message: NodeMessage, output: dict[str, Any], duration: float
-    ) -> NodeOutcome:
-        succeeded = NodeSucceeded(
-            at=0.0,
-            node=message.node,
-            iteration=message.iteration,
-            attempt=message.attempt,
-            output=output,
-            phase=message.phase,
-            messages=ctx.added_messages(),
-            sessions=ctx.changed_sessions() or None,
-            charges=ctx.charges or None,
-            artifacts=ctx.added_artifacts() or None,
-            timings=ctx.execution_timings(duration),
-        )
-        return NodeOutcome(succeeded, NodeStatus.SUCCEEDED, result=output, duration_s=duration)
-
-    # -- persist: cached ----------------------------------------------------------------
-
-    @staticmethod
-    def _cache_entry(
-        namespace: str,
-        definition: WorkflowDefinition,
-        message: NodeMessage,
-        state: Mapping[str, Any],
-    ) -> str | None:
-        node = definition.nodes[message.node]
-        if (
-            message.phase is not Phase.RUN
-            or not isinstance(node, TaskNode)
-            or node.persist.kind is not PersistKind.CACHED
-        ):
-            return None
-        return cache_key(namespace, definition.name, node.id, node.persist, state)
-
-    def _keep(
-        self,
-        definition: WorkflowDefinition,
-        message: NodeMessage,
-        entry: str,
-        result: Mapping[str, Any],
-    ) -> None:
-        node = definition.nodes[message.node]
-        assert isinstance(node, TaskNode) and node.persist.ttl is not None
-        ttl = node.persist.ttl
-        try:
-            self.cache.put(entry, result, ttl.total_seconds())
-        except Exception:  # a cache that is down costs recomputation, nothing else
-            log.warning("could not cache the result of %s", message.key, exc_info=True)
-
-    def _invalidate(
-        self,
-        namespace: str,
-        definition: WorkflowDefinition,
-        state: Mapping[str, Any],
-        steps: list[tuple[NodeMessage, NodeOutcome]],
-    ) -> None:
-        """Committed: the cached results the succeeded nodes invalidate are deleted."""
-        entries = []
-        values = dict(state)
-        for message, outcome in steps:
-            values.update(outcome.result or {})
-            node = definition.nodes[message.node]
-            if outcome.status is not NodeStatus.SUCCEEDED or not isinstance(node, TaskNode):
-                continue
-            for target in node.invalidates:
-                cached = definition.nodes[target]
-                assert isinstance(cached, TaskNode)
-                entries.append(
-                    cache_key(namespace, definition.name, target, cached.persist, values)
-                )
-        if not entries:
-            return
-        try:
-            self.cache.delete(*entries)
-        except Exception:
-            log.warning("could not invalidate cached results %s", entries, exc_info=True)
-
-    def _check_output(self, output: Any) -> dict[str, Any]:
-        if output is None:
-            return {}
-        if not isinstance(output, dict):
-            raise _OutputError(
-                f"a handler returns a dict (merged into the state) or None, "
-                f"not {type(output).__name__}"
-            )
-        try:
-            storable_json(
-                output, what="the handler's output", limit_bytes=self.settings.max_payload_bytes
-            )
-        except InvalidInput as exc:
-            raise _OutputError(
-                f"{exc} (store large data as an artifact and return its reference)"
-                if "limit" in str(exc)
-                else str(exc)
-            ) from exc
-        return output
-
 
 @dataclass(frozen=True)
 class _Claimed:
@@ -675,12 +500,7 @@ class _Claimed:
     definition: WorkflowDefinition
     known: Restored
     fence: int
-    beat: Any
-
-
-class _OutputError(CairnError):
-    code = "bad_output"
-    error_class = ErrorClass.PERMANENT.value
+    beat: Beat
 
 
 def _short(body: Any) -> str:
