@@ -20,6 +20,10 @@ log = logging.getLogger(__name__)
 
 
 class Publisher(Protocol):
+    """The broker port: the in-process broker (:mod:`cairn.workers.inprocess`) and Celery
+    (:class:`cairn.workers.app.CeleryPublisher`). One contract suite holds them to what
+    the engine relies on (:class:`cairn.testing.publisher_contract.PublisherContract`)."""
+
     def publish(self, messages: Sequence[NodeMessage]) -> bool:
         """Hand messages to the broker; False if they were not taken (left to the relay)."""
         ...

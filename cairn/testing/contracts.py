@@ -1,7 +1,8 @@
 """The contracts a backend of each port must keep, written once and run against every
 backend (``tests/contract/`` runs them on memory and Redis leases, filesystem, memory and
 S3 object stores; run them on yours). Each is a mixin: subclass it as ``Test...`` beside a
-fixture that yields a fresh backend.
+fixture that yields a fresh backend. The store's and the broker's contracts are modules of
+their own (:mod:`cairn.testing.store_contract`, :mod:`cairn.testing.publisher_contract`).
 
 Absent services are skipped on a laptop and fail in CI (``CAIRN_TEST_REQUIRE_SERVICES``):
 a contract that silently stopped running would prove nothing.

@@ -8,7 +8,9 @@ import os
 
 import pytest
 
-pytest.register_assert_rewrite("cairn.testing.contracts", "cairn.testing.store_contract")
+pytest.register_assert_rewrite(
+    "cairn.testing.contracts", "cairn.testing.store_contract", "cairn.testing.publisher_contract"
+)
 
 REQUIRED = os.environ.get("CAIRN_TEST_REQUIRE_SERVICES") == "1"
 
