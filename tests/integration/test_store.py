@@ -1,4 +1,4 @@
-"""The store on real PostgreSQL: migrations against the models, and snapshots.
+"""The store on real PostgreSQL: snapshots (the migrations are tested in tests/migration).
 
 Snapshots are driven through the real orchestrator: a runtime without workers, whose
 dispatched node executions the test completes itself, one at a time, so that it knows
@@ -8,20 +8,13 @@ exactly which event each snapshot follows.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import uuid
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, func, inspect, select, update
+from sqlalchemy import func, select, update
 
 from cairn.config import Settings
 from cairn.decider.graph import decide
@@ -32,162 +25,11 @@ from cairn.model.outcomes import NodeOutcome
 from cairn.model.state import STATE_FORMAT, RunState
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
-from cairn.store.database import MIGRATIONS, current_revision, make_engine, upgrade
 from cairn.store.records import ACTIVE_EXECUTION
-from cairn.store.schema import Base, outbox, runs, snapshots
-from tests.integration.conftest import ROOT, WORKFLOWS, _admin, _db_url, _drop
+from cairn.store.schema import outbox, runs, snapshots
+from tests.integration.conftest import WORKFLOWS
 
-TABLES = {
-    "workflows",
-    "runs",
-    "events",
-    "snapshots",
-    "node_executions",
-    "outbox",
-    "timers",
-    "inbox",
-    "effects",
-    "artifacts",
-    "notifications",
-}
 CHAIN = [f"n{i}" for i in range(1, 11)]
-HEAD = ScriptDirectory(str(MIGRATIONS)).get_current_head()
-
-
-# -- migrations ---------------------------------------------------------------------------
-
-
-def _drift(engine: Engine) -> list[Any]:
-    with engine.connect() as connection:
-        context = MigrationContext.configure(
-            connection, opts={"compare_type": True, "compare_server_default": True}
-        )
-        return list(compare_metadata(context, Base.metadata))
-
-
-def _schema(engine: Engine) -> dict[str, Any]:
-    """Tables, columns, indexes and constraints as the database reports them."""
-    inspector = inspect(engine)
-    return {
-        table: (
-            [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns(table)],
-            sorted(i["name"] or "" for i in inspector.get_indexes(table)),
-            sorted(u["name"] or "" for u in inspector.get_unique_constraints(table)),
-            inspector.get_pk_constraint(table)["name"],
-        )
-        for table in sorted(inspector.get_table_names())
-    }
-
-
-@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
-def test_the_migrations_create_exactly_the_models(
-    backend: str, database_url: str, tmp_path: Path
-) -> None:
-    url = database_url if backend == "postgresql" else f"sqlite:///{tmp_path / 'drift.db'}"
-    engine = make_engine(url)
-    try:
-        upgrade(engine)
-        assert current_revision(engine) == HEAD
-        assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
-        assert _drift(engine) == []
-        # The comparison does see the database: an index gone missing is drift.
-        with engine.begin() as connection:
-            connection.exec_driver_sql("DROP INDEX ix_timers_due")
-        assert [d[0] for d in _drift(engine)] == ["add_index"]
-    finally:
-        engine.dispose()
-
-
-@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
-def test_upgrade_twice_is_a_no_op(backend: str, database_url: str, tmp_path: Path) -> None:
-    url = database_url if backend == "postgresql" else f"sqlite:///{tmp_path / 'twice.db'}"
-    engine = make_engine(url)
-    try:
-        upgrade(engine)
-        before = _schema(engine)
-        with engine.begin() as connection:
-            connection.exec_driver_sql(
-                "INSERT INTO timers (run_id, timer_id, due_at) "
-                "VALUES ('r', 't', '2030-01-01 00:00:00+00:00')"
-            )
-        upgrade(engine)
-        upgrade(engine)
-        assert current_revision(engine) == HEAD
-        assert _schema(engine) == before
-        with engine.connect() as connection:
-            assert connection.exec_driver_sql("SELECT count(*) FROM timers").scalar_one() == 1
-    finally:
-        engine.dispose()
-
-
-@pytest.fixture
-def empty_database() -> Iterator[str]:
-    name = f"cairn_empty_{uuid.uuid4().hex[:12]}"
-    with _admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield _db_url(name)
-    finally:
-        _drop(name)
-
-
-# Connect, say so, wait for the word, then migrate: the parent releases all at once.
-_UPGRADER = """
-import sys
-from cairn.store.database import MIGRATIONS, current_revision, make_engine, upgrade
-engine = make_engine(sys.argv[1])
-with engine.connect():
-    pass
-print("ready", flush=True)
-sys.stdin.readline()
-upgrade(engine)
-print("at", current_revision(engine), flush=True)
-"""
-
-
-def test_concurrent_upgrades_of_an_empty_database_all_succeed(empty_database: str) -> None:
-    with psycopg.connect(empty_database) as conn:  # really empty to begin with
-        tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
-        assert tables.fetchone() == (0,)
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-c", _UPGRADER, empty_database],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for _ in range(4)
-    ]
-    outputs = []
-    try:
-        for process in processes:
-            assert process.stdout is not None
-            assert process.stdout.readline().strip() == "ready"
-        for process in processes:  # go
-            assert process.stdin is not None
-            process.stdin.write("go\n")
-            process.stdin.flush()
-        for process in processes:
-            outputs.append(process.communicate(timeout=60)[0])
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-    assert [p.returncode for p in processes] == [0] * 4, "\n".join(outputs)
-    assert [out.strip().splitlines()[-1] for out in outputs] == [f"at {HEAD}"] * 4
-    engine = make_engine(empty_database)
-    try:
-        assert current_revision(engine) == HEAD
-        with engine.connect() as connection:
-            versions = connection.exec_driver_sql("SELECT version_num FROM alembic_version")
-            assert versions.scalars().all() == [HEAD]
-        assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
-        assert _drift(engine) == []
-    finally:
-        engine.dispose()
 
 
 # -- snapshots through the orchestrator ---------------------------------------------------
