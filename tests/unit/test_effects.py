@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -28,6 +27,7 @@ from cairn.effects import (
 )
 from cairn.effects import adapters as adapter_registry
 from cairn.errors import ConfigError, InvalidInput, StoreUnavailable
+from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.memory import MemoryLeases
 from cairn.model.keys import lease_key
 from cairn.model.messages import NodeMessage
@@ -36,7 +36,7 @@ from cairn.reconnect import is_outage
 from cairn.store.records import utcnow
 from cairn.store.schema import executions
 from cairn.store.sql import Store
-from cairn.workers.runner import NodeRunner, _Claimed
+from cairn.workers.execute import execute
 
 
 class World:
@@ -507,16 +507,25 @@ def test_the_runner_lets_the_ledgers_outage_through() -> None:
         raise StoreUnavailable("the database was unreachable for 30 s")
 
     leases = MemoryLeases()
-    runner = NodeRunner(None, leases, Settings(), "w")  # type: ignore[arg-type]
+    heartbeats = Heartbeats(leases)
     message = NodeMessage(
         run_id="run-1", workflow="w", version=1, node="pay", iteration=1, attempt=1
     )
     lease = leases.acquire(lease_key("run-1", "pay", 1, "run"), 30)
     assert lease is not None
-    definition = SimpleNamespace(nodes={"pay": SimpleNamespace(timeout=None)})
-    claimed = _Claimed(None, definition, None, 1, runner.heartbeats.hold(lease, 10))  # type: ignore[arg-type]
     with pytest.raises(StoreUnavailable):
-        runner._execute(handler, Context(), claimed, message, None)  # type: ignore[arg-type]
+        execute(
+            handler,
+            Context(),  # type: ignore[arg-type]
+            message,
+            check=None,
+            timeout_s=None,
+            heartbeats=heartbeats,
+            beat=heartbeats.hold(lease, 10),
+            grace_s=10,
+            give_up=lambda: None,
+            limit_bytes=Settings().max_payload_bytes,
+        )
 
 
 # -- the reconciler and unknown outcomes -------------------------------------------------
