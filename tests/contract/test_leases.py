@@ -13,7 +13,6 @@ from cairn.lease.port import Leases
 from cairn.lease.redis import RedisLeases
 from cairn.testing.contracts import LeasesContract
 from tests.contract.conftest import unavailable
-from tests.integration.conftest import redis_urls  # noqa: F401 - the fixture
 
 
 class TestMemoryLeases(LeasesContract):

@@ -38,7 +38,6 @@ from cairn.testing.publisher_contract import (
 from cairn.workers.app import NODE_TASK, PUBLISHED_HEADER, CeleryPublisher, make_celery
 from cairn.workers.inprocess import InProcessBroker
 from tests.contract.conftest import unavailable
-from tests.integration.conftest import redis_urls  # noqa: F401 - the fixture
 
 # -- the in-process broker ------------------------------------------------------------------
 

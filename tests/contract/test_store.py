@@ -14,7 +14,7 @@ from cairn.store.database import make_engine, upgrade
 from cairn.store.sql import Store
 from cairn.testing.store_contract import StoreContract
 from tests.contract.conftest import unavailable
-from tests.integration.conftest import PG_ADMIN, database_url, pg_template  # noqa: F401
+from tests.support.services import PG_ADMIN
 
 
 class TestSqliteStore(StoreContract):

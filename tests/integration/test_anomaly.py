@@ -9,7 +9,7 @@ from typing import Any
 
 from cairn.lease.redis import RedisLeases
 from cairn.model.statuses import RunStatus
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 
 def cli(cluster: Cluster, *args: str) -> str:

@@ -27,18 +27,9 @@ from hypothesis import HealthCheck, settings
 
 from cairn.config import Settings
 from cairn.webhooks import WebhookSignatureError, verify
-from tests.integration.conftest import (
-    FAST,
-    REDIS,
-    ROOT,
-    WORKFLOWS,
-    Cluster,
-    _admin,
-    _db_url,
-    _drop,
-    _redis_slots,
-)
 from tests.integration.test_lease_metrics import free_ports
+from tests.support.cluster import FAST, WORKFLOWS, Cluster
+from tests.support.services import REDIS, ROOT, admin, db_url, drop, redis_slots
 
 KEY_A = "alpha-key-0123456789abcdef"
 KEY_B = "beta-key-0123456789abcdef0"
@@ -62,9 +53,9 @@ class Deployment:
 def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """Database, Redis, worker, scheduler and the API server for this module."""
     name = f"cairn_t_{uuid.uuid4().hex[:12]}"
-    with _admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
-    slot = next(_redis_slots) % 7 + 1
+    with admin() as connection:
+        connection.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    slot = next(redis_slots) % 7 + 1
     broker, leases = f"{REDIS}/{2 * slot}", f"{REDIS}/{2 * slot + 1}"
     for url in (broker, leases):
         redis.Redis.from_url(url).flushdb()
@@ -73,7 +64,7 @@ def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> It
     env.update(FAST)
     env.update(
         {
-            "CAIRN_DATABASE_URL": _db_url(name),
+            "CAIRN_DATABASE_URL": db_url(name),
             "CAIRN_BROKER_URL": broker,
             "CAIRN_REDIS_URL": leases,
             "CAIRN_WORKFLOWS": str(WORKFLOWS),
@@ -119,7 +110,7 @@ def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> It
         cluster.stop()
         for url in (broker, leases):
             redis.Redis.from_url(url).flushdb()
-        _drop(name)
+        drop(name)
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,8 @@ from cairn.store.artifacts import Provenance, runs
 from cairn.store.backends import store_for
 from cairn.store.database import make_engine
 from cairn.store.sql import Store
-from tests.integration.conftest import ROOT, Cluster
+from tests.support.cluster import Cluster
+from tests.support.services import ROOT
 
 HOUR = timedelta(hours=1)
 

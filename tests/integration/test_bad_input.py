@@ -22,7 +22,7 @@ from cairn.errors import InvalidInput, UnknownWorkflow
 from cairn.model.statuses import RunStatus
 from cairn.store.schema import events, executions, outbox, runs, snapshots, timers, workflows
 from cairn.workers.app import NODE_TASK, make_celery
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 TABLES = {
     "runs": runs,

@@ -10,7 +10,7 @@ from typing import Any
 
 from cairn.model.state import BranchOutcome
 from cairn.model.statuses import NodeStatus, RunStatus
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 
 def _events(cluster: Cluster, run_id: str, kind: str) -> list[dict[str, Any]]:

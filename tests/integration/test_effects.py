@@ -27,7 +27,8 @@ from cairn import NotApplied, StaleClaim
 from cairn.effects import Effect, EffectLedger
 from cairn.model.statuses import RunStatus
 from cairn.store.schema import executions
-from tests.integration.conftest import PG_ADMIN, ROOT, Cluster
+from tests.support.cluster import Cluster
+from tests.support.services import PG_ADMIN, ROOT
 
 ADAPTERS = (
     "payments.charge=tests.integration.effect_handlers:Charges,"

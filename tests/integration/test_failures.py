@@ -11,7 +11,7 @@ import pytest
 
 from cairn.errors import ConfirmationRequired, IllegalTransition, InvalidInput
 from cairn.model.statuses import NodeStatus, RunStatus
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 
 def _ledger(cluster: Cluster, run_id: str) -> list[list[str]]:

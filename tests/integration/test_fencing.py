@@ -22,7 +22,7 @@ from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.store.schema import executions
 from cairn.workers.runner import Handled
-from tests.integration.conftest import WORKFLOWS
+from tests.support.cluster import WORKFLOWS
 
 
 @pytest.fixture

@@ -14,8 +14,9 @@ import urllib.request
 from typing import Any
 
 from cairn.model.statuses import RunStatus
-from tests.integration.conftest import ROOT, Cluster
 from tests.integration.test_lease_metrics import free_ports
+from tests.support.cluster import Cluster
+from tests.support.services import ROOT
 
 AUTH = "ops:flower-test"  # Flower serves its API only with authentication (or opted out)
 NODES = [f"chain10.n{i}" for i in range(1, 11)]

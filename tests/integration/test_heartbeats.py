@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from cairn.model.statuses import RunStatus
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 
 def cli(cluster: Cluster, *args: str) -> str:

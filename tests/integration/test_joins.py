@@ -9,7 +9,7 @@ import time
 from cairn.model.keys import lease_key
 from cairn.model.state import BranchOutcome
 from cairn.model.statuses import NodeStatus, RunStatus
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 
 def test_join_all_waits_for_a_branch_whose_worker_was_killed(cluster: Cluster) -> None:

@@ -22,7 +22,8 @@ from cairn.lease.redis import RedisLeases
 from cairn.lease.waits import delivered
 from cairn.model.statuses import RunStatus
 from cairn.observe.metrics.leases import serve_metrics
-from tests.integration.conftest import ROOT, Cluster
+from tests.support.cluster import Cluster
+from tests.support.services import ROOT
 
 
 def free_ports(count: int) -> list[int]:

@@ -14,7 +14,7 @@ import redis
 from cairn.model.statuses import RunStatus
 from cairn.workers.app import make_celery
 from cairn.workers.liveness import check
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 INTERVAL_S = 0.2
 MAX_AGE_S = 2.5

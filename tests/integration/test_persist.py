@@ -5,7 +5,7 @@ invalidates them."""
 from __future__ import annotations
 
 from cairn.model.statuses import RunStatus
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 
 def part_executions(cluster: Cluster) -> int:

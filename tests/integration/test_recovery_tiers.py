@@ -24,7 +24,7 @@ from cairn.runtime import Runtime
 from cairn.scheduler.recovery import QUEUED_PATIENCE
 from cairn.store.schema import executions
 from cairn.workers.runner import Handled
-from tests.integration.conftest import WORKFLOWS, Cluster
+from tests.support.cluster import WORKFLOWS, Cluster
 
 
 class Captured:

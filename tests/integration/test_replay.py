@@ -22,8 +22,8 @@ from cairn.timetravel.fork import Ending, dry_run, fork_point
 from cairn.timetravel.ledger import Answer, unregister_stub
 from cairn.timetravel.replay import Replayer, Verdict
 from tests.integration import replay_handlers
-from tests.integration.conftest import Cluster
 from tests.integration.test_effects import Service, service  # noqa: F401 - the fixture
+from tests.support.cluster import Cluster
 
 NODES = ("reserve", "charge", "invoice", "ship", "notify")
 # Every table a replay or a dry run could write to, were it not isolated.

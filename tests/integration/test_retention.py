@@ -16,7 +16,7 @@ from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.records import utcnow
 from cairn.store.schema import artifacts, effects, events, executions, runs
-from tests.integration.conftest import WORKFLOWS
+from tests.support.cluster import WORKFLOWS
 
 
 @pytest.mark.parametrize("backend", ["postgresql", "sqlite"])

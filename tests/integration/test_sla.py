@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from cairn.model.statuses import RunStatus
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 
 def sla(cluster: Cluster, *args: str, **slo: str) -> tuple[int, dict[str, Any]]:

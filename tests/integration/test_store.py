@@ -27,7 +27,7 @@ from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.store.records import ACTIVE_EXECUTION
 from cairn.store.schema import outbox, runs, snapshots
-from tests.integration.conftest import WORKFLOWS
+from tests.support.cluster import WORKFLOWS
 
 CHAIN = [f"n{i}" for i in range(1, 11)]
 

@@ -8,7 +8,7 @@ from celery import Celery
 
 from cairn.engine.batches import SubmitItem
 from cairn.model.statuses import RunStatus
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 
 def test_a_batch_starts_its_good_items_and_answers_each(cluster: Cluster) -> None:

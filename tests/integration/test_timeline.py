@@ -21,7 +21,7 @@ from cairn.model.statuses import RunStatus
 from cairn.timetravel.bisection import Verdict
 from cairn.timetravel.diff import plain
 from tests.integration import timeline_handlers
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 SETTINGS = {
     # A snapshot every three events: restores start from snapshots.

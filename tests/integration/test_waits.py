@@ -10,7 +10,7 @@ import pytest
 
 from cairn.errors import NotWaiting, UnknownSignal
 from cairn.model.statuses import RunStatus
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 
 def _waiting_at(cluster: Cluster, run_id: str, visit: int) -> bool:

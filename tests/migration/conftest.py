@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 
 from cairn.store.database import make_engine
 from tests.contract.conftest import unavailable
-from tests.integration.conftest import PG_ADMIN, _admin, _db_url, _drop
+from tests.support.services import PG_ADMIN, admin, db_url, drop
 
 
 @pytest.fixture
@@ -26,12 +26,12 @@ def empty_postgres() -> Iterator[str]:
     except psycopg.OperationalError as error:
         unavailable("PostgreSQL", error)
     name = f"cairn_empty_{uuid.uuid4().hex[:12]}"
-    with _admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+    with admin() as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield _db_url(name)
+        yield db_url(name)
     finally:
-        _drop(name)
+        drop(name)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

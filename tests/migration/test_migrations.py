@@ -20,7 +20,7 @@ from sqlalchemy import Engine, inspect
 
 from cairn.store.database import MIGRATIONS, current_revision, make_engine, upgrade
 from cairn.store.schema import Base
-from tests.integration.conftest import ROOT
+from tests.support.services import ROOT
 
 TABLES = {
     "workflows",

@@ -1,7 +1,7 @@
 """Holding a handler to its node's timeout, in this process: a blocked call in the main
 thread is interrupted; one on another thread is told to stop and, past its grace
 period, left behind without its lease. (The prefork child ending itself is proven with
-real worker processes in tests/integration/test_deadlines.py.)"""
+real worker processes in tests/acceptance/test_deadlines.py.)"""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import time
 
 from cairn.config import Settings
 from cairn.model.statuses import RunStatus
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 DEFAULTS = Settings()
 # The lease and recovery settings as a user gets them (the test cluster's are faster).

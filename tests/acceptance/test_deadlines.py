@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from cairn.model.statuses import RunStatus
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 GRACE = {"CAIRN_TIMEOUT_GRACE": "2"}
 

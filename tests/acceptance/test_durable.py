@@ -11,7 +11,7 @@ from cairn.model.messages import NodeMessage
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.workers.app import CeleryPublisher, make_celery
-from tests.integration.conftest import Cluster
+from tests.support.cluster import Cluster
 
 CHAIN = [f"n{i}" for i in range(1, 11)]
 

@@ -20,7 +20,7 @@ from cairn.model.effects import Policy
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.records import to_epoch
-from tests.integration.conftest import WORKFLOWS, Cluster
+from tests.support.cluster import WORKFLOWS, Cluster
 
 RUNS = 6
 SKEW_S = 300.0

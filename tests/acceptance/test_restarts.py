@@ -16,9 +16,9 @@ import pytest
 import redis
 
 from cairn.model.statuses import RunStatus
-from tests.integration.conftest import Cluster
-from tests.integration.test_durable import CHAIN
+from tests.acceptance.test_durable import CHAIN
 from tests.integration.test_lease_metrics import free_ports
+from tests.support.cluster import Cluster
 
 RUNS = 50
 

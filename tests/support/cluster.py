@@ -1,114 +1,30 @@
-"""Real services for integration tests: PostgreSQL, Redis, and cairn's own processes.
-
-Each test gets its own database, cloned from a template migrated once per session, and
-its own pair of Redis logical databases (broker, leases). Workers and schedulers run as
-subprocesses in their own process groups, so a test can SIGKILL or SIGSTOP them like an
-operator's worst day, and teardown always reaps them.
+"""cairn's own processes for a test: workers, schedulers and the CLI as subprocesses in
+their own process groups, so a test can SIGKILL or SIGSTOP them like an operator's worst
+day, and teardown always reaps them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-import redis
 
 from cairn.client import Client
 from cairn.config import Settings
 from cairn.engine.reads import RunView
-from cairn.store.database import make_engine, upgrade
+from tests.support.services import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "tests" / "integration" / "workflows"
-PG_ADMIN = os.environ.get("CAIRN_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS = os.environ.get("CAIRN_TEST_REDIS", "redis://127.0.0.1:6379")
-
-_redis_slots = itertools.count()
-
-
-def _admin() -> psycopg.Connection[Any]:
-    return psycopg.connect(PG_ADMIN, autocommit=True)
-
-
-def _db_url(name: str) -> str:
-    base, _, _ = PG_ADMIN.rpartition("/")
-    return f"{base}/{name}"
-
-
-def _drop(name: str) -> None:
-    with _admin() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(scope="session")
-def pg_template() -> Iterator[str]:
-    name = f"cairn_tmpl_{os.getpid()}"
-    _drop(name)
-    with _admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    engine = make_engine(_db_url(name))
-    upgrade(engine)
-    engine.dispose()
-    yield name
-    _drop(name)
-
-
-@pytest.fixture
-def database_url(pg_template: str) -> Iterator[str]:
-    name = f"cairn_t_{uuid.uuid4().hex[:12]}"
-    with _admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
-    yield _db_url(name)
-    _drop(name)
-
-
-SLOTS = 7  # pairs of logical databases: 2-3, 4-5, ..., 14-15
-SLOT_CLAIM_S = 900  # a claim outlives any test; a crashed test's claim then lapses
-
-
-@pytest.fixture
-def redis_urls() -> Iterator[tuple[str, str]]:
-    """(broker, leases): a pair of logical databases no other test uses at the same time
-    — in this process or in another test run on the same Redis (a claim in database 0,
-    taken with SET NX), so that two test runs side by side never share a broker."""
-    claims = redis.Redis.from_url(f"{REDIS}/0")
-    owner = f"{os.getpid()}:{next(_redis_slots)}"
-    deadline = time.monotonic() + SLOT_CLAIM_S
-    slot = None
-    while slot is None:
-        for candidate in range(1, SLOTS + 1):
-            if claims.set(f"cairn-test-slot:{candidate}", owner, nx=True, ex=SLOT_CLAIM_S):
-                slot = candidate
-                break
-        else:
-            if time.monotonic() > deadline:
-                raise RuntimeError("no free Redis test slot: are stale test runs alive?")
-            time.sleep(0.2)
-    urls = (f"{REDIS}/{2 * slot}", f"{REDIS}/{2 * slot + 1}")
-    try:
-        for url in urls:
-            redis.Redis.from_url(url).flushdb()
-        yield urls
-        for url in urls:
-            redis.Redis.from_url(url).flushdb()
-    finally:
-        key = f"cairn-test-slot:{slot}"
-        if claims.get(key) == owner.encode():
-            claims.delete(key)
-        claims.close()
 
 
 @dataclass
@@ -267,10 +183,3 @@ def cluster(
     cluster.stop()
     if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
         print(cluster.log_tails(60))
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    report = yield
-    setattr(item, f"rep_{report.when}", report)
-    return report

@@ -1,0 +1,1 @@
+"""What the tests share: the services they run against and the cairn processes they start."""
