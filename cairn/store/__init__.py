@@ -1,4 +1,4 @@
-"""The store: the PostgreSQL (or embedded SQLite) schema, migrations and repositories.
-
-Empty until durable execution lands; see ``docs/architecture.md``.
+"""The store: its port (:mod:`~cairn.store.sql`), its backends (PostgreSQL, SQLite; only
+:mod:`~cairn.store.backends` names them), the schema and its migrations; see
+``docs/architecture.md``.
 """
