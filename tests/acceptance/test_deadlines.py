@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from cairn.model.statuses import RunStatus
 from tests.support.cluster import Cluster
+
+# It measures how soon a hung handler is replaced: run alone, after the rest (make test).
+pytestmark = pytest.mark.serial
 
 GRACE = {"CAIRN_TIMEOUT_GRACE": "2"}
 

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from cairn.config import Settings
 from cairn.model.statuses import RunStatus
 from tests.support.cluster import Cluster
+
+# It measures recovery time, which sharing the CPU would skew: run alone, after the rest
+# (make test).
+pytestmark = pytest.mark.serial
 
 DEFAULTS = Settings()
 # The lease and recovery settings as a user gets them (the test cluster's are faster).

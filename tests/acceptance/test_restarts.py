@@ -20,6 +20,9 @@ from tests.acceptance.test_durable import CHAIN
 from tests.integration.test_lease_metrics import free_ports
 from tests.support.cluster import Cluster
 
+# It restarts PostgreSQL and Redis under everyone: run alone, after the rest (make test).
+pytestmark = pytest.mark.serial
+
 RUNS = 50
 
 

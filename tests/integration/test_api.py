@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 import schemathesis
 from hypothesis import HealthCheck, settings
 
@@ -29,7 +28,7 @@ from cairn.config import Settings
 from cairn.webhooks import WebhookSignatureError, verify
 from tests.integration.test_lease_metrics import free_ports
 from tests.support.cluster import FAST, WORKFLOWS, Cluster
-from tests.support.services import REDIS, ROOT, admin, db_url, drop, redis_slots
+from tests.support.services import ROOT, admin, db_url, drop, redis_pair
 
 KEY_A = "alpha-key-0123456789abcdef"
 KEY_B = "beta-key-0123456789abcdef0"
@@ -55,10 +54,16 @@ def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> It
     name = f"cairn_t_{uuid.uuid4().hex[:12]}"
     with admin() as connection:
         connection.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
-    slot = next(redis_slots) % 7 + 1
-    broker, leases = f"{REDIS}/{2 * slot}", f"{REDIS}/{2 * slot + 1}"
-    for url in (broker, leases):
-        redis.Redis.from_url(url).flushdb()
+    try:
+        with redis_pair() as (broker, leases):
+            yield from _deployment(name, broker, leases, tmp_path_factory)
+    finally:
+        drop(name)
+
+
+def _deployment(
+    name: str, broker: str, leases: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
     tmp = tmp_path_factory.mktemp("api")
     env = {key: value for key, value in os.environ.items() if not key.startswith("CAIRN_")}
     env.update(FAST)
@@ -108,9 +113,6 @@ def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> It
         yield Deployment(cluster, base_url)
     finally:
         cluster.stop()
-        for url in (broker, leases):
-            redis.Redis.from_url(url).flushdb()
-        drop(name)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ side by side on the same services never share one.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -68,8 +69,8 @@ SLOTS = 7  # pairs of logical databases: 2-3, 4-5, ..., 14-15
 SLOT_CLAIM_S = 900  # a claim outlives any test; a crashed test's claim then lapses
 
 
-@pytest.fixture
-def redis_urls() -> Iterator[tuple[str, str]]:
+@contextlib.contextmanager
+def redis_pair() -> Iterator[tuple[str, str]]:
     """(broker, leases): a pair of logical databases no other test uses at the same time
     — in this process or in another test run on the same Redis (a claim in database 0,
     taken with SET NX), so that two test runs side by side never share a broker."""
@@ -98,3 +99,10 @@ def redis_urls() -> Iterator[tuple[str, str]]:
         if claims.get(key) == owner.encode():
             claims.delete(key)
         claims.close()
+
+
+@pytest.fixture
+def redis_urls() -> Iterator[tuple[str, str]]:
+    """A Redis pair of the test's own (see :func:`redis_pair`)."""
+    with redis_pair() as urls:
+        yield urls
