@@ -50,7 +50,14 @@ from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.observe.explain import context_lines, waiting_lines
 from cairn.runtime import Runtime
 from cairn.store.artifacts import ArtifactRegistry
-from cairn.store.records import to_epoch
+from cairn.store.records import (
+    EventRecord,
+    ListedRun,
+    RequestedRun,
+    RunHead,
+    RunRecord,
+    to_epoch,
+)
 from cairn.timetravel.fork import fork_live, fork_point
 
 router = APIRouter(prefix="/v1")
@@ -192,13 +199,17 @@ def submit_batch(
                 created=True,
             )
         else:  # taken by a concurrent request since the read above
-            row = _rows(runtime, [answer.run_id])[answer.run_id]
-            answers[index] = _existing(index, row, body.runs[index])
+            row = _run(runtime, answer.run_id)
+            answers[index] = (
+                _existing(index, row, body.runs[index])
+                if row is not None
+                else _taken(index, answer.run_id)  # and deleted since (retention)
+            )
     for index, first in later:
         first_answer = answers[first]
         if first_answer.run_id is None:
             answers[index] = BatchResult(index=index, error=first_answer.error)
-        elif not _matches(body.runs[first], body.runs[index]):
+        elif not _same_item(body.runs[first], body.runs[index]):
             answers[index] = _conflict(index, body.runs[index].request_id, first_answer.run_id)
         else:
             answers[index] = first_answer.model_copy(update={"index": index, "created": False})
@@ -213,12 +224,14 @@ def submit_batch(
     return BatchResponse(created=created, existing=existing, refused=refused, results=results)
 
 
-def _existing(index: int, row: Any, item: BatchItem) -> BatchResult:
+def _existing(index: int, row: RequestedRun | RunRecord, item: BatchItem) -> BatchResult:
     if not _matches(row, item):
-        return _conflict(index, item.request_id, str(row.id))
-    return BatchResult(
-        index=index, run_id=str(row.id), status_url=status_url(str(row.id)), created=False
-    )
+        return _conflict(index, item.request_id, row.id)
+    return _taken(index, row.id)
+
+
+def _taken(index: int, run_id: str) -> BatchResult:
+    return BatchResult(index=index, run_id=run_id, status_url=status_url(run_id), created=False)
 
 
 def _conflict(index: int, request_id: str | None, run_id: str) -> BatchResult:
@@ -234,30 +247,42 @@ def _submitted(response: Response, run_id: str) -> Submitted:
     return Submitted(run_id=run_id, status_url=status_url(run_id))
 
 
-def _by_request(runtime: Runtime, namespace: str, request_id: str) -> Any:
+def _by_request(runtime: Runtime, namespace: str, request_id: str) -> RunRecord | None:
     with runtime.store.reading() as tx:
         return tx.run_by_request(namespace, request_id)
 
 
-def _rows(runtime: Runtime, run_ids: list[str]) -> dict[str, Any]:
-    if not run_ids:
-        return {}
+def _run(runtime: Runtime, run_id: str) -> RunRecord | None:
     with runtime.store.reading() as tx:
-        return {run_id: tx.run(run_id) for run_id in run_ids}
+        return tx.run(run_id)
 
 
-def _matches(row: Any, body: SubmitRequest | BatchItem) -> bool:
+def _matches(row: RequestedRun | RunRecord, body: SubmitRequest | BatchItem) -> bool:
     """Is the run ``row`` what this request asks for? Inputs compare as canonical JSON,
     so 1 and true (equal in Python) are different requests, as they are to a handler."""
     return bool(
         row.workflow == body.workflow
         and (body.version is None or row.version == body.version)
         and _canonical(row.input) == _canonical(body.input)
-        and row.webhook_url == (body.webhook.strip() if body.webhook else None)
+        and row.webhook_url == _webhook(body)
     )
 
 
-def _same_request(row: Any, body: SubmitRequest, key: str) -> None:
+def _same_item(first: BatchItem, later: BatchItem) -> bool:
+    """Does a batch's later item with an earlier one's request id ask for the same run?"""
+    return bool(
+        first.workflow == later.workflow
+        and first.version == later.version
+        and _canonical(first.input) == _canonical(later.input)
+        and _webhook(first) == _webhook(later)
+    )
+
+
+def _webhook(body: SubmitRequest | BatchItem) -> str | None:
+    return body.webhook.strip() if body.webhook else None
+
+
+def _same_request(row: RunRecord, body: SubmitRequest, key: str) -> None:
     if not _matches(row, body):
         raise IdempotencyConflict(
             f"Idempotency-Key {key!r} was used for another request (run {row.id}, "
@@ -369,7 +394,7 @@ def list_runs(
     return RunPage(runs=[_summary(row) for row in page], next_cursor=next_cursor)
 
 
-def _summary(row: Any) -> RunSummary:
+def _summary(row: ListedRun) -> RunSummary:
     return RunSummary(
         id=row.id,
         workflow=row.workflow,
@@ -384,7 +409,7 @@ def _summary(row: Any) -> RunSummary:
     )
 
 
-def _encode_cursor(row: Any) -> str:
+def _encode_cursor(row: ListedRun) -> str:
     raw = json.dumps([row.created_at.isoformat(), row.id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -415,7 +440,7 @@ def run_events(
     return EventPage(events=events, next_after=events[-1]["seq"] if events else after)
 
 
-def event_dict(row: Any) -> dict[str, Any]:
+def event_dict(row: EventRecord) -> dict[str, Any]:
     return {
         "seq": row.seq,
         "type": row.type,
@@ -425,13 +450,13 @@ def event_dict(row: Any) -> dict[str, Any]:
     }
 
 
-def _check(head: Any, run_id: str, namespace: str) -> Any:
+def _check(head: RunHead | None, run_id: str, namespace: str) -> RunHead:
     if head is None or head.namespace != namespace:
         raise RunNotFound(f"no run {run_id}")
     return head
 
 
-def head_in(runtime: Runtime, run_id: str, namespace: str) -> Any:
+def head_in(runtime: Runtime, run_id: str, namespace: str) -> RunHead:
     """The run's head (namespace, status, last seq) if the namespace may see it."""
     with runtime.store.reading() as tx:
         return _check(tx.run_head(run_id), run_id, namespace)

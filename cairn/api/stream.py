@@ -31,7 +31,6 @@ from cairn.api.deps import Namespace
 from cairn.api.models import MAX_INT
 from cairn.api.runs import ERRORS, RunId, event_dict, head_in
 from cairn.lease.heartbeat import beat_view, run_beats
-from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 
 router = APIRouter(prefix="/v1")
@@ -96,7 +95,7 @@ async def _events(runtime: Runtime, run_id: str, seq: int, request: Request) -> 
             quiet_since = time.monotonic()
         if head is None:  # the run was deleted (retention) while we streamed
             return
-        if RunStatus(head.status).terminal and seq >= head.last_seq:
+        if head.status.terminal and seq >= head.last_seq:
             yield f"event: end\ndata: {json.dumps({'status': head.status, 'last_seq': seq})}\n\n"
             return
         if time.monotonic() - quiet_since >= KEEPALIVE_S:
@@ -116,7 +115,7 @@ def _read(
     with runtime.store.reading() as tx:
         head = tx.run_head(run_id)
         rows = tx.events_after(run_id, seq) if head is not None and head.last_seq > seq else []
-    if head is None or RunStatus(head.status).terminal or not head.current:
+    if head is None or head.status.terminal or not head.current:
         return head, rows, {}
     running = [execution.rpartition("#") for execution in head.current]
     beats = run_beats(

@@ -23,6 +23,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from cairn.errors import ConfigError
 from cairn.model.definition import import_ref
+from cairn.model.effects import EffectStatus
+from cairn.store.records import EffectRecord
 
 
 class Verdict(StrEnum):
@@ -50,7 +52,7 @@ class Effect:
     node: str
     iteration: int
     attempt: int
-    status: str
+    status: EffectStatus
     calls: int
     result: Any
     digest: str | None
@@ -62,7 +64,7 @@ class Effect:
     applied_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: Any) -> Effect:
+    def from_row(cls, row: EffectRecord) -> Effect:
         return cls(**{name: getattr(row, name) for name in cls.__dataclass_fields__})
 
     def to_dict(self) -> dict[str, Any]:

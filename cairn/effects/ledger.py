@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cairn.effects.adapters import Effect, Verdict, adapter_for, checked
-from cairn.errors import InvalidInput, StoreUnavailable
+from cairn.errors import InvalidInput, StoreError, StoreUnavailable
 from cairn.faults import fault_point
 from cairn.model.classify import classify, may_have_applied
 from cairn.model.definition import ErrorClass, ref_path_of
@@ -206,12 +206,14 @@ class EffectLedger:
             if recorded is Intent.FENCED:
                 raise self._stale(key, "PostgreSQL has a newer claim of it on record")
             row = tx.effect(self.namespace, key, lock=True)
+            if row is None:  # retention deleted it between the two statements
+                raise StoreError(f"effect {key!r} vanished while being recorded")
             if row.name != name:
                 raise InvalidInput(
                     f"effect key {key!r} belongs to a {row.name!r} effect, not {name!r}: "
                     "keys name one effect each"
                 )
-            status = EffectStatus(row.status)
+            status = row.status
             if status is EffectStatus.APPLIED:
                 return _Recorded(row.result)
             if status is EffectStatus.FAILED and row.error_class != ErrorClass.TRANSIENT.value:
@@ -278,6 +280,8 @@ class EffectLedger:
         def record() -> bool:
             with self.store.transaction() as tx:
                 row = tx.effect(self.namespace, key)
+                if row is None:
+                    return False
                 return tx.update_effect(
                     row.id, changes, status=EffectStatus.INTENT.value, fence_at_most=self.fence
                 )

@@ -53,7 +53,7 @@ from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome, StepWrites
 from cairn.model.state import RunState
 from cairn.model.statuses import NodeStatus, RunStatus, stopped_execution
-from cairn.store.records import from_epoch, utcnow
+from cairn.store.records import RunRecord, from_epoch, utcnow
 from cairn.store.sql import Store, Tx
 
 log = logging.getLogger(__name__)
@@ -344,7 +344,7 @@ class Steps:
     def advance(
         self,
         tx: Tx,
-        row: Any,
+        row: RunRecord,
         definition: WorkflowDefinition,
         state: RunState,
         event: Event,
@@ -390,7 +390,7 @@ class Steps:
         tell(self.hooks, run_id, plan.decision)
         self.outbox.publish(with_outbox_ids(plan.dispatches, outbox_ids))
 
-    def _carry_out(self, tx: Tx, row: Any, plan: Plan, advanced: Advanced) -> None:
+    def _carry_out(self, tx: Tx, row: RunRecord, plan: Plan, advanced: Advanced) -> None:
         """The rows a decision changes besides the step's own: cancellations, held
         executions (held, or settled by an operator), child runs started, events for
         other runs, and webhook notices (the child runs' messages and the inbox entries
@@ -487,7 +487,7 @@ class Steps:
         started = RunStarted(at=at, input=payload, parent=link, budget=command.budget)
         state = RunState(command.run_id, definition.name, definition.version)
         child = self.advance(
-            tx, tx.run(command.run_id, lock=True), definition, state, started, last=False
+            tx, tx.inserted_run(command.run_id), definition, state, started, last=False
         )
         advanced.messages.extend(child.messages)
         advanced.posted.extend(child.posted)

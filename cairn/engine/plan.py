@@ -13,6 +13,7 @@ from typing import Any
 
 from cairn.config import Settings
 from cairn.decider import Decision, decide
+from cairn.engine.inputs import FreshRun
 from cairn.engine.notices import Notice, notices
 from cairn.model.commands import (
     ArmTimer,
@@ -32,7 +33,7 @@ from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome, StepWrites
 from cairn.model.state import STATE_FORMAT, RunState
 from cairn.model.statuses import RunStatus
-from cairn.store.records import encode_snapshot, from_epoch, utcnow
+from cairn.store.records import RunRecord, encode_snapshot, from_epoch, to_epoch, utcnow
 
 # Commands that change rows besides the step's own (the fast path takes none of them;
 # the run's timers are the step's own: see StepWrites).
@@ -73,7 +74,11 @@ class Planner:
         self.settings = settings
 
     def plan(
-        self, row: Any, definition: WorkflowDefinition, state: RunState, event: Event
+        self,
+        row: RunRecord | FreshRun,
+        definition: WorkflowDefinition,
+        state: RunState,
+        event: Event,
     ) -> tuple[Decision, Plan | None]:
         """Decide, and work out every row the decision writes (None if it was ignored)."""
         decision = decide(definition, state, event)
@@ -122,14 +127,14 @@ class Planner:
             decision, values, snapshot, dispatches, row_commands, announced, armed, disarmed
         )
 
-    def snapshot_due(self, row: Any, new: RunState, seq: int, at: float) -> bool:
+    def snapshot_due(self, row: RunRecord | FreshRun, new: RunState, seq: int, at: float) -> bool:
         """Snapshots compress the log: every K events, every T seconds, and whenever the
         run parks (waits) or ends, so that restoring a parked run replays nothing."""
         if new.status in (RunStatus.WAITING,) or new.status.terminal:
             return True
         if seq - row.snapshot_seq >= self.settings.snapshot_every_events:
             return True
-        last = (row.snapshot_at or row.created_at).timestamp()
+        last = to_epoch(row.snapshot_at or row.created_at)
         return bool(at - last >= self.settings.snapshot_every_s)
 
     def writes(self, plan: Plan, event: Event, sent: Sequence[int]) -> StepWrites:

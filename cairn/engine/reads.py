@@ -18,6 +18,7 @@ from cairn.model.events import event_from_dict
 from cairn.model.keys import ExecutionKey
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
+from cairn.store.records import RunRecord, to_epoch
 from cairn.store.sql import Store, Tx
 
 AUDIT_ONLY = "audit"  # events with this "type" prefix are history, not decider input
@@ -35,7 +36,9 @@ def replay(
         yield event_row, state
 
 
-def restore(tx: Tx, row: Any, definition: WorkflowDefinition, upto: int | None = None) -> RunState:
+def restore(
+    tx: Tx, row: RunRecord, definition: WorkflowDefinition, upto: int | None = None
+) -> RunState:
     """The run's state after event ``upto`` (default: its latest).
 
     The latest is cached on the run row; any other (or an uncached one) is the latest
@@ -61,7 +64,7 @@ class Restored:
     ``last_seq``, and the database's clock at the read (carried forward by a monotonic
     clock, so an event's time still comes from the one clock)."""
 
-    row: Any
+    row: RunRecord
     state: RunState
     db_time: float
     read_at: float = field(default_factory=time.monotonic)
@@ -128,14 +131,14 @@ class Reads:
             id=row.id,
             workflow=row.workflow,
             version=row.version,
-            status=RunStatus(row.status),
+            status=row.status,
             namespace=row.namespace,
             request_id=row.request_id,
             current=list(row.current),
             reason=row.reason,
             last_seq=row.last_seq,
-            created_at=row.created_at.timestamp(),
-            updated_at=row.updated_at.timestamp(),
+            created_at=to_epoch(row.created_at),
+            updated_at=to_epoch(row.updated_at),
             state=state,
             parent_run_id=row.parent_run_id,
             fork_seq=row.fork_seq,

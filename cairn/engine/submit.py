@@ -144,7 +144,7 @@ class Submissions:
                 if not tx.insert_run(values):
                     answers[index] = Submitted(index, self._existing_run(values, tx))
                     continue
-                row = tx.run(values["id"], lock=True)
+                row = tx.inserted_run(values["id"])
                 advanced = self.steps.advance(tx, row, definition, state, event, last=False)
                 messages.extend(advanced.messages)
                 answers[index] = Submitted(index, values["id"], created=True)
@@ -190,7 +190,7 @@ class Submissions:
                 patch=dict(patch) if patch is not None else None,
             )
             fresh = RunState(fork_id, definition.name, definition.version)
-            advanced = self.steps.advance(tx, tx.run(fork_id, lock=True), definition, fresh, forked)
+            advanced = self.steps.advance(tx, tx.inserted_run(fork_id), definition, fresh, forked)
         log.info("run %s forked from run %s at seq %d", fork_id, run_id, at_seq)
         self.steps.after_commit(advanced)
         return fork_id
@@ -223,7 +223,7 @@ class Submissions:
                 return self._existing_run(values, tx)
             now = tx.now()
             state = RunState(run_id, definition.name, definition.version)
-            row = tx.run(run_id, lock=True)
+            row = tx.inserted_run(run_id)
             started = RunStarted(at=now, input=values["input"])
             advanced = self.steps.advance(tx, row, definition, state, started)
         self.steps.after_commit(advanced)
@@ -238,4 +238,6 @@ class Submissions:
         else:
             with self.store.reading() as reader:
                 row = reader.run_by_request(values["namespace"], values["request_id"])
-        return str(row.id)
+        if row is None:  # the run that took it was deleted meanwhile (retention)
+            raise StoreError(f"request id {values['request_id']!r} was taken, then freed")
+        return row.id

@@ -48,7 +48,7 @@ from cairn.effects.ledger import UNSETTLED, applied
 from cairn.model.definition import import_ref
 from cairn.model.effects import EffectStatus, Policy
 from cairn.model.statuses import RunStatus
-from cairn.store.records import utcnow
+from cairn.store.records import EffectRecord, RunHead, utcnow
 from cairn.store.sql import Store, Tx
 
 log = logging.getLogger(__name__)
@@ -155,9 +155,9 @@ class Reconciler:
         )
         return report
 
-    def _reconcile(self, tx: Tx, row: Any, report: DriftReport) -> None:
+    def _reconcile(self, tx: Tx, row: EffectRecord, report: DriftReport) -> None:
         effect = Effect.from_row(row)
-        status = EffectStatus(effect.status)
+        status = effect.status
         if status not in (*UNSETTLED, EffectStatus.APPLIED):
             return  # settled since it was listed
         run = tx.run_head(effect.run_id) if status in UNSETTLED else None
@@ -196,7 +196,7 @@ class Reconciler:
         self, tx: Tx, effect: Effect, check: Check, entry: dict[str, Any], report: DriftReport
     ) -> None:
         """An intent or an unknown outcome, once the adapter said applied or absent."""
-        status, ended = EffectStatus(effect.status), entry.get("run_status")
+        status, ended = effect.status, entry.get("run_status")
         if check.verdict is Verdict.ABSENT:
             self._set(tx, effect, status, {"status": EffectStatus.ABSENT.value})
             report.fixed.append({**entry, "action": "marked_absent"})
@@ -274,10 +274,9 @@ def _entry(effect: Effect, check: Check | None) -> dict[str, Any]:
     return entry
 
 
-def _ended(run: Any) -> str | None:
+def _ended(run: RunHead | None) -> str | None:
     """The status a run ended with; None while it goes on (and for a run that is not in
     the store: deleted by retention, or never there — nothing to tell)."""
     if run is None:
         return None
-    status = RunStatus(run.status)
-    return status.value if status.terminal else None
+    return run.status.value if run.status.terminal else None

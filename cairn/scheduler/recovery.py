@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from cairn.config import Settings
 from cairn.engine.orchestrator import Orchestrator
@@ -33,7 +32,7 @@ from cairn.model.messages import NodeMessage
 from cairn.model.statuses import ExecutionStatus
 from cairn.observe.metrics.scheduler import SchedulerMetrics
 from cairn.reconnect import is_outage
-from cairn.store.records import to_epoch
+from cairn.store.records import ExecutionRecord, to_epoch
 
 log = logging.getLogger(__name__)
 
@@ -100,20 +99,22 @@ class Recovery:
         key = ExecutionKey(*parse_lease_key(lapsed.key))
         with self.orchestrator.store.reading() as tx:
             execution = tx.execution(key)
-        if execution is None or not ExecutionStatus(execution.status).active:
+        if execution is None or not execution.status.active:
             return 0
         attempt = (lapsed.record or {}).get("attempt")
         if attempt is not None and str(attempt) != str(execution.attempt):
             return 0
         return self._recover_one(execution, died=True)
 
-    def _recover_one(self, execution: Any, *, died: bool) -> int:
+    def _recover_one(self, execution: ExecutionRecord, *, died: bool) -> int:
         key = ExecutionKey(execution.run_id, execution.node, execution.iteration, execution.phase)
         with self.orchestrator.store.transaction() as tx:
             recoveries = tx.touch_execution(key, execution.attempt, died=died)
             if recoveries is None:
                 return 0  # it finished meanwhile
             run = tx.run(execution.run_id)
+        if run is None:
+            return 0
         message = NodeMessage(
             execution.run_id,
             run.workflow,
@@ -148,7 +149,7 @@ class Recovery:
         )
         return 1
 
-    def _maybe_queued(self, execution: Any, now: float) -> bool:
+    def _maybe_queued(self, execution: ExecutionRecord, now: float) -> bool:
         """Nobody has started it (no claim in PostgreSQL, no heartbeat record), and it
         has not waited so long that a queue could no longer explain it."""
         waited = now - to_epoch(execution.dispatched_at)

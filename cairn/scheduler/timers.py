@@ -94,6 +94,8 @@ class Timers:
         with self.orchestrator.store.reading() as tx:
             run = tx.run(timer.run_id)
             now = tx.now()
+        if run is None:
+            return False
         node = self.orchestrator.registry.get(run.workflow, run.version).nodes.get(node_id)
         if node is None or node.timeout is None:
             return False

@@ -11,11 +11,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from cairn.model.keys import ExecutionKey
 from cairn.store.base import TxBase
-from cairn.store.records import (
-    Intent,
-    from_epoch,
-    where,
-)
+from cairn.store.clauses import where
+from cairn.store.records import EffectRecord, Intent, from_epoch
 from cairn.store.schema import (
     effects,
     executions,
@@ -60,11 +57,12 @@ class EffectsTx(TxBase):
         key = ExecutionKey(values["run_id"], values["node"], values["iteration"], phase)
         return select(executions.c.fence).where(where(key), executions.c.fence > values["fence"])
 
-    def effect(self, namespace: str, key: str, *, lock: bool = False) -> Any:
+    def effect(self, namespace: str, key: str, *, lock: bool = False) -> EffectRecord | None:
         query = select(effects).where(effects.c.namespace == namespace, effects.c.key == key)
         if lock:
             query = query.with_for_update()
-        return self.connection.execute(query).first()
+        row = self.connection.execute(query).first()
+        return None if row is None else EffectRecord.of(row)
 
     def update_effect(
         self,
@@ -106,15 +104,15 @@ class EffectsTx(TxBase):
         )
         return [row.id for row in self.connection.execute(query)]
 
-    def claim_effect(self, effect_id: int) -> Any:
+    def claim_effect(self, effect_id: int) -> EffectRecord | None:
         """Lock an effect for this transaction, or None if another holds it (PostgreSQL
         skips it; SQLite has one writer anyway)."""
         query = select(effects).where(effects.c.id == effect_id)
-        return self.connection.execute(self._skip_locked(query)).first()
+        row = self.connection.execute(self._skip_locked(query)).first()
+        return None if row is None else EffectRecord.of(row)
 
-    def effects_of(self, run_id: str) -> list[Any]:
-        return list(
-            self.connection.execute(
-                select(effects).where(effects.c.run_id == run_id).order_by(effects.c.id)
-            )
+    def effects_of(self, run_id: str) -> list[EffectRecord]:
+        found = self.connection.execute(
+            select(effects).where(effects.c.run_id == run_id).order_by(effects.c.id)
         )
+        return [EffectRecord.of(row) for row in found]

@@ -13,12 +13,8 @@ from cairn.errors import StaleTransition
 from cairn.model.keys import ExecutionKey
 from cairn.model.statuses import ExecutionStatus
 from cairn.store.base import TxBase
-from cairn.store.records import (
-    ACTIVE_EXECUTION,
-    from_epoch,
-    unfinished,
-    where,
-)
+from cairn.store.clauses import ACTIVE_EXECUTION, unfinished, where
+from cairn.store.records import ExecutionRecord, from_epoch
 from cairn.store.schema import (
     executions,
     runs,
@@ -122,28 +118,26 @@ class ExecutionsTx(TxBase):
         ).rowcount
         self._moved(moved, key, ExecutionStatus(status), [_HELD])
 
-    def executions_of(self, run_id: str) -> list[Any]:
-        return list(
-            self.connection.execute(
-                select(executions)
-                .where(executions.c.run_id == run_id)
-                .order_by(executions.c.dispatched_at)
-            )
+    def executions_of(self, run_id: str) -> list[ExecutionRecord]:
+        found = self.connection.execute(
+            select(executions)
+            .where(executions.c.run_id == run_id)
+            .order_by(executions.c.dispatched_at)
         )
+        return [ExecutionRecord.of(row) for row in found]
 
-    def stalled_executions(self, older_than: float, limit: int) -> list[Any]:
+    def stalled_executions(self, older_than: float, limit: int) -> list[ExecutionRecord]:
         """Dispatched, unfinished executions last (re)published before ``older_than``."""
-        return list(
-            self.connection.execute(
-                select(executions)
-                .where(
-                    executions.c.status.in_(ACTIVE_EXECUTION),
-                    executions.c.dispatched_at < from_epoch(older_than),
-                )
-                .order_by(executions.c.dispatched_at)
-                .limit(limit)
+        found = self.connection.execute(
+            select(executions)
+            .where(
+                executions.c.status.in_(ACTIVE_EXECUTION),
+                executions.c.dispatched_at < from_epoch(older_than),
             )
+            .order_by(executions.c.dispatched_at)
+            .limit(limit)
         )
+        return [ExecutionRecord.of(row) for row in found]
 
     def stop_requested(self, key: ExecutionKey, attempt: int) -> bool:
         """Should the worker running this execution stop? Its run is being cancelled, or
@@ -176,9 +170,9 @@ class ExecutionsTx(TxBase):
         )
         return bool(claimed.rowcount)
 
-    def execution(self, key: ExecutionKey) -> Any:
-        """The execution row (attempt, status, dispatch time), or None."""
-        return self.connection.execute(select(executions).where(where(key))).first()
+    def execution(self, key: ExecutionKey) -> ExecutionRecord | None:
+        row = self.connection.execute(select(executions).where(where(key))).first()
+        return None if row is None else ExecutionRecord.of(row)
 
     def execution_fence(self, key: ExecutionKey) -> int:
         fence = self.connection.execute(select(executions.c.fence).where(where(key))).scalar()

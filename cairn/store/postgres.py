@@ -19,6 +19,7 @@ from cairn.model.outcomes import StepWrites
 from cairn.store import fastpath
 from cairn.store.database import autocommit_twin
 from cairn.store.errors import translated
+from cairn.store.records import ExecutionHead, RunRecord
 from cairn.store.schema import outbox, runs
 from cairn.store.sql import Store, Tx
 
@@ -55,21 +56,25 @@ class PostgresTx(Tx):
     ) -> list[tuple[bool, dict[tuple[str, int, str], int]]]:
         return fastpath.submit_runs(self._driver(), runs)
 
-    def lock_run(self, run_id: str, *, skip_locked: bool = False) -> tuple[Any, float]:
+    def lock_run(self, run_id: str, *, skip_locked: bool = False) -> tuple[RunRecord | None, float]:
         clock = func.extract("epoch", func.clock_timestamp()).label("db_now")
         row = self.connection.execute(
             select(runs, clock)
             .where(runs.c.id == run_id)
             .with_for_update(of=runs, skip_locked=skip_locked)
         ).first()
-        return row, (float(row.db_now) if row is not None else 0.0)
+        if row is None:
+            return None, 0.0
+        return RunRecord.of(row), float(row.db_now)
 
     def write_step(self, run_id: str, writes: StepWrites, *, last: bool = True) -> list[int]:
         return fastpath.write_step(self._driver(), run_id, writes, commit=last)
 
-    def execution_and_run(self, key: ExecutionKey) -> tuple[Any, Any]:
+    def execution_and_run(self, key: ExecutionKey) -> tuple[ExecutionHead | None, RunRecord | None]:
         row = fastpath.execution_and_run(self._driver(), key.params())
-        return (row, row) if row is not None else (None, self.run(key.run_id))
+        if row is None:
+            return None, self.run(key.run_id)
+        return ExecutionHead.of(row), RunRecord.of(row)
 
     def complete_step(
         self,
@@ -93,9 +98,11 @@ class PostgresTx(Tx):
 
     def finish_and_lock(
         self, key: ExecutionKey, attempt: int, fence: int, values: Mapping[str, Any]
-    ) -> tuple[Any, float]:
+    ) -> tuple[RunRecord | None, float]:
         row = fastpath.finish_and_lock(self._driver(), key.params(), attempt, fence, values)
-        return (row, float(row.db_now)) if row is not None else (None, 0.0)
+        if row is None:
+            return None, 0.0
+        return RunRecord.of(row), float(row.db_now)
 
     def _mark_sent_statement(self, ids: Sequence[int]) -> Any:
         # One array parameter, so the SQL text (and its prepared plan) does not change with

@@ -1,6 +1,7 @@
-"""The store's values and helpers shared by every backend: typed records (a snapshot, the
-fleet's gauges, what recording an intent came to), timestamps in and out of the
-database, snapshot encoding, and the WHERE clauses of an execution's row."""
+"""The store's values, the same from every backend: typed records of its rows (a run, an
+execution, an event, an effect, a snapshot), the fleet's gauges, what recording an intent
+came to; timestamps in and out of the database, and snapshot encoding. No SQL here: what
+the store hands out is plain data, whatever database it came from."""
 
 from __future__ import annotations
 
@@ -13,15 +14,11 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import and_
-
 from cairn import clock
 from cairn.errors import StoreError
+from cairn.model.effects import EffectStatus
 from cairn.model.keys import ExecutionKey
-from cairn.model.statuses import EXECUTION_ACTIVE
-from cairn.store.schema import executions
-
-ACTIVE_EXECUTION = tuple(status.value for status in EXECUTION_ACTIVE)
+from cairn.model.statuses import ExecutionStatus, RunStatus
 
 
 class Intent(StrEnum):
@@ -85,20 +82,256 @@ def decode_snapshot(codec: str, body: bytes) -> dict[str, Any]:
     return data
 
 
-def where(key: ExecutionKey) -> Any:
-    """The row of execution ``key``."""
-    return and_(
-        executions.c.run_id == key.run_id,
-        executions.c.node == key.node,
-        executions.c.iteration == key.iteration,
-        executions.c.phase == key.phase,
-    )
+# Each record below is built (``of``) from any row that has its columns as attributes —
+# SQLAlchemy's rows and psycopg's named tuples both do — extra columns ignored; a test
+# (tests/unit/test_records.py) holds each full record to its table's columns.
 
 
-def unfinished(key: ExecutionKey, attempt: int) -> Any:
-    """Execution ``key`` at ``attempt``, while it has no result."""
-    return and_(
-        where(key),
-        executions.c.attempt == attempt,
-        executions.c.status.in_(ACTIVE_EXECUTION),
-    )
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run's row: what it runs, where it is, and its state as of ``last_seq`` (None
+    when too large to cache)."""
+
+    id: str
+    namespace: str
+    workflow: str
+    version: int
+    status: RunStatus
+    input: dict[str, Any]
+    request_id: str | None
+    last_seq: int
+    snapshot_seq: int
+    snapshot_at: datetime | None
+    current: list[str]
+    state: dict[str, Any] | None
+    reason: str | None
+    parent_run_id: str | None
+    fork_seq: int | None
+    webhook_url: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Any) -> RunRecord:
+        return cls(
+            row.id,
+            row.namespace,
+            row.workflow,
+            row.version,
+            RunStatus(row.status),
+            row.input,
+            row.request_id,
+            row.last_seq,
+            row.snapshot_seq,
+            row.snapshot_at,
+            row.current,
+            row.state,
+            row.reason,
+            row.parent_run_id,
+            row.fork_seq,
+            row.webhook_url,
+            row.created_at,
+            row.updated_at,
+            row.finished_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ListedRun:
+    """A run as a listing shows it: no input, no cached state."""
+
+    id: str
+    workflow: str
+    version: int
+    status: RunStatus
+    request_id: str | None
+    current: list[str]
+    reason: str | None
+    last_seq: int
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: Any) -> ListedRun:
+        return cls(
+            row.id,
+            row.workflow,
+            row.version,
+            RunStatus(row.status),
+            row.request_id,
+            row.current,
+            row.reason,
+            row.last_seq,
+            row.created_at,
+            row.updated_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunHead:
+    """What a progress stream polls: where a run is, without its state."""
+
+    namespace: str
+    status: RunStatus
+    last_seq: int
+    current: list[str]
+
+    @classmethod
+    def of(cls, row: Any) -> RunHead:
+        return cls(row.namespace, RunStatus(row.status), row.last_seq, row.current)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedRun:
+    """A run a request id already started: what a repeated submit is compared with."""
+
+    id: str
+    workflow: str
+    version: int
+    input: dict[str, Any]
+    request_id: str
+    webhook_url: str | None
+
+    @classmethod
+    def of(cls, row: Any) -> RequestedRun:
+        return cls(row.id, row.workflow, row.version, row.input, row.request_id, row.webhook_url)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionRecord:
+    """A row of the idempotency table: one execution of a node (its iteration and phase),
+    its attempt, its newest claim's fence, and its first recorded result."""
+
+    run_id: str
+    node: str
+    iteration: int
+    phase: str
+    status: ExecutionStatus
+    attempt: int
+    worker: str | None
+    dispatched_at: datetime
+    finished_at: datetime | None
+    duration_s: float | None
+    result: dict[str, Any] | None
+    error_class: str | None
+    error: str | None
+    recoveries: int
+    fence: int
+
+    @classmethod
+    def of(cls, row: Any) -> ExecutionRecord:
+        return cls(
+            row.run_id,
+            row.node,
+            row.iteration,
+            row.phase,
+            ExecutionStatus(row.status),
+            row.attempt,
+            row.worker,
+            row.dispatched_at,
+            row.finished_at,
+            row.duration_s,
+            row.result,
+            row.error_class,
+            row.error,
+            row.recoveries,
+            row.fence,
+        )
+
+    @property
+    def key(self) -> ExecutionKey:
+        return ExecutionKey(self.run_id, self.node, self.iteration, self.phase)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionHead:
+    """What a worker checks of an execution before running it (read with its run), and
+    the database's clock at that read when the backend reads it in the same statement."""
+
+    status: ExecutionStatus
+    attempt: int
+    fence: int
+    recoveries: int
+    db_now: float | None
+
+    @classmethod
+    def of(cls, row: Any) -> ExecutionHead:
+        """From a row whose execution columns are prefixed ``execution_`` (it also holds
+        the run's)."""
+        return cls(
+            ExecutionStatus(row.execution_status),
+            row.execution_attempt,
+            row.execution_fence,
+            row.execution_recoveries,
+            getattr(row, "db_now", None),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """An entry of a run's log: the decider's input, and what deciding it did."""
+
+    seq: int
+    type: str
+    data: dict[str, Any]
+    outcome: dict[str, Any]
+    at: float
+
+    @classmethod
+    def of(cls, row: Any) -> EventRecord:
+        return cls(row.seq, row.type, row.data, row.outcome, row.at)
+
+
+@dataclass(frozen=True, slots=True)
+class EffectRecord:
+    """An effects-ledger row: one side effect by its key, who made it under which claim,
+    and what is known of its outcome."""
+
+    id: int
+    namespace: str
+    key: str
+    name: str
+    run_id: str
+    node: str
+    iteration: int
+    attempt: int
+    fence: int
+    status: EffectStatus
+    calls: int
+    result: Any
+    digest: str | None
+    error_class: str | None
+    error: str | None
+    policy: str
+    compensate: str | None
+    created_at: datetime
+    updated_at: datetime
+    applied_at: datetime | None
+    checked_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Any) -> EffectRecord:
+        return cls(
+            row.id,
+            row.namespace,
+            row.key,
+            row.name,
+            row.run_id,
+            row.node,
+            row.iteration,
+            row.attempt,
+            row.fence,
+            EffectStatus(row.status),
+            row.calls,
+            row.result,
+            row.digest,
+            row.error_class,
+            row.error,
+            row.policy,
+            row.compensate,
+            row.created_at,
+            row.updated_at,
+            row.applied_at,
+            row.checked_at,
+        )

@@ -13,6 +13,11 @@ from sqlalchemy import delete, func, select
 from cairn.errors import StoreError
 from cairn.store.base import TxBase
 from cairn.store.records import (
+    EventRecord,
+    ListedRun,
+    RequestedRun,
+    RunHead,
+    RunRecord,
     Snapshot,
     decode_snapshot,
     from_epoch,
@@ -98,32 +103,41 @@ class RunsTx(TxBase):
         stmt = self._insert(runs).values(**values).on_conflict_do_nothing()
         return self.connection.execute(stmt.returning(runs.c.id)).first() is not None
 
-    def run_by_request(self, namespace: str, request_id: str) -> Any:
-        return self.connection.execute(
+    def run_by_request(self, namespace: str, request_id: str) -> RunRecord | None:
+        row = self.connection.execute(
             select(runs).where(runs.c.namespace == namespace, runs.c.request_id == request_id)
         ).first()
+        return None if row is None else RunRecord.of(row)
 
-    def lock_run(self, run_id: str, *, skip_locked: bool = False) -> tuple[Any, float]:
+    def lock_run(self, run_id: str, *, skip_locked: bool = False) -> tuple[RunRecord | None, float]:
         """Lock the run row for this transaction; also read the database clock, in the same
         round trip, so that every event's time comes from one clock. ``skip_locked``: a
         row another transaction holds comes back as None instead of being waited for."""
         return self.run(run_id, lock=True), self.now()
 
-    def run(self, run_id: str, *, lock: bool = False) -> Any:
+    def run(self, run_id: str, *, lock: bool = False) -> RunRecord | None:
         query = select(runs).where(runs.c.id == run_id)
         if lock:
             query = query.with_for_update()
-        return self.connection.execute(query).first()
+        row = self.connection.execute(query).first()
+        return None if row is None else RunRecord.of(row)
+
+    def inserted_run(self, run_id: str) -> RunRecord:
+        """The run this transaction inserted, locked for the rest of it."""
+        row = self.run(run_id, lock=True)
+        if row is None:
+            raise StoreError(f"run {run_id} was inserted in this transaction, yet is not there")
+        return row
 
     def list_runs(
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 100
-    ) -> list[Any]:
+    ) -> list[RunRecord]:
         query = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
         if status:
             query = query.where(runs.c.status == status)
         if workflow:
             query = query.where(runs.c.workflow == workflow)
-        return list(self.connection.execute(query))
+        return [RunRecord.of(row) for row in self.connection.execute(query)]
 
     def runs_page(
         self,
@@ -133,7 +147,7 @@ class RunsTx(TxBase):
         workflow: str | None = None,
         limit: int = 50,
         before: tuple[datetime, str] | None = None,
-    ) -> list[Any]:
+    ) -> list[ListedRun]:
         """A page of a namespace's runs, newest first, keyset-paginated on (created_at,
         id): the page after ``before`` stays the same while new runs arrive (an offset
         would shift)."""
@@ -160,34 +174,35 @@ class RunsTx(TxBase):
                 | ((runs.c.created_at == created) & (runs.c.id < run_id))
             )
         order = (runs.c.created_at.desc(), runs.c.id.desc())
-        return list(self.connection.execute(query.order_by(*order).limit(limit)))
+        page = self.connection.execute(query.order_by(*order).limit(limit))
+        return [ListedRun.of(row) for row in page]
 
-    def runs_by_requests(self, namespace: str, request_ids: Sequence[str]) -> list[Any]:
+    def runs_by_requests(self, namespace: str, request_ids: Sequence[str]) -> list[RequestedRun]:
         """The runs these request ids already started in the namespace (one query for a
         whole batch)."""
         if not request_ids:
             return []
-        return list(
-            self.connection.execute(
-                select(
-                    runs.c.id,
-                    runs.c.workflow,
-                    runs.c.version,
-                    runs.c.input,
-                    runs.c.request_id,
-                    runs.c.webhook_url,
-                ).where(runs.c.namespace == namespace, runs.c.request_id.in_(list(request_ids)))
-            )
+        found = self.connection.execute(
+            select(
+                runs.c.id,
+                runs.c.workflow,
+                runs.c.version,
+                runs.c.input,
+                runs.c.request_id,
+                runs.c.webhook_url,
+            ).where(runs.c.namespace == namespace, runs.c.request_id.in_(list(request_ids)))
         )
+        return [RequestedRun.of(row) for row in found]
 
-    def run_head(self, run_id: str) -> Any:
+    def run_head(self, run_id: str) -> RunHead | None:
         """A run's namespace, status, last seq and running nodes, without its cached
         state: what a progress stream polls."""
-        return self.connection.execute(
+        row = self.connection.execute(
             select(runs.c.namespace, runs.c.status, runs.c.last_seq, runs.c.current).where(
                 runs.c.id == run_id
             )
         ).first()
+        return None if row is None else RunHead.of(row)
 
     def registered_workflows(self) -> list[Any]:
         return list(
@@ -198,13 +213,15 @@ class RunsTx(TxBase):
             )
         )
 
-    def events_after(self, run_id: str, seq: int, upto: int | None = None) -> list[Any]:
+    def events_after(self, run_id: str, seq: int, upto: int | None = None) -> list[EventRecord]:
         query = select(
             events.c.seq, events.c.type, events.c.data, events.c.outcome, events.c.at
         ).where(events.c.run_id == run_id, events.c.seq > seq)
         if upto is not None:
             query = query.where(events.c.seq <= upto)
-        return list(self.connection.execute(query.order_by(events.c.seq)))
+        return [
+            EventRecord.of(row) for row in self.connection.execute(query.order_by(events.c.seq))
+        ]
 
     def latest_snapshot(self, run_id: str, at_or_before: int | None = None) -> Snapshot | None:
         query = select(
@@ -226,12 +243,13 @@ class RunsTx(TxBase):
             ).scalars()
         )
 
-    def waiting_runs(self, namespace: str | None, limit: int) -> list[Any]:
+    def waiting_runs(self, namespace: str | None, limit: int) -> list[RunRecord]:
         """Runs parked for a person (a wait, a held node), longest waiting first."""
         query = select(runs).where(runs.c.status == "waiting")
         if namespace is not None:
             query = query.where(runs.c.namespace == namespace)
-        return list(self.connection.execute(query.order_by(runs.c.updated_at).limit(limit)))
+        waiting = self.connection.execute(query.order_by(runs.c.updated_at).limit(limit))
+        return [RunRecord.of(row) for row in waiting]
 
     def runs_with_snapshots_over(self, count: int, limit: int) -> list[str]:
         return list(

@@ -17,12 +17,10 @@ from cairn.errors import StaleTransition
 from cairn.faults import fault_point
 from cairn.model.keys import ExecutionKey
 from cairn.model.outcomes import StepWrites
+from cairn.store.clauses import unfinished, where
 from cairn.store.executions import ExecutionsTx
 from cairn.store.messages import MessagesTx
-from cairn.store.records import (
-    unfinished,
-    where,
-)
+from cairn.store.records import ExecutionHead, RunRecord
 from cairn.store.runs import RunsTx
 from cairn.store.schema import events, executions, outbox, runs, snapshots
 
@@ -50,7 +48,7 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
         """:meth:`submit_run` for many runs, in this transaction."""
         return [self.submit_run(values, writes) for values, writes in runs]
 
-    def execution_and_run(self, key: ExecutionKey) -> tuple[Any, Any]:
+    def execution_and_run(self, key: ExecutionKey) -> tuple[ExecutionHead | None, RunRecord | None]:
         """The execution's status and its run (with the cached state), in one statement."""
         query = (
             select(
@@ -66,7 +64,7 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
         row = self.connection.execute(query).first()
         if row is None:
             return None, self.run(key.run_id)
-        return row, row
+        return ExecutionHead.of(row), RunRecord.of(row)
 
     def complete_step(
         self,
@@ -109,7 +107,7 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
 
     def finish_and_lock(
         self, key: ExecutionKey, attempt: int, fence: int, values: Mapping[str, Any]
-    ) -> tuple[Any, float]:
+    ) -> tuple[RunRecord | None, float]:
         """Record the first result for (key, attempt), if no claim newer than ``fence``
         took the execution over, and lock its run, in one round trip on PostgreSQL.
         Returns (None, 0) if nothing was recorded."""

@@ -10,6 +10,7 @@ migrated store.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -17,9 +18,16 @@ import pytest
 from cairn.errors import StaleTransition, StoreRefused
 from cairn.model.keys import ExecutionKey
 from cairn.model.outcomes import StepWrites
-from cairn.model.statuses import ExecutionStatus
-from cairn.store.records import Intent, from_epoch, to_epoch
-from cairn.store.sql import Store
+from cairn.model.statuses import ExecutionStatus, RunStatus
+from cairn.store.records import (
+    EffectRecord,
+    ExecutionRecord,
+    Intent,
+    RunRecord,
+    from_epoch,
+    to_epoch,
+)
+from cairn.store.sql import Store, Tx
 
 NODE = "fetch"
 
@@ -98,7 +106,25 @@ def next_step(run_id: str, at: float, *, seq: int, attempt: int, node: str = NOD
 
 def seq_and_events(store: Store, run_id: str) -> tuple[int, list[int]]:
     with store.reading() as tx:
-        return tx.run(run_id).last_seq, [e.seq for e in tx.events_after(run_id, 0)]
+        return the_run(tx, run_id).last_seq, [e.seq for e in tx.events_after(run_id, 0)]
+
+
+def the_run(tx: Tx, run_id: str) -> RunRecord:
+    row = tx.run(run_id)
+    assert row is not None, f"no run {run_id}"
+    return row
+
+
+def the_execution(tx: Tx, key: ExecutionKey) -> ExecutionRecord:
+    row = tx.execution(key)
+    assert row is not None, f"no execution {key}"
+    return row
+
+
+def the_effect(tx: Tx, key: str) -> EffectRecord:
+    row = tx.effect("default", key)
+    assert row is not None, f"no effect {key!r}"
+    return row
 
 
 def result(status: ExecutionStatus = ExecutionStatus.SUCCEEDED) -> dict[str, Any]:
@@ -118,7 +144,7 @@ class StoreContract:
     def test_a_run_and_its_first_step_are_written_together(self, store: Store) -> None:
         run_id, _key, _at = started(store)
         with store.reading() as tx:
-            row = tx.run(run_id)
+            row = the_run(tx, run_id)
             (execution,) = tx.executions_of(run_id)
             events = tx.events_after(run_id, 0)
             timers = tx.due_timers(tx.now() + 7200, 10)
@@ -134,15 +160,47 @@ class StoreContract:
         with store.transaction() as tx:
             assert tx.insert_run(first)
             assert not tx.insert_run(again)
-            assert tx.run_by_request("default", "order-42").id == first["id"]
+            found = tx.run_by_request("default", "order-42")
+            assert found is not None and found.id == first["id"]
+            assert tx.run_by_request("default", "order-43") is None
 
     def test_lock_run_reads_the_row_and_the_databases_clock(self, store: Store) -> None:
         run_id, _key, at = started(store)
         with store.transaction() as tx:
             row, now = tx.lock_run(run_id)
-        assert row.id == run_id and abs(now - at) < 60
+        assert row is not None and row.id == run_id and abs(now - at) < 60
         with store.transaction() as tx:
             assert tx.lock_run("no-such-run")[0] is None
+
+    def test_rows_come_back_as_the_same_typed_records_from_every_backend(
+        self, store: Store
+    ) -> None:
+        run_id, key, _at = started(store)
+        with store.statements() as tx:  # how a worker reads (one statement)
+            head, with_run = tx.execution_and_run(key)
+            missing = tx.execution_and_run(ExecutionKey("no-such-run", NODE, 1, "run"))
+        with store.reading() as tx:
+            run = the_run(tx, run_id)
+            (execution,) = tx.executions_of(run_id)
+            (event,) = tx.events_after(run_id, 0)
+            (listed,) = tx.runs_page("default", limit=1)
+            polled = tx.run_head(run_id)
+        assert isinstance(run, RunRecord) and run.status is RunStatus.RUNNING
+        assert isinstance(run.created_at, datetime) and run.input == {}
+        assert with_run == run  # the same record, read with the execution
+        assert head is not None and head.status is ExecutionStatus.SCHEDULED
+        assert (head.attempt, head.fence, head.recoveries) == (1, 0, 0)
+        # The database's clock comes with the read where the backend reads it so.
+        assert head.db_now is None or isinstance(head.db_now, float)
+        assert execution.key == key and execution.status is ExecutionStatus.SCHEDULED
+        assert (event.seq, event.type) == (1, "run_started") and isinstance(event.at, float)
+        assert (listed.id, listed.status, listed.last_seq) == (run_id, RunStatus.RUNNING, 1)
+        assert polled is not None and polled.status is RunStatus.RUNNING
+        with store.reading() as tx:
+            assert tx.run("no-such-run") is None
+            assert tx.run_head("no-such-run") is None
+            assert tx.execution(ExecutionKey("no-such-run", NODE, 1, "run")) is None
+        assert missing == (None, None)
 
     # -- the idempotency table --------------------------------------------------------------
 
@@ -169,7 +227,7 @@ class StoreContract:
             assert not tx.claim_execution(key, 1, 2)  # fences only rise
         with store.reading() as tx:
             assert tx.execution_fence(key) == 2
-            assert tx.execution(key).status == "running"
+            assert the_execution(tx, key).status == "running"
         with store.transaction() as tx:
             assert tx.finish_and_lock(key, 1, 1, result())[0] is None  # the stale holder
         with store.transaction() as tx:
@@ -197,11 +255,11 @@ class StoreContract:
         with store.transaction() as tx:
             tx.hold_execution(key, 1)
         with store.reading() as tx:
-            assert tx.execution(key).status == "held"
+            assert the_execution(tx, key).status == "held"
         with store.transaction() as tx:
             tx.settle_execution(key, "succeeded", {"charge_id": "ch_1"}, None)
         with store.reading() as tx:
-            row = tx.execution(key)
+            row = the_execution(tx, key)
         assert (row.status, row.result, row.worker) == (
             "succeeded",
             {"charge_id": "ch_1"},
@@ -210,7 +268,7 @@ class StoreContract:
         with pytest.raises(StaleTransition), store.transaction() as tx:
             tx.settle_execution(key, "failed", None, "too late")  # only a held one is settled
         with store.reading() as tx:
-            assert tx.execution(key).status == "succeeded"
+            assert the_execution(tx, key).status == "succeeded"
         assert run_id
 
     def test_stop_requested_when_the_execution_is_no_longer_awaited(self, store: Store) -> None:
@@ -233,7 +291,7 @@ class StoreContract:
         with store.transaction() as tx:
             tx.write_step(run_id, next_step(run_id, at, seq=2, attempt=2))
         with store.reading() as tx:
-            row = tx.execution(key)
+            row = the_execution(tx, key)
         assert (row.status, row.attempt) == ("scheduled", 2)
         assert seq_and_events(store, run_id) == (2, [1, 2])
 
@@ -251,7 +309,7 @@ class StoreContract:
         with pytest.raises(StaleTransition), store.statements(writes=True) as tx:
             tx.complete_step(key, attempt=1, fence=1, known_seq=2, result=result(), writes=stale)
         with store.reading() as tx:
-            assert tx.execution(key).status == "scheduled"  # the result went with the step
+            assert the_execution(tx, key).status == "scheduled"  # the result went with the step
         assert seq_and_events(store, run_id) == (2, [1, 2])
 
     def test_only_an_unfinished_or_failed_execution_is_held(self, store: Store) -> None:
@@ -264,7 +322,7 @@ class StoreContract:
         with pytest.raises(StaleTransition, match="cannot become held"), store.transaction() as tx:
             tx.hold_execution(key, 1)
         with store.reading() as tx:
-            assert tx.execution(key).status == "succeeded"
+            assert the_execution(tx, key).status == "succeeded"
 
     def test_stopping_an_execution_refuses_one_that_finished(self, store: Store) -> None:
         run_id, key, _at = started(store)
@@ -276,7 +334,7 @@ class StoreContract:
         with pytest.raises(StaleTransition), store.transaction() as tx:
             tx.set_execution_status(key, ExecutionStatus.CANCELLED)
         with store.reading() as tx:
-            assert tx.execution(key).status == "succeeded"
+            assert the_execution(tx, key).status == "succeeded"
 
     def test_a_status_no_state_machine_has_is_refused(self, store: Store) -> None:
         values = {**new_run_values(store), "status": "bogus"}
@@ -373,7 +431,7 @@ class StoreContract:
         with store.transaction() as tx:
             assert tx.record_intent(self.effect_values(run_id, 1), phase="run") is Intent.RECORDED
             assert tx.record_intent(self.effect_values(run_id, 1), phase="run") is Intent.KNOWN
-            row = tx.effect("default", "order-1:charge")
+            row = the_effect(tx, "order-1:charge")
         assert row.status == "intent" and abs(to_epoch(row.updated_at) - at) < 60
 
     def test_an_intent_is_refused_to_a_claim_taken_over(self, store: Store) -> None:
@@ -388,7 +446,7 @@ class StoreContract:
         run_id, _key, _at = started(store)
         with store.transaction() as tx:
             tx.record_intent(self.effect_values(run_id, 1), phase="run")
-            row = tx.effect("default", "order-1:charge")
+            row = the_effect(tx, "order-1:charge")
             assert tx.update_effect(row.id, {"status": "applied"}, status="intent")
             assert not tx.update_effect(row.id, {"status": "failed"}, status="intent")
             assert not tx.update_effect(row.id, {"status": "x"}, fence_at_most=0)

@@ -11,6 +11,7 @@ from typing import Any
 from cairn.errors import InvalidInput
 from cairn.model.definition import import_ref
 from cairn.model.state import RunState
+from cairn.store.records import EventRecord
 from cairn.timetravel.diff import Change, diff_states, plain
 from cairn.timetravel.steps import RUN_PHASE, Step, bare_step, result_of
 
@@ -140,7 +141,7 @@ def bisect_steps(
     return Bisection(run_id, Verdict.FOUND, tuple(checks), step, before, after, result.output)
 
 
-def _label(event_row: Any) -> str:
+def _label(event_row: EventRecord) -> str:
     data = event_row.data
     if event_row.type == "signal_received":
         return f"{data.get('name')} (operator)"

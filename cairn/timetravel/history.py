@@ -16,6 +16,7 @@ from typing import Any
 from cairn.engine.reads import AUDIT_ONLY, replay
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.state import RunState
+from cairn.store.records import EventRecord
 from cairn.timetravel.steps import (
     RUN_PHASE,
     ExecutionAttempt,
@@ -105,7 +106,7 @@ def build_history(
 
 
 def _step(
-    event_row: Any,
+    event_row: EventRecord,
     result: StepResult,
     before: RunState,
     *,
@@ -153,7 +154,7 @@ def _step(
 
 
 def _note_before_result(
-    event_row: Any,
+    event_row: EventRecord,
     recoveries: dict[ExecutionAttempt, list[Mapping[str, Any]]],
     holds: dict[ExecutionAttempt, list[str]],
 ) -> None:
@@ -216,7 +217,7 @@ def _replaced(step: Step, **changes: Any) -> Step:
     return Step(**{**step.__dict__, **changes})
 
 
-def _summary(event_row: Any) -> str:
+def _summary(event_row: EventRecord) -> str:
     """A run event in a few words."""
     data: Mapping[str, Any] = event_row.data
     kind: str = event_row.type

@@ -169,7 +169,7 @@ class ReplayLedger(EffectLedger):
         Policy(policy)  # refused as the real ledger would refuse it
         with self.store.reading() as tx:
             row = tx.effect(self.namespace, recorded_key)
-        status = EffectStatus(row.status) if row is not None else None
+        status = row.status if row is not None else None
         if row is not None and row.name != name:
             raise InvalidInput(
                 f"effect key {recorded_key!r} belongs to a {row.name!r} effect, not {name!r}: "

@@ -20,6 +20,7 @@ from cairn.model.definition import PersistKind, TaskNode, WorkflowDefinition
 from cairn.model.events import NodeCancelled, NodeFailed, NodeSucceeded, Phase
 from cairn.model.failures import Cancelled
 from cairn.model.state import RunState
+from cairn.store.records import RunRecord
 from cairn.store.sql import Store
 from cairn.timetravel.ledger import Answer, EffectUse, ReplayLedger
 from cairn.timetravel.sandbox import ArtifactSandbox, ReplayArtifacts, replay_namespace
@@ -83,7 +84,7 @@ class ReplaySpace:
     sandbox: ArtifactSandbox
 
     @classmethod
-    def of(cls, store: Store, settings: Settings, run: Any) -> ReplaySpace:
+    def of(cls, store: Store, settings: Settings, run: RunRecord) -> ReplaySpace:
         """Reading the real run ``run`` (its row)."""
         return cls(
             store,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cairn.model.state import RunState
+from cairn.store.records import EventRecord
 
 # An execution by what tells its attempts apart: (node, iteration, attempt, phase).
 ExecutionAttempt = tuple[str, int, int, str]
@@ -123,14 +124,14 @@ class StepResult:
     notes: tuple[str, ...] = ()
 
 
-def is_step(event_row: Any) -> bool:
+def is_step(event_row: EventRecord) -> bool:
     """Whether a log entry ends an execution (no state needed to tell)."""
     if event_row.type in RESULT_EVENTS:
         return True
     return event_row.type == "signal_received" and event_row.data.get("name") in OPERATOR_RESULTS
 
 
-def result_of(event_row: Any, before: RunState) -> StepResult | None:
+def result_of(event_row: EventRecord, before: RunState) -> StepResult | None:
     """The execution ``event_row`` ends, read with the state it was applied to."""
     data: Mapping[str, Any] = event_row.data
     kind = event_row.type
@@ -192,7 +193,7 @@ def result_of(event_row: Any, before: RunState) -> StepResult | None:
     return None
 
 
-def bare_step(event_row: Any, result: StepResult, before: RunState) -> Step:
+def bare_step(event_row: EventRecord, result: StepResult, before: RunState) -> Step:
     """The step as its event and the state before it tell (no dispatch, no duration)."""
     return Step(
         seq=event_row.seq,

@@ -54,6 +54,7 @@ from cairn.model.state import RunState
 from cairn.model.statuses import ExecutionStatus, NodeStatus, RunStatus
 from cairn.observe.sentry import node_scope, report_failure
 from cairn.reconnect import is_outage, through_outages
+from cairn.store.records import ExecutionHead, RunRecord
 from cairn.workers.cache import MemoryResultCache, ResultCache, invalidate, keep, node_entry
 from cairn.workers.context import StepContext
 from cairn.workers.execute import execute, succeeded
@@ -115,14 +116,14 @@ class NodeRunner:
         if isinstance(read, Handled):
             return read
         execution, run, definition, state = read
-        db_time = getattr(run, "db_now", None)
+        db_time = execution.db_now
         if state is None and message.phase is Phase.RUN:
-            return self._cancel_unstarted(message, execution.execution_fence)
+            return self._cancel_unstarted(message, execution.fence)
         node = definition.nodes.get(message.node)
         if node is None:
             raise UnknownNode(f"{definition.key} has no node {message.node!r}")
         irreversible = isinstance(node, TaskNode) and node.irreversible
-        if irreversible and execution.execution_status != ExecutionStatus.SCHEDULED:
+        if irreversible and execution.status != ExecutionStatus.SCHEDULED:
             return Handled.UNCONFIRMED  # a redelivery after its worker was lost
         ref = (
             node.compensate
@@ -141,7 +142,7 @@ class NodeRunner:
             db_time = self._through_outages("reading the clock", self._db_now)
         known = Restored(run, state, db_time)
 
-        lease = self._acquire(message, execution.execution_fence)
+        lease = self._acquire(message, execution.fence)
         if lease is None:
             return Handled.LEASE_HELD
         if lease.superseded:
@@ -161,7 +162,7 @@ class NodeRunner:
             if settled is not None:
                 self.leases.release(lease)
                 return settled
-        if not message.resumed and (lease.took_over or execution.execution_recoveries):
+        if not message.resumed and (lease.took_over or execution.recoveries):
             # Interrupted work, run again — whichever copy of its message got here first:
             # the handler sees ctx.resumed, and the workflow's on_resume check applies.
             message = replace(message, resumed=True)
@@ -371,7 +372,9 @@ class NodeRunner:
             ),
         )
 
-    def _read(self, message: NodeMessage) -> Handled | tuple[Any, Any, WorkflowDefinition, Any]:
+    def _read(
+        self, message: NodeMessage
+    ) -> Handled | tuple[ExecutionHead, RunRecord, WorkflowDefinition, RunState | None]:
         """The execution, its run, the definition and the restored state (None while the
         run is being cancelled) — or why there is nothing to run."""
         orchestrator = self.orchestrator
@@ -386,12 +389,9 @@ class NodeRunner:
                     f"{key} belongs to {run.workflow}@{run.version}, "
                     f"not {message.workflow}@{message.version}"
                 )
-            if (
-                not ExecutionStatus(execution.execution_status).active
-                or execution.execution_attempt != message.attempt
-            ):
+            if not execution.status.active or execution.attempt != message.attempt:
                 return Handled.DUPLICATE
-            status = RunStatus(run.status)
+            status = run.status
             if status.terminal:
                 return Handled.RUN_FINISHED
             definition = orchestrator.registry.get(message.workflow, message.version, tx)
@@ -496,7 +496,7 @@ class _Claimed:
     """What one message's execution holds: its run as read, the definition, the state as
     the decider last left it, its claim's fencing token and heartbeat."""
 
-    run: Any
+    run: RunRecord
     definition: WorkflowDefinition
     known: Restored
     fence: int

@@ -368,6 +368,20 @@ def test_batch(http: httpx.Client, deployment: Deployment) -> None:
     for answer in answers[:3]:
         assert wait_status(http, answer["run_id"], "succeeded")["namespace"] == "alpha"
 
+    # A request id twice in one batch: the same request is the same run, another a conflict.
+    twice = {"workflow": "chain10", "input": {"ledger": ledger}, "request_id": f"twice-{taken}"}
+    response = http.post(
+        "/v1/runs:batch",
+        json={"runs": [twice, twice, {**twice, "input": {"ledger": ledger, "other": 1}}]},
+        headers=A,
+    )
+    assert response.status_code == 200, response.text
+    first, again, other = response.json()["results"]
+    assert first["created"] is True and again["created"] is False
+    assert again["run_id"] == first["run_id"]
+    assert other["error"]["code"] == "idempotency_conflict"
+    wait_status(http, first["run_id"], "succeeded")
+
     too_many = http.post("/v1/runs:batch", json={"runs": [{"workflow": "x"}] * 1001}, headers=A)
     assert too_many.status_code == 422
     assert too_many.json()["error"]["fields"][0]["field"] == "body.runs"

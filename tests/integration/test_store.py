@@ -25,7 +25,7 @@ from cairn.model.outcomes import NodeOutcome
 from cairn.model.state import STATE_FORMAT, RunState
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
-from cairn.store.records import ACTIVE_EXECUTION
+from cairn.store.clauses import ACTIVE_EXECUTION
 from cairn.store.schema import outbox, runs, snapshots
 from tests.support.cluster import WORKFLOWS
 

@@ -20,7 +20,7 @@ from cairn.model.statuses import (
     stopped_execution,
 )
 from cairn.model.statuses import ExecutionStatus as E
-from cairn.store.records import ACTIVE_EXECUTION
+from cairn.store.clauses import ACTIVE_EXECUTION
 
 RUN_PAIRS = list(itertools.product(RunStatus, RunStatus))
 NODE_PAIRS = list(itertools.product(NodeStatus, NodeStatus))
