@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import redis
 from celery import Celery
 
@@ -81,6 +82,36 @@ def slow_once(ctx: Any, state: dict[str, Any]) -> None:
 
 
 recovery = Workflow("bench_recovery", version=1).task("work", slow_once, next="done").end("done")
+
+
+# -- nodes that wait on a slow call (bench/async_nodes.py) ------------------------------
+
+
+_async_client: httpx.AsyncClient | None = None
+_sync_client: httpx.Client | None = None
+
+
+async def call_async(ctx: Any, state: dict[str, Any]) -> None:
+    """Awaits one slow HTTP call (the stand-in answers after its delay), on the process's
+    one client, as an SDK's client is shared."""
+    global _async_client  # noqa: PLW0603 - one client per process (its loop is the process's)
+    if _async_client is None:
+        _async_client = httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=None))
+    (await _async_client.get(state["url"])).raise_for_status()
+
+
+def call_sync(ctx: Any, state: dict[str, Any]) -> None:
+    """The same call, blocking its thread."""
+    global _sync_client  # noqa: PLW0603 - one client per process
+    if _sync_client is None:
+        _sync_client = httpx.Client(timeout=60, limits=httpx.Limits(max_connections=None))
+    _sync_client.get(state["url"]).raise_for_status()
+
+
+awaiting = Workflow("bench_await_async", version=1).task("call", call_async, next="done")
+awaiting.end("done")
+blocking = Workflow("bench_await_sync", version=1).task("call", call_sync, next="done")
+blocking.end("done")
 
 
 def flaky_call(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:

@@ -26,11 +26,13 @@ message back and the node runs again on the same attempt.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -38,7 +40,7 @@ from cairn.effects.adapters import Effect, Verdict, adapter_for, checked
 from cairn.errors import InvalidInput, StoreError, StoreUnavailable
 from cairn.faults import fault_point
 from cairn.model.classify import classify, may_have_applied
-from cairn.model.definition import ErrorClass, ref_path_of
+from cairn.model.definition import DEFAULT_CANCEL_TIMEOUT, ErrorClass, ref_path_of
 from cairn.model.effects import EffectStatus, Policy
 from cairn.model.failures import (
     BusinessError,
@@ -108,6 +110,9 @@ class EffectLedger:
     # Does this worker still trust its claim (its lease)? Asked before the intent is
     # recorded and again just before the call; False: StaleClaim, no call.
     lease_trusted: Callable[[], bool] | None = None
+    # How long a cancelled async handler waits for an effect's call still out (the
+    # workflow's cancel_timeout) before detaching it.
+    cancel_timeout_s: float = DEFAULT_CANCEL_TIMEOUT.total_seconds()
 
     def effect(
         self,
@@ -118,6 +123,83 @@ class EffectLedger:
         compensate: Callable[..., Any] | str | None = None,
         policy: Policy | str = Policy.FLAG,
     ) -> Any:
+        key, recorded = self._before_call(name, key, compensate, policy)
+        if recorded is not None:
+            return recorded.value
+        try:
+            result = call(key)
+        except Exception as exc:
+            self._finish(key, failed(exc))
+            raise
+        return self._after_call(key, result)
+
+    async def effect_async(
+        self,
+        name: str,
+        key: str,
+        call: Callable[[str], Awaitable[Any]],
+        *,
+        compensate: Callable[..., Any] | str | None = None,
+        policy: Policy | str = Policy.FLAG,
+        cancellable: bool = False,
+    ) -> Any:
+        """:meth:`effect` for an ``async`` call, the ledger's writes off the event loop.
+        A cancel of the awaiting coroutine does not cut the call short (a payment on its
+        way is not "half sent"): it is awaited to its end, for up to the workflow's
+        ``cancel_timeout``, its outcome recorded, and the cancel goes on; a call still out
+        then is detached — left to finish — and recorded ``unknown``, for the reconciler.
+        ``cancellable``: the call is cancelled with its coroutine, recorded ``unknown``."""
+        key, recorded = await asyncio.to_thread(self._before_call, name, key, compensate, policy)
+        if recorded is not None:
+            return recorded.value
+        pending = asyncio.ensure_future(call(key))
+        try:
+            result = await (pending if cancellable else asyncio.shield(pending))
+        except asyncio.CancelledError:
+            await self._settle_cancelled(key, pending, cancellable)
+            raise
+        except Exception as exc:
+            await asyncio.to_thread(self._finish, key, failed(exc))
+            raise
+        return await asyncio.to_thread(self._after_call, key, result)
+
+    async def _settle_cancelled(
+        self, key: str, pending: asyncio.Future[Any], cancellable: bool
+    ) -> None:
+        """Record what became of a call whose coroutine was cancelled while it was out."""
+        if not cancellable and not pending.done():
+            await asyncio.wait({pending}, timeout=self.cancel_timeout_s)
+        if pending.done() and not pending.cancelled():
+            error = pending.exception()
+            if error is None:
+                with contextlib.suppress(PermanentError):  # kept as applied, regardless
+                    await asyncio.to_thread(self._after_call, key, pending.result())
+                return
+            changes = failed(error)
+        else:
+            if not pending.done():
+                log.warning(
+                    "effect %r: still out %g s after its node was cancelled; detached, "
+                    "recorded unknown for the reconciler",
+                    key,
+                    self.cancel_timeout_s,
+                )
+            changes = {
+                "status": EffectStatus.UNKNOWN.value,
+                "error_class": ErrorClass.TRANSIENT.value,
+                "error": "cancelled while the call was out: it may have taken effect",
+            }
+        await asyncio.to_thread(self._finish, key, changes)
+
+    def _before_call(
+        self,
+        name: str,
+        key: str,
+        compensate: Callable[..., Any] | str | None,
+        policy: Policy | str,
+    ) -> tuple[str, _Recorded | None]:
+        """The key as recorded, and what the ledger already knows of it (None: the intent
+        is recorded and the call may be made)."""
         if self.refusal is not None:
             raise PermanentError(self.refusal)
         key = self.checked_key(name, key)
@@ -128,17 +210,15 @@ class EffectLedger:
             key, "recording its intent", lambda: self._begin(name, key, policy, compensate_path)
         )
         if recorded is not None:
-            return recorded.value
+            return key, recorded
         try:
             self._check_lease(key, "calling")
         except StaleClaim as stale:
             self._not_called(key, stale)
             raise
-        try:
-            result = call(key)
-        except Exception as exc:
-            self._finish(key, failed(exc))
-            raise
+        return key, None
+
+    def _after_call(self, key: str, result: Any) -> Any:
         try:
             storable_json(
                 result, what=f"effect {key!r}'s result", limit_bytes=self.max_payload_bytes

@@ -48,6 +48,9 @@ class Beat:
     # Asked on every beat: is the run being cancelled? (PostgreSQL's word, not a revoke.)
     cancel_requested: Callable[[], bool] | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # Called (on the heartbeat thread) when a beat finds the run cancelled: an async
+    # handler is cancelled at its await rather than left to look at ctx.cancelled.
+    on_cancel: Callable[[], None] | None = None
     # The execution's own deadlines (monotonic; None: its node has no timeout): at
     # ``stop_at`` it is told to stop, at ``overrun_at`` it has outlived its grace period.
     stop_at: float | None = None
@@ -180,7 +183,7 @@ class Heartbeats:
         try:
             callback()
         except Exception:
-            log.exception("deadline action for %s failed", beat.lease.key)
+            log.exception("stop action for %s failed", beat.lease.key)
 
     def _renew(self, beat: Beat, *, confirming: bool = False) -> None:
         asked_at = time.monotonic()  # the new TTL runs from the request, not the reply
@@ -204,10 +207,14 @@ class Heartbeats:
         if beat.cancel_requested is None or beat.cancelled.is_set():
             return
         try:
-            if beat.cancel_requested():
-                beat.cancelled.set()
+            if not beat.cancel_requested():
+                return
         except Exception:  # the database is away: the commit checks again
             log.warning("could not check %s for a cancel", beat.lease.key, exc_info=True)
+            return
+        beat.cancelled.set()
+        if beat.on_cancel is not None:
+            Heartbeats._call(beat.on_cancel, beat)
 
 
 def run_beats(

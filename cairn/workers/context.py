@@ -7,7 +7,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -136,6 +136,28 @@ class StepContext:
         if self._effects is None:
             raise RuntimeError("this context has no effects ledger (one built by hand, in a test?)")
         return self._effects.effect(name, key, call, compensate=compensate, policy=policy)
+
+    async def effect_async(
+        self,
+        name: str,
+        key: str,
+        call: Callable[[str], Awaitable[Any]],
+        *,
+        compensate: Callable[..., Any] | str | None = None,
+        policy: str = "flag",
+        cancellable: bool = False,
+    ) -> Any:
+        """:meth:`effect` for an async handler: ``await ctx.effect_async(name, key,
+        call)`` with ``call(key)`` a coroutine function. If the node is cancelled while
+        the call is out, the call is not cut short: it is awaited to its end (up to the
+        workflow's ``cancel_timeout``; then it is detached and recorded ``unknown`` for
+        the reconciler) — unless ``cancellable``, when it is cancelled with the node and
+        recorded ``unknown``."""
+        if self._effects is None:
+            raise RuntimeError("this context has no effects ledger (one built by hand, in a test?)")
+        return await self._effects.effect_async(
+            name, key, call, compensate=compensate, policy=policy, cancellable=cancellable
+        )
 
     def idempotency_headers(self, key: str) -> dict[str, str]:
         """``{"Idempotency-Key": key, "X-Cairn-Fence": <this claim's fencing token>}``

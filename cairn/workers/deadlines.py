@@ -11,8 +11,12 @@ one — what Celery's hard time limit does. The run goes on meanwhile: the node'
 timer has failed the attempt (a transient failure), and the next attempt supersedes the
 lease of the one that would not stop.
 
-A handler on a thread of a process that runs others (``--pool threads``, the embedded
-mode) cannot be interrupted nor killed: it is told to stop, its lease is given up at the
+An ``async def`` handler is cancelled at its current ``await`` instead, wherever it runs
+(:mod:`cairn.workers.aio`); past the grace period, one that would not end is left to the
+loop and its lease given up — or, in a prefork child, its process ends.
+
+A synchronous handler on a thread of a process that runs others (``--pool threads``, the
+embedded mode) cannot be interrupted nor killed: it is told to stop, its lease is given up at the
 end of the grace period so that nothing it does later is committed, and the thread is
 left to finish on its own (a warning says so).
 """
@@ -30,6 +34,7 @@ from typing import Any
 
 from cairn.lease.heartbeat import Beat, Heartbeats
 from cairn.model.failures import DeadlineExceeded
+from cairn.workers.aio import Coroutines
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +88,24 @@ def limited(
     *,
     what: str,
     give_up: Callable[[], None],
+    coroutines: Coroutines | None = None,
 ) -> Iterator[None]:
     """Run the block under ``timeout_s`` (None: no limit). ``give_up`` releases the
-    lease, at the overrun, before the process ends or the thread is left behind."""
+    lease, at the overrun, before the process ends or the thread is left behind.
+    ``coroutines``: what the block runs is async, and cancelled at the timeout."""
     if timeout_s is None:
         yield
         return
     in_main = threading.current_thread() is threading.main_thread()
     message = f"{what} timed out after {timeout_s:g} s"
     on_stop: Callable[[], None] | None = None
-    if in_main:
+    if coroutines is not None:
+        cancel = coroutines
+
+        def on_stop() -> None:
+            cancel.cancel(DeadlineExceeded(message))
+
+    elif in_main:
         _install()
         main = threading.main_thread().ident
         assert main is not None
@@ -104,6 +117,8 @@ def limited(
     def on_overrun() -> None:
         beat.lost.set()  # nothing it returns from now on is committed
         give_up()
+        if coroutines is not None:
+            coroutines.abandon()
         if _Process.isolated and in_main:
             log.critical(
                 "%s: still running %g s past its timeout; ending worker process %d "
@@ -114,6 +129,14 @@ def limited(
             )
             logging.shutdown()
             os._exit(EXIT_OVERRUN)
+        if coroutines is not None:
+            log.error(
+                "%s: still running %g s past its timeout and its cancel; its lease is "
+                "given up and the coroutine left to the loop",
+                what,
+                grace_s,
+            )
+            return
         log.error(
             "%s: still running %g s past its timeout, on a thread that cannot be stopped; "
             "its lease is given up and the thread left to finish (use the prefork pool to "
@@ -122,7 +145,7 @@ def limited(
             grace_s,
         )
 
-    _Process.armed = message if in_main else None
+    _Process.armed = message if in_main and coroutines is None else None
     heartbeats.limit(beat, timeout_s, grace_s, on_stop=on_stop, on_overrun=on_overrun)
     try:
         yield

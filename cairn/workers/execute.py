@@ -5,9 +5,11 @@ returned, or how it failed, as the node's outcome.
 
 from __future__ import annotations
 
+import inspect
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from cairn.errors import CairnError, InvalidInput, StoreUnavailable
@@ -21,6 +23,7 @@ from cairn.model.outcomes import NodeOutcome
 from cairn.model.payloads import storable_json
 from cairn.model.statuses import NodeStatus
 from cairn.observe.sentry import report_failure
+from cairn.workers.aio import Coroutines, EventLoop, is_async
 from cairn.workers.context import StepContext
 from cairn.workers.deadlines import limited
 
@@ -90,6 +93,14 @@ def execute(
         message.attempt,
         message.phase,
     )
+    checker = check.check.resolve() if check is not None else None
+    coroutines = None
+    if is_async(handler) or (checker is not None and is_async(checker)):
+        coroutines = Coroutines()
+        stop = Cancelled(f"run {ctx.run_id} no longer needs {message.key}: stopped at its await")
+        beat.on_cancel = partial(coroutines.cancel, stop)
+        if beat.cancelled.is_set():  # found before the hook was in place
+            coroutines.cancel(stop)
     started = time.perf_counter()
     try:
         with limited(
@@ -99,9 +110,10 @@ def execute(
             grace_s,
             what=f"{message.key} attempt {attempt}",
             give_up=give_up,
+            coroutines=coroutines,
         ):
-            if check is not None:
-                verdict = check.check.resolve()(ctx, ctx.handler_state())
+            if check is not None and checker is not None:
+                verdict = _called(checker, ctx, coroutines)
                 if verdict is False or isinstance(verdict, str):
                     reason = verdict or f"{check.check.path} found the plan no longer holds"
                     ctx.log.warning("plan no longer valid on resume: %s", reason)
@@ -109,11 +121,7 @@ def execute(
                         at=0.0, node=node, iteration=iteration, attempt=attempt, reason=reason
                     )
                     return NodeOutcome(invalidated, NodeStatus.CANCELLED, error=reason)
-            output = check_output(
-                handler(ctx, ctx.handler_state()),
-                limit_bytes,
-                hint=OUTPUT_HINT,
-            )
+            output = check_output(_called(handler, ctx, coroutines), limit_bytes, hint=OUTPUT_HINT)
     except Cancelled:
         ctx.log.info("stopped at a safe point: the run is being cancelled")
         cancelled = NodeCancelled(
@@ -153,4 +161,17 @@ def execute(
             error=traceback.format_exc(limit=20),
             duration_s=duration,
         )
+    finally:
+        beat.on_cancel = None
     return succeeded(ctx, message, output, time.perf_counter() - started)
+
+
+def _called(fn: Callable[..., Any], ctx: StepContext, coroutines: Coroutines | None) -> Any:
+    """What ``fn(ctx, state)`` returned — awaited on this process's event loop if it is
+    awaitable (cancellable through ``coroutines``)."""
+    produced = fn(ctx, ctx.handler_state())
+    if not inspect.isawaitable(produced):
+        return produced
+    if coroutines is None:  # a plain function that returned an awaitable
+        return EventLoop.of_process().run(produced)
+    return coroutines.run(produced)

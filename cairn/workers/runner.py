@@ -255,6 +255,7 @@ class NodeRunner:
                 reconnect_within=self.settings.reconnect_within,
                 # Past its own lease deadline this worker asks Redis before any call.
                 lease_trusted=partial(self.heartbeats.confirm, beat),
+                cancel_timeout_s=claimed.definition.cancel_timeout.total_seconds(),
                 refusal=f"{message.node} is ephemeral: it may run again after a crash "
                 "without a record, so it cannot have external effects"
                 if ephemeral

@@ -22,8 +22,8 @@ from cairn.timetravel.fork import Ending, dry_run, fork_point
 from cairn.timetravel.ledger import Answer, unregister_stub
 from cairn.timetravel.replay import Replayer, Verdict
 from tests.integration import replay_handlers
-from tests.integration.test_effects import Service, service  # noqa: F401 - the fixture
 from tests.support.cluster import Cluster
+from tests.support.shop import Service
 
 NODES = ("reserve", "charge", "invoice", "ship", "notify")
 # Every table a replay or a dry run could write to, were it not isolated.
@@ -42,7 +42,7 @@ TABLES = {
 
 
 @pytest.fixture
-def shop(cluster: Cluster, service: Service) -> Cluster:  # noqa: F811 - the fixture
+def shop(cluster: Cluster, service: Service) -> Cluster:
     cluster.env["EFFECT_SERVICE_URL"] = service.url
     cluster.consuming(cluster.worker(concurrency=2))
     return cluster
@@ -82,7 +82,7 @@ def seq_of(cluster: Cluster, run_id: str, node: str) -> int:
 
 def test_replays_and_dry_runs_never_reach_the_world(
     shop: Cluster,
-    service: Service,  # noqa: F811 - the fixture
+    service: Service,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     run_id = finished_order(shop, service, "o-1")
@@ -151,7 +151,7 @@ def test_replays_and_dry_runs_never_reach_the_world(
 
 def test_a_dry_run_then_a_live_fork(
     shop: Cluster,
-    service: Service,  # noqa: F811 - the fixture
+    service: Service,
 ) -> None:
     run_id = finished_order(shop, service, "o-2")
     calls = requested(service)

@@ -5,6 +5,7 @@ tests/integration/test_effects.py."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +30,7 @@ from cairn.effects import adapters as adapter_registry
 from cairn.errors import ConfigError, InvalidInput, StoreUnavailable
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.memory import MemoryLeases
+from cairn.model.effects import EffectStatus
 from cairn.model.keys import lease_key
 from cairn.model.messages import NodeMessage
 from cairn.reconciler import Reconciler
@@ -628,3 +630,87 @@ def test_reconcile_resolves_a_stale_intent_of_an_ended_run(store: Store, world: 
     ]
     assert report["unknown"] == []  # an intent, not an unknown outcome
     assert row(store, "i-1").status == "flagged"
+
+
+# -- awaited effects (ctx.effect_async) ------------------------------------------------
+
+
+def _awaited(effect: Any) -> Any:
+    return asyncio.run(effect)
+
+
+def test_an_awaited_effect_is_recorded_once_and_returned_again(store: Store) -> None:
+    calls: list[str] = []
+
+    async def call(key: str) -> dict[str, Any]:
+        calls.append(key)
+        await asyncio.sleep(0)
+        return {"id": f"ch-{key}"}
+
+    first = _awaited(ledger(store).effect_async("shop.charge", "a-1", call))
+    again = _awaited(ledger(store, fence=2, attempt=2).effect_async("shop.charge", "a-1", call))
+    assert first == again == {"id": "ch-a-1"} and calls == ["a-1"]
+    assert row(store, "a-1").status is EffectStatus.APPLIED
+
+
+async def _cancelled_during(effect: Any, after_s: float) -> None:
+    task = asyncio.ensure_future(effect)
+    await asyncio.sleep(after_s)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_a_cancel_while_the_call_is_out_waits_for_it_and_records_its_outcome(
+    store: Store,
+) -> None:
+    """Not cancellable (the default): the call finishes and is recorded applied."""
+    finished: list[str] = []
+
+    async def pay(key: str) -> dict[str, Any]:
+        await asyncio.sleep(0.3)
+        finished.append(key)
+        return {"id": "paid"}
+
+    asyncio.run(_cancelled_during(ledger(store).effect_async("shop.charge", "a-2", pay), 0.05))
+    assert finished == ["a-2"]
+    effect = row(store, "a-2")
+    assert (effect.status, effect.result) == (EffectStatus.APPLIED, {"id": "paid"})
+
+
+def test_a_call_still_out_past_the_cancel_timeout_is_detached_and_unknown(store: Store) -> None:
+    slow = ledger(store)
+    slow.cancel_timeout_s = 0.1
+
+    async def pay(key: str) -> None:
+        await asyncio.sleep(30)
+
+    asyncio.run(_cancelled_during(slow.effect_async("shop.charge", "a-3", pay), 0.05))
+    effect = row(store, "a-3")
+    assert effect.status is EffectStatus.UNKNOWN  # for the reconciler to settle
+    assert effect.error is not None and "may have taken effect" in effect.error
+
+
+def test_a_cancellable_call_is_cancelled_with_its_node_and_unknown(store: Store) -> None:
+    reached: list[str] = []
+
+    async def search(key: str) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            reached.append("cancelled")
+            raise
+
+    effect = ledger(store).effect_async("shop.charge", "a-4", search, cancellable=True)
+    asyncio.run(_cancelled_during(effect, 0.05))
+    assert reached == ["cancelled"]
+    assert row(store, "a-4").status is EffectStatus.UNKNOWN
+
+
+def test_an_awaited_call_that_fails_is_recorded_failed(store: Store) -> None:
+    async def refused(key: str) -> None:
+        raise NotApplied("card declined before anything was charged")
+
+    with pytest.raises(NotApplied):
+        _awaited(ledger(store).effect_async("shop.charge", "a-5", refused))
+    assert row(store, "a-5").status is EffectStatus.FAILED

@@ -1,0 +1,161 @@
+"""Async handlers: the worker process's event loop, and a coroutine running on it as the
+worker thread that waits for it sees it.
+
+Each worker process owns one event loop, on a thread of its own, started when the first
+``async def`` handler arrives (after the fork, in a prefork child). The pool's thread that
+took the node's message hands the coroutine to the loop and waits; the loop interleaves
+every coroutine of the process, so a process with many pool threads (``--pool threads
+--concurrency 200``) has as many nodes awaiting their model calls at once — no thread of
+its own runs any of them. A node's timeout, a run's cancel, or a join that no longer needs
+the node cancels the coroutine at its current ``await`` (an open model stream is closed
+by the SDK as the cancellation unwinds it), and the thread waits for its cleanup to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def is_async(handler: Callable[..., Any]) -> bool:
+    """Does calling ``handler`` make a coroutine (an ``async def``, a partial of one, an
+    object whose ``__call__`` is one)?"""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - a callable object's method
+    )
+
+
+class EventLoop:
+    """An asyncio loop running forever on a daemon thread of this process."""
+
+    _process: EventLoop | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="cairn-async", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def of_process(cls) -> EventLoop:
+        """This process's loop, started on first use (a forked child starts its own: a
+        parent's loop thread does not survive the fork)."""
+        with cls._lock:
+            current = cls._process
+            if current is None or current.pid != os.getpid():
+                current = cls._process = cls()
+            return current
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def start(self, awaitable: Awaitable[T]) -> Running[T]:
+        """Run ``awaitable`` on the loop; the caller waits with :meth:`Running.wait`."""
+        running: Running[T] = Running(self.loop)
+        self.loop.call_soon_threadsafe(running._start, awaitable)
+        return running
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        """Run ``awaitable`` on the loop and wait for its result, uncancellable."""
+        return self.start(awaitable).wait()
+
+
+class Running(Generic[T]):
+    """One coroutine on the loop. :meth:`cancel` may be called from any thread, before or
+    after it started; :meth:`wait` returns what it returned, or raises what it raised —
+    a coroutine ended by a cancel with a ``reason`` raises that reason instead of
+    :class:`asyncio.CancelledError`; one that caught the cancel and returned is a
+    return (its partial result kept)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._task: asyncio.Task[T] | None = None
+        self._ended = threading.Event()
+        self._reason: BaseException | None = None
+        self._abandoned = False
+
+    def _start(self, awaitable: Awaitable[T]) -> None:
+        self._task = asyncio.ensure_future(awaitable, loop=self._loop)
+        self._task.add_done_callback(lambda _task: self._ended.set())
+        if self._reason is not None:  # cancelled before it started
+            self._task.cancel()
+
+    def cancel(self, reason: BaseException) -> None:
+        """Cancel the coroutine at its current ``await`` (once; the first reason
+        stands)."""
+        if self._reason is not None:
+            return
+        self._reason = reason
+        self._loop.call_soon_threadsafe(self._cancel_task)
+
+    def _cancel_task(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel(msg=str(self._reason))
+
+    def abandon(self) -> None:
+        """Stop waiting for a coroutine that outlived its grace period (it is left to
+        the loop; nothing it does is committed)."""
+        self._abandoned = True
+        self._ended.set()
+
+    @property
+    def cancelling(self) -> bool:
+        return self._reason is not None
+
+    def wait(self) -> T:
+        self._ended.wait()
+        task = self._task
+        if self._abandoned or task is None or not task.done():
+            log.error("a coroutine did not end when cancelled (%s): left running", self._reason)
+            raise self._reason or asyncio.CancelledError()
+        if task.cancelled():
+            raise self._reason or asyncio.CancelledError()
+        return task.result()
+
+
+class Coroutines:
+    """What one execution runs on the loop (its on_resume check, then its handler), one
+    at a time, cancelled together: a cancel before the next one starts cancels it too."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: Running[Any] | None = None
+        self._reason: BaseException | None = None
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        running = EventLoop.of_process().start(awaitable)
+        with self._lock:
+            self._running = running
+            if self._reason is not None:
+                running.cancel(self._reason)
+        try:
+            return running.wait()
+        finally:
+            with self._lock:
+                self._running = None
+
+    def cancel(self, reason: BaseException) -> None:
+        with self._lock:
+            if self._reason is not None:
+                return
+            self._reason = reason
+            running = self._running
+        if running is not None:
+            running.cancel(reason)
+
+    def abandon(self) -> None:
+        with self._lock:
+            running = self._running
+        if running is not None:
+            running.abandon()
