@@ -138,3 +138,20 @@ without_retries = (
     .task("call", flaky_call, next="done", retry="none")  # not the default policy
     .end("done")
 )
+
+
+# -- a long node's turns, with and without a checkpoint after each (bench/checkpoints.py) -
+
+
+async def turns(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """``turns`` model turns (a ``message_bytes`` assistant message each, no call), each
+    followed by a checkpoint when ``checkpoint`` is set."""
+    text = "x" * int(state.get("message_bytes", 500))
+    for turn in range(int(state["turns"])):
+        ctx.messages.append({"role": "assistant", "content": f"{turn} {text}"})
+        if state.get("checkpoint"):
+            await ctx.checkpoint_async()
+    return {"turns_taken": ctx.turns}
+
+
+long_node = Workflow("bench_turns", version=1).task("think", turns, next="done").end("done")

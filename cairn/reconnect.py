@@ -85,3 +85,21 @@ def through_outages(within_s: float, what: str, call: Callable[[], _T]) -> _T:
         reraise=True,
     )
     return retrying(call)
+
+
+def store_through_outages(within_s: float, what: str, call: Callable[[], _T]) -> _T:
+    """:func:`through_outages` for the store's work inside a handler's step (an effect's
+    ledger row, a checkpoint): an outage that outlasts ``within_s`` is
+    :class:`~cairn.errors.StoreUnavailable` — cairn's outage, which gives the node back
+    to the queue, never the handler's failure."""
+    try:
+        return through_outages(within_s, what, call)
+    except StoreUnavailable:
+        raise
+    except Exception as error:
+        if not is_outage(error):
+            raise
+        raise StoreUnavailable(
+            f"{what}: the database was unreachable for {within_s:g} s: "
+            f"{type(error).__name__}: {error}"
+        ) from error

@@ -19,6 +19,7 @@ from cairn import clock, faults
 from cairn.config import Settings
 from cairn.definitions.catalog import load_all
 from cairn.effects.adapters import load_adapters
+from cairn.engine.hooks import stopped_leases
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.outbox import Publisher
 from cairn.engine.registry import Registry
@@ -97,6 +98,9 @@ class Runtime:
         )
         orchestrator = Orchestrator(store, publisher, settings)
         orchestrator.after_commit.append(partial(report_anomalies, count=leases.count))
+        orchestrator.after_commit.append(
+            lambda run_id, decision: leases.announce_stops(stopped_leases(run_id, decision))
+        )
         cache: ResultCache = (
             RedisResultCache.from_url(settings.redis_url)
             if settings.redis_url

@@ -294,6 +294,15 @@ class Moves(Watch, Holds, Stopping, Joins, Step):
         self.record_compensable(node, current)
         self.enter(target, node.id, label)
 
+    def idle_too_long(self) -> bool:
+        """Did the run sit still for longer than ``on_resume.after`` before this step (a
+        wake from a wait, a long retry backoff, a rewind to an old state)? Then the node
+        it dispatches checks the plan first, as after a crash."""
+        on_resume, since = self.definition.on_resume, self.still_since
+        if on_resume is None or on_resume.after is None or since is None:
+            return False
+        return self.at - since >= on_resume.after.total_seconds()
+
     def schedule(
         self,
         node: AnyNode,
@@ -314,6 +323,7 @@ class Moves(Watch, Holds, Stopping, Joins, Step):
             if not self.start_child(node, iteration, attempt):
                 return
         else:
+            resumed = resumed or self.idle_too_long()
             self.commands.append(Dispatch(node.id, iteration, attempt, resumed=resumed))
         if node.timeout is not None:
             self.arm(

@@ -98,6 +98,9 @@ class Step:
         self.at = at
         self.commands: list[Command] = []
         self.transitions: list[Transition] = []
+        # When the state this step resumes from last moved: the previous decision's time,
+        # or an older checkpoint's when the step rewinds or forks to one.
+        self.still_since: float | None = state.updated_at if state.steps else None
 
     # -- events -------------------------------------------------------------------------
     # -- helpers ------------------------------------------------------------------------

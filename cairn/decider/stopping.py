@@ -212,6 +212,7 @@ class Stopping(Step):
         state.nodes = {k: n for k, n in target.nodes.items() if n.status.terminal}
         state.signals_seen = list(dict.fromkeys([*target.signals_seen, *state.signals_seen]))
         state.cancel, state.reason, state.compensation = None, None, None
+        self.still_since = target.updated_at
         self.set_run(RunStatus.RUNNING)
         for node in in_progress:
             if self.moving:
@@ -254,6 +255,7 @@ class Stopping(Step):
         state.signals_seen = list(target.signals_seen)
         state.anomaly, state.anomalies = target.anomaly, list(target.anomalies)
         state.started_at = event.at
+        self.still_since = target.updated_at
         for node in in_progress:
             if self.moving:
                 self.enter(node.node, FORK, "fork")

@@ -59,6 +59,7 @@ TASK = COMMON | {
     "persist",
     "invalidates",
     "stall_after",
+    "checkpoint",
     *EDGES,
 }
 WAIT_NODE = COMMON | {"wait"}
@@ -78,7 +79,8 @@ ROUTE = frozenset({"key", "table", "default"})
 BRANCH = frozenset({"guard", "cases"})
 CHILD = frozenset({"workflow", "version", "input", "output"})
 PERSIST = frozenset({"cached", "key"})
-ON_RESUME = frozenset({"check", "replan"})
+CHECKPOINT = frozenset({"every", "turns"})
+ON_RESUME = frozenset({"check", "replan", "after"})
 ANOMALY = frozenset({"fingerprint", "no_progress", "ping_pong", "oscillation", "on_detect"})
 FINGERPRINT = frozenset({"fields", "ignore"})
 ON_DETECT = frozenset({"hint", "reset", "interventions", "then"})
@@ -90,6 +92,8 @@ OSCILLATION = frozenset({"fields", "window", "returns"})
 # "retry.foo"); a key not listed has been in the format since version 1.
 SINCE: dict[str, int] = {
     "task.stall_after": 2,
+    "task.checkpoint": 2,
+    "on_resume.after": 2,
     "workflow.node_timeout": 2,
 }
 

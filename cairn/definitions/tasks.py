@@ -13,6 +13,7 @@ from cairn.definitions.reader import Reader
 from cairn.model.definition import (
     DURABLE,
     Branch,
+    CheckpointPolicy,
     ChildRun,
     Persist,
     PersistKind,
@@ -54,6 +55,13 @@ def task_node(
             "'stall_after' watches a handler's progress: it needs a handler",
             node_id,
         )
+    checkpoint = _checkpoint(reader, node_id, raw["checkpoint"]) if "checkpoint" in raw else None
+    if checkpoint is not None and raw.get("handler") is None:
+        reader.fault(
+            "bad_value",
+            "'checkpoint' saves a handler's working context: it needs a handler",
+            node_id,
+        )
     return TaskNode(
         id=node_id,
         handler=reader.ref(raw.get("handler"), node_id, "handler"),
@@ -65,9 +73,25 @@ def task_node(
         route=_route(reader, node_id, raw["route"]) if "route" in raw else None,
         irreversible=irreversible,
         stall_after=stall_after,
+        checkpoint=checkpoint,
         extra=reader.metadata(raw, node_id),
         **common,
     )
+
+
+def _checkpoint(reader: Reader, node_id: str, raw: object) -> CheckpointPolicy | None:
+    """``{every: 30s, turns: 5}``: either or both."""
+    if not isinstance(raw, Mapping) or not raw:
+        reader.fault(
+            "bad_value", f"'checkpoint' is {{every: DURATION, turns: N}}, got {raw!r}", node_id
+        )
+        return None
+    reader.closed(raw, fmt.CHECKPOINT, "checkpoint", node_id, where="checkpoint")
+    every = reader.duration(raw.get("every"), node_id, "checkpoint.every")
+    turns = reader.positive_int(raw.get("turns"), "checkpoint.turns", node_id)
+    if every is None and turns is None:
+        return None
+    return CheckpointPolicy(every=every, turns=turns)
 
 
 def _persist(reader: Reader, node_id: str, raw: object) -> Persist:

@@ -147,7 +147,8 @@ def _on_resume(reader: Reader, raw: object) -> OnResume | None:
         return None
     check = reader.ref(raw["check"], None, "on_resume.check")
     replan = reader.target(raw["replan"], None, "on_resume.replan")
-    return OnResume(check, replan) if check is not None and replan else None
+    after = reader.duration(raw.get("after"), None, "on_resume.after")
+    return OnResume(check, replan, after) if check is not None and replan else None
 
 
 def plain_spec(value: Any) -> Any:

@@ -51,7 +51,7 @@ from cairn.model.failures import (
 )
 from cairn.model.keys import ExecutionKey
 from cairn.model.payloads import storable_json
-from cairn.reconnect import is_outage, through_outages
+from cairn.reconnect import store_through_outages
 from cairn.store.records import Intent, utcnow
 from cairn.store.schema import effects
 from cairn.store.sql import Store
@@ -414,17 +414,7 @@ class EffectLedger:
     def _transaction(self, key: str, what: str, work: Callable[[], _T]) -> _T:
         """``work()`` (one ledger transaction), riding out a database outage for up to
         ``reconnect_within`` seconds; then :class:`StoreUnavailable`, from the outage."""
-        try:
-            return through_outages(self.reconnect_within, f"effect {key!r}: {what}", work)
-        except StoreUnavailable:
-            raise
-        except Exception as error:
-            if not is_outage(error):
-                raise
-            raise StoreUnavailable(
-                f"effect {key!r}: the database was unreachable for {self.reconnect_within:g} s "
-                f"while {what}: {type(error).__name__}: {error}"
-            ) from error
+        return store_through_outages(self.reconnect_within, f"effect {key!r}: {what}", work)
 
 
 @dataclass(frozen=True)

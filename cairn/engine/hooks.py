@@ -8,7 +8,9 @@ import logging
 from collections.abc import Callable, Sequence
 
 from cairn.decider import Decision
-from cairn.model.commands import FinishRun
+from cairn.model.commands import CancelNode, DetachNode, FinishRun
+from cairn.model.events import Phase
+from cairn.model.keys import lease_key
 
 log = logging.getLogger("cairn.engine")
 
@@ -22,6 +24,16 @@ def tell(hooks: Sequence[AfterCommit], run_id: str, decision: Decision) -> None:
             hook(run_id, decision)
         except Exception:  # the decision stands; what reports it must not undo it
             log.warning("an after-commit hook failed for run %s", run_id, exc_info=True)
+
+
+def stopped_leases(run_id: str, decision: Decision) -> list[str]:
+    """The leases of the executions a decision stops (a cancel, a node's timeout, a join
+    that went on without them): their holders should ask now, not at their next beat."""
+    return [
+        lease_key(run_id, command.node, command.iteration, Phase.RUN.value)
+        for command in decision.commands
+        if isinstance(command, CancelNode | DetachNode)
+    ]
 
 
 def log_finish(run_id: str, decision: Decision) -> None:

@@ -81,6 +81,16 @@ class Heartbeats:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
+        self._watching = False
+
+    def stop_announced(self, key: str) -> None:
+        """Someone committed a decision that stops the execution holding ``key`` (a
+        cancel, a timeout, a join that went on): if it runs here, ask PostgreSQL now
+        rather than at the next beat — the announcement is a hint, the row the truth."""
+        with self._lock:
+            beat = self._beats.get(key)
+        if beat is not None:
+            self._check_cancel(beat)
 
     def hold(
         self,
@@ -98,6 +108,9 @@ class Heartbeats:
         )
         with self._wake:
             self._beats[lease.key] = beat
+            if not self._watching:  # a stop announced for a lease held here: ask at once
+                self._watching = True
+                self.leases.watch_stops(self.stop_announced)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="cairn-heartbeats", daemon=True

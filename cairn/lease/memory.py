@@ -36,6 +36,7 @@ class MemoryLeases:
         self._stats: dict[str, int] = {}
         self._waits: dict[str, float] = {}
         self._steps: dict[str, float] = {}
+        self._stop_watchers: list[Callable[[str], None]] = []
 
     def _live(self, key: str) -> tuple[str, float] | None:
         entry = self._leases.get(key)
@@ -149,6 +150,14 @@ class MemoryLeases:
                 return False
             record["stalled"] = "1"
             return True
+
+    def announce_stops(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            for on_stop in list(self._stop_watchers):
+                on_stop(key)
+
+    def watch_stops(self, on_stop: Callable[[str], None]) -> None:
+        self._stop_watchers.append(on_stop)
 
     def release(
         self, lease: Lease, finished: bool = False, timings: Mapping[str, float] | None = None

@@ -43,7 +43,7 @@ default and unit tests. One contract suite holds the two together
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -124,6 +124,16 @@ class Leases(Protocol):
     def flag_stalled(self, key: str) -> bool:
         """Mark a live claim's heartbeat record stalled; True if it was not already (the
         flag goes with the next progress)."""
+        ...
+
+    def announce_stops(self, keys: Sequence[str]) -> None:
+        """Tell the holders of these leases, wherever they run, to ask now whether they
+        must stop. A hint, best effort: a lost one is made up by the next heartbeat."""
+        ...
+
+    def watch_stops(self, on_stop: Callable[[str], None]) -> None:
+        """Call ``on_stop(key)`` in this process for each key announced from now on
+        (from a thread of the backend's)."""
         ...
 
     def release(

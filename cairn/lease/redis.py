@@ -5,8 +5,12 @@ judged by Redis's clock alone."""
 
 from __future__ import annotations
 
+import logging
+import os
 import secrets
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -28,6 +32,8 @@ from cairn.lease.port import (
 from cairn.lease.waits import WaitHistogram, bucket_field, current_wait
 from cairn.model.keys import beat_key, fence_key
 
+log = logging.getLogger(__name__)
+
 CLAIMS_KEY = "cairn:claims"  # every live claim's lease key, scored by its expiry (ms, Redis)
 STATS_KEY = "cairn:stats:leases"  # fleet-wide counters, kept by the scripts themselves
 WAIT_KEY = "cairn:stats:lease_wait"  # fleet-wide lease wait histogram: count per bucket, sum
@@ -47,6 +53,11 @@ TAKE_LAPSED, SETTLE_LAPSED = _script("take_lapsed"), _script("settle_lapsed")
 class RedisLeases:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+        # Pub/sub channels are server-wide, not per database: name this database's.
+        self._stops_channel = f"cairn:stops:{client.connection_pool.connection_kwargs.get('db', 0)}"
+        self._stop_watchers: list[Callable[[str], None]] = []
+        self._watching_pid: int | None = None
+        self._watch_lock = threading.Lock()
         self._acquire = client.register_script(ACQUIRE)
         self._renew = client.register_script(RENEW)
         self._release = client.register_script(RELEASE)
@@ -126,6 +137,41 @@ class RedisLeases:
     def flag_stalled(self, key: str) -> bool:
         beat = beat_key(key)
         return bool(self.client.exists(beat) and self.client.hsetnx(beat, "stalled", "1"))
+
+    def announce_stops(self, keys: Sequence[str]) -> None:
+        if not keys:
+            return
+        publishing = self.client.pipeline(transaction=False)
+        for key in keys:
+            publishing.publish(self._stops_channel, key)
+        publishing.execute()
+
+    def watch_stops(self, on_stop: Callable[[str], None]) -> None:
+        with self._watch_lock:
+            if self._watching_pid != os.getpid():  # none yet, or a parent's before a fork
+                self._stop_watchers = []
+                self._watching_pid = os.getpid()
+                threading.Thread(target=self._watch, name="cairn-stops", daemon=True).start()
+            self._stop_watchers.append(on_stop)
+
+    def _watch(self) -> None:
+        """Listen for announced stops, for as long as the process lives (resubscribing
+        after Redis comes back)."""
+        while True:
+            try:
+                pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                with pubsub as subscription:
+                    subscription.subscribe(self._stops_channel)
+                    while True:
+                        message = subscription.get_message(timeout=1.0)
+                        if message is None or message.get("type") != "message":
+                            continue
+                        key = message["data"].decode()
+                        for on_stop in list(self._stop_watchers):
+                            on_stop(key)
+            except Exception:  # Redis away: heartbeats still ask; listen again soon
+                log.warning("listening for announced stops failed; retrying", exc_info=True)
+                time.sleep(1.0)
 
     def release(
         self, lease: Lease, finished: bool = False, timings: Mapping[str, float] | None = None

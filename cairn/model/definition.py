@@ -210,6 +210,17 @@ class ChildRun:
 
 
 @dataclass(frozen=True)
+class CheckpointPolicy:
+    """When a running handler's working context is saved without its asking
+    (``ctx.checkpoint()`` saves it at once): at a safe point — ``ctx.progress``,
+    ``ctx.raise_if_cancelled`` — once ``turns`` model turns (assistant messages) were
+    added, or ``every`` passed, since the last checkpoint."""
+
+    every: timedelta | None = None
+    turns: int | None = None
+
+
+@dataclass(frozen=True)
 class TaskNode(Node):
     """Runs ``handler`` (or a ``child`` workflow run, or nothing), then follows ``next``,
     ``branch`` or ``route``.
@@ -232,6 +243,8 @@ class TaskNode(Node):
     # Heartbeats arriving while ``ctx.progress`` has not moved for this long: the node
     # is flagged stalled (nothing is stopped). None: not watched.
     stall_after: timedelta | None = None
+    # Automatic checkpoints of the handler's working context (None: only when it asks).
+    checkpoint: CheckpointPolicy | None = None
 
     kind = "task"
 
@@ -297,10 +310,13 @@ AnyNode = TaskNode | WaitNode | ParallelNode | EndNode
 class OnResume:
     """Before a recovered node runs again, ``check(ctx, state)`` says whether the plan
     still holds (None or True) or not (False, or a reason): then the run goes to
-    ``replan`` instead."""
+    ``replan`` instead. ``after``: so does the first node a run dispatches after sitting
+    still that long — woken from a wait, a long retry backoff, a rewind to an old
+    checkpoint (None: only after an interruption)."""
 
     check: Ref
     replan: str
+    after: timedelta | None = None
 
 
 class AnomalyKind(StrEnum):

@@ -335,3 +335,19 @@ class EffectRecord:
             row.applied_at,
             row.checked_at,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """An execution's last checkpoint: its working context (messages, sessions,
+    progress, scratch), the ``seq``-th it saved, under which attempt and claim."""
+
+    attempt: int
+    fence: int
+    seq: int
+    context: dict[str, Any]
+    saved_at: datetime
+
+    @classmethod
+    def of(cls, row: Any) -> CheckpointRecord:
+        return cls(row.attempt, row.fence, row.seq, row.context, row.saved_at)

@@ -26,6 +26,7 @@ from cairn.store.records import (
 )
 from cairn.store.schema import (
     artifacts,
+    checkpoints,
     events,
     executions,
     inbox,
@@ -285,12 +286,14 @@ class RunsTx(TxBase):
         return [str(row.id) for row in self.connection.execute(query)]
 
     def delete_runs(self, run_ids: Sequence[str]) -> int:
-        """Delete runs and everything kept for them — events, snapshots, executions,
-        outbox messages, timers, inbox entries, notifications — except the effects
-        ledger, whose keys keep guarding the outside world against a late duplicate call."""
+        """Delete runs and everything kept for them — events, snapshots, executions and
+        their checkpoints, outbox messages, timers, inbox entries, notifications — except
+        the effects ledger, whose keys keep guarding the outside world against a late
+        duplicate call."""
         if not run_ids:
             return 0
         ids = list(run_ids)
-        for table in (events, snapshots, executions, outbox, timers, inbox, notifications):
+        kept = (events, snapshots, executions, checkpoints, outbox, timers, inbox, notifications)
+        for table in kept:
             self.connection.execute(delete(table).where(table.c.run_id.in_(ids)))
         return int(self.connection.execute(delete(runs).where(runs.c.id.in_(ids))).rowcount)

@@ -165,6 +165,23 @@ class NodeExecutionRow(Base):
     fence: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
+class NodeCheckpointRow(Base):
+    """A long execution's working context, saved while it runs (migration 0012): what a
+    re-execution resumes from. ``seq`` counts the execution's checkpoints."""
+
+    __tablename__ = "node_checkpoints"
+
+    run_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    iteration: Mapped[int] = mapped_column(Integer, primary_key=True)
+    phase: Mapped[str] = mapped_column(String(20), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    fence: Mapped[int] = mapped_column(Integer)
+    seq: Mapped[int] = mapped_column(Integer)
+    context: Mapped[dict[str, Any]] = mapped_column(Json)
+    saved_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class OutboxRow(Base):
     """Messages committed with the decision that caused them, published after commit."""
 
@@ -326,6 +343,7 @@ runs = cast(Table, RunRow.__table__)
 events = cast(Table, EventRow.__table__)
 snapshots = cast(Table, SnapshotRow.__table__)
 executions = cast(Table, NodeExecutionRow.__table__)
+checkpoints = cast(Table, NodeCheckpointRow.__table__)
 outbox = cast(Table, OutboxRow.__table__)
 timers = cast(Table, TimerRow.__table__)
 inbox = cast(Table, InboxRow.__table__)

@@ -10,6 +10,7 @@ a contract that silently stopped running would prove nothing.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -183,3 +184,26 @@ class ObjectStoreContract:
         with pytest.raises(ArtifactNotFound):
             objects.read(sha)
         assert list(objects.blobs()) == []
+
+    def test_an_announced_stop_reaches_its_holder_at_once(self, leases: Leases) -> None:
+        """A stop announced for a held lease makes its holder ask whether it must stop
+        now, not at its next beat (an hour away here); other keys are not its concern."""
+        asked = threading.Event()
+
+        def cancel_requested() -> bool:  # what PostgreSQL would say: the run is cancelling
+            asked.set()
+            return True
+
+        heartbeats = Heartbeats(leases)
+        lease = leases.acquire(KEY, TTL, {"worker": "w"})
+        assert lease is not None
+        beat = heartbeats.hold(lease, interval_s=3600, cancel_requested=cancel_requested)
+        stopped = threading.Event()
+        beat.on_cancel = stopped.set
+        leases.announce_stops(["lease:someone-else"])
+        deadline = time.monotonic() + 10
+        while not stopped.is_set() and time.monotonic() < deadline:
+            leases.announce_stops([KEY])  # a subscriber may still be connecting: repeat
+            stopped.wait(0.1)
+        assert asked.is_set() and stopped.is_set() and beat.cancelled.is_set()
+        heartbeats.drop(beat)

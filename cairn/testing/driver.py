@@ -7,7 +7,9 @@ which of them happen next. It is a test harness for the decider, not an executor
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import inspect
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +104,8 @@ class Driver:
         )
         assert ref is not None, f"{node} has nothing to run"
         output = ref.resolve()(None, dict(self.state.vars))
+        if inspect.isawaitable(output):  # an async def handler
+            output = asyncio.run(_awaited(output))
         return self.apply(
             NodeSucceeded(
                 at=self.tick(),
@@ -158,3 +162,7 @@ class Driver:
     @property
     def path(self) -> list[tuple[str, str, str]]:
         return [(t.source, t.label, t.target) for d in self.decisions for t in d.transitions]
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable

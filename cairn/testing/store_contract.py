@@ -281,6 +281,43 @@ class StoreContract:
         with store.reading() as tx:
             assert tx.stop_requested(key, 1)
 
+    # -- checkpoints inside a node --------------------------------------------------------
+
+    def test_a_checkpoint_is_saved_numbered_and_read_back(self, store: Store) -> None:
+        _run_id, key, _at = started(store)
+        context = {"messages": [{"role": "assistant", "content": "turn 0"}], "turns": 1}
+        with store.statements(writes=True) as tx:
+            assert tx.save_checkpoint(key, 1, 1, context) == 1
+            assert tx.save_checkpoint(key, 1, 1, {**context, "turns": 2}) == 2
+        with store.reading() as tx:
+            saved = tx.checkpoint_of(key)
+        assert saved is not None and (saved.seq, saved.attempt, saved.fence) == (2, 1, 1)
+        assert saved.context == {**context, "turns": 2}
+        with store.transaction() as tx:
+            tx.drop_checkpoint(key)
+        with store.reading() as tx:
+            assert tx.checkpoint_of(key) is None
+
+    def test_a_checkpoint_is_fenced_like_a_result(self, store: Store) -> None:
+        """Refused to a stale claim, to another attempt, and once the execution finished;
+        a newer claim's checkpoint is never overwritten by an older one's."""
+        _run_id, key, _at = started(store)
+        with store.statements(writes=True) as tx:
+            assert tx.save_checkpoint(key, 1, 1, {"by": "first holder"}) == 1
+        with store.transaction() as tx:
+            assert tx.claim_execution(key, 1, 2)  # a takeover records fence 2
+        with store.statements(writes=True) as tx:
+            assert tx.save_checkpoint(key, 1, 1, {"by": "stale holder"}) is None
+            assert tx.save_checkpoint(key, 2, 2, {"by": "another attempt"}) is None
+            assert tx.save_checkpoint(key, 1, 2, {"by": "new holder"}) == 2
+        with store.reading() as tx:
+            saved = tx.checkpoint_of(key)
+        assert saved is not None and saved.context == {"by": "new holder"}
+        with store.transaction() as tx:
+            assert tx.finish_and_lock(key, 1, 2, result())[0] is not None
+        with store.statements(writes=True) as tx:
+            assert tx.save_checkpoint(key, 1, 2, {"by": "too late"}) is None
+
     # -- guarded transitions: each states where it moves from, and refuses loudly --------
 
     def test_a_dispatch_only_moves_an_execution_forward(self, store: Store) -> None:

@@ -134,11 +134,13 @@ class Coroutines:
         self._reason: BaseException | None = None
 
     def run(self, awaitable: Awaitable[T]) -> T:
-        running = EventLoop.of_process().start(awaitable)
         with self._lock:
+            if self._reason is not None:  # cancelled before it could start: never started
+                if inspect.iscoroutine(awaitable):
+                    awaitable.close()
+                raise self._reason
+            running = EventLoop.of_process().start(awaitable)
             self._running = running
-            if self._reason is not None:
-                running.cancel(self._reason)
         try:
             return running.wait()
         finally:

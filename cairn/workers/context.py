@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import math
@@ -17,6 +18,8 @@ from cairn.artifacts import Artifacts
 from cairn.effects.ledger import EffectLedger, idempotency_headers
 from cairn.model.failures import BudgetExceeded, Cancelled
 from cairn.model.state import RunState
+from cairn.store.records import CheckpointRecord
+from cairn.workers.checkpoints import Checkpoints
 
 log = logging.getLogger("cairn.handler")
 
@@ -59,6 +62,8 @@ class StepContext:
         artifacts: Artifacts | None = None,
         effects: EffectLedger | None = None,
         queued_s: float | None = None,
+        checkpoints: Checkpoints | None = None,
+        restored: CheckpointRecord | None = None,
     ) -> None:
         self.run_id = run_id
         self.workflow = workflow
@@ -94,12 +99,89 @@ class StepContext:
         self.log = logging.LoggerAdapter(
             log, {"run_id": run_id, "node": node, "iteration": iteration, "attempt": attempt}
         )
+        # The handler's own notes across checkpoints (small, JSON: where its loop is, what
+        # it decided), restored with a checkpoint; never part of the run state.
+        self.scratch: dict[str, Any] = {}
+        self._checkpoints = checkpoints
+        # The checkpoint this execution resumed from (its number), or None.
+        self.resumed_from: int | None = None
+        if restored is not None:
+            self._restore(restored)
 
     def progress(self, done: float, total: float | None = None, message: str = "") -> None:
-        """Report progress (e.g. 3 of 10 pages); shown by ``cairn status``."""
+        """Report progress (e.g. 3 of 10 pages); shown by ``cairn status``. A safe point:
+        an automatic checkpoint due is saved here."""
         self.last_progress = Progress(done, total, message)
         if self._on_progress is not None:
             self._on_progress(self.last_progress)
+        self._safe_point()
+
+    # -- checkpoints inside the node --------------------------------------------------
+
+    @property
+    def turns(self) -> int:
+        """Model turns this node has taken: the assistant messages it added."""
+        return sum(1 for m in self.added_messages() if m.get("role") == "assistant")
+
+    def checkpoint(self) -> int:
+        """Save this node's working context now — the messages and session changes it
+        has added, ``ctx.scratch``, its progress — in one commit, fenced by its claim. A
+        re-execution after a crash or a timeout starts from the last one: ``ctx.resumed``
+        and ``ctx.resumed_from`` set, ``ctx.messages``, ``ctx.sessions`` and
+        ``ctx.scratch`` as they were. Its number (1, 2, ...). In an ``async def``
+        handler, ``await ctx.checkpoint_async()`` keeps the event loop free meanwhile."""
+        return self._checkpoints_or_fail().save(self.working_context(), self.turns)
+
+    async def checkpoint_async(self) -> int:
+        """:meth:`checkpoint`, its commit off the event loop (what it saves is taken
+        now, before the await)."""
+        checkpoints, context, turns = (
+            self._checkpoints_or_fail(),
+            self.working_context(),
+            self.turns,
+        )
+        return await asyncio.to_thread(checkpoints.save, context, turns)
+
+    def working_context(self) -> dict[str, Any]:
+        """What a checkpoint saves: a copy, so that the handler may go on meanwhile."""
+        progress = self.last_progress
+        return copy.deepcopy(
+            {
+                "messages": list(self.added_messages()),
+                "sessions": self.changed_sessions(),
+                "scratch": self.scratch,
+                "progress": None if progress is None else vars(progress),
+                "turns": self.turns,
+            }
+        )
+
+    def _restore(self, checkpoint: CheckpointRecord) -> None:
+        """Lay a checkpoint over the state this execution started from."""
+        saved = checkpoint.context
+        self.messages.extend(copy.deepcopy(saved.get("messages") or []))
+        for name, value in (saved.get("sessions") or {}).items():
+            if value is None:
+                self.sessions.pop(name, None)
+            else:
+                self.sessions[name] = copy.deepcopy(value)
+        self.scratch = copy.deepcopy(saved.get("scratch") or {})
+        if saved.get("progress"):
+            self.last_progress = Progress(**saved["progress"])
+        self.resumed, self.resumed_from = True, checkpoint.seq
+
+    def _safe_point(self) -> None:
+        checkpoints = self._checkpoints
+        if checkpoints is None:
+            return
+        checkpoints.raise_if_stale()
+        turns = self.turns
+        if checkpoints.due(turns):
+            checkpoints.save_due(self.working_context(), turns)
+
+    def _checkpoints_or_fail(self) -> Checkpoints:
+        if self._checkpoints is None:
+            raise RuntimeError("this context cannot checkpoint (one built by hand, in a test?)")
+        return self._checkpoints
 
     @property
     def lease_lost(self) -> bool:
@@ -234,9 +316,11 @@ class StepContext:
         return {kind: round(seconds, 6) for kind, seconds in timings.items()}
 
     def raise_if_cancelled(self) -> None:
-        """A safe point: raise :class:`cairn.Cancelled` if the run is being cancelled."""
+        """A safe point: raise :class:`cairn.Cancelled` if the run is being cancelled
+        (and save an automatic checkpoint, if one is due)."""
         if self.cancelled:
             raise Cancelled(f"run {self.run_id} is being cancelled")
+        self._safe_point()
 
     def handler_state(self) -> dict[str, Any]:
         """The state for the handler's ``state`` argument: this context's private copy

@@ -56,6 +56,7 @@ from cairn.observe.sentry import node_scope, report_failure
 from cairn.reconnect import is_outage, through_outages
 from cairn.store.records import ExecutionHead, RunRecord
 from cairn.workers.cache import MemoryResultCache, ResultCache, invalidate, keep, node_entry
+from cairn.workers.checkpoints import Checkpoints
 from cairn.workers.context import StepContext
 from cairn.workers.execute import execute, succeeded
 
@@ -176,9 +177,12 @@ class NodeRunner:
         )
         completion = None
         timings: dict[str, float] = {}  # the step's parts, for the fleet's histograms
+        checkpoints = self._checkpoints(message, node, lease.fence, beat)
         try:
             claimed = _Claimed(run, definition, known, lease.fence, beat)
-            ctx = self._context(claimed, message, state, queued_s=current_wait())
+            ctx = self._context(
+                claimed, message, state, queued_s=current_wait(), checkpoints=checkpoints
+            )
             outcome = self._outcome(claimed, message, state, ctx, ref.resolve())
             if outcome.duration_s is not None:
                 timings["execution"] = outcome.duration_s
@@ -213,6 +217,8 @@ class NodeRunner:
                 log.warning("releasing %s failed", lease.key, exc_info=True)
         if completion.recorded:
             invalidate(self.cache, run.namespace, definition, state.vars, steps)
+            if checkpoints is not None:
+                checkpoints.forget()
         if not completion.recorded:
             if orchestrator.fenced_out(key, lease.fence):
                 self._stale(message, lease.fence, caught_by="fence")
@@ -221,8 +227,32 @@ class NodeRunner:
             return Handled.DISCARDED
         return Handled.COMMITTED
 
+    def _checkpoints(
+        self, message: NodeMessage, node: AnyNode, fence: int, beat: Beat
+    ) -> Checkpoints | None:
+        """The execution's checkpoints (none for an ephemeral node: it has no row to
+        fence them by)."""
+        if not isinstance(node, TaskNode) or node.persist.kind is PersistKind.EPHEMERAL:
+            return None
+        return Checkpoints(
+            self.orchestrator.store,
+            message.key,
+            message.attempt,
+            fence,
+            max_bytes=self.settings.max_payload_bytes,
+            reconnect_within=self.settings.reconnect_within,
+            lease_trusted=partial(self.heartbeats.confirm, beat),
+            policy=node.checkpoint,
+        )
+
     def _context(
-        self, claimed: _Claimed, message: NodeMessage, state: RunState, *, queued_s: float | None
+        self,
+        claimed: _Claimed,
+        message: NodeMessage,
+        state: RunState,
+        *,
+        queued_s: float | None,
+        checkpoints: Checkpoints | None,
     ) -> StepContext:
         definition, beat = claimed.definition, claimed.beat
         node = definition.nodes[message.node]
@@ -274,6 +304,11 @@ class NodeRunner:
                 phase=message.phase.value,
             ),
             queued_s=queued_s,
+            checkpoints=checkpoints,
+            # Only a re-execution can find one: a first attempt spends no read on it.
+            restored=checkpoints.load()
+            if checkpoints is not None and (message.resumed or message.attempt > 1)
+            else None,
         )
 
     def _outcome(
@@ -326,7 +361,7 @@ class NodeRunner:
             node = definition.nodes[message.node]
             assert isinstance(node, TaskNode) and node.handler is not None
             # Run here and now, right after the step before it: it never waited in a queue.
-            ctx = self._context(claimed, message, state, queued_s=0.0)
+            ctx = self._context(claimed, message, state, queued_s=0.0, checkpoints=None)
             outcome = self._outcome(claimed, message, state, ctx, node.handler.resolve())
             steps.append((message, outcome))
         return steps

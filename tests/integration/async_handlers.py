@@ -77,3 +77,24 @@ async def listen(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
         _record(ctx, state, "cancelled")
         return {"partial": "what the stream had said"}
     return {}
+
+
+async def agent_loop(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """An agent loop of ``turns`` model turns against the model stand-in, a checkpoint
+    after each (``checkpoint_each``), else only the node's automatic ones; a resumed
+    execution notes where it resumed and with how many messages."""
+    if ctx.resumed_from is not None:
+        _record(ctx, state, f"resumed@{ctx.resumed_from}:{ctx.turns}:{len(ctx.messages)}")
+    else:
+        _record(ctx, state, "start")
+    turns = int(state.get("turns", 40))
+    async with httpx.AsyncClient(base_url=state["model_url"], timeout=None) as client:
+        while (turn := ctx.turns) < turns:
+            response = await client.post("/turn", json={"run": ctx.run_id, "turn": turn})
+            ctx.messages.append({"role": "assistant", "content": response.json()["reply"]})
+            ctx.scratch["last_turn"] = turn
+            if state.get("checkpoint_each", True):
+                await ctx.checkpoint_async()
+            ctx.progress(ctx.turns, turns, "thinking")  # a safe point: automatic checkpoints
+    _record(ctx, state, "done")
+    return {"turns_taken": ctx.turns, "last_turn": ctx.scratch["last_turn"]}

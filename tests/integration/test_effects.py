@@ -21,12 +21,12 @@ import pytest
 from sqlalchemy import update
 
 from cairn import NotApplied, StaleClaim
-from cairn.effects import Effect, EffectLedger
+from cairn.effects import EffectLedger
 from cairn.model.statuses import RunStatus
 from cairn.store.schema import executions
 from tests.support.cluster import Cluster
 from tests.support.services import PG_ADMIN
-from tests.support.shop import Service
+from tests.support.shop import Service, effects_of, reconcile
 
 
 def doomed_worker(cluster: Cluster, fault_point: str) -> subprocess.Popen[bytes]:
@@ -37,18 +37,6 @@ def doomed_worker(cluster: Cluster, fault_point: str) -> subprocess.Popen[bytes]
         "--pool=threads",
         env={"CAIRN_FAULT_POINTS": fault_point},
     )
-
-
-def effects_of(cluster: Cluster, run_id: str) -> dict[str, Effect]:
-    with cluster.client.runtime.store.reading() as tx:
-        return {row.key: Effect.from_row(row) for row in tx.effects_of(run_id)}
-
-
-def reconcile(cluster: Cluster, tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    report = tmp_path / f"drift-{time.monotonic_ns()}.json"
-    process = cluster.spawn("reconcile", "--report", str(report), *args)
-    code = process.wait(timeout=60)
-    return code, json.loads(report.read_text())
 
 
 def test_an_effect_is_recorded_and_never_called_again(shop: Cluster, service: Service) -> None:

@@ -8,6 +8,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from cairn.effects import Effect
 from tests.support.cluster import Cluster
 from tests.support.services import ROOT
 
@@ -67,3 +69,16 @@ def shop(cluster: Cluster, service: Service) -> Cluster:
     """The cluster, its processes pointed at the service and its adapters."""
     cluster.env.update({"EFFECT_SERVICE_URL": service.url, "CAIRN_EFFECT_ADAPTERS": ADAPTERS})
     return cluster
+
+
+def effects_of(cluster: Cluster, run_id: str) -> dict[str, Effect]:
+    with cluster.client.runtime.store.reading() as tx:
+        return {row.key: Effect.from_row(row) for row in tx.effects_of(run_id)}
+
+
+def reconcile(cluster: Cluster, tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    """``cairn reconcile`` as an operator runs it: its exit code and its drift report."""
+    report = tmp_path / f"drift-{time.monotonic_ns()}.json"
+    process = cluster.spawn("reconcile", "--report", str(report), *args)
+    code = process.wait(timeout=60)
+    return code, json.loads(report.read_text())

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
+from cairn.config import Settings
 from cairn.definitions.catalog import discover
 from cairn.definitions.loader import load_file
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.statuses import RunStatus
+from cairn.runtime import Runtime
 from cairn.testing.driver import Driver
 from tests.unit.conftest import EXAMPLES
 
@@ -66,3 +71,33 @@ def test_agent_loop_gives_up_on_nonsense() -> None:
     state = driver.run_to_end()
     assert state.status is RunStatus.FAILED
     assert ("think", "route:default", "give_up") in driver.path
+
+
+def test_the_research_agent_loops_inside_one_node_and_checkpoints_as_it_goes(
+    tmp_path: Path,
+) -> None:
+    """An async agent loop in one node, on the embedded runtime: three searches, each a
+    model turn and a tool answer in the conversation, then a summary, published."""
+    settings = Settings(
+        home=tmp_path,
+        workflows=[str(EXAMPLES / "research_agent.yaml")],
+        lease_ttl=3.0,
+        heartbeat_interval=1.0,
+    )
+    runtime = Runtime.build(settings)
+    runtime.start_workers()
+    try:
+        run_id = runtime.orchestrator.submit("research_agent", {})
+        deadline = time.monotonic() + 20
+        while not (view := runtime.orchestrator.get_run(run_id)).status.terminal:
+            assert time.monotonic() < deadline, "the research agent did not finish"
+            time.sleep(0.02)
+        assert view.status is RunStatus.SUCCEEDED, view.reason
+        assert view.state is not None
+        assert view.state.vars["sources"] == ["durable execution", "checkpoint", "exactly once"]
+        assert view.state.vars["summary"].startswith("Summary: A durable workflow")
+        assert view.state.vars["published"].startswith("3 sources")
+        roles = [m["role"] for m in view.state.messages]
+        assert roles == ["user", *["assistant", "tool"] * 3, "assistant"]
+    finally:
+        runtime.close()

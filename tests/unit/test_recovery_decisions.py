@@ -19,7 +19,7 @@ from cairn.errors import (
 )
 from cairn.model.commands import Dispatch, HoldExecution, SettleExecution
 from cairn.model.definition import ErrorClass
-from cairn.model.events import NodeHeld, Phase, PlanInvalidated
+from cairn.model.events import NodeHeld, Phase, PlanInvalidated, RollbackRequested
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.testing.driver import Driver
 from tests.unit import handlers
@@ -324,3 +324,98 @@ def test_an_irreversible_node_that_times_out_is_held_not_failed() -> None:
     assert {"CancelNode", "HoldExecution"} <= kinds
     assert "Dispatch" not in kinds and "refund" not in driver.state.nodes
     assert not [t for t in driver.timers if t.startswith("node_timeout:charge")]
+
+
+# -- on_resume after a long gap -------------------------------------------------------------
+
+
+def approval_then_charge(after: str | None) -> Driver:
+    on_resume: dict[str, Any] = {"check": handlers.by_flag, "replan": "replan"}
+    if after is not None:
+        on_resume["after"] = after
+    definition = (
+        Workflow("approve_then_charge", on_resume=on_resume)
+        .task("quote", NOOP, next="approve")
+        .wait("approve", signals={"approved": "charge"}, timeout="30d", on_timeout="failed")
+        .task(
+            "charge",
+            NOOP,
+            next="done",
+            retry={"attempts": 3, "backoff": "2h", "max_delay": "4h", "jitter": "none"},
+        )
+        .task("replan", NOOP, next="approve", max_visits=3)
+        .end("done")
+        .end("failed", "failed")
+        .build()
+    )
+    driver = Driver(definition)
+    driver.start()
+    return driver
+
+
+def _dispatch_of(driver: Driver, node: str) -> Dispatch:
+    command = driver.take(node)
+    driver.dispatched.insert(0, command)  # leave it outstanding
+    return command
+
+
+@pytest.mark.parametrize(("waited_h", "checked"), [(3, True), (0.5, False)])
+def test_a_run_woken_from_a_long_wait_checks_its_plan_before_the_next_node(
+    waited_h: float, checked: bool
+) -> None:
+    driver = approval_then_charge(after="1h")
+    assert not _dispatch_of(driver, "quote").resumed  # the first node: no gap to speak of
+    driver.succeed("quote")
+    driver.tick(waited_h * 3600)  # a person takes their time
+    driver.signal("approved")
+    assert _dispatch_of(driver, "charge").resumed is checked
+
+
+def test_a_long_retry_backoff_checks_the_plan_before_the_retry() -> None:
+    driver = approval_then_charge(after="1h")
+    driver.succeed("quote")
+    driver.signal("approved")
+    assert not _dispatch_of(driver, "charge").resumed
+    driver.fail("charge", ErrorClass.TRANSIENT)
+    driver.fire("retry:charge")  # two hours later
+    assert _dispatch_of(driver, "charge").resumed
+
+
+def test_without_after_only_an_interruption_checks_the_plan() -> None:
+    driver = approval_then_charge(after=None)
+    driver.succeed("quote")
+    driver.tick(30 * 24 * 3600 - 10)
+    driver.signal("approved")
+    assert not _dispatch_of(driver, "charge").resumed
+
+
+@pytest.mark.parametrize(("hours_since_checkpoint", "checked"), [(3, True), (0.01, False)])
+def test_a_rollback_to_an_old_checkpoint_checks_the_plan_of_what_runs_again(
+    hours_since_checkpoint: float, checked: bool
+) -> None:
+    definition = (
+        Workflow(
+            "charge_then_confirm",
+            on_resume={"check": handlers.by_flag, "replan": "replan", "after": "1h"},
+        )
+        .task("quote", NOOP, next="charge")
+        .task("charge", NOOP, next="confirm")
+        .wait("confirm", signals={"confirmed": "done"}, timeout="30d", on_timeout="done")
+        .task("replan", NOOP, next="charge", max_visits=3)
+        .end("done")
+        .build()
+    )
+    driver = Driver(definition)
+    driver.start()
+    driver.succeed("quote")
+    at_checkpoint = driver.state  # charge in progress here
+    driver.tick(hours_since_checkpoint * 3600)
+    driver.succeed("charge")
+    assert driver.state.status is RunStatus.WAITING
+    driver.apply(
+        RollbackRequested(
+            at=driver.tick(), reason="wrong card", to_seq=2, rewind=at_checkpoint.to_dict()
+        )
+    )
+    again = driver.take("charge")
+    assert again.iteration == 2 and again.resumed is checked
