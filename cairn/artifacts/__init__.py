@@ -13,6 +13,7 @@ See ``docs/artifacts.md``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -153,6 +154,26 @@ class Artifacts:
     def text(self, name: str, version: int | None = None, *, run_id: str | None = None) -> str:
         """:meth:`get`, decoded from UTF-8."""
         return self.get(name, version, run_id=run_id).decode("utf-8")
+
+    # -- for async handlers: the same, their I/O off the event loop ----------------------
+
+    async def put_async(
+        self, name: str, data: bytes | bytearray | memoryview | str, **meta: Any
+    ) -> dict[str, Any]:
+        """:meth:`put`, awaited."""
+        return await asyncio.to_thread(self.put, name, data, **meta)
+
+    async def get_async(
+        self, name: str, version: int | None = None, *, run_id: str | None = None
+    ) -> bytes:
+        """:meth:`get`, awaited."""
+        return await asyncio.to_thread(self.get, name, version, run_id=run_id)
+
+    async def text_async(
+        self, name: str, version: int | None = None, *, run_id: str | None = None
+    ) -> str:
+        """:meth:`text`, awaited."""
+        return (await self.get_async(name, version, run_id=run_id)).decode("utf-8")
 
     def info(
         self, name: str, version: int | None = None, *, run_id: str | None = None

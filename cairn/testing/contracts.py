@@ -158,6 +158,29 @@ class LeasesContract:
         assert not beat.valid
         assert heartbeats.confirm(beat) and beat.valid
 
+    def test_an_announced_stop_reaches_its_holder_at_once(self, leases: Leases) -> None:
+        """A stop announced for a held lease makes its holder ask whether it must stop
+        now, not at its next beat (an hour away here); other keys are not its concern."""
+        asked = threading.Event()
+
+        def cancel_requested() -> bool:  # what PostgreSQL would say: the run is cancelling
+            asked.set()
+            return True
+
+        heartbeats = Heartbeats(leases)
+        lease = leases.acquire(KEY, TTL, {"worker": "w"})
+        assert lease is not None
+        beat = heartbeats.hold(lease, interval_s=3600, cancel_requested=cancel_requested)
+        stopped = threading.Event()
+        beat.on_cancel = stopped.set
+        leases.announce_stops(["lease:someone-else"])
+        deadline = time.monotonic() + 10
+        while not stopped.is_set() and time.monotonic() < deadline:
+            leases.announce_stops([KEY])  # a subscriber may still be connecting: repeat
+            stopped.wait(0.1)
+        assert asked.is_set() and stopped.is_set() and beat.cancelled.is_set()
+        heartbeats.drop(beat)
+
 
 class ObjectStoreContract:
     """What the artifacts rely on from an :class:`~cairn.artifacts.stores.ObjectStore`:
@@ -184,26 +207,3 @@ class ObjectStoreContract:
         with pytest.raises(ArtifactNotFound):
             objects.read(sha)
         assert list(objects.blobs()) == []
-
-    def test_an_announced_stop_reaches_its_holder_at_once(self, leases: Leases) -> None:
-        """A stop announced for a held lease makes its holder ask whether it must stop
-        now, not at its next beat (an hour away here); other keys are not its concern."""
-        asked = threading.Event()
-
-        def cancel_requested() -> bool:  # what PostgreSQL would say: the run is cancelling
-            asked.set()
-            return True
-
-        heartbeats = Heartbeats(leases)
-        lease = leases.acquire(KEY, TTL, {"worker": "w"})
-        assert lease is not None
-        beat = heartbeats.hold(lease, interval_s=3600, cancel_requested=cancel_requested)
-        stopped = threading.Event()
-        beat.on_cancel = stopped.set
-        leases.announce_stops(["lease:someone-else"])
-        deadline = time.monotonic() + 10
-        while not stopped.is_set() and time.monotonic() < deadline:
-            leases.announce_stops([KEY])  # a subscriber may still be connecting: repeat
-            stopped.wait(0.1)
-        assert asked.is_set() and stopped.is_set() and beat.cancelled.is_set()
-        heartbeats.drop(beat)

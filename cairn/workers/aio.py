@@ -34,6 +34,15 @@ def is_async(handler: Callable[..., Any]) -> bool:
     )
 
 
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running the caller (an async handler's), if any: what must not be
+    held by a blocking call."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class EventLoop:
     """An asyncio loop running forever on a daemon thread of this process."""
 
@@ -108,10 +117,6 @@ class Running(Generic[T]):
         the loop; nothing it does is committed)."""
         self._abandoned = True
         self._ended.set()
-
-    @property
-    def cancelling(self) -> bool:
-        return self._reason is not None
 
     def wait(self) -> T:
         self._ended.wait()

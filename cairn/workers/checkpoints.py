@@ -11,7 +11,6 @@ committed meanwhile is kept.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -27,6 +26,7 @@ from cairn.model.payloads import storable_json
 from cairn.reconnect import store_through_outages
 from cairn.store.records import CheckpointRecord
 from cairn.store.sql import Store
+from cairn.workers.aio import running_loop
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +71,7 @@ class Checkpoints:
         commit (one at a time; a safe point meanwhile skips its own). A failure is
         logged, not raised: the handler asked for none — but a stale claim is, at this
         safe point or the next: the handler must stop."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
+        loop = running_loop()
         if loop is None:
             self._save_quietly(context, turns)
             self.raise_if_stale()

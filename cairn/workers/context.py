@@ -19,6 +19,7 @@ from cairn.effects.ledger import EffectLedger, idempotency_headers
 from cairn.model.failures import BudgetExceeded, Cancelled
 from cairn.model.state import RunState
 from cairn.store.records import CheckpointRecord
+from cairn.workers.aio import running_loop
 from cairn.workers.checkpoints import Checkpoints
 
 log = logging.getLogger("cairn.handler")
@@ -113,7 +114,11 @@ class StepContext:
         an automatic checkpoint due is saved here."""
         self.last_progress = Progress(done, total, message)
         if self._on_progress is not None:
-            self._on_progress(self.last_progress)
+            on_loop = running_loop()
+            if on_loop is None:
+                self._on_progress(self.last_progress)
+            else:  # an async handler: the heartbeat's write goes to a thread, not the loop
+                on_loop.run_in_executor(None, self._on_progress, self.last_progress)
         self._safe_point()
 
     # -- checkpoints inside the node --------------------------------------------------

@@ -28,6 +28,7 @@ TABLES = {
     "events",
     "snapshots",
     "node_executions",
+    "node_checkpoints",
     "outbox",
     "timers",
     "inbox",

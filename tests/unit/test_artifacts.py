@@ -4,6 +4,7 @@ the fold of references into the run state, and a run in the embedded default."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import uuid
@@ -165,6 +166,21 @@ def test_each_put_of_a_name_is_its_next_version(execution: Execution) -> None:
         artifacts.get("draft", version=3)
     with pytest.raises(ArtifactNotFound):
         artifacts.info("nothing")
+
+
+def test_an_async_handler_puts_and_reads_artifacts_off_its_event_loop(
+    execution: Execution,
+) -> None:
+    artifacts = execution()
+
+    async def handler() -> tuple[dict[str, Any], bytes, str]:
+        ref = await artifacts.put_async("page", "<html>…</html>", tool="browser")
+        return ref, await artifacts.get_async("page"), await artifacts.text_async("page")
+
+    ref, content, text = asyncio.run(handler())
+    assert ref["version"] == 1 and content == "<html>…</html>".encode() and text == "<html>…</html>"
+    assert artifacts.created() == {"page": ref}
+    assert artifacts.info("page").tool == "browser"
 
 
 def test_a_put_records_its_provenance(execution: Execution) -> None:

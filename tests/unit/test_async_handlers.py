@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 
-from cairn.lease.heartbeat import Beat, Heartbeats
-from cairn.lease.memory import MemoryLeases
 from cairn.model.failures import Cancelled, DeadlineExceeded
 from cairn.model.keys import lease_key
 from cairn.model.statuses import RunStatus
@@ -23,17 +21,10 @@ from cairn.runtime import Runtime
 from cairn.workers.aio import Coroutines, EventLoop, is_async
 from cairn.workers.deadlines import limited
 from tests.support.silent import silent_server
+from tests.unit.test_deadlines import held
 from tests.unit.test_embedded import settings, wait
 
 KEY = lease_key("r", "ask", 1, "run")
-
-
-def _held() -> tuple[Heartbeats, Beat]:
-    leases = MemoryLeases()
-    lease = leases.acquire(KEY, 30)
-    assert lease is not None
-    heartbeats = Heartbeats(leases)
-    return heartbeats, heartbeats.hold(lease, interval_s=10)
 
 
 async def _answer(value: int) -> int:
@@ -130,7 +121,7 @@ def test_a_coroutine_that_keeps_its_partial_result_on_cancel_returns_it() -> Non
 
 
 def test_the_timeout_cancels_a_coroutine_at_its_await_without_a_signal() -> None:
-    heartbeats, beat = _held()
+    heartbeats, beat = held()
     cleaned = threading.Event()
 
     async def hangs() -> None:
@@ -153,7 +144,7 @@ def test_the_timeout_cancels_a_coroutine_at_its_await_without_a_signal() -> None
 
 
 def test_a_coroutine_deaf_to_its_cancel_is_left_behind_without_its_lease() -> None:
-    heartbeats, beat = _held()
+    heartbeats, beat = held()
     given_up = threading.Event()
 
     async def deaf() -> None:

@@ -89,7 +89,7 @@ def test_validate_examples(runner: CliRunner) -> None:
     assert result.exit_code == 0, result.output
     ok_lines = [line for line in result.stdout.splitlines() if line.startswith("ok")]
     keys = {line.split()[1] for line in ok_lines}
-    assert keys == {"book_flight@1", "agent_loop@1", "weekly_report@1"}
+    assert keys == {"book_flight@1", "agent_loop@1", "weekly_report@1", "research_agent@1"}
     assert "examples/book_flight.yaml" in result.stdout
     assert "examples/weekly_report.py:weekly_report" in result.stdout
     assert "fail" not in result.output

@@ -22,7 +22,8 @@ from cairn.workers.deadlines import limited
 KEY = lease_key("r", "ask", 1, "run")
 
 
-def _held() -> tuple[Heartbeats, Beat]:
+def held() -> tuple[Heartbeats, Beat]:
+    """A lease held in memory, and its beat (renewed every 10 s: no renewal in a test)."""
     leases = MemoryLeases()
     lease = leases.acquire(KEY, 30)
     assert lease is not None
@@ -31,7 +32,7 @@ def _held() -> tuple[Heartbeats, Beat]:
 
 
 def test_a_call_blocked_in_the_main_thread_is_interrupted_at_the_timeout() -> None:
-    heartbeats, beat = _held()
+    heartbeats, beat = held()
     given_up: list[bool] = []
     started = time.monotonic()
     with (
@@ -46,7 +47,7 @@ def test_a_call_blocked_in_the_main_thread_is_interrupted_at_the_timeout() -> No
 
 
 def test_a_handler_cannot_swallow_its_deadline_with_except_exception() -> None:
-    heartbeats, beat = _held()
+    heartbeats, beat = held()
     swallowed: list[Exception] = []
 
     def careless() -> None:
@@ -64,7 +65,7 @@ def test_a_handler_cannot_swallow_its_deadline_with_except_exception() -> None:
 
 
 def test_a_block_that_returns_in_time_is_not_interrupted_later() -> None:
-    heartbeats, beat = _held()
+    heartbeats, beat = held()
     with limited(heartbeats, beat, 0.3, 5.0, what="ask", give_up=lambda: None):
         time.sleep(0.05)
     time.sleep(0.5)  # past the timeout: nothing may fire now
@@ -74,7 +75,7 @@ def test_a_block_that_returns_in_time_is_not_interrupted_later() -> None:
 def test_a_stray_signal_after_the_block_is_swallowed_not_fatal() -> None:
     """The heartbeat thread may send its SIGALRM just as the handler returns: it must
     find cairn's handler, which ignores it, not SIGALRM's default (ending the process)."""
-    heartbeats, beat = _held()
+    heartbeats, beat = held()
     with limited(heartbeats, beat, 30.0, 5.0, what="ask", give_up=lambda: None):
         pass
     deadlines._Process.pending += 1
@@ -84,7 +85,7 @@ def test_a_stray_signal_after_the_block_is_swallowed_not_fatal() -> None:
 
 
 def test_on_another_thread_the_handler_is_told_then_left_without_its_lease() -> None:
-    heartbeats, beat = _held()
+    heartbeats, beat = held()
     given_up = threading.Event()
     finished = threading.Event()
 
@@ -103,7 +104,7 @@ def test_on_another_thread_the_handler_is_told_then_left_without_its_lease() -> 
 
 
 def test_no_timeout_no_limit() -> None:
-    heartbeats, beat = _held()
+    heartbeats, beat = held()
     with limited(heartbeats, beat, None, 1.0, what="ask", give_up=lambda: None):
         time.sleep(0.05)
     assert beat.stop_at is None and not beat.timed_out.is_set()
