@@ -128,7 +128,9 @@ class Moves(Watch, Holds, Stopping, Joins, Step):
             )
             self.settle_cancel()
             return None
-        self.node_failure(node, current, event.error_class, event.message)
+        self.node_failure(
+            node, current, event.error_class, event.message, retry_after_s=event.retry_after_s
+        )
         return None
 
     def node_cancelled(self, event: NodeCancelled) -> str | None:
@@ -406,11 +408,16 @@ class Moves(Watch, Holds, Stopping, Joins, Step):
         message: str,
         *,
         timed_out: bool = False,
+        retry_after_s: float | None = None,
     ) -> None:
         policy = node.retry
         if error_class is ErrorClass.TRANSIENT and current.attempt < policy.attempts:
-            delay = retry_delay_s(
-                policy, self.state.run_id, node.id, current.iteration, current.attempt
+            delay = (
+                retry_after_s  # the server said when: its word, not our backoff
+                if retry_after_s is not None and retry_after_s >= 0
+                else retry_delay_s(
+                    policy, self.state.run_id, node.id, current.iteration, current.attempt
+                )
             )
             within_deadline = (
                 policy.deadline is None

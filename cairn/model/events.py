@@ -71,6 +71,8 @@ class NodeFailed(Event):
     phase: Phase = Phase.RUN
     charges: Mapping[str, float] | None = None
     timings: Mapping[str, float] | None = None
+    # The server's word on when to try again (a 429's Retry-After): the retry's delay.
+    retry_after_s: float | None = None
     type: ClassVar[str] = "node_failed"
 
 
@@ -223,7 +225,7 @@ def stamped(event: _E, at: float) -> _E:
 _ENUM_FIELDS: dict[str, type[StrEnum]] = {"phase": Phase, "error_class": ErrorClass}
 # Fields added after events were first logged, written only when set: an event without
 # them reads the same in code from before they existed (a rolling upgrade's old workers).
-_OMITTED_WHEN_UNSET = frozenset({"timings"})
+_OMITTED_WHEN_UNSET = frozenset({"timings", "retry_after_s"})
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

@@ -33,9 +33,15 @@ class HandlerError(Exception):
 
 
 class TransientError(HandlerError):
-    """It may work if tried again: the node's retry policy applies."""
+    """It may work if tried again: the node's retry policy applies — after
+    ``retry_after_s`` instead of the policy's backoff, when the other side said when
+    (a 429's ``Retry-After``)."""
 
     error_class = ErrorClass.TRANSIENT
+
+    def __init__(self, *args: object, retry_after_s: float | None = None) -> None:
+        super().__init__(*args)
+        self.retry_after_s = retry_after_s
 
 
 class PermanentError(HandlerError):

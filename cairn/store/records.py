@@ -351,3 +351,47 @@ class CheckpointRecord:
     @classmethod
     def of(cls, row: Any) -> CheckpointRecord:
         return cls(row.attempt, row.fence, row.seq, row.context, row.saved_at)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallRecord:
+    """A model call an execution made, as recorded when it completed: the request by
+    reference (``messages``: the digests of what it sent) and the response."""
+
+    run_id: str
+    node: str
+    iteration: int
+    phase: str
+    call_index: int
+    attempt: int
+    fence: int
+    provider: str
+    operation: str
+    model: str | None
+    params: dict[str, Any]
+    messages: list[str]
+    response: dict[str, Any]
+    usage: dict[str, Any] | None
+    latency_s: float
+    recorded_at: datetime
+
+    @classmethod
+    def of(cls, row: Any) -> ModelCallRecord:
+        return cls(
+            row.run_id,
+            row.node,
+            row.iteration,
+            row.phase,
+            row.call_index,
+            row.attempt,
+            row.fence,
+            row.provider,
+            row.operation,
+            row.model,
+            row.params,
+            row.messages,
+            row.response,
+            row.usage,
+            row.latency_s,
+            row.recorded_at,
+        )

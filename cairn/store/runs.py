@@ -30,6 +30,7 @@ from cairn.store.schema import (
     events,
     executions,
     inbox,
+    model_calls,
     notifications,
     outbox,
     runs,
@@ -286,14 +287,25 @@ class RunsTx(TxBase):
         return [str(row.id) for row in self.connection.execute(query)]
 
     def delete_runs(self, run_ids: Sequence[str]) -> int:
-        """Delete runs and everything kept for them — events, snapshots, executions and
-        their checkpoints, outbox messages, timers, inbox entries, notifications — except
-        the effects ledger, whose keys keep guarding the outside world against a late
-        duplicate call."""
+        """Delete runs and everything kept for them — events, snapshots, executions with
+        their checkpoints and model calls, outbox messages, timers, inbox entries,
+        notifications — except the effects ledger, whose keys keep guarding the outside
+        world against a late duplicate call, and model messages, which other runs' calls
+        may name too."""
         if not run_ids:
             return 0
         ids = list(run_ids)
-        kept = (events, snapshots, executions, checkpoints, outbox, timers, inbox, notifications)
+        kept = (
+            events,
+            snapshots,
+            executions,
+            checkpoints,
+            model_calls,
+            outbox,
+            timers,
+            inbox,
+            notifications,
+        )
         for table in kept:
             self.connection.execute(delete(table).where(table.c.run_id.in_(ids)))
         return int(self.connection.execute(delete(runs).where(runs.c.id.in_(ids))).rowcount)

@@ -182,6 +182,41 @@ class NodeCheckpointRow(Base):
     saved_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class ModelMessageRow(Base):
+    """A message some model call sent, stored once by its content's digest (migration
+    0013): calls name the digests of their messages."""
+
+    __tablename__ = "model_messages"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    body: Mapped[dict[str, Any]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ModelCallRow(Base):
+    """A model call an execution made (its ``call_index``-th), recorded as it completed:
+    the request by reference (``messages``: digests), the response, usage, latency."""
+
+    __tablename__ = "model_calls"
+
+    run_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    iteration: Mapped[int] = mapped_column(Integer, primary_key=True)
+    phase: Mapped[str] = mapped_column(String(20), primary_key=True)
+    call_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    fence: Mapped[int] = mapped_column(Integer)
+    provider: Mapped[str] = mapped_column(String(40))
+    operation: Mapped[str] = mapped_column(String(80))
+    model: Mapped[str | None] = mapped_column(String(200))
+    params: Mapped[dict[str, Any]] = mapped_column(Json)
+    messages: Mapped[list[str]] = mapped_column(Json)
+    response: Mapped[dict[str, Any]] = mapped_column(Json)
+    usage: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    latency_s: Mapped[float] = mapped_column(Float)
+    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class OutboxRow(Base):
     """Messages committed with the decision that caused them, published after commit."""
 
@@ -344,6 +379,8 @@ events = cast(Table, EventRow.__table__)
 snapshots = cast(Table, SnapshotRow.__table__)
 executions = cast(Table, NodeExecutionRow.__table__)
 checkpoints = cast(Table, NodeCheckpointRow.__table__)
+model_messages = cast(Table, ModelMessageRow.__table__)
+model_calls = cast(Table, ModelCallRow.__table__)
 outbox = cast(Table, OutboxRow.__table__)
 timers = cast(Table, TimerRow.__table__)
 inbox = cast(Table, InboxRow.__table__)

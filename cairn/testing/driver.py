@@ -118,7 +118,12 @@ class Driver:
         )
 
     def fail(
-        self, node: str, error_class: ErrorClass = ErrorClass.PERMANENT, message: str = "boom"
+        self,
+        node: str,
+        error_class: ErrorClass = ErrorClass.PERMANENT,
+        message: str = "boom",
+        *,
+        retry_after_s: float | None = None,
     ) -> Decision:
         command = self.take(node)
         return self.apply(
@@ -130,6 +135,7 @@ class Driver:
                 error_class=error_class,
                 message=message,
                 phase=command.phase,
+                retry_after_s=retry_after_s,
             )
         )
 

@@ -19,13 +19,15 @@ from cairn.model.classify import classify
 from cairn.model.definition import PersistKind, TaskNode, WorkflowDefinition
 from cairn.model.events import NodeCancelled, NodeFailed, NodeSucceeded, Phase
 from cairn.model.failures import Cancelled
+from cairn.model.keys import ExecutionKey
 from cairn.model.state import RunState
 from cairn.store.records import RunRecord
 from cairn.store.sql import Store
 from cairn.timetravel.ledger import Answer, EffectUse, ReplayLedger
 from cairn.timetravel.sandbox import ArtifactSandbox, ReplayArtifacts, replay_namespace
 from cairn.workers.context import StepContext
-from cairn.workers.execute import OUTPUT_HINT, check_output
+from cairn.workers.execute import OUTPUT_HINT, call_handler, check_output
+from cairn.workers.models import ModelCalls
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,17 @@ class ReplaySpace:
             allowance=allowance(definition, state, node) if phase is Phase.RUN else None,
             artifacts=artifacts,
             effects=ledger,
+            # Model calls are answered from the record, in order, or refused: never sent.
+            model_calls=ModelCalls(
+                self.store,
+                ExecutionKey(run_id, node, iteration, phase.value),
+                attempt,
+                0,
+                max_bytes=self.settings.max_payload_bytes,
+                reconnect_within=0.0,
+                live=False,
+                may_have_record=True,
+            ),
         )
         event = _run(ref.resolve(), ctx, phase, at, self.settings.max_payload_bytes)
         return Executed(event, tuple(ledger.uses), tuple(progress), ctx.added_artifacts())
@@ -181,7 +194,8 @@ def _run(
     }
     started = time.perf_counter()
     try:
-        output = check_output(handler(ctx, ctx.handler_state()), limit, hint=OUTPUT_HINT)
+        # An async def handler is awaited on this process's event loop, as a worker would.
+        output = check_output(call_handler(handler, ctx, None), limit, hint=OUTPUT_HINT)
     except Cancelled:
         return NodeCancelled(**common, charges=ctx.charges or None)
     except Exception as exc:  # the handler's failure is the result being compared

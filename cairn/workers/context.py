@@ -21,6 +21,7 @@ from cairn.model.state import RunState
 from cairn.store.records import CheckpointRecord
 from cairn.workers.aio import running_loop
 from cairn.workers.checkpoints import Checkpoints
+from cairn.workers.models import ModelCalls, recorded_client
 
 log = logging.getLogger("cairn.handler")
 
@@ -65,6 +66,7 @@ class StepContext:
         queued_s: float | None = None,
         checkpoints: Checkpoints | None = None,
         restored: CheckpointRecord | None = None,
+        model_calls: ModelCalls | None = None,
     ) -> None:
         self.run_id = run_id
         self.workflow = workflow
@@ -104,6 +106,7 @@ class StepContext:
         # it decided), restored with a checkpoint; never part of the run state.
         self.scratch: dict[str, Any] = {}
         self._checkpoints = checkpoints
+        self._model_calls = model_calls
         # The checkpoint this execution resumed from (its number), or None.
         self.resumed_from: int | None = None
         if restored is not None:
@@ -157,6 +160,9 @@ class StepContext:
                 "scratch": self.scratch,
                 "progress": None if progress is None else vars(progress),
                 "turns": self.turns,
+                # Where the execution's recorded model calls stand: a resumed loop's next
+                # call is the one after the checkpoint's.
+                "model_calls": 0 if self._model_calls is None else self._model_calls.next_index,
             }
         )
 
@@ -172,6 +178,8 @@ class StepContext:
         self.scratch = copy.deepcopy(saved.get("scratch") or {})
         if saved.get("progress"):
             self.last_progress = Progress(**saved["progress"])
+        if self._model_calls is not None:
+            self._model_calls.next_index = int(saved.get("model_calls") or 0)
         self.resumed, self.resumed_from = True, checkpoint.seq
 
     def _safe_point(self) -> None:
@@ -245,6 +253,16 @@ class StepContext:
         return await self._effects.effect_async(
             name, key, call, compensate=compensate, policy=policy, cancellable=cancellable
         )
+
+    def model(self, client: Any) -> Any:
+        """``client`` — an ``openai`` or ``anthropic`` SDK client, sync or async — with
+        its model calls recorded: the same interface (``.chat.completions.create``,
+        ``.messages.create``), each completed call committed as it completes, answered
+        from the record when the node runs again or is replayed, its usage charged to the
+        budget. See docs/models.md."""
+        if self._model_calls is None:
+            raise RuntimeError("this context cannot record model calls (one built by hand?)")
+        return recorded_client(self, self._model_calls, client)
 
     def idempotency_headers(self, key: str) -> dict[str, str]:
         """``{"Idempotency-Key": key, "X-Cairn-Fence": <this claim's fencing token>}``

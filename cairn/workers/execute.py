@@ -113,7 +113,7 @@ def execute(
             coroutines=coroutines,
         ):
             if check is not None and checker is not None:
-                verdict = _called(checker, ctx, coroutines)
+                verdict = call_handler(checker, ctx, coroutines)
                 if verdict is False or isinstance(verdict, str):
                     reason = verdict or f"{check.check.path} found the plan no longer holds"
                     ctx.log.warning("plan no longer valid on resume: %s", reason)
@@ -121,7 +121,9 @@ def execute(
                         at=0.0, node=node, iteration=iteration, attempt=attempt, reason=reason
                     )
                     return NodeOutcome(invalidated, NodeStatus.CANCELLED, error=reason)
-            output = check_output(_called(handler, ctx, coroutines), limit_bytes, hint=OUTPUT_HINT)
+            output = check_output(
+                call_handler(handler, ctx, coroutines), limit_bytes, hint=OUTPUT_HINT
+            )
     except Cancelled:
         ctx.log.info("stopped at a safe point: the run is being cancelled")
         cancelled = NodeCancelled(
@@ -153,6 +155,7 @@ def execute(
             phase=phase,
             charges=ctx.charges or None,
             timings=ctx.execution_timings(duration),
+            retry_after_s=getattr(exc, "retry_after_s", None),
         )
         return NodeOutcome(
             failed,
@@ -166,7 +169,7 @@ def execute(
     return succeeded(ctx, message, output, time.perf_counter() - started)
 
 
-def _called(fn: Callable[..., Any], ctx: StepContext, coroutines: Coroutines | None) -> Any:
+def call_handler(fn: Callable[..., Any], ctx: StepContext, coroutines: Coroutines | None) -> Any:
     """What ``fn(ctx, state)`` returned — awaited on this process's event loop if it is
     awaitable (cancellable through ``coroutines``)."""
     produced = fn(ctx, ctx.handler_state())

@@ -59,6 +59,7 @@ from cairn.workers.cache import MemoryResultCache, ResultCache, invalidate, keep
 from cairn.workers.checkpoints import Checkpoints
 from cairn.workers.context import StepContext
 from cairn.workers.execute import execute, succeeded
+from cairn.workers.models import ModelCalls
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +246,18 @@ class NodeRunner:
             policy=node.checkpoint,
         )
 
+    def _model_calls(self, message: NodeMessage, fence: int, beat: Beat) -> ModelCalls:
+        return ModelCalls(
+            self.orchestrator.store,
+            message.key,
+            message.attempt,
+            fence,
+            max_bytes=self.settings.max_payload_bytes,
+            reconnect_within=self.settings.reconnect_within,
+            lease_trusted=partial(self.heartbeats.confirm, beat),
+            may_have_record=message.resumed or message.attempt > 1,
+        )
+
     def _context(
         self,
         claimed: _Claimed,
@@ -305,6 +318,9 @@ class NodeRunner:
             ),
             queued_s=queued_s,
             checkpoints=checkpoints,
+            model_calls=self._model_calls(message, claimed.fence, claimed.beat)
+            if checkpoints is not None
+            else None,
             # Only a re-execution can find one: a first attempt spends no read on it.
             restored=checkpoints.load()
             if checkpoints is not None and (message.resumed or message.attempt > 1)

@@ -29,6 +29,8 @@ TABLES = {
     "snapshots",
     "node_executions",
     "node_checkpoints",
+    "model_messages",
+    "model_calls",
     "outbox",
     "timers",
     "inbox",

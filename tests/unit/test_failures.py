@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import urllib.error
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -23,7 +24,13 @@ from cairn.errors import IllegalTransition, StoreUnavailable
 from cairn.model.classify import classify, may_have_applied
 from cairn.model.commands import CancelNode, Dispatch
 from cairn.model.definition import ErrorClass
-from cairn.model.events import Phase, RollbackRequested
+from cairn.model.events import (
+    NodeFailed,
+    Phase,
+    RollbackRequested,
+    event_from_dict,
+    event_to_dict,
+)
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.observe.explain import waiting_lines
 from cairn.testing.driver import Driver
@@ -365,6 +372,18 @@ def test_a_task_without_retry_retries_a_transient_failure_by_the_default_policy(
     assert driver.state.nodes["call"].status is NodeStatus.FAILED
     assert driver.state.status is RunStatus.FAILED
     assert driver.path.count(("call", "retry", "call")) == 2
+
+
+def test_a_servers_retry_after_is_the_retrys_delay_not_the_backoff() -> None:
+    """A 429 with ``Retry-After: 2`` (a TransientError with retry_after_s): the retry is
+    due 2 s later, though the default backoff would be under 1 s; the event keeps it."""
+    driver = Driver(one_call().build())
+    driver.start()
+    driver.fail("call", ErrorClass.TRANSIENT, "HTTP 429", retry_after_s=2.0)
+    assert driver.timers["retry:call:1:1"] - driver.at == pytest.approx(2.0)
+    failed = NodeFailed(at=1.0, node="call", error_class=ErrorClass.TRANSIENT, retry_after_s=2.0)
+    assert event_from_dict(event_to_dict(failed)) == failed
+    assert "retry_after_s" not in event_to_dict(replace(failed, retry_after_s=None))  # old logs
 
 
 def test_the_default_retries_only_transient_failures() -> None:

@@ -1,0 +1,137 @@
+"""Model calls, recorded as an execution makes them: the messages each call sent, stored
+once by digest, and the call itself — written only while the execution is still the
+writer's, read back by a re-execution and by replays."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import ClauseElement, exists, literal, select
+
+from cairn.model.keys import ExecutionKey
+from cairn.store.base import TxBase
+from cairn.store.clauses import unfinished
+from cairn.store.records import ModelCallRecord
+from cairn.store.schema import executions, model_calls, model_messages
+
+CALL_COLUMNS = (
+    "run_id",
+    "node",
+    "iteration",
+    "phase",
+    "call_index",
+    "attempt",
+    "fence",
+    "provider",
+    "operation",
+    "model",
+    "params",
+    "messages",
+    "response",
+    "usage",
+    "latency_s",
+    "recorded_at",
+)
+
+
+class ModelCallsTx(TxBase):
+    """The model_calls and model_messages tables."""
+
+    def record_model_call(
+        self,
+        key: ExecutionKey,
+        attempt: int,
+        fence: int,
+        call: Mapping[str, Any],
+        messages: Mapping[str, Mapping[str, Any]],
+    ) -> bool:
+        """Record ``call`` (its index, provider, operation, model, params, message digests,
+        response, usage, latency) and the ``messages`` (digest -> body) not stored yet —
+        only while the execution is unfinished at ``attempt`` with no claim newer than
+        ``fence``; a call recorded again at its index (a re-execution that sent something
+        else) replaces the earlier record. False if it was refused."""
+        now = self.stamp()
+        if not isinstance(now, ClauseElement):
+            now = literal(now, model_calls.c.recorded_at.type)
+        if messages:
+            stored = self._insert(model_messages).values(
+                [{"digest": d, "body": dict(b), "created_at": now} for d, b in messages.items()]
+            )
+            self.connection.execute(stored.on_conflict_do_nothing())
+        active = exists().where(unfinished(key, attempt), executions.c.fence <= fence)
+        values = {
+            **{name: call[name] for name in CALL_COLUMNS if name in call},
+            "run_id": key.run_id,
+            "node": key.node,
+            "iteration": key.iteration,
+            "phase": key.phase,
+            "attempt": attempt,
+            "fence": fence,
+        }
+        row = select(
+            *(
+                literal(values[name], model_calls.c[name].type)
+                for name in CALL_COLUMNS
+                if name != "recorded_at"
+            ),
+            now,
+        ).where(active)
+        insert = self._insert(model_calls).from_select(list(CALL_COLUMNS), row)
+        excluded = insert.excluded
+        upsert = insert.on_conflict_do_update(
+            index_elements=["run_id", "node", "iteration", "phase", "call_index"],
+            set_={name: excluded[name] for name in CALL_COLUMNS[5:]},
+            where=model_calls.c.fence <= excluded.fence,
+        )
+        written = self.connection.execute(upsert.returning(model_calls.c.call_index)).first()
+        return written is not None
+
+    def model_calls_of(self, key: ExecutionKey) -> list[ModelCallRecord]:
+        """The calls execution ``key`` recorded, by index, each with the full list of the
+        digests it sent (a call that sent an earlier call's messages and more is stored as
+        that call's index and what it added: see :func:`messages_stored`)."""
+        rows = self.connection.execute(
+            select(model_calls)
+            .where(
+                model_calls.c.run_id == key.run_id,
+                model_calls.c.node == key.node,
+                model_calls.c.iteration == key.iteration,
+                model_calls.c.phase == key.phase,
+            )
+            .order_by(model_calls.c.call_index)
+        )
+        sent: dict[int, list[str]] = {}
+        found = []
+        for row in rows:
+            record = ModelCallRecord.of(row)
+            stored = row.messages
+            if isinstance(stored, dict):  # {"after": k, "added": [...]}
+                stored = [*sent.get(int(stored["after"]), []), *stored["added"]]
+            sent[record.call_index] = list(stored)
+            found.append(replace(record, messages=list(stored)))
+        return found
+
+    def model_messages(self, digests: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored messages of these digests (digest -> body)."""
+        if not digests:
+            return {}
+        rows = self.connection.execute(
+            select(model_messages.c.digest, model_messages.c.body).where(
+                model_messages.c.digest.in_(list(set(digests)))
+            )
+        )
+        return {row.digest: row.body for row in rows}
+
+
+def messages_stored(digests: Sequence[str], earlier: Mapping[int, Sequence[str]]) -> Any:
+    """What a call's ``messages`` column holds: the digests it sent — or, when an earlier
+    call's are a prefix of them (an agent sends its whole history each turn), that call's
+    index and the digests added since, so that a conversation's record grows with its
+    length, not with its square."""
+    for index in sorted(earlier, reverse=True):  # the latest call is the likeliest prefix
+        before = list(earlier[index])
+        if before and len(before) <= len(digests) and list(digests[: len(before)]) == before:
+            return {"after": index, "added": list(digests[len(before) :])}
+    return list(digests)

@@ -1,0 +1,429 @@
+"""Durable model calls: ``ctx.model(client)`` wraps an official ``openai`` or
+``anthropic`` client (sync or async) in one with the same interface whose calls are
+recorded as they complete.
+
+Each completed call is one fenced write: the messages it sent, stored once each by
+digest, and the call — its index in the execution, provider, model, parameters, the
+digests of its messages, the response, usage and latency. A re-execution of the node (its
+worker lost, a retry) answers the calls it makes again from that record, in order, as
+long as it asks the same; only the call that was in flight is sent again. A replay
+answers from the record and never sends (:class:`ModelCalls` with ``live=False``).
+
+The SDK's own retries are switched off: cairn's durable retries are the only ones, and a
+429's ``Retry-After`` becomes the retry's delay. Usage is charged to the node's budget
+(``tokens``, ``input_tokens``, ``output_tokens``), and a call the remaining ``tokens``
+cannot cover is refused before it is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from cairn.errors import InvalidInput
+from cairn.model.failures import BudgetExceeded, PermanentError, StaleClaim, TransientError
+from cairn.model.keys import ExecutionKey
+from cairn.model.payloads import storable_json
+from cairn.reconnect import store_through_outages
+from cairn.store.model_calls import messages_stored
+from cairn.store.records import ModelCallRecord, utcnow
+from cairn.store.sql import Store
+
+if TYPE_CHECKING:
+    from cairn.workers.context import StepContext
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+# What the providers answer when they are busy or down: worth trying again.
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+class ModelCallRefused(PermanentError):
+    """A replay (or dry-run fork) reached a model call the record cannot answer: it is
+    never sent. The message names the call and what differs from the record."""
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """A call as recorded and compared: the messages by digest, the rest as parameters."""
+
+    provider: str
+    operation: str
+    model: str | None
+    params: dict[str, Any]
+    messages: dict[str, dict[str, Any]]  # digest -> message, in the order sent
+    digests: tuple[str, ...]
+
+    @classmethod
+    def of(cls, provider: str, operation: str, kwargs: Mapping[str, Any]) -> ModelRequest:
+        sent = [_plain(message) for message in kwargs.get("messages") or ()]
+        digests = tuple(_digest(message) for message in sent)
+        params = {
+            name: _plain(value)
+            for name, value in sorted(kwargs.items())
+            if name not in {"messages", "extra_headers", "extra_query", "timeout"}
+        }
+        model = kwargs.get("model")
+        return cls(
+            provider,
+            operation,
+            str(model) if model is not None else None,
+            params,
+            dict(zip(digests, sent, strict=True)),
+            digests,
+        )
+
+    def differs_from(self, record: ModelCallRecord) -> str | None:
+        """What changed since ``record`` was made (None: the same request)."""
+        if (record.provider, record.operation) != (self.provider, self.operation):
+            return f"it is a {self.provider} {self.operation} call, recorded as {record.operation}"
+        if record.params != self.params:
+            changed = sorted(
+                k
+                for k in set(record.params) | set(self.params)
+                if record.params.get(k) != self.params.get(k)
+            )
+            return f"its parameters differ ({', '.join(changed)})"
+        if tuple(record.messages) != self.digests:
+            same = next(
+                (
+                    i
+                    for i, (a, b) in enumerate(zip(record.messages, self.digests, strict=False))
+                    if a != b
+                ),
+                min(len(record.messages), len(self.digests)),
+            )
+            return (
+                f"its messages differ from message {same} on ({len(self.digests)} sent, "
+                f"{len(record.messages)} recorded)"
+            )
+        return None
+
+    def estimated_tokens(self) -> int:
+        """A rough count of the request's input tokens (four characters each)."""
+        text = json.dumps(list(self.messages.values())) + json.dumps(self.params.get("system"))
+        return len(text) // 4
+
+
+@dataclass
+class ModelCalls:
+    """The model calls of one execution: the record earlier executions left, and the
+    recording of new calls. ``live=False`` (a replay): answered from the record or
+    refused, never sent, nothing written."""
+
+    store: Store
+    key: ExecutionKey
+    attempt: int
+    fence: int
+    max_bytes: int
+    reconnect_within: float
+    lease_trusted: Callable[[], bool] | None = None
+    live: bool = True
+    # Whether an earlier execution may have left calls (a first attempt reads nothing).
+    may_have_record: bool = False
+    next_index: int = 0  # the index of the execution's next call
+    _record: dict[int, ModelCallRecord] | None = field(default=None, repr=False)
+
+    def take_index(self) -> int:
+        index, self.next_index = self.next_index, self.next_index + 1
+        return index
+
+    def recorded(self, index: int, request: ModelRequest) -> dict[str, Any] | None:
+        """The recorded response of call ``index`` if it asked the same; None if there is
+        none (or, live, if it asked something else: sent again, recorded anew)."""
+        found = self._load().get(index)
+        if found is None:
+            if not self.live:
+                raise ModelCallRefused(
+                    f"{self.key} model call {index} is not in the record: a replay never sends it"
+                )
+            return None
+        changed = request.differs_from(found)
+        if changed is None:
+            return found.response
+        if not self.live:
+            raise ModelCallRefused(
+                f"{self.key} model call {index} diverged from the record: {changed}; a "
+                "replay never sends it"
+            )
+        log.warning("%s model call %d asks something else now (%s): sent", self.key, index, changed)
+        return None
+
+    def record(
+        self, index: int, request: ModelRequest, response: dict[str, Any], latency_s: float
+    ) -> None:
+        """Commit call ``index`` as it completed (one transaction; StaleClaim, with nothing
+        written, if the claim is no longer this worker's)."""
+        if not self.live:
+            return
+        if self.lease_trusted is not None and not self.lease_trusted():
+            raise StaleClaim(f"{self.key}: the claim is stale; model call {index} not recorded")
+        earlier = {i: list(c.messages) for i, c in self._load().items() if i < index}
+        call = {
+            "call_index": index,
+            "provider": request.provider,
+            "operation": request.operation,
+            "model": request.model,
+            "params": request.params,
+            "messages": messages_stored(request.digests, earlier),
+            "response": response,
+            "usage": response.get("usage"),
+            "latency_s": latency_s,
+        }
+        try:
+            storable_json(call, what="a model call's record", limit_bytes=self.max_bytes)
+        except InvalidInput as exc:
+            raise PermanentError(str(exc)) from exc
+
+        def write() -> bool:
+            with self.store.transaction() as tx:
+                return tx.record_model_call(
+                    self.key, self.attempt, self.fence, call, request.messages
+                )
+
+        what = f"{self.key}: recording model call {index}"
+        if not store_through_outages(self.reconnect_within, what, write):
+            raise StaleClaim(f"{self.key}: finished or taken over; model call {index} not recorded")
+        self._load()[index] = ModelCallRecord(
+            self.key.run_id,
+            self.key.node,
+            self.key.iteration,
+            self.key.phase,
+            index,
+            self.attempt,
+            self.fence,
+            request.provider,
+            request.operation,
+            request.model,
+            request.params,
+            list(request.digests),
+            response,
+            response.get("usage"),
+            latency_s,
+            utcnow(),
+        )
+
+    def _load(self) -> dict[int, ModelCallRecord]:
+        if self._record is None:
+            if not self.may_have_record:
+                self._record = {}
+            else:
+
+                def read() -> list[ModelCallRecord]:
+                    with self.store.reading() as tx:
+                        return tx.model_calls_of(self.key)
+
+                found = store_through_outages(
+                    self.reconnect_within, f"{self.key}: reading its model calls", read
+                )
+                self._record = {call.call_index: call for call in found}
+        return self._record
+
+
+# -- the clients ------------------------------------------------------------------------
+
+
+def recorded_client(ctx: StepContext, calls: ModelCalls, client: Any) -> Any:
+    """``client`` with its model calls recorded (see the module's docstring)."""
+    module = type(client).__module__.split(".")[0]
+    quiet = client.with_options(max_retries=0)  # cairn's retries are the only ones
+    asynchronous = type(client).__name__.startswith("Async")
+    if module == "openai":
+        return _OpenAI(ctx, calls, quiet, asynchronous)
+    if module == "anthropic":
+        return _Anthropic(ctx, calls, quiet, asynchronous)
+    raise TypeError(
+        f"ctx.model takes an openai or anthropic client (OpenAI, AsyncOpenAI, Anthropic, "
+        f"AsyncAnthropic), not {type(client).__name__}"
+    )
+
+
+class _Wrapped:
+    def __init__(self, wrapped: Any) -> None:
+        self._wrapped = wrapped
+
+    def __getattr__(self, name: str) -> Any:  # the rest of the SDK, unrecorded
+        return getattr(self._wrapped, name)
+
+
+class _OpenAI(_Wrapped):
+    def __init__(self, ctx: StepContext, calls: ModelCalls, client: Any, asynchronous: bool):
+        super().__init__(client)
+        from openai.types.chat import ChatCompletion  # noqa: PLC0415 - an optional extra
+
+        create = _Create(ctx, calls, "openai", "chat.completions", ChatCompletion, asynchronous)
+        self.chat = _Namespace(
+            client.chat,
+            completions=_Namespace(client.chat.completions, create=create.bound(client)),
+        )
+
+
+class _Anthropic(_Wrapped):
+    def __init__(self, ctx: StepContext, calls: ModelCalls, client: Any, asynchronous: bool):
+        super().__init__(client)
+        from anthropic.types import Message  # noqa: PLC0415 - an optional extra
+
+        create = _Create(ctx, calls, "anthropic", "messages", Message, asynchronous)
+        self.messages = _Namespace(client.messages, create=create.bound(client))
+
+
+class _Namespace(_Wrapped):
+    def __init__(self, wrapped: Any, **recorded: Any) -> None:
+        super().__init__(wrapped)
+        for name, value in recorded.items():
+            setattr(self, name, value)
+
+
+@dataclass(frozen=True)
+class _Create:
+    """A recorded ``create``: one of the SDK's, with the record in front of it."""
+
+    ctx: StepContext
+    calls: ModelCalls
+    provider: str
+    operation: str
+    response_type: Any  # the SDK's pydantic model of the response
+    asynchronous: bool
+
+    def bound(self, client: Any) -> Callable[..., Any]:
+        """The ``create`` to hand out in place of ``client``'s."""
+        send = _resolve(client, self.operation)
+        if self.asynchronous:
+
+            async def create_async(**kwargs: Any) -> Any:
+                return await self._call_async(send, kwargs)
+
+            return create_async
+
+        def create(**kwargs: Any) -> Any:
+            return self._call(send, kwargs)
+
+        return create
+
+    def _prepare(
+        self, kwargs: Mapping[str, Any]
+    ) -> tuple[int, ModelRequest, dict[str, Any] | None]:
+        if kwargs.get("stream"):
+            raise NotImplementedError(
+                "ctx.model does not record streaming calls yet: call without stream=True"
+            )
+        request = ModelRequest.of(self.provider, self.operation, kwargs)
+        index = self.calls.take_index()
+        answer = self.calls.recorded(index, request)
+        if answer is None:
+            self._afford(request)
+        return index, request, answer
+
+    def _call(self, send: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        index, request, answer = self._prepare(kwargs)
+        if answer is None:
+            started = time.perf_counter()
+            response = _translated(self.provider, lambda: send(**kwargs))
+            answer = response.model_dump(mode="json")
+            self.calls.record(index, request, answer, time.perf_counter() - started)
+        return self._answered(answer)
+
+    async def _call_async(self, send: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> Any:
+        index, request, answer = await asyncio.to_thread(self._prepare, kwargs)
+        if answer is None:
+            started = time.perf_counter()
+            try:
+                response = await send(**kwargs)
+            except Exception as exc:
+                raise _failure(self.provider, exc) from exc
+            answer = response.model_dump(mode="json")
+            latency = time.perf_counter() - started
+            await asyncio.to_thread(self.calls.record, index, request, answer, latency)
+        return self._answered(answer)
+
+    def _answered(self, answer: dict[str, Any]) -> Any:
+        self._charge(answer.get("usage") or {})
+        return self.response_type.model_validate(answer)
+
+    def _afford(self, request: ModelRequest) -> None:
+        remaining = self.ctx.remaining("tokens")
+        if remaining is not None and request.estimated_tokens() > remaining:
+            raise BudgetExceeded(
+                f"{self.ctx.node}: a {request.model} call of about "
+                f"{request.estimated_tokens()} input tokens is over the {remaining:g} tokens "
+                "left in its budget: not sent"
+            )
+
+    def _charge(self, usage: Mapping[str, Any]) -> None:
+        spent_in = int(usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0)
+        spent_out = int(usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0)
+        if spent_in or spent_out:
+            self.ctx.charge(
+                tokens=spent_in + spent_out, input_tokens=spent_in, output_tokens=spent_out
+            )
+
+
+def _resolve(client: Any, operation: str) -> Callable[..., Any]:
+    target = client
+    for part in operation.split("."):
+        target = getattr(target, part)
+    return target.create  # type: ignore[no-any-return]
+
+
+def _translated(provider: str, send: Callable[[], _T]) -> _T:
+    try:
+        return send()
+    except Exception as exc:
+        raise _failure(provider, exc) from exc
+
+
+def _failure(provider: str, exc: Exception) -> Exception:
+    """The SDK's error as cairn's: busy or unreachable is transient (after the server's
+    ``Retry-After``, when it gave one); a request the model cannot take is permanent."""
+    status = getattr(exc, "status_code", None)
+    if status is None:
+        name = type(exc).__name__
+        if name in {"APIConnectionError", "APITimeoutError"}:
+            return TransientError(f"{provider}: {name}: {exc}")
+        return exc
+    text = str(exc)
+    if status == 400 and ("context_length" in text or "too long" in text):
+        return PermanentError(f"{provider}: the request is over the model's context: {text}")
+    if status in RETRYABLE_STATUS:
+        return TransientError(f"{provider}: HTTP {status}: {text}", retry_after_s=_retry_after(exc))
+    return PermanentError(f"{provider}: HTTP {status}: {text}")
+
+
+def _retry_after(exc: Exception) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) * scale)
+        except ValueError:
+            continue  # an HTTP date: left to the node's backoff
+    return None
+
+
+def _plain(value: Any) -> Any:
+    """JSON data of what a handler passes the SDK (dicts, or the SDK's own models)."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def _digest(message: Any) -> str:
+    canonical = json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()

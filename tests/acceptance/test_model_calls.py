@@ -1,0 +1,124 @@
+"""Durable model calls on real services, with the official openai SDK against the
+project's model stand-in, which counts every request: a tool-using agent's calls are
+made once each; replay and a dry-run fork make none; a changed prompt is reported at its
+call; a worker killed during a call re-sends only that call; a 429's Retry-After is the
+retry's delay; usage is charged, and a call past the budget is never sent."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from cairn.model.keys import ExecutionKey
+from cairn.model.statuses import RunStatus
+from cairn.testing.model_server import Fault, ModelServer, Reply, ToolCall
+from tests.support.cluster import Cluster
+
+
+@pytest.fixture
+def model(cluster: Cluster) -> Iterator[ModelServer]:
+    with ModelServer() as server:
+        cluster.env["MODEL_URL"] = server.url
+        yield server
+
+
+def _six_turns(model: ModelServer) -> None:
+    model.script(
+        *(Reply(tool_calls=(ToolCall("lookup", {"word": f"w{turn}"}),)) for turn in range(5)),
+        Reply(text="A cairn is a pile of stones."),
+    )
+
+
+def _turns(cluster: Cluster, run_id: str) -> list[str]:
+    return [
+        line.split()[4]
+        for line in cluster.ledger.read_text().splitlines()
+        if line.startswith(run_id)
+    ]
+
+
+def test_an_agents_calls_are_made_once_and_replay_and_fork_make_none(
+    cluster: Cluster, model: ModelServer
+) -> None:
+    cluster.consuming(cluster.worker())
+    cluster.scheduler()
+    _six_turns(model)
+    run_id = cluster.submit("model_agent")
+    view = cluster.wait(run_id)
+    assert view.status is RunStatus.SUCCEEDED, view.reason
+    assert view.state is not None and view.state.vars["answer"] == "A cairn is a pile of stones."
+    assert model.count() == 6  # one request per turn
+    # Tokens charged are the usage the stand-in reported, recorded with each call.
+    with cluster.client.runtime.store.reading() as tx:
+        calls = tx.model_calls_of(ExecutionKey(run_id, "think", 1, "run"))
+    assert [c.call_index for c in calls] == list(range(6))
+    reported = sum(c.usage["total_tokens"] for c in calls if c.usage)
+    assert (view.state.nodes["think"].spent or {})["tokens"] == reported > 0
+
+    replayed = cluster.cli("replay", run_id, "--json")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert json.loads(replayed.stdout)["diverged"] is False
+    seq = max(e["seq"] for e in cluster.client.events(run_id) if e["type"] == "run_started")
+    forked = cluster.cli("fork", run_id, "--at", str(seq), "--json")
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+    assert model.count() == 6  # zero requests from either
+
+    # The handler now asks with another system prompt: reported at call 0, never sent.
+    changed = cluster.cli("replay", run_id, "--json", env={"AGENT_PROMPT": "Be brief."})
+    report = json.loads(changed.stdout)
+    assert report["diverged"] is True, report
+    error = report["first_divergence"]["replayed"]["error"]
+    assert "model call 0 diverged" in error and "messages differ from message 0" in error
+    assert model.count() == 6
+
+
+def test_a_worker_killed_during_a_call_resends_only_that_call(
+    cluster: Cluster, model: ModelServer
+) -> None:
+    doomed = cluster.worker(concurrency=1)
+    cluster.consuming(doomed)
+    cluster.scheduler()
+    model.script(
+        Reply(tool_calls=(ToolCall("lookup", {"word": "a"}),)),
+        Reply(tool_calls=(ToolCall("lookup", {"word": "b"}),)),
+        Fault(hang=True),  # the third call is out when the worker dies
+        Reply(text="done"),
+    )
+    run_id = cluster.submit("model_agent")
+    cluster.wait_for(lambda: model.count() == 3, 30, "the third call out")
+    cluster.kill(doomed)
+    cluster.consuming(cluster.worker(concurrency=1))
+    view = cluster.wait(run_id, timeout_s=60)
+    assert view.status is RunStatus.SUCCEEDED, view.reason
+    assert model.count() == 4  # calls 0 and 1 answered from the record; 2 sent again
+    sent = [len(r.body["messages"]) for r in model.requests]
+    assert sent == [2, 4, 6, 6]
+    assert view.state is not None and view.state.vars["turns"] == 3
+
+
+def test_a_429_retry_after_is_the_retrys_delay(cluster: Cluster, model: ModelServer) -> None:
+    cluster.consuming(cluster.worker())
+    cluster.scheduler()
+    model.script(Fault(status=429, retry_after_s=2), Reply(text="fine now"))
+    run_id = cluster.submit("model_agent")
+    view = cluster.wait(run_id)
+    assert view.status is RunStatus.SUCCEEDED, view.reason
+    first, second = model.requests  # one request per attempt: the SDK does not retry
+    assert 1.8 <= second.at - first.at < 4.0, second.at - first.at  # not 100 ms of backoff
+
+
+def test_a_call_past_the_budget_is_refused_before_it_is_sent(
+    cluster: Cluster, model: ModelServer
+) -> None:
+    cluster.consuming(cluster.worker())
+    cluster.scheduler()
+    # The first answer spends 390 of the node's 400 tokens: the second call's request
+    # alone would take more than what is left.
+    model.script(Reply(text="x " * 50, output_tokens=390))
+    run_id = cluster.submit("model_turns", {"turns": 3})
+    view = cluster.wait(run_id)
+    assert view.status is RunStatus.FAILED
+    assert view.reason is not None and "budget" in view.reason, view.reason
+    assert model.count() == 1  # the second call was never sent

@@ -1,0 +1,79 @@
+"""Handlers that call a model through ``ctx.model`` with the official SDKs, against the
+project's model stand-in (``MODEL_URL``): a tool-using agent loop, a few plain turns."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from openai import AsyncOpenAI, OpenAI
+
+from tests.integration.handlers import _record
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a word up.",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+        },
+    }
+]
+
+
+_clients: dict[str, Any] = {}  # one client per process, as the SDKs advise
+
+
+def _client() -> OpenAI:
+    if "sync" not in _clients:
+        _clients["sync"] = OpenAI(base_url=os.environ["MODEL_URL"] + "/v1", api_key="test")
+    return _clients["sync"]  # type: ignore[no-any-return]
+
+
+def _system() -> str:
+    # A replay run with another prompt (AGENT_PROMPT) asks the model something else.
+    return os.environ.get("AGENT_PROMPT", "You are a careful research agent.")
+
+
+def tool_agent(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """Call the model until it stops asking for the ``lookup`` tool (at most 10 turns)."""
+    _record(ctx, state, "start")
+    model = ctx.model(_client())
+    if not ctx.messages:
+        ctx.messages.extend(
+            [
+                {"role": "system", "content": _system()},
+                {"role": "user", "content": state.get("question", "What is a cairn?")},
+            ]
+        )
+    for _turn in range(10):
+        reply = model.chat.completions.create(
+            model="gpt-stand-in", messages=ctx.messages, tools=TOOLS
+        )
+        message = reply.choices[0].message
+        ctx.messages.append(message.model_dump(mode="json", exclude_none=True))
+        _record(ctx, state, f"turn{ctx.turns}")
+        if not message.tool_calls:
+            return {"answer": message.content, "turns": ctx.turns}
+        for call in message.tool_calls:
+            ctx.messages.append(
+                {"role": "tool", "tool_call_id": call.id, "content": f"found {call.id}"}
+            )
+    return {"answer": None, "turns": ctx.turns}
+
+
+async def async_turns(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """``turns`` plain turns through the async client."""
+    # The async client is bound to the loop it first runs on: the worker process's one.
+    if "async" not in _clients:
+        _clients["async"] = AsyncOpenAI(base_url=os.environ["MODEL_URL"] + "/v1", api_key="t")
+    model = ctx.model(_clients["async"])
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "count with me"}]
+    said = []
+    for _turn in range(int(state.get("turns", 3))):
+        reply = await model.chat.completions.create(model="gpt-stand-in", messages=messages)
+        text = reply.choices[0].message.content
+        said.append(text)
+        messages.append({"role": "assistant", "content": text})
+    return {"said": said}

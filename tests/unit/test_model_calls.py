@@ -1,0 +1,189 @@
+"""ctx.model in this process, on SQLite, with the real SDKs against the model stand-in:
+each call recorded once as it completes, answered from the record when the node runs
+again, refused in a replay when it asks something else, and stored by reference — each
+message once. (On real services with a worker killed mid-call: tests/acceptance.)"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from anthropic import Anthropic
+from openai import AsyncOpenAI, OpenAI
+
+from cairn.model.failures import BudgetExceeded, PermanentError, TransientError
+from cairn.model.keys import ExecutionKey
+from cairn.model.state import RunState
+from cairn.store.model_calls import messages_stored
+from cairn.store.sql import Store
+from cairn.testing.model_server import Fault, ModelServer, Reply, ToolCall
+from cairn.testing.store_contract import started
+from cairn.workers.context import StepContext
+from cairn.workers.models import ModelCallRefused, ModelCalls
+
+
+@pytest.fixture
+def server() -> Iterator[ModelServer]:
+    with ModelServer() as running:
+        yield running
+
+
+@pytest.fixture
+def openai_client(server: ModelServer) -> Iterator[OpenAI]:
+    with OpenAI(base_url=server.openai_base_url, api_key="test") as client:  # 2 retries
+        yield client
+
+
+@pytest.fixture
+def claude(server: ModelServer) -> Iterator[Anthropic]:
+    with Anthropic(base_url=server.anthropic_base_url, api_key="test") as client:
+        yield client
+
+
+def _ctx(
+    store: Store,
+    key: ExecutionKey,
+    *,
+    again: bool = False,
+    live: bool = True,
+    allowance: dict[str, float] | None = None,
+) -> StepContext:
+    calls = ModelCalls(
+        store,
+        key,
+        1,
+        1,
+        max_bytes=1_000_000,
+        reconnect_within=0.0,
+        live=live,
+        may_have_record=again or not live,
+    )
+    return StepContext(
+        run_id=key.run_id,
+        workflow="w",
+        node=key.node,
+        iteration=key.iteration,
+        attempt=1,
+        phase=key.phase,
+        state=RunState(key.run_id, "w", 1),
+        model_calls=calls,
+        allowance=allowance,
+    )
+
+
+def _conversation(ctx: StepContext, client: Any, turns: int) -> list[str]:
+    model = ctx.model(client)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+    said = []
+    for _ in range(turns):
+        reply = model.chat.completions.create(model="m", messages=messages)
+        said.append(reply.choices[0].message.content)
+        messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+    return said
+
+
+def test_calls_are_recorded_once_and_answered_from_the_record_when_the_node_runs_again(
+    store: Store, server: ModelServer, openai_client: OpenAI
+) -> None:
+    _run_id, key, _at = started(store)
+    client = openai_client
+    first = _conversation(_ctx(store, key), client, 3)
+    assert first == ["reply 0", "reply 1", "reply 2"] and server.count() == 3
+    again = _ctx(store, key, again=True)
+    assert _conversation(again, client, 4) == [*first, "reply 3"]
+    assert server.count() == 4  # only the call the record did not hold was sent
+    assert again.charges["tokens"] > 0  # answered calls are charged as made
+
+
+def test_a_replay_answers_from_the_record_and_refuses_what_differs(
+    store: Store, server: ModelServer, openai_client: OpenAI
+) -> None:
+    _run_id, key, _at = started(store)
+    client = openai_client
+    _conversation(_ctx(store, key), client, 2)
+    assert _conversation(_ctx(store, key, live=False), client, 2) == ["reply 0", "reply 1"]
+    replay = _ctx(store, key, live=False).model(client)
+    with pytest.raises(ModelCallRefused, match=r"call 0 diverged.*messages differ"):
+        replay.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(ModelCallRefused, match=r"parameters differ \(temperature\)"):
+        _ctx(store, key, live=False).model(client).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hello"}], temperature=0.2
+        )
+    assert server.count() == 2
+
+
+def test_anthropic_and_async_clients_are_recorded_the_same_way(
+    store: Store, server: ModelServer, claude: Anthropic
+) -> None:
+    _run_id, key, _at = started(store)
+    server.script(Reply(tool_calls=(ToolCall("lookup", {"word": "cairn"}),)), Reply(text="a"))
+    anthropic = _ctx(store, key).model(claude)
+    message = anthropic.messages.create(
+        model="claude-m", max_tokens=64, messages=[{"role": "user", "content": "look it up"}]
+    )
+    assert message.content[0].type == "tool_use" and message.content[0].input == {"word": "cairn"}
+
+    async def talk() -> str:
+        async with AsyncOpenAI(base_url=server.openai_base_url, api_key="t") as client:
+            model = _ctx(store, other).model(client)
+            reply = await model.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x"}]
+            )
+            return str(reply.choices[0].message.content)
+
+    _other_run, other, _at = started(store)  # an execution of another run
+    assert asyncio.run(talk()) == "a"
+    again = _ctx(store, key, again=True).model(claude)
+    assert again.messages.create(
+        model="claude-m", max_tokens=64, messages=[{"role": "user", "content": "look it up"}]
+    ).content[0].input == {"word": "cairn"}
+    assert server.count() == 2
+
+
+def test_provider_errors_become_cairns_and_the_sdk_does_not_retry(
+    store: Store, server: ModelServer, openai_client: OpenAI
+) -> None:
+    _run_id, key, _at = started(store)
+    client = openai_client
+    server.script(Fault(status=429, retry_after_s=2), Fault(context_length=True))
+    model = _ctx(store, key).model(client)
+    with pytest.raises(TransientError) as busy:
+        model.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
+    assert busy.value.retry_after_s == 2.0 and server.count() == 1
+    with pytest.raises(PermanentError, match="context"):
+        model.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
+
+
+def test_a_call_the_budget_cannot_cover_is_not_sent(
+    store: Store, server: ModelServer, openai_client: OpenAI
+) -> None:
+    _run_id, key, _at = started(store)
+    ctx = _ctx(store, key, allowance={"tokens": 50})
+    model = ctx.model(openai_client)
+    with pytest.raises(BudgetExceeded, match="not sent"):
+        model.chat.completions.create(model="m", messages=[{"role": "user", "content": "y" * 400}])
+    assert server.count() == 0
+
+
+def test_a_conversation_stores_each_message_once(store: Store, openai_client: OpenAI) -> None:
+    """Each call sends the whole history so far; the record keeps each message once."""
+    _run_id, key, _at = started(store)
+    _conversation(_ctx(store, key), openai_client, 20)
+    with store.reading() as tx:
+        calls = tx.model_calls_of(key)
+        sent = sum(len(call.messages) for call in calls)  # what an O(n^2) record would hold
+        stored = tx.model_messages([d for call in calls for d in call.messages])
+    # Call i sends the question and the i replies before it: 210 messages sent in all,
+    # 20 distinct (the question and 19 replies) stored.
+    assert len(calls) == 20 and sent == sum(range(1, 21)) == 210 and len(stored) == 20
+
+
+def test_a_calls_messages_are_kept_as_what_it_added_to_an_earlier_calls() -> None:
+    assert messages_stored(["a", "b", "c"], {0: ["a"], 1: ["a", "b"]}) == {
+        "after": 1,
+        "added": ["c"],
+    }
+    assert messages_stored(["x", "y"], {0: ["a"]}) == ["x", "y"]  # no earlier prefix
+    assert messages_stored(["a"], {}) == ["a"]
