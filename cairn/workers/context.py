@@ -261,7 +261,10 @@ class StepContext:
         from the record when the node runs again or is replayed, its usage charged to the
         budget. See docs/models.md."""
         if self._model_calls is None:
-            raise RuntimeError("this context cannot record model calls (one built by hand?)")
+            raise RuntimeError(
+                f"{self.node} cannot record model calls: an ephemeral node has no execution "
+                "row to fence them by (or this context was built by hand)"
+            )
         return recorded_client(self, self._model_calls, client)
 
     def idempotency_headers(self, key: str) -> dict[str, str]:

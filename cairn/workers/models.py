@@ -34,6 +34,7 @@ from cairn.reconnect import store_through_outages
 from cairn.store.model_calls import messages_stored
 from cairn.store.records import ModelCallRecord, utcnow
 from cairn.store.sql import Store
+from cairn.workers.model_streams import RecordedAsyncStream, RecordedStream, assembler, replayed
 
 if TYPE_CHECKING:
     from cairn.workers.context import StepContext
@@ -311,10 +312,6 @@ class _Create:
     def _prepare(
         self, kwargs: Mapping[str, Any]
     ) -> tuple[int, ModelRequest, dict[str, Any] | None]:
-        if kwargs.get("stream"):
-            raise NotImplementedError(
-                "ctx.model does not record streaming calls yet: call without stream=True"
-            )
         request = ModelRequest.of(self.provider, self.operation, kwargs)
         index = self.calls.take_index()
         answer = self.calls.recorded(index, request)
@@ -324,29 +321,60 @@ class _Create:
 
     def _call(self, send: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         index, request, answer = self._prepare(kwargs)
-        if answer is None:
-            started = time.perf_counter()
-            response = _translated(self.provider, lambda: send(**kwargs))
-            answer = response.model_dump(mode="json")
-            self.calls.record(index, request, answer, time.perf_counter() - started)
-        return self._answered(answer)
+        streaming = bool(kwargs.get("stream"))
+        if answer is not None:
+            return self._answered(answer, kwargs, streaming)
+        started = time.perf_counter()
+        response = _translated(self.provider, lambda: send(**kwargs))
+        if streaming:
+
+            def ended(final: dict[str, Any]) -> None:
+                self.calls.record(index, request, final, time.perf_counter() - started)
+                self._charge(final.get("usage") or {})
+
+            return RecordedStream(response, assembler(self.provider, kwargs), ended, self._failure)
+        answer = response.model_dump(mode="json")
+        self.calls.record(index, request, answer, time.perf_counter() - started)
+        return self._answered(answer, kwargs, streaming)
 
     async def _call_async(self, send: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> Any:
         index, request, answer = await asyncio.to_thread(self._prepare, kwargs)
-        if answer is None:
-            started = time.perf_counter()
-            try:
-                response = await send(**kwargs)
-            except Exception as exc:
-                raise _failure(self.provider, exc) from exc
-            answer = response.model_dump(mode="json")
-            latency = time.perf_counter() - started
-            await asyncio.to_thread(self.calls.record, index, request, answer, latency)
-        return self._answered(answer)
+        streaming = bool(kwargs.get("stream"))
+        if answer is not None:
+            if streaming:
+                self._charge(answer.get("usage") or {})
+                chunks = replayed(self.provider, answer, kwargs)
+                return RecordedAsyncStream(chunks, None, None, self._failure)
+            return self._answered(answer, kwargs, streaming)
+        started = time.perf_counter()
+        try:
+            response = await send(**kwargs)
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        if streaming:
 
-    def _answered(self, answer: dict[str, Any]) -> Any:
+            async def ended(final: dict[str, Any]) -> None:
+                latency = time.perf_counter() - started
+                await asyncio.to_thread(self.calls.record, index, request, final, latency)
+                self._charge(final.get("usage") or {})
+
+            assemble = assembler(self.provider, kwargs)
+            return RecordedAsyncStream(response, assemble, ended, self._failure)
+        answer = response.model_dump(mode="json")
+        latency = time.perf_counter() - started
+        await asyncio.to_thread(self.calls.record, index, request, answer, latency)
+        return self._answered(answer, kwargs, streaming)
+
+    def _answered(self, answer: dict[str, Any], kwargs: Mapping[str, Any], streaming: bool) -> Any:
         self._charge(answer.get("usage") or {})
+        if streaming:  # a recorded streaming call: its message, streamed again
+            return RecordedStream(
+                replayed(self.provider, answer, kwargs), None, None, self._failure
+            )
         return self.response_type.model_validate(answer)
+
+    def _failure(self, exc: Exception) -> Exception:
+        return _failure(self.provider, exc)
 
     def _afford(self, request: ModelRequest) -> None:
         remaining = self.ctx.remaining("tokens")
@@ -374,6 +402,7 @@ def _resolve(client: Any, operation: str) -> Callable[..., Any]:
 
 
 def _translated(provider: str, send: Callable[[], _T]) -> _T:
+    """``send()``, its SDK error raised as cairn's (:func:`_failure`)."""
     try:
         return send()
     except Exception as exc:
@@ -383,11 +412,19 @@ def _translated(provider: str, send: Callable[[], _T]) -> _T:
 def _failure(provider: str, exc: Exception) -> Exception:
     """The SDK's error as cairn's: busy or unreachable is transient (after the server's
     ``Retry-After``, when it gave one); a request the model cannot take is permanent."""
+    if isinstance(exc, TransientError | PermanentError):
+        return exc
     status = getattr(exc, "status_code", None)
     if status is None:
         name = type(exc).__name__
-        if name in {"APIConnectionError", "APITimeoutError"}:
-            return TransientError(f"{provider}: {name}: {exc}")
+        transport = type(exc).__module__.split(".")[0] in {
+            "httpx",
+            "httpx2",
+            "httpcore",
+            "httpcore2",
+        }
+        if name in {"APIConnectionError", "APITimeoutError"} or transport:
+            return TransientError(f"{provider}: {name}: {exc}")  # the call broke off
         return exc
     text = str(exc)
     if status == 400 and ("context_length" in text or "too long" in text):

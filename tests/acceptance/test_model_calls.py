@@ -122,3 +122,22 @@ def test_a_call_past_the_budget_is_refused_before_it_is_sent(
     assert view.status is RunStatus.FAILED
     assert view.reason is not None and "budget" in view.reason, view.reason
     assert model.count() == 1  # the second call was never sent
+
+
+def test_a_worker_killed_mid_stream_resends_only_the_interrupted_call(
+    cluster: Cluster, model: ModelServer
+) -> None:
+    doomed = cluster.worker(concurrency=1)
+    cluster.consuming(doomed)
+    cluster.scheduler()
+    slow = " ".join(f"word{n}" for n in range(20))
+    model.script(Reply(text="one"), Reply(text="two"), Reply(text=slow, chunk_delay_s=0.5))
+    run_id = cluster.submit("model_stream", {"turns": 3})
+    cluster.wait_for(lambda: model.count() == 3, 30, "the third call streaming")
+    cluster.kill(doomed)  # kill -9 while the third call's chunks arrive
+    model.script(Reply(text="three, at last"))
+    cluster.consuming(cluster.worker(concurrency=1))
+    view = cluster.wait(run_id, timeout_s=60)
+    assert view.status is RunStatus.SUCCEEDED, view.reason
+    assert view.state is not None and view.state.vars["said"] == ["one", "two", "three, at last"]
+    assert model.count() == 4  # calls 0 and 1 streamed again from the record; 2 re-sent

@@ -77,3 +77,22 @@ async def async_turns(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
         said.append(text)
         messages.append({"role": "assistant", "content": text})
     return {"said": said}
+
+
+def streaming_turns(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """``turns`` turns, each a streamed call whose words are read as they arrive."""
+    model = ctx.model(_client())
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "tell me, slowly"}]
+    for _turn in range(int(state.get("turns", 3))):
+        words = []
+        with model.chat.completions.create(
+            model="gpt-stand-in",
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": True},
+        ) as stream:
+            for chunk in stream:
+                if chunk.choices:
+                    words.append(chunk.choices[0].delta.content or "")
+        messages.append({"role": "assistant", "content": "".join(words)})
+    return {"said": [m["content"] for m in messages if m["role"] == "assistant"]}

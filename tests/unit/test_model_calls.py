@@ -187,3 +187,89 @@ def test_a_calls_messages_are_kept_as_what_it_added_to_an_earlier_calls() -> Non
     }
     assert messages_stored(["x", "y"], {0: ["a"]}) == ["x", "y"]  # no earlier prefix
     assert messages_stored(["a"], {}) == ["a"]
+
+
+# -- streaming calls ---------------------------------------------------------------------
+
+
+def _streamed_text(model: Any, **kwargs: Any) -> str:
+    with model.chat.completions.create(model="m", stream=True, **kwargs) as stream:
+        return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+
+
+def test_a_streamed_call_is_recorded_as_its_message_and_streamed_again_from_the_record(
+    store: Store, server: ModelServer, openai_client: OpenAI
+) -> None:
+    _run_id, key, _at = started(store)
+    server.script(Reply(text="the whole answer, in words"))
+    asked = {"messages": [{"role": "user", "content": "stream it"}]}
+    usage = {"stream_options": {"include_usage": True}}
+    first = _ctx(store, key)
+    assert (
+        _streamed_text(first.model(openai_client), **asked, **usage) == "the whole answer, in words"
+    )
+    assert first.charges["tokens"] > 0 and server.count() == 1
+    with store.reading() as tx:
+        (call,) = tx.model_calls_of(key)
+    assert call.response["choices"][0]["message"]["content"] == "the whole answer, in words"
+    again = _ctx(store, key, again=True)
+    assert (
+        _streamed_text(again.model(openai_client), **asked, **usage) == "the whole answer, in words"
+    )
+    assert again.charges == first.charges and server.count() == 1  # not sent again
+
+
+def test_a_stream_that_breaks_off_records_nothing_and_is_sent_again(
+    store: Store, server: ModelServer, openai_client: OpenAI
+) -> None:
+    _run_id, key, _at = started(store)
+    server.script(Fault(drop_after_chunks=2), Reply(text="complete this time"))
+    asked = {"messages": [{"role": "user", "content": "stream it"}]}
+    with pytest.raises(TransientError):
+        _streamed_text(_ctx(store, key).model(openai_client), **asked)
+    with store.reading() as tx:
+        assert tx.model_calls_of(key) == []
+    assert _streamed_text(_ctx(store, key, again=True).model(openai_client), **asked) == (
+        "complete this time"
+    )
+    assert server.count() == 2
+
+
+def test_anthropic_and_async_streams_are_recorded_and_replayed(
+    store: Store, server: ModelServer, claude: Anthropic
+) -> None:
+    _run_id, key, _at = started(store)
+    server.script(
+        Reply(text="hello there", tool_calls=(ToolCall("lookup", {"word": "x"}),)),
+        Reply(text="async words"),
+    )
+    asked: dict[str, Any] = {
+        "model": "claude-m",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "go"}],
+        "stream": True,
+    }
+
+    def events(model: Any) -> tuple[str, list[Any]]:
+        text, tools = "", []
+        for event in model.messages.create(**asked):
+            if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                text += event.delta.text
+            if event.type == "content_block_start" and event.content_block.type == "tool_use":
+                tools.append(event.content_block.name)
+        return text, tools
+
+    assert events(_ctx(store, key).model(claude)) == ("hello there", ["lookup"])
+    assert events(_ctx(store, key, live=False).model(claude)) == ("hello there", ["lookup"])
+    _other_run, other, _at = started(store)
+
+    async def talk(ctx: StepContext) -> str:
+        async with AsyncOpenAI(base_url=server.openai_base_url, api_key="t") as client:
+            stream = await ctx.model(client).chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "a"}], stream=True
+            )
+            return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    assert asyncio.run(talk(_ctx(store, other))) == "async words"
+    assert asyncio.run(talk(_ctx(store, other, live=False))) == "async words"
+    assert server.count() == 2

@@ -1,0 +1,239 @@
+"""Streaming model calls through ``ctx.model``: the handler iterates the SDK's stream as
+ever, while the chunks are assembled (by the SDK's own accumulators) into the message that
+gets recorded once the stream has ended; a recorded streaming call is answered with a
+stream made from that message. A stream that breaks off, or that the handler leaves
+before its end, records nothing: the call was not complete, and a re-execution makes it
+again."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any
+
+
+class _OpenAIAssembler:
+    def __init__(self, kwargs: Mapping[str, Any]) -> None:
+        from openai.lib.streaming.chat import ChatCompletionStreamState  # noqa: PLC0415
+
+        tools = kwargs.get("tools")
+        self._state: Any = (
+            ChatCompletionStreamState(input_tools=tools) if tools else ChatCompletionStreamState()
+        )
+        self._usage: dict[str, Any] | None = None
+
+    def add(self, chunk: Any) -> None:
+        self._state.handle_chunk(chunk)
+        if getattr(chunk, "usage", None) is not None:
+            self._usage = chunk.usage.model_dump(mode="json")
+
+    def final(self) -> dict[str, Any]:
+        completion: dict[str, Any] = self._state.get_final_completion().model_dump(mode="json")
+        for choice in completion.get("choices", []):  # the parsed extras are not the wire's
+            message = choice.get("message") or {}
+            message.pop("parsed", None)
+            for call in message.get("tool_calls") or []:
+                call.get("function", {}).pop("parsed_arguments", None)
+        completion["object"] = "chat.completion"
+        if self._usage is not None:
+            completion["usage"] = self._usage
+        return completion
+
+
+class _AnthropicAssembler:
+    def __init__(self, kwargs: Mapping[str, Any]) -> None:
+        self._snapshot: Any = None
+        self._buffers: dict[int, bytes] = {}
+
+    def add(self, event: Any) -> None:
+        from anthropic.lib.streaming._messages import accumulate_event  # noqa: PLC0415
+
+        self._snapshot = accumulate_event(
+            event=event, current_snapshot=self._snapshot, json_bufs=self._buffers
+        )
+
+    def final(self) -> dict[str, Any]:
+        message: dict[str, Any] = self._snapshot.model_dump(mode="json")
+        for block in message.get("content", []):
+            block.pop("parsed_output", None)
+        return message
+
+
+def assembler(provider: str, kwargs: Mapping[str, Any]) -> _OpenAIAssembler | _AnthropicAssembler:
+    return _OpenAIAssembler(kwargs) if provider == "openai" else _AnthropicAssembler(kwargs)
+
+
+def replayed(provider: str, final: Mapping[str, Any], kwargs: Mapping[str, Any]) -> list[Any]:
+    """The chunks (OpenAI) or events (Anthropic) of a stream that says ``final`` — what a
+    recorded streaming call answers with, without sending it."""
+    return _openai_chunks(final, kwargs) if provider == "openai" else _anthropic_events(final)
+
+
+def _openai_chunks(final: Mapping[str, Any], kwargs: Mapping[str, Any]) -> list[Any]:
+    from openai.types.chat import ChatCompletionChunk  # noqa: PLC0415
+
+    head = {
+        "id": final.get("id", "replayed"),
+        "object": "chat.completion.chunk",
+        "created": final.get("created", 0),
+        "model": final.get("model", kwargs.get("model", "")),
+    }
+    choices = []
+    for choice in final.get("choices", []):
+        message = choice.get("message") or {}
+        delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+        calls = message.get("tool_calls") or []
+        if calls:
+            delta["tool_calls"] = [
+                {
+                    "index": position,
+                    "id": call.get("id"),
+                    "type": "function",
+                    "function": call.get("function"),
+                }
+                for position, call in enumerate(calls)
+            ]
+        choices.append(
+            {
+                "index": choice.get("index", 0),
+                "delta": delta,
+                "finish_reason": choice.get("finish_reason"),
+            }
+        )
+    chunks = [ChatCompletionChunk.model_validate({**head, "choices": choices})]
+    wants_usage = (kwargs.get("stream_options") or {}).get("include_usage")
+    if wants_usage and final.get("usage") is not None:
+        chunks.append(
+            ChatCompletionChunk.model_validate({**head, "choices": [], "usage": final["usage"]})
+        )
+    return chunks
+
+
+def _anthropic_events(final: Mapping[str, Any]) -> list[Any]:
+    from anthropic.types import (  # noqa: PLC0415
+        RawContentBlockDeltaEvent,
+        RawContentBlockStartEvent,
+        RawContentBlockStopEvent,
+        RawMessageDeltaEvent,
+        RawMessageStartEvent,
+        RawMessageStopEvent,
+    )
+
+    usage = dict(final.get("usage") or {})
+    start = {**final, "content": [], "stop_reason": None, "stop_sequence": None}
+    events: list[Any] = [
+        RawMessageStartEvent.model_validate({"type": "message_start", "message": start})
+    ]
+    for index, block in enumerate(final.get("content", [])):
+        if block.get("type") == "tool_use":
+            opened = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block.get("input", {}))}
+        else:
+            opened = {**block, "text": ""}
+            delta = {"type": "text_delta", "text": block.get("text", "")}
+        events += [
+            RawContentBlockStartEvent.model_validate(
+                {"type": "content_block_start", "index": index, "content_block": opened}
+            ),
+            RawContentBlockDeltaEvent.model_validate(
+                {"type": "content_block_delta", "index": index, "delta": delta}
+            ),
+            RawContentBlockStopEvent.model_validate({"type": "content_block_stop", "index": index}),
+        ]
+    events += [
+        RawMessageDeltaEvent.model_validate(
+            {
+                "type": "message_delta",
+                "delta": {
+                    "stop_reason": final.get("stop_reason"),
+                    "stop_sequence": final.get("stop_sequence"),
+                },
+                "usage": {"output_tokens": usage.get("output_tokens", 0)},
+            }
+        ),
+        RawMessageStopEvent.model_validate({"type": "message_stop"}),
+    ]
+    return events
+
+
+class RecordedStream:
+    """The SDK's stream, as the handler iterates it, assembled on the way; ``ended`` is
+    called with the assembled message once the stream is over (never if it broke off)."""
+
+    def __init__(
+        self,
+        chunks: Any,
+        assemble: _OpenAIAssembler | _AnthropicAssembler | None,
+        ended: Callable[[dict[str, Any]], None] | None,
+        failure: Callable[[Exception], Exception],
+    ) -> None:
+        self._chunks = chunks
+        self._assemble = assemble
+        self._ended = ended
+        self._failure = failure
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            for chunk in self._chunks:
+                if self._assemble is not None:
+                    self._assemble.add(chunk)
+                yield chunk
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        if self._assemble is not None and self._ended is not None:
+            self._ended(self._assemble.final())
+
+    def __enter__(self) -> RecordedStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        closing = getattr(self._chunks, "close", None)
+        if callable(closing):
+            closing()
+
+
+class RecordedAsyncStream:
+    """:class:`RecordedStream` for an async client; ``ended`` is awaited."""
+
+    def __init__(
+        self,
+        chunks: Any,
+        assemble: _OpenAIAssembler | _AnthropicAssembler | None,
+        ended: Callable[[dict[str, Any]], Any] | None,
+        failure: Callable[[Exception], Exception],
+    ) -> None:
+        self._chunks = chunks
+        self._assemble = assemble
+        self._ended = ended
+        self._failure = failure
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        try:
+            if hasattr(self._chunks, "__aiter__"):
+                async for chunk in self._chunks:
+                    if self._assemble is not None:
+                        self._assemble.add(chunk)
+                    yield chunk
+            else:  # replayed from the record: a list
+                for chunk in self._chunks:
+                    yield chunk
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        if self._assemble is not None and self._ended is not None:
+            await self._ended(self._assemble.final())
+
+    async def __aenter__(self) -> RecordedAsyncStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        closing = getattr(self._chunks, "close", None)
+        if callable(closing):
+            result = closing()
+            if hasattr(result, "__await__"):
+                await result
