@@ -162,6 +162,12 @@ class Settings(BaseModel):
         description="...whose succeeded runs take longer than this end to end at the 95th "
         "percentile, seconds (same form).",
     )
+    model_prices: dict[str, tuple[float, float]] = Field(
+        default_factory=dict,
+        description="What ctx.model charges as `usd`: USD per million input/output tokens by "
+        "model (a name, or the start of one): 'gpt-4.1-mini=0.4/1.6,claude-sonnet=3/15'; "
+        "unset: tokens only.",
+    )
     duplicate_deliveries: bool = Field(
         default=False,
         description="Tests only: publish every node message twice (at-least-once delivery, "
@@ -290,6 +296,27 @@ class Settings(BaseModel):
         if isinstance(value, str):
             return per_workflow(value)
         return value
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _prices(cls, value: Any) -> Any:
+        """``"gpt-4.1-mini=0.4/1.6"`` → ``{"gpt-4.1-mini": (0.4, 1.6)}``."""
+        if not isinstance(value, str):
+            return value
+        prices: dict[str, tuple[float, float]] = {}
+        for part in (part.strip() for part in value.split(",") if part.strip()):
+            model, _, rates = part.rpartition("=")
+            given, _, taken = rates.partition("/")
+            try:
+                price = (float(given), float(taken))
+            except ValueError:
+                raise ValueError(
+                    f"{part!r}: a price is MODEL=INPUT/OUTPUT in USD per million tokens"
+                ) from None
+            if not model.strip() or not all(0 <= p < math.inf for p in price):
+                raise ValueError(f"{part!r}: a model and two non-negative prices")
+            prices[model.strip()] = price
+        return prices
 
     @field_validator("slo_success_rate", "slo_first_try_rate")
     @classmethod

@@ -130,6 +130,8 @@ class ModelCalls:
     live: bool = True
     # Whether an earlier execution may have left calls (a first attempt reads nothing).
     may_have_record: bool = False
+    # USD per million input and output tokens by model name (or its start): CAIRN_MODEL_PRICES.
+    prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     next_index: int = 0  # the index of the execution's next call
     _record: dict[int, ModelCallRecord] | None = field(default=None, repr=False)
 
@@ -330,7 +332,7 @@ class _Create:
 
             def ended(final: dict[str, Any]) -> None:
                 self.calls.record(index, request, final, time.perf_counter() - started)
-                self._charge(final.get("usage") or {})
+                self._charge(final.get("usage") or {}, request.model)
 
             return RecordedStream(response, assembler(self.provider, kwargs), ended, self._failure)
         answer = response.model_dump(mode="json")
@@ -342,7 +344,7 @@ class _Create:
         streaming = bool(kwargs.get("stream"))
         if answer is not None:
             if streaming:
-                self._charge(answer.get("usage") or {})
+                self._charge(answer.get("usage") or {}, kwargs.get("model"))
                 chunks = replayed(self.provider, answer, kwargs)
                 return RecordedAsyncStream(chunks, None, None, self._failure)
             return self._answered(answer, kwargs, streaming)
@@ -356,7 +358,7 @@ class _Create:
             async def ended(final: dict[str, Any]) -> None:
                 latency = time.perf_counter() - started
                 await asyncio.to_thread(self.calls.record, index, request, final, latency)
-                self._charge(final.get("usage") or {})
+                self._charge(final.get("usage") or {}, request.model)
 
             assemble = assembler(self.provider, kwargs)
             return RecordedAsyncStream(response, assemble, ended, self._failure)
@@ -366,7 +368,7 @@ class _Create:
         return self._answered(answer, kwargs, streaming)
 
     def _answered(self, answer: dict[str, Any], kwargs: Mapping[str, Any], streaming: bool) -> Any:
-        self._charge(answer.get("usage") or {})
+        self._charge(answer.get("usage") or {}, kwargs.get("model"))
         if streaming:  # a recorded streaming call: its message, streamed again
             return RecordedStream(
                 replayed(self.provider, answer, kwargs), None, None, self._failure
@@ -377,21 +379,48 @@ class _Create:
         return _failure(self.provider, exc)
 
     def _afford(self, request: ModelRequest) -> None:
-        remaining = self.ctx.remaining("tokens")
-        if remaining is not None and request.estimated_tokens() > remaining:
-            raise BudgetExceeded(
-                f"{self.ctx.node}: a {request.model} call of about "
-                f"{request.estimated_tokens()} input tokens is over the {remaining:g} tokens "
-                "left in its budget: not sent"
-            )
+        """Refuse, before it is sent, a call whose request alone is over what is left."""
+        tokens = request.estimated_tokens()
+        price = price_of(self.calls.prices, request.model)
+        needs = {"tokens": float(tokens)}
+        if price is not None:
+            needs["usd"] = tokens * price[0] / 1e6
+        for unit, amount in needs.items():
+            remaining = self.ctx.remaining(unit)
+            if remaining is not None and amount > remaining:
+                raise BudgetExceeded(
+                    f"{self.ctx.node}: a {request.model} call of about {tokens} input tokens "
+                    f"({amount:g} {unit}) is over the {remaining:g} {unit} left in its "
+                    "budget: not sent"
+                )
 
-    def _charge(self, usage: Mapping[str, Any]) -> None:
+    def _charge(self, usage: Mapping[str, Any], model: str | None) -> None:
         spent_in = int(usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0)
         spent_out = int(usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0)
-        if spent_in or spent_out:
-            self.ctx.charge(
-                tokens=spent_in + spent_out, input_tokens=spent_in, output_tokens=spent_out
-            )
+        if not (spent_in or spent_out):
+            return
+        spent: dict[str, float] = {
+            "tokens": spent_in + spent_out,
+            "input_tokens": spent_in,
+            "output_tokens": spent_out,
+        }
+        price = price_of(self.calls.prices, model)
+        if price is not None:
+            spent["usd"] = (spent_in * price[0] + spent_out * price[1]) / 1e6
+        self.ctx.charge(**spent)
+
+
+def price_of(
+    prices: Mapping[str, tuple[float, float]], model: str | None
+) -> tuple[float, float] | None:
+    """The price of ``model``: its own, or that of the longest name it starts with (a
+    dated snapshot of a model is priced as the model)."""
+    if model is None:
+        return None
+    if model in prices:
+        return prices[model]
+    starts = [name for name in prices if model.startswith(name)]
+    return prices[max(starts, key=len)] if starts else None
 
 
 def _resolve(client: Any, operation: str) -> Callable[..., Any]:

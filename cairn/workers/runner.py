@@ -256,6 +256,7 @@ class NodeRunner:
             reconnect_within=self.settings.reconnect_within,
             lease_trusted=partial(self.heartbeats.confirm, beat),
             may_have_record=message.resumed or message.attempt > 1,
+            prices=self.settings.model_prices,
         )
 
     def _context(

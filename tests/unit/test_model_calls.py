@@ -13,6 +13,7 @@ import pytest
 from anthropic import Anthropic
 from openai import AsyncOpenAI, OpenAI
 
+from cairn.config import Settings
 from cairn.model.failures import BudgetExceeded, PermanentError, TransientError
 from cairn.model.keys import ExecutionKey
 from cairn.model.state import RunState
@@ -21,7 +22,7 @@ from cairn.store.sql import Store
 from cairn.testing.model_server import Fault, ModelServer, Reply, ToolCall
 from cairn.testing.store_contract import started
 from cairn.workers.context import StepContext
-from cairn.workers.models import ModelCallRefused, ModelCalls
+from cairn.workers.models import ModelCallRefused, ModelCalls, price_of
 
 
 @pytest.fixture
@@ -49,6 +50,7 @@ def _ctx(
     again: bool = False,
     live: bool = True,
     allowance: dict[str, float] | None = None,
+    prices: dict[str, tuple[float, float]] | None = None,
 ) -> StepContext:
     calls = ModelCalls(
         store,
@@ -59,6 +61,7 @@ def _ctx(
         reconnect_within=0.0,
         live=live,
         may_have_record=again or not live,
+        prices=prices or {},
     )
     return StepContext(
         run_id=key.run_id,
@@ -273,3 +276,28 @@ def test_anthropic_and_async_streams_are_recorded_and_replayed(
     assert asyncio.run(talk(_ctx(store, other))) == "async words"
     assert asyncio.run(talk(_ctx(store, other, live=False))) == "async words"
     assert server.count() == 2
+
+
+# -- cost -------------------------------------------------------------------------------
+
+
+def test_usage_is_priced_by_the_price_table_and_a_call_past_the_usd_left_is_not_sent(
+    store: Store, server: ModelServer, openai_client: OpenAI
+) -> None:
+    prices = Settings(model_prices="gpt-4.1=2/8,gpt-4.1-mini=0.4/1.6").model_prices
+    assert prices == {"gpt-4.1": (2.0, 8.0), "gpt-4.1-mini": (0.4, 1.6)}
+    assert price_of(prices, "gpt-4.1-mini-2025-04-14") == (0.4, 1.6)  # the longest start
+    assert price_of(prices, "claude") is None
+    _run_id, key, _at = started(store)
+    ctx = _ctx(store, key, allowance={"usd": 0.01}, prices=prices)
+    server.script(Reply(text="ok", input_tokens=1000, output_tokens=500))
+    model = ctx.model(openai_client)
+    model.chat.completions.create(model="gpt-4.1", messages=[{"role": "user", "content": "a"}])
+    assert ctx.charges["usd"] == pytest.approx((1000 * 2 + 500 * 8) / 1e6)
+    with pytest.raises(BudgetExceeded, match="usd"):  # 20,000 tokens at $2/M: $0.04 > $0.004
+        model.chat.completions.create(
+            model="gpt-4.1", messages=[{"role": "user", "content": "z" * 80_000}]
+        )
+    assert server.count() == 1
+    with pytest.raises(ValueError, match="MODEL=INPUT/OUTPUT"):
+        Settings(model_prices="gpt-4.1=two/8")
