@@ -155,3 +155,29 @@ async def turns(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
 
 
 long_node = Workflow("bench_turns", version=1).task("think", turns, next="done").end("done")
+
+
+# -- a streamed model call through ctx.model (bench/chunk_latency.py) ------------------
+
+
+def streamed_call(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """One streamed call to the model stand-in at ``MODEL_URL``, read to its end."""
+    from openai import OpenAI  # noqa: PLC0415 - the dev extra
+
+    global _model_client  # noqa: PLW0603 - one client per process
+    if _model_client is None:
+        _model_client = OpenAI(base_url=os.environ["MODEL_URL"] + "/v1", api_key="bench")
+    model = ctx.model(_model_client)
+    words = []
+    with model.chat.completions.create(
+        model="stand-in", messages=[{"role": "user", "content": state["ask"]}], stream=True
+    ) as stream:
+        for chunk in stream:
+            if chunk.choices:
+                words.append(chunk.choices[0].delta.content or "")
+    return {"said": "".join(words)}
+
+
+_model_client: Any = None
+streaming = Workflow("bench_streamed", version=1).task("talk", streamed_call, next="done")
+streaming.end("done")

@@ -13,11 +13,17 @@ Progress (``event: progress``) is sent whenever what a running node reports chan
 (its ``ctx.progress``, its worker): it carries no ``id``, so a reconnect resumes after
 the last *event*, and progress is simply read afresh. It comes from the heartbeat
 records in Redis, which may be lost; the events never are.
+
+What streaming model calls say (``event: chunk``: node, iteration, attempt, call, offset,
+text; ``done`` on a call's last) is sent as it arrives, from the run's chunk log in Redis
+(``Leases.read_chunks``, waited on between polls). Once a chunk has been sent, every
+``id`` is ``<seq>:<chunk id>``, so a reconnect resumes both exactly. A chunk of an
+attempt older than one already seen for its node is marked ``superseded``: its call was
+cut short, and the newer attempt's text replaces it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -61,28 +67,36 @@ async def stream_run(
     ] = None,
     last_event_id: Annotated[
         str | None,
-        Header(pattern=r"^[0-9]{1,10}$", description="Resume after this seq (reconnects)."),
+        Header(
+            pattern=r"^[0-9]{1,10}(:[0-9]{1,20}-[0-9]{1,10})?$",
+            description="Resume after this id (reconnects): a seq, or seq:chunk id.",
+        ),
     ] = None,
 ) -> StreamingResponse:
     runtime: Runtime = request.app.state.runtime
     await run_in_threadpool(head_in, runtime, run_id, namespace)  # 404 before any byte
-    start = int(last_event_id) if last_event_id is not None else (after or 0)
+    seq_text, _, chunk_after = (last_event_id or "").partition(":")
+    start = int(seq_text) if seq_text else (after or 0)
     return StreamingResponse(
-        _events(runtime, run_id, min(start, MAX_INT), request),
+        _events(runtime, run_id, min(start, MAX_INT), request, chunk_after or "0"),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
-async def _events(runtime: Runtime, run_id: str, seq: int, request: Request) -> AsyncIterator[str]:
+async def _events(
+    runtime: Runtime, run_id: str, seq: int, request: Request, chunk_after: str = "0"
+) -> AsyncIterator[str]:
     yield f"retry: {RETRY_MS}\n\n"
     quiet_since = time.monotonic()
     reported: dict[str, Any] | None = None
+    newest: dict[tuple[str, int], int] = {}  # (node, iteration) -> the newest attempt seen
     while True:
+        polled = time.monotonic()
         head, rows, running = await run_in_threadpool(_read, runtime, run_id, seq)
         for row in rows:
-            yield _format(row.seq, row.type, event_dict(row))
             seq = row.seq
+            yield _format(_id(seq, chunk_after), row.type, event_dict(row))
         progress = {  # what changes it, not the beat's age
             execution: {k: v for k, v in beat.items() if k not in ("age_s", "eta_s")}
             for execution, beat in running.items()
@@ -103,7 +117,18 @@ async def _events(runtime: Runtime, run_id: str, seq: int, request: Request) -> 
             quiet_since = time.monotonic()
         if await request.is_disconnected():
             return
-        await asyncio.sleep(POLL_S)
+        # Until the next poll, what the run's model calls say, as they say it.
+        while (wait := POLL_S - (time.monotonic() - polled)) > 0:
+            chunks = await run_in_threadpool(runtime.leases.read_chunks, run_id, chunk_after, wait)
+            for chunk_id, chunk in chunks:
+                chunk_after = chunk_id
+                where = (str(chunk.get("node")), int(chunk.get("iteration", 1)))
+                attempt = int(chunk.get("attempt", 1))
+                newest[where] = max(newest.get(where, attempt), attempt)
+                data = {**chunk, "superseded": attempt < newest[where]}
+                yield _format(_id(seq, chunk_after), "chunk", data)
+            if chunks:
+                quiet_since = time.monotonic()
 
 
 def _read(
@@ -124,6 +149,11 @@ def _read(
     return head, rows, {label: beat_view(beat) for label, beat in beats.items() if beat}
 
 
-def _format(seq: int, kind: str, data: dict[str, Any]) -> str:
+def _id(seq: int, chunk_after: str) -> str:
+    """An event's SSE id: its seq — with the last chunk sent, once there is one."""
+    return str(seq) if chunk_after == "0" else f"{seq}:{chunk_after}"
+
+
+def _format(event_id: str, kind: str, data: dict[str, Any]) -> str:
     # json.dumps escapes newlines, so the data is one line, as SSE requires.
-    return f"id: {seq}\nevent: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+    return f"id: {event_id}\nevent: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"

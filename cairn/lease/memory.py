@@ -12,6 +12,7 @@ from typing import Any
 
 from cairn.lease import port
 from cairn.lease.port import (
+    CHUNKS_KEPT,
     FINISHED_FENCE_TTL_MS,
     Lapsed,
     Lease,
@@ -37,6 +38,9 @@ class MemoryLeases:
         self._waits: dict[str, float] = {}
         self._steps: dict[str, float] = {}
         self._stop_watchers: list[Callable[[str], None]] = []
+        self._chunks: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        self._chunk_added = threading.Condition(self._lock)
+        self._chunk_count = 0
 
     def _live(self, key: str) -> tuple[str, float] | None:
         entry = self._leases.get(key)
@@ -150,6 +154,30 @@ class MemoryLeases:
                 return False
             record["stalled"] = "1"
             return True
+
+    def append_chunks(self, run_id: str, chunks: Sequence[Mapping[str, Any]]) -> None:
+        with self._chunk_added:
+            log = self._chunks.setdefault(run_id, [])
+            for chunk in chunks:
+                self._chunk_count += 1
+                log.append((f"{self._chunk_count}-0", dict(chunk)))
+            del log[: max(0, len(log) - CHUNKS_KEPT)]
+            self._chunk_added.notify_all()
+
+    def read_chunks(
+        self, run_id: str, after: str, block_s: float = 0.0
+    ) -> list[tuple[str, dict[str, Any]]]:
+        floor = int(after.partition("-")[0] or 0)
+
+        def newer() -> list[tuple[str, dict[str, Any]]]:
+            return [e for e in self._chunks.get(run_id, []) if int(e[0].partition("-")[0]) > floor]
+
+        with self._chunk_added:
+            found = newer()
+            if not found and block_s > 0:
+                self._chunk_added.wait(block_s)
+                found = newer()
+            return found
 
     def announce_stops(self, keys: Sequence[str]) -> None:
         for key in keys:

@@ -61,6 +61,11 @@ FINISHED_FENCE_TTL_MS = 10 * 60 * 1000
 LAPSED_HOLD_S = 30.0  # a lapsed claim taken, and not settled, comes back after this
 
 
+# A run's live chunk log (streamed model output): capped, and gone an hour after its last.
+CHUNKS_KEPT = 20_000
+CHUNKS_TTL_S = 3600
+
+
 @dataclass(frozen=True)
 class Lease:
     key: str
@@ -124,6 +129,19 @@ class Leases(Protocol):
     def flag_stalled(self, key: str) -> bool:
         """Mark a live claim's heartbeat record stalled; True if it was not already (the
         flag goes with the next progress)."""
+        ...
+
+    def append_chunks(self, run_id: str, chunks: Sequence[Mapping[str, Any]]) -> None:
+        """Add what streaming model calls of the run just said to its chunk log: a capped,
+        expiring log (live output for people watching, not a record: the record is the
+        assembled message)."""
+        ...
+
+    def read_chunks(
+        self, run_id: str, after: str, block_s: float = 0.0
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """The run's chunks after the entry ``after`` ("0": from the start), as (id,
+        chunk), in order; waiting up to ``block_s`` for one if there is none yet."""
         ...
 
     def announce_stops(self, keys: Sequence[str]) -> None:

@@ -5,6 +5,7 @@ judged by Redis's clock alone."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -19,6 +20,8 @@ import redis
 from cairn.lease import port
 from cairn.lease.port import (
     BEAT_TTL_PERIODS,
+    CHUNKS_KEPT,
+    CHUNKS_TTL_S,
     FENCE_TTL_MS,
     FINISHED_FENCE_TTL_MS,
     Lapsed,
@@ -33,6 +36,8 @@ from cairn.lease.waits import WaitHistogram, bucket_field, current_wait
 from cairn.model.keys import beat_key, fence_key
 
 log = logging.getLogger(__name__)
+
+CHUNKS_PREFIX = "cairn:chunks:"  # a run's live chunk log (a capped stream)
 
 CLAIMS_KEY = "cairn:claims"  # every live claim's lease key, scored by its expiry (ms, Redis)
 STATS_KEY = "cairn:stats:leases"  # fleet-wide counters, kept by the scripts themselves
@@ -137,6 +142,33 @@ class RedisLeases:
     def flag_stalled(self, key: str) -> bool:
         beat = beat_key(key)
         return bool(self.client.exists(beat) and self.client.hsetnx(beat, "stalled", "1"))
+
+    def append_chunks(self, run_id: str, chunks: Sequence[Mapping[str, Any]]) -> None:
+        if not chunks:
+            return
+        key = f"{CHUNKS_PREFIX}{run_id}"
+        adding = self.client.pipeline(transaction=False)
+        for chunk in chunks:
+            adding.xadd(
+                key,
+                {"chunk": json.dumps(chunk, separators=(",", ":"))},
+                maxlen=CHUNKS_KEPT,
+                approximate=True,
+            )
+        adding.expire(key, CHUNKS_TTL_S)
+        adding.execute()
+
+    def read_chunks(
+        self, run_id: str, after: str, block_s: float = 0.0
+    ) -> list[tuple[str, dict[str, Any]]]:
+        key = f"{CHUNKS_PREFIX}{run_id}"
+        block = int(block_s * 1000) if block_s > 0 else None
+        found: Any = self.client.xread({key: after}, count=1000, block=block)
+        return [
+            (entry_id.decode(), json.loads(fields[b"chunk"]))
+            for _stream, entries in found or []
+            for entry_id, fields in entries
+        ]
 
     def announce_stops(self, keys: Sequence[str]) -> None:
         if not keys:

@@ -181,6 +181,25 @@ class LeasesContract:
         assert asked.is_set() and stopped.is_set() and beat.cancelled.is_set()
         heartbeats.drop(beat)
 
+    def test_a_runs_chunk_log_is_read_in_order_after_an_id_and_waited_on(
+        self, leases: Leases
+    ) -> None:
+        run = f"run-{time.monotonic_ns()}"
+        leases.append_chunks(run, [{"text": "a"}, {"text": "b"}])
+        leases.append_chunks(run, [{"text": "c"}])
+        read = leases.read_chunks(run, "0")
+        assert [chunk["text"] for _id, chunk in read] == ["a", "b", "c"]
+        assert [chunk["text"] for _id, chunk in leases.read_chunks(run, read[1][0])] == ["c"]
+        assert leases.read_chunks(run, read[2][0]) == []
+        later = threading.Timer(0.2, leases.append_chunks, args=(run, [{"text": "d"}]))
+        later.start()
+        started = time.monotonic()
+        waited = leases.read_chunks(run, read[2][0], block_s=5.0)
+        assert [chunk["text"] for _id, chunk in waited] == ["d"]
+        assert time.monotonic() - started < 4.0  # woken by the chunk, not the timeout
+        later.join()
+        assert leases.read_chunks(f"{run}-other", "0", block_s=0.1) == []
+
 
 class ObjectStoreContract:
     """What the artifacts rely on from an :class:`~cairn.artifacts.stores.ObjectStore`:

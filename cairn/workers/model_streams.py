@@ -8,8 +8,60 @@ again."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+# How long said text may wait to be published with more: the chunks a person sees arrive
+# in batches this far apart at most (and a fast stream costs a Redis write per batch).
+PUBLISH_EVERY_S = 0.02
+
+
+class ChunkPublisher:
+    """The text a live stream says, published as it arrives — in batches at most
+    ``PUBLISH_EVERY_S`` apart — to the run's chunk log (``Leases.append_chunks``), each
+    chunk naming its call and where its text starts in the call's output."""
+
+    def __init__(
+        self, provider: str, head: Mapping[str, Any], publish: Callable[[Sequence[Any]], None]
+    ) -> None:
+        self._provider = provider
+        self._head = dict(head)  # node, iteration, attempt, call
+        self._publish = publish
+        self._pending: list[dict[str, Any]] = []
+        self._offset = 0
+        self._last = time.monotonic()
+
+    def add(self, chunk: Any) -> None:
+        text = text_of(self._provider, chunk)
+        if text:
+            self._pending.append({**self._head, "offset": self._offset, "text": text})
+            self._offset += len(text)
+        if self._pending and time.monotonic() - self._last >= PUBLISH_EVERY_S:
+            self.flush()
+
+    def flush(self, *, done: bool = False) -> None:
+        if done:
+            self._pending.append({**self._head, "offset": self._offset, "text": "", "done": True})
+        if self._pending:
+            pending, self._pending = self._pending, []
+            try:
+                self._publish(pending)
+            except Exception:  # live output is best effort: the record is what counts
+                log.warning("streamed text not published", exc_info=True)
+        self._last = time.monotonic()
+
+
+def text_of(provider: str, chunk: Any) -> str:
+    """The text a chunk (OpenAI) or event (Anthropic) adds to the answer."""
+    if provider == "openai":
+        return "".join(choice.delta.content or "" for choice in getattr(chunk, "choices", []))
+    if getattr(chunk, "type", None) == "content_block_delta":
+        return str(getattr(chunk.delta, "text", "") or "")
+    return ""
 
 
 class _OpenAIAssembler:
@@ -166,20 +218,26 @@ class RecordedStream:
         assemble: _OpenAIAssembler | _AnthropicAssembler | None,
         ended: Callable[[dict[str, Any]], None] | None,
         failure: Callable[[Exception], Exception],
+        live: ChunkPublisher | None = None,
     ) -> None:
         self._chunks = chunks
         self._assemble = assemble
         self._ended = ended
         self._failure = failure
+        self._live = live
 
     def __iter__(self) -> Iterator[Any]:
         try:
             for chunk in self._chunks:
                 if self._assemble is not None:
                     self._assemble.add(chunk)
+                if self._live is not None:
+                    self._live.add(chunk)
                 yield chunk
         except Exception as exc:
             raise self._failure(exc) from exc
+        if self._live is not None:
+            self._live.flush(done=True)
         if self._assemble is not None and self._ended is not None:
             self._ended(self._assemble.final())
 
@@ -204,11 +262,13 @@ class RecordedAsyncStream:
         assemble: _OpenAIAssembler | _AnthropicAssembler | None,
         ended: Callable[[dict[str, Any]], Any] | None,
         failure: Callable[[Exception], Exception],
+        live: ChunkPublisher | None = None,
     ) -> None:
         self._chunks = chunks
         self._assemble = assemble
         self._ended = ended
         self._failure = failure
+        self._live = live
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         try:
@@ -216,12 +276,16 @@ class RecordedAsyncStream:
                 async for chunk in self._chunks:
                     if self._assemble is not None:
                         self._assemble.add(chunk)
+                    if self._live is not None:
+                        self._live.add(chunk)  # one Redis write per batch, on the loop
                     yield chunk
             else:  # replayed from the record: a list
                 for chunk in self._chunks:
                     yield chunk
         except Exception as exc:
             raise self._failure(exc) from exc
+        if self._live is not None:
+            self._live.flush(done=True)
         if self._assemble is not None and self._ended is not None:
             await self._ended(self._assemble.final())
 

@@ -22,7 +22,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,7 +34,13 @@ from cairn.reconnect import store_through_outages
 from cairn.store.model_calls import messages_stored
 from cairn.store.records import ModelCallRecord, utcnow
 from cairn.store.sql import Store
-from cairn.workers.model_streams import RecordedAsyncStream, RecordedStream, assembler, replayed
+from cairn.workers.model_streams import (
+    ChunkPublisher,
+    RecordedAsyncStream,
+    RecordedStream,
+    assembler,
+    replayed,
+)
 
 if TYPE_CHECKING:
     from cairn.workers.context import StepContext
@@ -130,6 +136,8 @@ class ModelCalls:
     live: bool = True
     # Whether an earlier execution may have left calls (a first attempt reads nothing).
     may_have_record: bool = False
+    # Where a live stream's text goes as it arrives (the run's chunk log), if anywhere.
+    publish_chunks: Callable[[Sequence[Any]], None] | None = None
     # USD per million input and output tokens by model name (or its start): CAIRN_MODEL_PRICES.
     prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     next_index: int = 0  # the index of the execution's next call
@@ -334,7 +342,9 @@ class _Create:
                 self.calls.record(index, request, final, time.perf_counter() - started)
                 self._charge(final.get("usage") or {}, request.model)
 
-            return RecordedStream(response, assembler(self.provider, kwargs), ended, self._failure)
+            assemble = assembler(self.provider, kwargs)
+            live = self._live(index)
+            return RecordedStream(response, assemble, ended, self._failure, live)
         answer = response.model_dump(mode="json")
         self.calls.record(index, request, answer, time.perf_counter() - started)
         return self._answered(answer, kwargs, streaming)
@@ -361,7 +371,8 @@ class _Create:
                 self._charge(final.get("usage") or {}, request.model)
 
             assemble = assembler(self.provider, kwargs)
-            return RecordedAsyncStream(response, assemble, ended, self._failure)
+            live = self._live(index)
+            return RecordedAsyncStream(response, assemble, ended, self._failure, live)
         answer = response.model_dump(mode="json")
         latency = time.perf_counter() - started
         await asyncio.to_thread(self.calls.record, index, request, answer, latency)
@@ -377,6 +388,18 @@ class _Create:
 
     def _failure(self, exc: Exception) -> Exception:
         return _failure(self.provider, exc)
+
+    def _live(self, index: int) -> ChunkPublisher | None:
+        calls = self.calls
+        if calls.publish_chunks is None:
+            return None
+        head = {
+            "node": calls.key.node,
+            "iteration": calls.key.iteration,
+            "attempt": calls.attempt,
+            "call": index,
+        }
+        return ChunkPublisher(self.provider, head, calls.publish_chunks)
 
     def _afford(self, request: ModelRequest) -> None:
         """Refuse, before it is sent, a call whose request alone is over what is left."""

@@ -257,6 +257,7 @@ class NodeRunner:
             lease_trusted=partial(self.heartbeats.confirm, beat),
             may_have_record=message.resumed or message.attempt > 1,
             prices=self.settings.model_prices,
+            publish_chunks=partial(self.leases.append_chunks, message.run_id),
         )
 
     def _context(
