@@ -208,53 +208,10 @@ def _anthropic_events(final: Mapping[str, Any]) -> list[Any]:
     return events
 
 
-class RecordedStream:
-    """The SDK's stream, as the handler iterates it, assembled on the way; ``ended`` is
-    called with the assembled message once the stream is over (never if it broke off)."""
-
-    def __init__(
-        self,
-        chunks: Any,
-        assemble: _OpenAIAssembler | _AnthropicAssembler | None,
-        ended: Callable[[dict[str, Any]], None] | None,
-        failure: Callable[[Exception], Exception],
-        live: ChunkPublisher | None = None,
-    ) -> None:
-        self._chunks = chunks
-        self._assemble = assemble
-        self._ended = ended
-        self._failure = failure
-        self._live = live
-
-    def __iter__(self) -> Iterator[Any]:
-        try:
-            for chunk in self._chunks:
-                if self._assemble is not None:
-                    self._assemble.add(chunk)
-                if self._live is not None:
-                    self._live.add(chunk)
-                yield chunk
-        except Exception as exc:
-            raise self._failure(exc) from exc
-        if self._live is not None:
-            self._live.flush(done=True)
-        if self._assemble is not None and self._ended is not None:
-            self._ended(self._assemble.final())
-
-    def __enter__(self) -> RecordedStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        closing = getattr(self._chunks, "close", None)
-        if callable(closing):
-            closing()
-
-
-class RecordedAsyncStream:
-    """:class:`RecordedStream` for an async client; ``ended`` is awaited."""
+class _Recorded:
+    """What both kinds of recorded stream hold: the SDK's stream (or, answered from the
+    record, a list of chunks), what assembles and publishes it, and what to do at its
+    end (never called if it broke off)."""
 
     def __init__(
         self,
@@ -270,24 +227,65 @@ class RecordedAsyncStream:
         self._failure = failure
         self._live = live
 
+    def _seen(self, chunk: Any) -> None:
+        if self._assemble is not None:
+            self._assemble.add(chunk)
+        if self._live is not None:
+            self._live.add(chunk)  # in an async handler: one Redis write per batch, on the loop
+
+    def _over(self) -> dict[str, Any] | None:
+        """The assembled message, once the stream has ended (None: nothing to record)."""
+        if self._live is not None:
+            self._live.flush(done=True)
+        if self._assemble is None or self._ended is None:
+            return None
+        return self._assemble.final()
+
+
+class RecordedStream(_Recorded):
+    """The SDK's stream, as the handler iterates it, assembled on the way; ``ended`` is
+    called with the assembled message once the stream is over."""
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            for chunk in self._chunks:
+                self._seen(chunk)
+                yield chunk
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        final = self._over()
+        if final is not None and self._ended is not None:
+            self._ended(final)
+
+    def __enter__(self) -> RecordedStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        closing = getattr(self._chunks, "close", None)
+        if callable(closing):
+            closing()
+
+
+class RecordedAsyncStream(_Recorded):
+    """:class:`RecordedStream` for an async client; ``ended`` is awaited."""
+
     async def __aiter__(self) -> AsyncIterator[Any]:
         try:
             if hasattr(self._chunks, "__aiter__"):
                 async for chunk in self._chunks:
-                    if self._assemble is not None:
-                        self._assemble.add(chunk)
-                    if self._live is not None:
-                        self._live.add(chunk)  # one Redis write per batch, on the loop
+                    self._seen(chunk)
                     yield chunk
-            else:  # replayed from the record: a list
+            else:  # answered from the record: a list
                 for chunk in self._chunks:
                     yield chunk
         except Exception as exc:
             raise self._failure(exc) from exc
-        if self._live is not None:
-            self._live.flush(done=True)
-        if self._assemble is not None and self._ended is not None:
-            await self._ended(self._assemble.final())
+        final = self._over()
+        if final is not None and self._ended is not None:
+            await self._ended(final)
 
     async def __aenter__(self) -> RecordedAsyncStream:
         return self

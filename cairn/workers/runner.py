@@ -178,11 +178,11 @@ class NodeRunner:
         )
         completion = None
         timings: dict[str, float] = {}  # the step's parts, for the fleet's histograms
-        checkpoints = self._checkpoints(message, node, lease.fence, beat)
+        recorders = self._recorders(message, node, lease.fence, beat)
         try:
             claimed = _Claimed(run, definition, known, lease.fence, beat)
             ctx = self._context(
-                claimed, message, state, queued_s=current_wait(), checkpoints=checkpoints
+                claimed, message, state, queued_s=current_wait(), recorders=recorders
             )
             outcome = self._outcome(claimed, message, state, ctx, ref.resolve())
             if outcome.duration_s is not None:
@@ -218,8 +218,8 @@ class NodeRunner:
                 log.warning("releasing %s failed", lease.key, exc_info=True)
         if completion.recorded:
             invalidate(self.cache, run.namespace, definition, state.vars, steps)
-            if checkpoints is not None:
-                checkpoints.forget()
+            if recorders is not None:
+                recorders[0].forget()  # the checkpoint: its result is committed
         if not completion.recorded:
             if orchestrator.fenced_out(key, lease.fence):
                 self._stale(message, lease.fence, caught_by="fence")
@@ -228,36 +228,32 @@ class NodeRunner:
             return Handled.DISCARDED
         return Handled.COMMITTED
 
-    def _checkpoints(
+    def _recorders(
         self, message: NodeMessage, node: AnyNode, fence: int, beat: Beat
-    ) -> Checkpoints | None:
-        """The execution's checkpoints (none for an ephemeral node: it has no row to
-        fence them by)."""
+    ) -> tuple[Checkpoints, ModelCalls] | None:
+        """What the execution records as it runs — its checkpoints and its model calls —
+        each write fenced by its claim (none for an ephemeral node: it has no row to fence
+        them by)."""
         if not isinstance(node, TaskNode) or node.persist.kind is PersistKind.EPHEMERAL:
             return None
-        return Checkpoints(
-            self.orchestrator.store,
-            message.key,
-            message.attempt,
-            fence,
-            max_bytes=self.settings.max_payload_bytes,
-            reconnect_within=self.settings.reconnect_within,
-            lease_trusted=partial(self.heartbeats.confirm, beat),
-            policy=node.checkpoint,
-        )
-
-    def _model_calls(self, message: NodeMessage, fence: int, beat: Beat) -> ModelCalls:
-        return ModelCalls(
-            self.orchestrator.store,
-            message.key,
-            message.attempt,
-            fence,
-            max_bytes=self.settings.max_payload_bytes,
-            reconnect_within=self.settings.reconnect_within,
-            lease_trusted=partial(self.heartbeats.confirm, beat),
-            may_have_record=message.resumed or message.attempt > 1,
-            prices=self.settings.model_prices,
-            publish_chunks=partial(self.leases.append_chunks, message.run_id),
+        common: dict[str, Any] = {
+            "max_bytes": self.settings.max_payload_bytes,
+            "reconnect_within": self.settings.reconnect_within,
+            "lease_trusted": partial(self.heartbeats.confirm, beat),
+        }
+        store, key, attempt = self.orchestrator.store, message.key, message.attempt
+        return (
+            Checkpoints(store, key, attempt, fence, policy=node.checkpoint, **common),
+            ModelCalls(
+                store,
+                key,
+                attempt,
+                fence,
+                may_have_record=message.resumed or attempt > 1,
+                prices=self.settings.model_prices,
+                publish_chunks=partial(self.leases.append_chunks, message.run_id),
+                **common,
+            ),
         )
 
     def _context(
@@ -267,7 +263,7 @@ class NodeRunner:
         state: RunState,
         *,
         queued_s: float | None,
-        checkpoints: Checkpoints | None,
+        recorders: tuple[Checkpoints, ModelCalls] | None,
     ) -> StepContext:
         definition, beat = claimed.definition, claimed.beat
         node = definition.nodes[message.node]
@@ -319,13 +315,11 @@ class NodeRunner:
                 phase=message.phase.value,
             ),
             queued_s=queued_s,
-            checkpoints=checkpoints,
-            model_calls=self._model_calls(message, claimed.fence, claimed.beat)
-            if checkpoints is not None
-            else None,
+            checkpoints=recorders[0] if recorders is not None else None,
+            model_calls=recorders[1] if recorders is not None else None,
             # Only a re-execution can find one: a first attempt spends no read on it.
-            restored=checkpoints.load()
-            if checkpoints is not None and (message.resumed or message.attempt > 1)
+            restored=recorders[0].load()
+            if recorders is not None and (message.resumed or message.attempt > 1)
             else None,
         )
 
@@ -379,7 +373,7 @@ class NodeRunner:
             node = definition.nodes[message.node]
             assert isinstance(node, TaskNode) and node.handler is not None
             # Run here and now, right after the step before it: it never waited in a queue.
-            ctx = self._context(claimed, message, state, queued_s=0.0, checkpoints=None)
+            ctx = self._context(claimed, message, state, queued_s=0.0, recorders=None)
             outcome = self._outcome(claimed, message, state, ctx, node.handler.resolve())
             steps.append((message, outcome))
         return steps

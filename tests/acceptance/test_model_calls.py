@@ -1,6 +1,6 @@
 """Durable model calls on real services, with the official openai SDK against the
 project's model stand-in, which counts every request: a tool-using agent's calls are
-made once each; replay and a dry-run fork make none; a changed prompt is reported at its
+made once each; replay, a dry-run fork and bisect make none; a changed prompt is reported at its
 call; a worker killed during a call re-sends only that call; a 429's Retry-After is the
 retry's delay; usage is charged, and a call past the budget is never sent."""
 
@@ -39,7 +39,7 @@ def _turns(cluster: Cluster, run_id: str) -> list[str]:
     ]
 
 
-def test_an_agents_calls_are_made_once_and_replay_and_fork_make_none(
+def test_an_agents_calls_are_made_once_and_replay_fork_and_bisect_make_none(
     cluster: Cluster, model: ModelServer
 ) -> None:
     cluster.consuming(cluster.worker())
@@ -63,7 +63,11 @@ def test_an_agents_calls_are_made_once_and_replay_and_fork_make_none(
     seq = max(e["seq"] for e in cluster.client.events(run_id) if e["type"] == "run_started")
     forked = cluster.cli("fork", run_id, "--at", str(seq), "--json")
     assert forked.returncode == 0, forked.stdout + forked.stderr
-    assert model.count() == 6  # zero requests from either
+    bisected = cluster.cli(
+        "bisect", run_id, "--check", "tests.integration.model_handlers:unanswered", "--json"
+    )
+    assert json.loads(bisected.stdout)["verdict"] == "found", bisected.stdout + bisected.stderr
+    assert model.count() == 6  # zero requests from any of the three
 
     # The handler now asks with another system prompt: reported at call 0, never sent.
     changed = cluster.cli("replay", run_id, "--json", env={"AGENT_PROMPT": "Be brief."})

@@ -96,3 +96,8 @@ def streaming_turns(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
                     words.append(chunk.choices[0].delta.content or "")
         messages.append({"role": "assistant", "content": "".join(words)})
     return {"said": [m["content"] for m in messages if m["role"] == "assistant"]}
+
+
+def unanswered(state: dict[str, Any]) -> bool:
+    """A bisect predicate: good while the run has no answer yet."""
+    return "answer" not in state.get("vars", state)
