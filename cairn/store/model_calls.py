@@ -45,7 +45,7 @@ class ModelCallsTx(TxBase):
         attempt: int,
         fence: int,
         call: Mapping[str, Any],
-        messages: Mapping[str, Mapping[str, Any]],
+        messages: Mapping[str, Any],
     ) -> bool:
         """Record ``call`` (its index, provider, operation, model, params, message digests,
         response, usage, latency) and the ``messages`` (digest -> body) not stored yet —
@@ -57,7 +57,7 @@ class ModelCallsTx(TxBase):
             now = literal(now, model_calls.c.recorded_at.type)
         if messages:
             stored = self._insert(model_messages).values(
-                [{"digest": d, "body": dict(b), "created_at": now} for d, b in messages.items()]
+                [{"digest": d, "body": body, "created_at": now} for d, body in messages.items()]
             )
             self.connection.execute(stored.on_conflict_do_nothing())
         active = exists().where(unfinished(key, attempt), executions.c.fence <= fence)
@@ -113,7 +113,7 @@ class ModelCallsTx(TxBase):
             found.append(replace(record, messages=list(stored)))
         return found
 
-    def model_messages(self, digests: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def model_messages(self, digests: Sequence[str]) -> dict[str, Any]:
         """The stored messages of these digests (digest -> body)."""
         if not digests:
             return {}

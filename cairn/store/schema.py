@@ -189,7 +189,7 @@ class ModelMessageRow(Base):
     __tablename__ = "model_messages"
 
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
-    body: Mapped[dict[str, Any]] = mapped_column(Json)
+    body: Mapped[Any] = mapped_column(Json)  # a message, or a Responses API input string
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 

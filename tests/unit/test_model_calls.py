@@ -301,3 +301,22 @@ def test_usage_is_priced_by_the_price_table_and_a_call_past_the_usd_left_is_not_
     assert server.count() == 1
     with pytest.raises(ValueError, match="MODEL=INPUT/OUTPUT"):
         Settings(model_prices="gpt-4.1=two/8")
+
+
+def test_the_responses_api_is_recorded_and_answered_from_the_record(
+    store: Store, server: ModelServer, openai_client: OpenAI
+) -> None:
+    _run_id, key, _at = started(store)
+    server.script(Reply(text="a response", input_tokens=12, output_tokens=3))
+    first = _ctx(store, key)
+    answer = first.model(openai_client).responses.create(model="m", input="say something")
+    assert answer.output_text == "a response" and first.charges["tokens"] == 15
+    again = _ctx(store, key, live=False).model(openai_client)
+    assert again.responses.create(model="m", input="say something").output_text == "a response"
+    with pytest.raises(ModelCallRefused, match="messages differ"):
+        _ctx(store, key, live=False).model(openai_client).responses.create(
+            model="m", input="say something else"
+        )
+    with pytest.raises(NotImplementedError, match="stream"):
+        first.model(openai_client).responses.create(model="m", input="x", stream=True)
+    assert server.count() == 1
