@@ -50,6 +50,7 @@ TOP = frozenset(
         "budget",
         "anomaly",
         "node_timeout",
+        "record",
     }
 )
 TASK = COMMON | {
@@ -60,6 +61,7 @@ TASK = COMMON | {
     "invalidates",
     "stall_after",
     "checkpoint",
+    "record",
     *EDGES,
 }
 WAIT_NODE = COMMON | {"wait"}
@@ -94,6 +96,8 @@ SINCE: dict[str, int] = {
     "task.stall_after": 2,
     "task.checkpoint": 2,
     "on_resume.after": 2,
+    "task.record": 2,
+    "workflow.record": 2,
     "workflow.node_timeout": 2,
 }
 

@@ -40,6 +40,8 @@ class Reader:
         self.format_version = fmt.FORMAT_VERSION
         # The timeout of a task running a handler that gives none (``node_timeout``).
         self.node_timeout: timedelta | None = None
+        # Whether tasks record their own outbound HTTP unless they say (``record``).
+        self.record_http = False
 
     def fault(self, code: str, message: str, node: str | None = None) -> None:
         self.faults.append(DefinitionFault(code, message, node))
@@ -164,6 +166,16 @@ class Reader:
                 continue
             amounts[str(name)] = float(amount)
         return amounts
+
+    def record(self, raw: object, node_id: str | None) -> bool:
+        """``record: http`` (or ``none``): whether a handler's own outbound HTTP is recorded
+        with its step and answered from the record in replays."""
+        if raw is None or raw == "none":
+            return False
+        if raw != "http":
+            self.fault("bad_value", f"'record' is 'http' or 'none', got {raw!r}", node_id)
+            return False
+        return True
 
     def positive_int(self, raw: object, what: str, node_id: str | None) -> int | None:
         if raw is None:

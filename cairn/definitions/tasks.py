@@ -62,6 +62,9 @@ def task_node(
             "'checkpoint' saves a handler's working context: it needs a handler",
             node_id,
         )
+    record = reader.record(raw["record"], node_id) if "record" in raw else reader.record_http
+    if record and raw.get("handler") is None and "record" in raw:
+        reader.fault("bad_value", "'record' records a handler's HTTP: it needs a handler", node_id)
     return TaskNode(
         id=node_id,
         handler=reader.ref(raw.get("handler"), node_id, "handler"),
@@ -74,6 +77,7 @@ def task_node(
         irreversible=irreversible,
         stall_after=stall_after,
         checkpoint=checkpoint,
+        record_http=record and raw.get("handler") is not None,
         extra=reader.metadata(raw, node_id),
         **common,
     )

@@ -49,6 +49,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         reader.fault("missing_start", f"'start' must name the first node, got {start!r}")
         start = ""
     reader.node_timeout = _default_timeout(reader, spec.get("node_timeout"))
+    reader.record_http = reader.record(spec.get("record"), None)
     raw_nodes = spec.get("nodes")
     if not isinstance(raw_nodes, Mapping) or not raw_nodes:
         reader.fault("no_nodes", "'nodes' must be a non-empty mapping of node id to node")

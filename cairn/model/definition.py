@@ -245,6 +245,9 @@ class TaskNode(Node):
     stall_after: timedelta | None = None
     # Automatic checkpoints of the handler's working context (None: only when it asks).
     checkpoint: CheckpointPolicy | None = None
+    # Its handler's own outbound HTTP (httpx, requests, urllib) is recorded with the step
+    # and answered from the record in replays (``record: http``).
+    record_http: bool = False
 
     kind = "task"
 

@@ -28,6 +28,7 @@ from cairn.timetravel.sandbox import ArtifactSandbox, ReplayArtifacts, replay_na
 from cairn.workers.context import StepContext
 from cairn.workers.execute import OUTPUT_HINT, call_handler, check_output
 from cairn.workers.models import ModelCalls
+from cairn.workers.recording import recording
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,9 @@ class ReplaySpace:
                 may_have_record=True,
             ),
         )
-        event = _run(ref.resolve(), ctx, phase, at, self.settings.max_payload_bytes)
+        records_http = isinstance(declared, TaskNode) and declared.record_http
+        with recording(ctx.model_calls if records_http else None):
+            event = _run(ref.resolve(), ctx, phase, at, self.settings.max_payload_bytes)
         return Executed(event, tuple(ledger.uses), tuple(progress), ctx.added_artifacts())
 
 

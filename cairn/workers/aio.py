@@ -14,6 +14,7 @@ by the SDK as the cancellation unwinds it), and the thread waits for its cleanup
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import os
@@ -70,9 +71,10 @@ class EventLoop:
         self.loop.run_forever()
 
     def start(self, awaitable: Awaitable[T]) -> Running[T]:
-        """Run ``awaitable`` on the loop; the caller waits with :meth:`Running.wait`."""
+        """Run ``awaitable`` on the loop, in the caller's context (its context variables:
+        what the worker set for the execution); the caller waits with :meth:`Running.wait`."""
         running: Running[T] = Running(self.loop)
-        self.loop.call_soon_threadsafe(running._start, awaitable)
+        self.loop.call_soon_threadsafe(running._start, awaitable, contextvars.copy_context())
         return running
 
     def run(self, awaitable: Awaitable[T]) -> T:
@@ -94,8 +96,11 @@ class Running(Generic[T]):
         self._reason: BaseException | None = None
         self._abandoned = False
 
-    def _start(self, awaitable: Awaitable[T]) -> None:
-        self._task = asyncio.ensure_future(awaitable, loop=self._loop)
+    def _start(self, awaitable: Awaitable[T], context: contextvars.Context) -> None:
+        if inspect.iscoroutine(awaitable):
+            self._task = self._loop.create_task(awaitable, context=context)
+        else:
+            self._task = asyncio.ensure_future(awaitable, loop=self._loop)
         self._task.add_done_callback(lambda _task: self._ended.set())
         if self._reason is not None:  # cancelled before it started
             self._task.cancel()

@@ -254,6 +254,12 @@ class StepContext:
             name, key, call, compensate=compensate, policy=policy, cancellable=cancellable
         )
 
+    @property
+    def model_calls(self) -> ModelCalls | None:
+        """The execution's recorded calls (its model calls, and with ``record: http`` its
+        own HTTP), or None where there is nothing to fence them by."""
+        return self._model_calls
+
     def model(self, client: Any) -> Any:
         """``client`` — an ``openai`` or ``anthropic`` SDK client, sync or async — with
         its model calls recorded: the same interface (``.chat.completions.create``,

@@ -26,6 +26,8 @@ from cairn.observe.sentry import report_failure
 from cairn.workers.aio import Coroutines, EventLoop, is_async
 from cairn.workers.context import StepContext
 from cairn.workers.deadlines import limited
+from cairn.workers.models import ModelCalls
+from cairn.workers.recording import recording
 
 OUTPUT_HINT = " (store large data as an artifact and return its reference)"
 
@@ -84,6 +86,7 @@ def execute(
     grace_s: float,
     give_up: Callable[[], None],
     limit_bytes: int,
+    http_calls: ModelCalls | None = None,
 ) -> NodeOutcome:
     """Run the handler — after the workflow's on_resume ``check``, if there is one —
     held to ``timeout_s`` (``give_up``: past it and ``grace_s``, let the claim go)."""
@@ -103,14 +106,17 @@ def execute(
             coroutines.cancel(stop)
     started = time.perf_counter()
     try:
-        with limited(
-            heartbeats,
-            beat,
-            timeout_s,
-            grace_s,
-            what=f"{message.key} attempt {attempt}",
-            give_up=give_up,
-            coroutines=coroutines,
+        with (
+            limited(
+                heartbeats,
+                beat,
+                timeout_s,
+                grace_s,
+                what=f"{message.key} attempt {attempt}",
+                give_up=give_up,
+                coroutines=coroutines,
+            ),
+            recording(http_calls),
         ):
             if check is not None and checker is not None:
                 verdict = call_handler(checker, ctx, coroutines)

@@ -41,6 +41,7 @@ from cairn.workers.model_streams import (
     assembler,
     replayed,
 )
+from cairn.workers.recording import suspended
 
 if TYPE_CHECKING:
     from cairn.workers.context import StepContext
@@ -155,21 +156,19 @@ class ModelCalls:
         """The recorded response of call ``index`` if it asked the same; None if there is
         none (or, live, if it asked something else: sent again, recorded anew)."""
         found = self._load().get(index)
+        call = f"{self.key} {'HTTP request' if request.provider == 'http' else 'model call'}"
         if found is None:
             if not self.live:
-                raise ModelCallRefused(
-                    f"{self.key} model call {index} is not in the record: a replay never sends it"
-                )
+                raise ModelCallRefused(f"{call} {index} is not in the record: never sent")
             return None
         changed = request.differs_from(found)
         if changed is None:
             return found.response
         if not self.live:
             raise ModelCallRefused(
-                f"{self.key} model call {index} diverged from the record: {changed}; a "
-                "replay never sends it"
+                f"{call} {index} diverged from the record: {changed}; a replay never sends it"
             )
-        log.warning("%s model call %d asks something else now (%s): sent", self.key, index, changed)
+        log.warning("%s %d asks something else now (%s): sent", call, index, changed)
         return None
 
     def record(
@@ -347,7 +346,8 @@ class _Create:
         if answer is not None:
             return self._answered(answer, kwargs, streaming)
         started = time.perf_counter()
-        response = _translated(self.provider, lambda: send(**kwargs))
+        with suspended():  # recorded here, as a model call: not again as HTTP
+            response = _translated(self.provider, lambda: send(**kwargs))
         if streaming:
 
             def ended(final: dict[str, Any]) -> None:
@@ -372,7 +372,8 @@ class _Create:
             return self._answered(answer, kwargs, streaming)
         started = time.perf_counter()
         try:
-            response = await send(**kwargs)
+            with suspended():  # recorded here, as a model call: not again as HTTP
+                response = await send(**kwargs)
         except Exception as exc:
             raise self._failure(exc) from exc
         if streaming:

@@ -339,18 +339,20 @@ class NodeRunner:
         if cached is not None:
             ctx.log.info("result taken from the cache (%s)", entry)
             return succeeded(ctx, message, cached, 0.0)
-        timeout = definition.nodes[message.node].timeout
+        node = definition.nodes[message.node]
+        records_http = isinstance(node, TaskNode) and node.record_http
         outcome = execute(
             handler,
             ctx,
             message,
             check=check,
-            timeout_s=timeout.total_seconds() if timeout is not None else None,
+            timeout_s=node.timeout.total_seconds() if node.timeout is not None else None,
             heartbeats=self.heartbeats,
             beat=claimed.beat,
             grace_s=self.settings.timeout_grace,
             give_up=partial(self._give_up_lease, claimed.beat.lease),
             limit_bytes=self.settings.max_payload_bytes,
+            http_calls=ctx.model_calls if records_http else None,
         )
         if entry is not None and outcome.status is NodeStatus.SUCCEEDED:
             keep(self.cache, definition, message, entry, outcome.result or {})

@@ -1493,3 +1493,18 @@ def test_stall_after_is_a_fault_where_no_handler_runs() -> None:
     faults = faults_of(spec_with({"a": deciding}))
     assert [(f.code, f.node) for f in faults] == [("bad_value", "a")]
     assert "needs a handler" in faults[0].message
+
+
+def test_record_http_is_set_by_the_workflow_and_overridden_by_a_node() -> None:
+    spec = spec_with(
+        {
+            "a": {"handler": SEARCH, "next": "b"},
+            "b": {"handler": SEARCH, "next": "done", "record": "none"},
+        }
+    )
+    recorded = load_definition({**spec, "record": "http"})
+    assert [recorded.node(n).record_http for n in ("a", "b")] == [True, False]  # type: ignore[union-attr]
+    assert load_definition(spec).node("a").record_http is False  # type: ignore[union-attr]
+    faults = faults_of({**spec, "record": "everything"})
+    assert pairs(faults) == {("bad_value", None)}
+    assert "'record' is 'http' or 'none'" in faults[0].message
