@@ -18,8 +18,8 @@ What streaming model calls say (``event: chunk``: node, iteration, attempt, call
 text; ``done`` on a call's last) is sent as it arrives, from the run's chunk log in Redis
 (``Leases.read_chunks``, waited on between polls). Once a chunk has been sent, every
 ``id`` is ``<seq>:<chunk id>``, so a reconnect resumes both exactly. A chunk of an
-attempt older than one already seen for its node is marked ``superseded``: its call was
-cut short, and the newer attempt's text replaces it.
+attempt older than one seen for its node — already, or in the same read — is marked
+``superseded``: its call was cut short, and the newer attempt's text replaces it.
 """
 
 from __future__ import annotations
@@ -90,13 +90,13 @@ async def _events(
     yield f"retry: {RETRY_MS}\n\n"
     quiet_since = time.monotonic()
     reported: dict[str, Any] | None = None
-    newest: dict[tuple[str, int], int] = {}  # (node, iteration) -> the newest attempt seen
+    feed = _ChunkFeed(runtime, run_id, chunk_after)
     while True:
         polled = time.monotonic()
         head, rows, running = await run_in_threadpool(_read, runtime, run_id, seq)
         for row in rows:
             seq = row.seq
-            yield _format(_id(seq, chunk_after), row.type, event_dict(row))
+            yield _format(_id(seq, feed.after), row.type, event_dict(row))
         progress = {  # what changes it, not the beat's age
             execution: {k: v for k, v in beat.items() if k not in ("age_s", "eta_s")}
             for execution, beat in running.items()
@@ -110,6 +110,8 @@ async def _events(
         if head is None:  # the run was deleted (retention) while we streamed
             return
         if head.status.terminal and seq >= head.last_seq:
+            for message in await feed.read(seq, 0.0):  # what was said and not yet sent
+                yield message
             yield f"event: end\ndata: {json.dumps({'status': head.status, 'last_seq': seq})}\n\n"
             return
         if time.monotonic() - quiet_since >= KEEPALIVE_S:
@@ -119,16 +121,36 @@ async def _events(
             return
         # Until the next poll, what the run's model calls say, as they say it.
         while (wait := POLL_S - (time.monotonic() - polled)) > 0:
-            chunks = await run_in_threadpool(runtime.leases.read_chunks, run_id, chunk_after, wait)
-            for chunk_id, chunk in chunks:
-                chunk_after = chunk_id
-                where = (str(chunk.get("node")), int(chunk.get("iteration", 1)))
-                attempt = int(chunk.get("attempt", 1))
-                newest[where] = max(newest.get(where, attempt), attempt)
-                data = {**chunk, "superseded": attempt < newest[where]}
-                yield _format(_id(seq, chunk_after), "chunk", data)
-            if chunks:
+            said = await feed.read(seq, wait)
+            for message in said:
+                yield message
+            if said:
                 quiet_since = time.monotonic()
+
+
+class _ChunkFeed:
+    """The run's chunk log as the stream reads it: where it is, and the newest attempt it
+    has seen of each node (to mark an older attempt's chunks superseded)."""
+
+    def __init__(self, runtime: Runtime, run_id: str, after: str) -> None:
+        self.runtime, self.run_id, self.after = runtime, run_id, after
+        self.newest: dict[tuple[str, int], int] = {}
+
+    async def read(self, seq: int, wait_s: float) -> list[str]:
+        """The chunks after the last one sent, formatted (waiting up to ``wait_s``)."""
+        leases = self.runtime.leases
+        chunks = await run_in_threadpool(leases.read_chunks, self.run_id, self.after, wait_s)
+        for _chunk_id, chunk in chunks:  # the newest attempt of each node, first
+            where = (str(chunk.get("node")), int(chunk.get("iteration", 1)))
+            attempt = int(chunk.get("attempt", 1))
+            self.newest[where] = max(self.newest.get(where, attempt), attempt)
+        messages = []
+        for chunk_id, chunk in chunks:
+            self.after = chunk_id
+            where = (str(chunk.get("node")), int(chunk.get("iteration", 1)))
+            data = {**chunk, "superseded": int(chunk.get("attempt", 1)) < self.newest[where]}
+            messages.append(_format(_id(seq, self.after), "chunk", data))
+        return messages
 
 
 def _read(

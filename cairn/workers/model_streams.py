@@ -233,6 +233,12 @@ class _Recorded:
         if self._live is not None:
             self._live.add(chunk)  # in an async handler: one Redis write per batch, on the loop
 
+    def _broke(self) -> None:
+        """The stream broke off: what it said is published still (a newer attempt's
+        chunks will mark it superseded)."""
+        if self._live is not None:
+            self._live.flush()
+
     def _over(self) -> dict[str, Any] | None:
         """The assembled message, once the stream has ended (None: nothing to record)."""
         if self._live is not None:
@@ -252,6 +258,7 @@ class RecordedStream(_Recorded):
                 self._seen(chunk)
                 yield chunk
         except Exception as exc:
+            self._broke()
             raise self._failure(exc) from exc
         final = self._over()
         if final is not None and self._ended is not None:
@@ -282,6 +289,7 @@ class RecordedAsyncStream(_Recorded):
                 for chunk in self._chunks:
                     yield chunk
         except Exception as exc:
+            self._broke()
             raise self._failure(exc) from exc
         final = self._over()
         if final is not None and self._ended is not None:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from cairn.model.statuses import RunStatus
-from cairn.testing.model_server import ModelServer, Reply
+from cairn.testing.model_server import Fault, ModelServer, Reply
 from tests.integration.test_lease_metrics import free_ports
 from tests.support.cluster import Cluster
 
@@ -92,3 +92,21 @@ def test_a_streaming_calls_words_reach_the_client_as_they_come_and_resume_exactl
     assert offsets == sorted(offsets) and chunks[-1].get("done") is True
     assert all(c["node"] == "talk" and c["call"] == 0 and not c["superseded"] for c in chunks)
     assert live.cluster.wait(run_id).status is RunStatus.SUCCEEDED
+
+
+def test_the_chunks_of_an_attempt_cut_short_are_marked_superseded(live: Live) -> None:
+    """The stream breaks off after three chunks (a dropped connection: a transient
+    failure); the retry streams the whole answer. A client reading the run afterwards
+    sees the first attempt's chunks marked superseded, and the rest is the answer."""
+    live.model.script(
+        Fault(drop_after_chunks=4), Reply(text="the answer, whole this time", chunk_delay_s=0.01)
+    )
+    run_id = live.cluster.submit("model_stream", {"turns": 1})
+    assert live.cluster.wait(run_id).status is RunStatus.SUCCEEDED
+    chunks, _last, ended = _read(live, run_id, last_id=None, stop_after=None)
+    assert ended
+    cut = [c for c in chunks if c["attempt"] == 1]
+    kept = [c for c in chunks if c["attempt"] == 2]
+    assert cut and all(c["superseded"] for c in cut)
+    assert kept and not any(c["superseded"] for c in kept)
+    assert "".join(str(c["text"]) for c in kept) == "the answer, whole this time"
