@@ -72,9 +72,7 @@ class PostgresTx(Tx):
 
     def execution_and_run(self, key: ExecutionKey) -> tuple[ExecutionHead | None, RunRecord | None]:
         row = fastpath.execution_and_run(self._driver(), key.params())
-        if row is None:
-            return None, self.run(key.run_id)
-        return ExecutionHead.of(row), RunRecord.of(row)
+        return self._execution_and_run_of(row, key)
 
     def complete_step(
         self,

@@ -61,7 +61,13 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
             .join(runs, runs.c.id == executions.c.run_id)
             .where(where(key))
         )
-        row = self.connection.execute(query).first()
+        return self._execution_and_run_of(self.connection.execute(query).first(), key)
+
+    def _execution_and_run_of(
+        self, row: Any, key: ExecutionKey
+    ) -> tuple[ExecutionHead | None, RunRecord | None]:
+        """The records of a row holding an execution's columns (``execution_``) and its
+        run's; with no such row, the run alone (it may exist without the execution)."""
         if row is None:
             return None, self.run(key.run_id)
         return ExecutionHead.of(row), RunRecord.of(row)
