@@ -21,7 +21,7 @@ from cairn.model.state import RunState
 from cairn.store.records import CheckpointRecord
 from cairn.workers.aio import running_loop
 from cairn.workers.checkpoints import Checkpoints
-from cairn.workers.models import ModelCalls, recorded_client
+from cairn.workers.models import ModelCalls, recorded_client, recorded_function
 
 log = logging.getLogger("cairn.handler")
 
@@ -260,17 +260,44 @@ class StepContext:
         own HTTP), or None where there is nothing to fence them by."""
         return self._model_calls
 
-    def model(self, client: Any) -> Any:
+    def model(
+        self,
+        client: Any,
+        *,
+        provider: str | None = None,
+        usage: Callable[[Any], Mapping[str, Any] | None] | None = None,
+        encode: Callable[[Any], Any] | None = None,
+        decode: Callable[[Any], Any] | None = None,
+    ) -> Any:
         """``client`` — an ``openai`` or ``anthropic`` SDK client, sync or async — with
         its model calls recorded: the same interface (``.chat.completions.create``,
-        ``.messages.create``), each completed call committed as it completes, answered
-        from the record when the node runs again or is replayed, its usage charged to the
-        budget. See docs/models.md."""
+        ``.responses.create``, ``.messages.create``, ``stream=True`` and the ``.stream``
+        helpers), each completed call committed as it completes, answered from the record
+        when the node runs again or is replayed, its usage charged to the budget.
+
+        Any other client: pass its call (a function or coroutine function taking keyword
+        arguments) with ``provider=`` its name, and ``usage=`` a function reading a
+        response's token counts; ``encode``/``decode`` turn responses that are not JSON
+        data or pydantic models into JSON and back. See docs/models.md."""
         if self._model_calls is None:
             raise RuntimeError(
                 f"{self.node} cannot record model calls: an ephemeral node has no execution "
                 "row to fence them by (or this context was built by hand)"
             )
+        if provider is not None:
+            if not callable(client):
+                raise TypeError(f"ctx.model(..., provider={provider!r}) takes a function")
+            return recorded_function(
+                self,
+                self._model_calls,
+                client,
+                provider=provider,
+                usage=usage,
+                encode=encode,
+                decode=decode,
+            )
+        if (usage, encode, decode) != (None, None, None):
+            raise TypeError("usage=, encode= and decode= go with provider= (a function)")
         return recorded_client(self, self._model_calls, client)
 
     def idempotency_headers(self, key: str) -> dict[str, str]:

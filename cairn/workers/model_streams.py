@@ -7,11 +7,15 @@ again."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
+import typing
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
+
+from cairn.model.failures import TransientError
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +60,15 @@ class ChunkPublisher:
 
 
 def text_of(provider: str, chunk: Any) -> str:
-    """The text a chunk (OpenAI) or event (Anthropic) adds to the answer."""
-    if provider == "openai":
-        return "".join(choice.delta.content or "" for choice in getattr(chunk, "choices", []))
-    if getattr(chunk, "type", None) == "content_block_delta":
+    """The text a chunk (OpenAI chat), or an event (OpenAI Responses, Anthropic), adds to
+    the answer."""
+    kind = getattr(chunk, "type", None)
+    if kind == "response.output_text.delta":
+        return str(chunk.delta or "")
+    if kind == "content_block_delta":
         return str(getattr(chunk.delta, "text", "") or "")
+    if provider == "openai" and kind is None:
+        return "".join(choice.delta.content or "" for choice in getattr(chunk, "choices", []))
     return ""
 
 
@@ -111,13 +119,43 @@ class _AnthropicAssembler:
         return message
 
 
-def assembler(provider: str, kwargs: Mapping[str, Any]) -> _OpenAIAssembler | _AnthropicAssembler:
+# The events that end a Responses stream; each carries the whole response.
+_RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class _ResponsesAssembler:
+    """The Responses API streams events and ends with one holding the whole response:
+    that is the message recorded."""
+
+    def __init__(self, kwargs: Mapping[str, Any]) -> None:
+        self._final: dict[str, Any] | None = None
+
+    def add(self, event: Any) -> None:
+        if getattr(event, "type", None) in _RESPONSE_ENDS:
+            self._final = event.response.model_dump(mode="json")
+
+    def final(self) -> dict[str, Any]:
+        if self._final is None:
+            raise TransientError("the Responses stream ended before its response.completed event")
+        return self._final
+
+
+Assembler = _OpenAIAssembler | _ResponsesAssembler | _AnthropicAssembler
+
+
+def assembler(provider: str, operation: str, kwargs: Mapping[str, Any]) -> Assembler:
+    if operation == "responses":
+        return _ResponsesAssembler(kwargs)
     return _OpenAIAssembler(kwargs) if provider == "openai" else _AnthropicAssembler(kwargs)
 
 
-def replayed(provider: str, final: Mapping[str, Any], kwargs: Mapping[str, Any]) -> list[Any]:
-    """The chunks (OpenAI) or events (Anthropic) of a stream that says ``final`` — what a
-    recorded streaming call answers with, without sending it."""
+def replayed(
+    provider: str, operation: str, final: Mapping[str, Any], kwargs: Mapping[str, Any]
+) -> list[Any]:
+    """The chunks (OpenAI chat) or events (OpenAI Responses, Anthropic) of a stream that
+    says ``final`` — what a recorded streaming call answers with, without sending it."""
+    if operation == "responses":
+        return _responses_events(final)
     return _openai_chunks(final, kwargs) if provider == "openai" else _anthropic_events(final)
 
 
@@ -208,6 +246,76 @@ def _anthropic_events(final: Mapping[str, Any]) -> list[Any]:
     return events
 
 
+def _responses_events(final: Mapping[str, Any]) -> list[Any]:
+    """The events of a Responses stream that ends in ``final``: each output item opened,
+    its text or arguments in one delta, closed, then the response completed — the order
+    the SDK's ``responses.stream`` helper assembles from."""
+    events: list[dict[str, Any]] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        events.append({"type": kind, "sequence_number": len(events), **fields})
+
+    emit("response.created", response={**final, "status": "in_progress", "output": []})
+    for index, item in enumerate(final.get("output") or []):
+        kind = item.get("type")
+        if kind == "message":
+            emit("response.output_item.added", output_index=index, item={**item, "content": []})
+            for position, part in enumerate(item.get("content") or []):
+                where = {"item_id": item.get("id"), "output_index": index}
+                where["content_index"] = position
+                emit("response.content_part.added", part={**part, "text": ""}, **where)
+                text = part.get("text", "")
+                emit("response.output_text.delta", delta=text, logprobs=[], **where)
+                emit("response.output_text.done", text=text, logprobs=[], **where)
+                emit("response.content_part.done", part=part, **where)
+        elif kind == "function_call":
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "arguments": ""},
+            )
+            where = {"item_id": item.get("id"), "output_index": index}
+            arguments = item.get("arguments", "")
+            emit("response.function_call_arguments.delta", delta=arguments, **where)
+            emit("response.function_call_arguments.done", arguments=arguments, **where)
+        else:  # reasoning and the rest: whole, as they were recorded
+            emit("response.output_item.added", output_index=index, item=item)
+        emit("response.output_item.done", output_index=index, item=item)
+    ending = final.get("status")
+    ending = ending if ending in {"incomplete", "failed"} else "completed"
+    emit(f"response.{ending}", response=final)
+    return [_response_event(event) for event in events]
+
+
+def _response_event(event: Mapping[str, Any]) -> Any:
+    classes = _response_event_classes()
+    return classes[event["type"]].model_validate(event)
+
+
+@functools.cache
+def _response_event_classes() -> dict[str, Any]:
+    from openai.types.responses import ResponseStreamEvent  # noqa: PLC0415
+
+    union = typing.get_args(ResponseStreamEvent)[0]  # Annotated[Union[...], discriminator]
+    return {
+        typing.get_args(cls.model_fields["type"].annotation)[0]: cls
+        for cls in typing.get_args(union)
+    }
+
+
+class _NoResponse:
+    """The HTTP response of a stream answered from the record: there is none. The SDK's
+    stream helpers hold one, to close it."""
+
+    headers: Mapping[str, str] = {}
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
 class _Recorded:
     """What both kinds of recorded stream hold: the SDK's stream (or, answered from the
     record, a list of chunks), what assembles and publishes it, and what to do at its
@@ -216,7 +324,7 @@ class _Recorded:
     def __init__(
         self,
         chunks: Any,
-        assemble: _OpenAIAssembler | _AnthropicAssembler | None,
+        assemble: Assembler | None,
         ended: Callable[[dict[str, Any]], Any] | None,
         failure: Callable[[Exception], Exception],
         live: ChunkPublisher | None = None,
@@ -226,6 +334,11 @@ class _Recorded:
         self._ended = ended
         self._failure = failure
         self._live = live
+
+    @property
+    def response(self) -> Any:
+        """The SDK stream's HTTP response (the SDK's stream helpers close it)."""
+        return getattr(self._chunks, "response", None) or _NoResponse()
 
     def _seen(self, chunk: Any) -> None:
         if self._assemble is not None:

@@ -18,7 +18,9 @@ cannot cover is refused before it is sent.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import inspect
 import json
 import logging
 import time
@@ -74,7 +76,7 @@ class ModelRequest:
     def of(cls, provider: str, operation: str, kwargs: Mapping[str, Any]) -> ModelRequest:
         # What holds the conversation: ``messages``, or the Responses API's ``input`` (a
         # list of items, or one string).
-        field = "input" if operation == "responses" else "messages"
+        field = "input" if "messages" not in kwargs and "input" in kwargs else "messages"
         given = kwargs.get(field) or ()
         sent = [_plain(message) for message in ([given] if isinstance(given, str) else given)]
         digests = tuple(_digest(message) for message in sent)
@@ -82,6 +84,7 @@ class ModelRequest:
             name: _plain(value)
             for name, value in sorted(kwargs.items())
             if name not in {field, "extra_headers", "extra_query", "timeout"}
+            and not _left_out(value)
         }
         model = kwargs.get("model")
         return cls(
@@ -256,8 +259,39 @@ def recorded_client(ctx: StepContext, calls: ModelCalls, client: Any) -> Any:
         return _Anthropic(ctx, calls, quiet, asynchronous)
     raise TypeError(
         f"ctx.model takes an openai or anthropic client (OpenAI, AsyncOpenAI, Anthropic, "
-        f"AsyncAnthropic), not {type(client).__name__}"
+        f"AsyncAnthropic), or a function with provider=..., not {type(client).__name__}"
     )
+
+
+def recorded_function(
+    ctx: StepContext,
+    calls: ModelCalls,
+    send: Callable[..., Any],
+    *,
+    provider: str,
+    usage: Callable[[Any], Mapping[str, Any] | None] | None = None,
+    encode: Callable[[Any], Any] | None = None,
+    decode: Callable[[Any], Any] | None = None,
+) -> Callable[..., Any]:
+    """``send`` — any model client's call, taking keyword arguments — recorded like an
+    SDK's: ``usage(response)`` reads its token counts (``input_tokens``/``output_tokens``
+    or ``prompt_tokens``/``completion_tokens``) to charge; ``encode`` turns a response into
+    JSON data to record (default: a pydantic model's dump, or the response itself if it
+    is JSON data already) and ``decode`` turns the recorded data back into what the
+    handler gets when the call is answered from the record (default: the data)."""
+    to_json = encode or _json_of
+
+    def encoded(response: Any) -> dict[str, Any]:
+        read = usage(response) if usage is not None else None
+        return {"value": to_json(response), "usage": _plain(read) if read else None}
+
+    def decoded(answer: dict[str, Any]) -> Any:
+        return decode(answer["value"]) if decode is not None else answer["value"]
+
+    operation = getattr(send, "__qualname__", None) or type(send).__name__
+    asynchronous = inspect.iscoroutinefunction(send)
+    create = _Create(ctx, calls, provider, operation, encoded, decoded, asynchronous)
+    return create.bound(send)
 
 
 class _Wrapped:
@@ -268,28 +302,82 @@ class _Wrapped:
         return getattr(self._wrapped, name)
 
 
+def _sdk_create(  # noqa: PLR0917 - a _Create's fields, in order
+    ctx: StepContext,
+    calls: ModelCalls,
+    provider: str,
+    operation: str,
+    response_type: Any,  # the SDK's pydantic model of the response
+    asynchronous: bool,
+) -> _Create:
+    return _Create(
+        ctx,
+        calls,
+        provider,
+        operation,
+        lambda response: response.model_dump(mode="json"),
+        response_type.model_validate,
+        asynchronous,
+    )
+
+
 class _OpenAI(_Wrapped):
     def __init__(self, ctx: StepContext, calls: ModelCalls, client: Any, asynchronous: bool):
         super().__init__(client)
         from openai.types.chat import ChatCompletion  # noqa: PLC0415 - an optional extra
         from openai.types.responses import Response  # noqa: PLC0415
 
-        create = _Create(ctx, calls, "openai", "chat.completions", ChatCompletion, asynchronous)
+        chat = _sdk_create(ctx, calls, "openai", "chat.completions", ChatCompletion, asynchronous)
         self.chat = _Namespace(
-            client.chat,
-            completions=_Namespace(client.chat.completions, create=create.bound(client)),
+            client.chat, completions=_with_stream_helper(client.chat.completions, chat)
         )
-        respond = _Create(ctx, calls, "openai", "responses", Response, asynchronous)
-        self.responses = _Namespace(client.responses, create=respond.bound(client))
+        respond = _sdk_create(ctx, calls, "openai", "responses", Response, asynchronous)
+        self.responses = _with_stream_helper(client.responses, respond)
+
+
+def _with_stream_helper(resource: Any, create: _Create) -> _Namespace:
+    """An OpenAI resource whose ``create`` is recorded, and whose ``stream`` helper is the
+    SDK's own run over that ``create`` (it builds its stream from ``create(stream=True)``)."""
+    recorded = _Namespace(resource, create=create.bound(resource.create))
+    recorded.stream = functools.partial(type(resource).stream, recorded)  # type: ignore[attr-defined]
+    return recorded
 
 
 class _Anthropic(_Wrapped):
     def __init__(self, ctx: StepContext, calls: ModelCalls, client: Any, asynchronous: bool):
         super().__init__(client)
-        from anthropic.types import Message  # noqa: PLC0415 - an optional extra
+        from anthropic import NOT_GIVEN  # noqa: PLC0415 - an optional extra
+        from anthropic.lib.streaming import (  # noqa: PLC0415
+            AsyncMessageStreamManager,
+            MessageStreamManager,
+        )
+        from anthropic.types import Message  # noqa: PLC0415
 
-        create = _Create(ctx, calls, "anthropic", "messages", Message, asynchronous)
-        self.messages = _Namespace(client.messages, create=create.bound(client))
+        create = _sdk_create(ctx, calls, "anthropic", "messages", Message, asynchronous)
+        recorded = create.bound(client.messages.create)
+
+        # The SDK's ``messages.stream`` posts by itself; the same manager over the
+        # recorded ``create(stream=True)`` gives the same stream object.
+        def stream(**kwargs: Any) -> Any:
+            _refuse_output_format(kwargs)
+            if asynchronous:
+                return AsyncMessageStreamManager(
+                    recorded(**kwargs, stream=True), output_format=NOT_GIVEN
+                )
+            return MessageStreamManager(
+                functools.partial(recorded, **kwargs, stream=True), output_format=NOT_GIVEN
+            )
+
+        self.messages = _Namespace(client.messages, create=recorded, stream=stream)
+
+
+def _refuse_output_format(kwargs: Mapping[str, Any]) -> None:
+    given = kwargs.get("output_format")
+    if given is not None and not _left_out(given):
+        raise TypeError(
+            "ctx.model's messages.stream does not take output_format: pass the JSON schema "
+            "as output_config={'format': ...}, and validate the text yourself"
+        )
 
 
 class _Namespace(_Wrapped):
@@ -301,18 +389,19 @@ class _Namespace(_Wrapped):
 
 @dataclass(frozen=True)
 class _Create:
-    """A recorded ``create``: one of the SDK's, with the record in front of it."""
+    """A recorded ``create``: one of the SDK's (or any client's call), with the record
+    in front of it."""
 
     ctx: StepContext
     calls: ModelCalls
     provider: str
     operation: str
-    response_type: Any  # the SDK's pydantic model of the response
+    encode: Callable[[Any], dict[str, Any]]  # a response, as recorded
+    decode: Callable[[dict[str, Any]], Any]  # a recorded response, as the handler gets it
     asynchronous: bool
 
-    def bound(self, client: Any) -> Callable[..., Any]:
-        """The ``create`` to hand out in place of ``client``'s."""
-        send = _resolve(client, self.operation)
+    def bound(self, send: Callable[..., Any]) -> Callable[..., Any]:
+        """``send`` (the SDK's ``create``) with the record in front of it."""
         if self.asynchronous:
 
             async def create_async(**kwargs: Any) -> Any:
@@ -328,11 +417,6 @@ class _Create:
     def _prepare(
         self, kwargs: Mapping[str, Any]
     ) -> tuple[int, ModelRequest, dict[str, Any] | None]:
-        if kwargs.get("stream") and self.operation == "responses":
-            raise NotImplementedError(
-                "ctx.model records the Responses API's calls without stream=True for now; "
-                "stream through chat.completions, or call without streaming"
-            )
         request = ModelRequest.of(self.provider, self.operation, kwargs)
         index = self.calls.take_index()
         answer = self.calls.recorded(index, request)
@@ -354,10 +438,10 @@ class _Create:
                 self.calls.record(index, request, final, time.perf_counter() - started)
                 self._charge(final.get("usage") or {}, request.model)
 
-            assemble = assembler(self.provider, kwargs)
+            assemble = assembler(self.provider, self.operation, kwargs)
             live = self._live(index)
             return RecordedStream(response, assemble, ended, self._failure, live)
-        answer = response.model_dump(mode="json")
+        answer = self.encode(response)
         self.calls.record(index, request, answer, time.perf_counter() - started)
         return self._answered(answer, kwargs, streaming)
 
@@ -367,7 +451,7 @@ class _Create:
         if answer is not None:
             if streaming:
                 self._charge(answer.get("usage") or {}, kwargs.get("model"))
-                chunks = replayed(self.provider, answer, kwargs)
+                chunks = replayed(self.provider, self.operation, answer, kwargs)
                 return RecordedAsyncStream(chunks, None, None, self._failure)
             return self._answered(answer, kwargs, streaming)
         started = time.perf_counter()
@@ -383,10 +467,10 @@ class _Create:
                 await asyncio.to_thread(self.calls.record, index, request, final, latency)
                 self._charge(final.get("usage") or {}, request.model)
 
-            assemble = assembler(self.provider, kwargs)
+            assemble = assembler(self.provider, self.operation, kwargs)
             live = self._live(index)
             return RecordedAsyncStream(response, assemble, ended, self._failure, live)
-        answer = response.model_dump(mode="json")
+        answer = self.encode(response)
         latency = time.perf_counter() - started
         await asyncio.to_thread(self.calls.record, index, request, answer, latency)
         return self._answered(answer, kwargs, streaming)
@@ -395,9 +479,9 @@ class _Create:
         self._charge(answer.get("usage") or {}, kwargs.get("model"))
         if streaming:  # a recorded streaming call: its message, streamed again
             return RecordedStream(
-                replayed(self.provider, answer, kwargs), None, None, self._failure
+                replayed(self.provider, self.operation, answer, kwargs), None, None, self._failure
             )
-        return self.response_type.model_validate(answer)
+        return self.decode(answer)
 
     def _failure(self, exc: Exception) -> Exception:
         return _failure(self.provider, exc)
@@ -459,13 +543,6 @@ def price_of(
     return prices[max(starts, key=len)] if starts else None
 
 
-def _resolve(client: Any, operation: str) -> Callable[..., Any]:
-    target = client
-    for part in operation.split("."):
-        target = getattr(target, part)
-    return target.create  # type: ignore[no-any-return]
-
-
 def _translated(provider: str, send: Callable[[], _T]) -> _T:
     """``send()``, its SDK error raised as cairn's (:func:`_failure`)."""
     try:
@@ -511,6 +588,26 @@ def _retry_after(exc: Exception) -> float | None:
         except ValueError:
             continue  # an HTTP date: left to the node's backoff
     return None
+
+
+def _left_out(value: Any) -> bool:
+    """Whether ``value`` is an SDK's marker of an argument not given (``omit``,
+    ``NOT_GIVEN``), which its helpers pass on: not part of the request."""
+    return type(value).__name__ in {"Omit", "NotGiven"}
+
+
+def _json_of(response: Any) -> Any:
+    """A generic client's response as JSON data: a pydantic model's dump, or the data."""
+    if hasattr(response, "model_dump"):
+        return response.model_dump(mode="json")
+    try:
+        json.dumps(response)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"ctx.model cannot record a {type(response).__name__} response: give "
+            "encode= (to JSON data) and decode= (back) for it"
+        ) from exc
+    return response
 
 
 def _plain(value: Any) -> Any:

@@ -317,6 +317,177 @@ def test_the_responses_api_is_recorded_and_answered_from_the_record(
         _ctx(store, key, live=False).model(openai_client).responses.create(
             model="m", input="say something else"
         )
-    with pytest.raises(NotImplementedError, match="stream"):
-        first.model(openai_client).responses.create(model="m", input="x", stream=True)
     assert server.count() == 1
+
+
+# -- the SDKs' stream helpers, streamed Responses, any other client -----------------------
+
+
+def test_streamed_responses_are_recorded_and_streamed_again_through_both_forms(
+    store: Store, server: ModelServer, openai_client: OpenAI
+) -> None:
+    """``responses.create(stream=True)`` and the SDK's ``responses.stream`` helper, with
+    a tool call: recorded as the response the stream ended with, and answered from the
+    record by events the helper assembles into the same response."""
+    _run_id, key, _at = started(store)
+    server.script(
+        Reply(text="the streamed response", tool_calls=(ToolCall("look", {"q": "x"}),)),
+        Reply(text="from the helper"),
+    )
+
+    def deltas(model: Any) -> str:
+        stream = model.responses.create(model="m", input="go", stream=True)
+        return "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+
+    def helper(model: Any) -> tuple[str, list[str]]:
+        with model.responses.stream(model="m", input="go on") as stream:
+            for _event in stream:
+                pass
+            final = stream.get_final_response()
+        return final.output_text, [item.type for item in final.output]
+
+    first = _ctx(store, key)
+    assert deltas(first.model(openai_client)) == "the streamed response"
+    assert helper(first.model(openai_client)) == ("from the helper", ["message"])
+    with store.reading() as tx:
+        recorded = tx.model_calls_of(key)
+    assert [call.response["output"][0]["type"] for call in recorded] == ["message", "message"]
+    assert recorded[0].response["output"][1]["name"] == "look"
+    assert first.charges["tokens"] == sum(
+        call.response["usage"]["total_tokens"] for call in recorded
+    )
+    replay = _ctx(store, key, live=False)
+    assert deltas(replay.model(openai_client)) == "the streamed response"
+    assert helper(replay.model(openai_client)) == ("from the helper", ["message"])
+    assert replay.charges == first.charges and server.count() == 2
+
+
+def test_the_chat_stream_helper_is_recorded_and_replayed_sync_and_async(
+    store: Store, server: ModelServer, openai_client: OpenAI
+) -> None:
+    _run_id, key, _at = started(store)
+    server.script(
+        Reply(text="helper words", tool_calls=(ToolCall("add", {"a": 1, "b": 2}),)),
+        Reply(text="async helper words"),
+    )
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+    asked: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "a"}]}
+
+    def helper(model: Any) -> tuple[str, str]:
+        text = ""
+        with model.chat.completions.stream(**asked, tools=tools) as stream:
+            for event in stream:
+                if event.type == "content.delta":
+                    text += event.delta
+            final = stream.get_final_completion()
+        return text, final.choices[0].message.tool_calls[0].function.arguments
+
+    assert helper(_ctx(store, key).model(openai_client)) == ("helper words", '{"a": 1, "b": 2}')
+    assert helper(_ctx(store, key, live=False).model(openai_client)) == (
+        "helper words",
+        '{"a": 1, "b": 2}',
+    )
+    _other_run, other, _at = started(store)
+
+    async def talk(ctx: StepContext) -> str:
+        async with AsyncOpenAI(base_url=server.openai_base_url, api_key="t") as client:
+            async with ctx.model(client).chat.completions.stream(**asked) as stream:
+                final = await stream.get_final_completion()
+            return str(final.choices[0].message.content)
+
+    assert asyncio.run(talk(_ctx(store, other))) == "async helper words"
+    assert asyncio.run(talk(_ctx(store, other, live=False))) == "async helper words"
+    assert server.count() == 2
+
+
+def test_the_anthropic_stream_helper_is_recorded_and_replayed_sync_and_async(
+    store: Store, server: ModelServer, claude: Anthropic
+) -> None:
+    _run_id, key, _at = started(store)
+    server.script(Reply(text="claude streams"), Reply(text="claude streams async"))
+    asked: dict[str, Any] = {
+        "model": "claude-m",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "go"}],
+    }
+
+    def helper(model: Any) -> tuple[str, str]:
+        with model.messages.stream(**asked) as stream:
+            text = "".join(stream.text_stream)
+            return text, stream.get_final_message().stop_reason
+
+    first = _ctx(store, key)
+    assert helper(first.model(claude)) == ("claude streams", "end_turn")
+    assert helper(_ctx(store, key, live=False).model(claude)) == ("claude streams", "end_turn")
+    assert first.charges["tokens"] > 0
+    with pytest.raises(TypeError, match="output_config"):
+        first.model(claude).messages.stream(**asked, output_format=dict)
+    _other_run, other, _at = started(store)
+
+    async def talk(ctx: StepContext) -> str:
+        from anthropic import AsyncAnthropic  # noqa: PLC0415
+
+        async with (
+            AsyncAnthropic(base_url=server.anthropic_base_url, api_key="t") as client,
+            ctx.model(client).messages.stream(**asked) as stream,
+        ):
+            return "".join([text async for text in stream.text_stream])
+
+    assert asyncio.run(talk(_ctx(store, other))) == "claude streams async"
+    assert asyncio.run(talk(_ctx(store, other, live=False))) == "claude streams async"
+    assert server.count() == 2
+
+
+class _Completion:
+    """What some other client answers with: not JSON data, not a pydantic model."""
+
+    def __init__(self, text: str, tokens: tuple[int, int]) -> None:
+        self.text, self.tokens = text, tokens
+
+
+def test_any_other_client_is_recorded_through_a_function_and_its_usage(store: Store) -> None:
+    sent: list[dict[str, Any]] = []
+
+    def complete(*, model: str, messages: list[dict[str, Any]]) -> _Completion:
+        sent.append({"model": model, "messages": messages})
+        return _Completion(f"answer {len(sent)}", (7, 2))
+
+    def recorded(ctx: StepContext) -> Any:
+        return ctx.model(
+            complete,
+            provider="acme",
+            usage=lambda reply: {"input_tokens": reply.tokens[0], "output_tokens": reply.tokens[1]},
+            encode=lambda reply: {"text": reply.text, "tokens": list(reply.tokens)},
+            decode=lambda data: _Completion(data["text"], tuple(data["tokens"])),
+        )
+
+    _run_id, key, _at = started(store)
+    first = _ctx(store, key)
+    asked = {"model": "acme-1", "messages": [{"role": "user", "content": "hi"}]}
+    assert recorded(first)(**asked).text == "answer 1"
+    assert first.charges == {"tokens": 9.0, "input_tokens": 7.0, "output_tokens": 2.0}
+    replay = _ctx(store, key, live=False)
+    answered = recorded(replay)(**asked)
+    assert isinstance(answered, _Completion) and answered.text == "answer 1"
+    assert replay.charges == first.charges and len(sent) == 1
+    with pytest.raises(ModelCallRefused, match="messages differ"):
+        recorded(_ctx(store, key, live=False))(model="acme-1", messages=[])
+    with store.reading() as tx:
+        (call,) = tx.model_calls_of(key)
+    assert (call.provider, call.operation, call.model) == ("acme", complete.__qualname__, "acme-1")
+
+    _other_run, other, _at = started(store)
+
+    async def acomplete(*, prompt: str) -> dict[str, Any]:
+        sent.append({"prompt": prompt})
+        return {"text": prompt.upper()}
+
+    assert asyncio.run(_ctx(store, other).model(acomplete, provider="acme")(prompt="x")) == {
+        "text": "X"
+    }
+    replayed = _ctx(store, other, live=False).model(acomplete, provider="acme")
+    assert asyncio.run(replayed(prompt="x")) == {"text": "X"} and len(sent) == 2
+    with pytest.raises(TypeError, match="encode="):
+        _ctx(store, other).model(lambda **_: object(), provider="acme")(prompt="y")
+    with pytest.raises(TypeError, match="go with provider="):
+        _ctx(store, other).model(complete, usage=len)
