@@ -62,6 +62,7 @@ TASK = COMMON | {
     "stall_after",
     "checkpoint",
     "record",
+    "context",
     *EDGES,
 }
 WAIT_NODE = COMMON | {"wait"}
@@ -82,6 +83,7 @@ BRANCH = frozenset({"guard", "cases"})
 CHILD = frozenset({"workflow", "version", "input", "output"})
 PERSIST = frozenset({"cached", "key"})
 CHECKPOINT = frozenset({"every", "turns"})
+CONTEXT = frozenset({"max_tokens", "summarize", "keep", "pin"})
 ON_RESUME = frozenset({"check", "replan", "after"})
 ANOMALY = frozenset({"fingerprint", "no_progress", "ping_pong", "oscillation", "on_detect"})
 FINGERPRINT = frozenset({"fields", "ignore"})
@@ -97,6 +99,7 @@ SINCE: dict[str, int] = {
     "task.checkpoint": 2,
     "on_resume.after": 2,
     "task.record": 2,
+    "task.context": 2,
     "workflow.record": 2,
     "workflow.node_timeout": 2,
 }

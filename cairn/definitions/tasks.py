@@ -15,6 +15,7 @@ from cairn.model.definition import (
     Branch,
     CheckpointPolicy,
     ChildRun,
+    ContextPolicy,
     Persist,
     PersistKind,
     Route,
@@ -62,6 +63,11 @@ def task_node(
             "'checkpoint' saves a handler's working context: it needs a handler",
             node_id,
         )
+    context = _context(reader, node_id, raw["context"]) if "context" in raw else None
+    if context is not None and raw.get("handler") is None:
+        reader.fault(
+            "bad_value", "'context' budgets a handler's model calls: it needs a handler", node_id
+        )
     record = reader.record(raw["record"], node_id) if "record" in raw else reader.record_http
     if record and raw.get("handler") is None and "record" in raw:
         reader.fault("bad_value", "'record' records a handler's HTTP: it needs a handler", node_id)
@@ -78,6 +84,7 @@ def task_node(
         stall_after=stall_after,
         checkpoint=checkpoint,
         record_http=record and raw.get("handler") is not None,
+        context=context,
         extra=reader.metadata(raw, node_id),
         **common,
     )
@@ -96,6 +103,31 @@ def _checkpoint(reader: Reader, node_id: str, raw: object) -> CheckpointPolicy |
     if every is None and turns is None:
         return None
     return CheckpointPolicy(every=every, turns=turns)
+
+
+def _context(reader: Reader, node_id: str, raw: object) -> ContextPolicy | None:
+    """``{max_tokens: 8000, summarize: "pkg.mod:fn", keep: 4, pin: "pkg.mod:fn"}``."""
+    if not isinstance(raw, Mapping):
+        reader.fault(
+            "bad_value",
+            "'context' is {max_tokens: N, summarize: 'module:function', keep: N, "
+            f"pin: 'module:function'}}, got {raw!r}",
+            node_id,
+        )
+        return None
+    reader.closed(raw, fmt.CONTEXT, "context", node_id, where="context")
+    max_tokens = reader.positive_int(raw.get("max_tokens"), "context.max_tokens", node_id)
+    summarize = reader.ref(raw.get("summarize"), node_id, "context.summarize")
+    if max_tokens is None or summarize is None:
+        if "max_tokens" not in raw or "summarize" not in raw:
+            reader.fault("bad_value", "'context' needs max_tokens and a summarize handler", node_id)
+        return None
+    keep = raw.get("keep", ContextPolicy.keep)
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        reader.fault("bad_value", f"'context.keep' is a count of messages, got {keep!r}", node_id)
+        keep = ContextPolicy.keep
+    pin = reader.ref(raw.get("pin"), node_id, "context.pin")
+    return ContextPolicy(max_tokens, summarize, keep, pin)
 
 
 def _persist(reader: Reader, node_id: str, raw: object) -> Persist:

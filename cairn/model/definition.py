@@ -221,6 +221,19 @@ class CheckpointPolicy:
 
 
 @dataclass(frozen=True)
+class ContextPolicy:
+    """How a handler's model calls keep to a context budget: when a call's messages come
+    to more than ``max_tokens`` (estimated), the older ones are compacted by
+    ``summarize`` before it is sent — all but the pinned ones (system and developer
+    messages, the first user message, and those ``pin`` says) and the last ``keep``."""
+
+    max_tokens: int
+    summarize: Ref
+    keep: int = 4
+    pin: Ref | None = None
+
+
+@dataclass(frozen=True)
 class TaskNode(Node):
     """Runs ``handler`` (or a ``child`` workflow run, or nothing), then follows ``next``,
     ``branch`` or ``route``.
@@ -248,6 +261,8 @@ class TaskNode(Node):
     # Its handler's own outbound HTTP (httpx, requests, urllib) is recorded with the step
     # and answered from the record in replays (``record: http``).
     record_http: bool = False
+    # A context budget for its model calls, kept by compacting older messages.
+    context: ContextPolicy | None = None
 
     kind = "task"
 

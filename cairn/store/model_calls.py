@@ -32,7 +32,8 @@ CALL_COLUMNS = (
     "response",
     "usage",
     "latency_s",
-    "recorded_at",
+    "history",
+    "recorded_at",  # last: stamped by the statement
 )
 
 
@@ -103,14 +104,15 @@ class ModelCallsTx(TxBase):
             .order_by(model_calls.c.call_index)
         )
         sent: dict[int, list[str]] = {}
+        passed: dict[int, list[str]] = {}  # each call's whole conversation
         found = []
         for row in rows:
             record = ModelCallRecord.of(row)
-            stored = row.messages
-            if isinstance(stored, dict):  # {"after": k, "added": [...]}
-                stored = [*sent.get(int(stored["after"]), []), *stored["added"]]
-            sent[record.call_index] = list(stored)
-            found.append(replace(record, messages=list(stored)))
+            messages = _expanded(row.messages, sent)
+            history = None if row.history is None else _expanded(row.history, passed)
+            sent[record.call_index] = messages
+            passed[record.call_index] = history if history is not None else messages
+            found.append(replace(record, messages=messages, history=history))
         return found
 
     def model_messages(self, digests: Sequence[str]) -> dict[str, Any]:
@@ -123,6 +125,12 @@ class ModelCallsTx(TxBase):
             )
         )
         return {row.digest: row.body for row in rows}
+
+
+def _expanded(stored: Any, earlier: Mapping[int, Sequence[str]]) -> list[str]:
+    if isinstance(stored, dict):  # {"after": k, "added": [...]}
+        return [*earlier.get(int(stored["after"]), []), *stored["added"]]
+    return list(stored)
 
 
 def messages_stored(digests: Sequence[str], earlier: Mapping[int, Sequence[str]]) -> Any:

@@ -374,6 +374,9 @@ class ModelCallRecord:
     usage: dict[str, Any] | None
     latency_s: float
     recorded_at: datetime
+    # The digests of the whole conversation the handler passed, when what was sent
+    # (``messages``) was compacted to fit the node's context budget.
+    history: list[str] | None = None
 
     @classmethod
     def of(cls, row: Any) -> ModelCallRecord:
@@ -394,4 +397,5 @@ class ModelCallRecord:
             row.usage,
             row.latency_s,
             row.recorded_at,
+            row.history,
         )

@@ -215,6 +215,8 @@ class ModelCallRow(Base):
     usage: Mapped[dict[str, Any] | None] = mapped_column(Json)
     latency_s: Mapped[float] = mapped_column(Float)
     recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # What the handler passed, when a context budget compacted what was sent (0014).
+    history: Mapped[Any] = mapped_column(Json, nullable=True)
 
 
 class OutboxRow(Base):

@@ -176,6 +176,8 @@ class ReplaySpace:
                 reconnect_within=0.0,
                 live=False,
                 may_have_record=True,
+                # Compacted as the live run was: its summaries are answered from the record.
+                context=declared.context if isinstance(declared, TaskNode) else None,
             ),
         )
         records_http = isinstance(declared, TaskNode) and declared.record_http

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cairn.errors import InvalidInput
+from cairn.model.definition import ContextPolicy
 from cairn.model.failures import BudgetExceeded, PermanentError, StaleClaim, TransientError
 from cairn.model.keys import ExecutionKey
 from cairn.model.payloads import storable_json
@@ -36,6 +37,7 @@ from cairn.reconnect import store_through_outages
 from cairn.store.model_calls import messages_stored
 from cairn.store.records import ModelCallRecord, utcnow
 from cairn.store.sql import Store
+from cairn.workers.model_context import Compactor, estimated_tokens
 from cairn.workers.model_streams import (
     ChunkPublisher,
     RecordedAsyncStream,
@@ -71,15 +73,25 @@ class ModelRequest:
     params: dict[str, Any]
     messages: dict[str, Any]  # digest -> message (a mapping, or an input string), as sent
     digests: tuple[str, ...]
+    # The whole conversation the handler passed, by digest, if what was sent was compacted.
+    history: tuple[str, ...] | None = None
 
     @classmethod
-    def of(cls, provider: str, operation: str, kwargs: Mapping[str, Any]) -> ModelRequest:
-        # What holds the conversation: ``messages``, or the Responses API's ``input`` (a
-        # list of items, or one string).
-        field = "input" if "messages" not in kwargs and "input" in kwargs else "messages"
+    def of(
+        cls,
+        provider: str,
+        operation: str,
+        kwargs: Mapping[str, Any],
+        history: Sequence[Any] | None = None,
+    ) -> ModelRequest:
+        field = conversation_field(kwargs)
         given = kwargs.get(field) or ()
         sent = [_plain(message) for message in ([given] if isinstance(given, str) else given)]
         digests = tuple(_digest(message) for message in sent)
+        passed = None if history is None else [_plain(message) for message in history]
+        stored = dict(zip(digests, sent, strict=True))
+        if passed is not None:
+            stored.update((_digest(message), message) for message in passed)
         params = {
             name: _plain(value)
             for name, value in sorted(kwargs.items())
@@ -92,8 +104,9 @@ class ModelRequest:
             operation,
             str(model) if model is not None else None,
             params,
-            dict(zip(digests, sent, strict=True)),
+            stored,
             digests,
+            None if passed is None else tuple(_digest(message) for message in passed),
         )
 
     def differs_from(self, record: ModelCallRecord) -> str | None:
@@ -124,8 +137,8 @@ class ModelRequest:
 
     def estimated_tokens(self) -> int:
         """A rough count of the request's input tokens (four characters each)."""
-        text = json.dumps(list(self.messages.values())) + json.dumps(self.params.get("system"))
-        return len(text) // 4
+        sent = [self.messages[digest] for digest in self.digests]
+        return estimated_tokens([*sent, self.params.get("system")])
 
 
 @dataclass
@@ -148,8 +161,17 @@ class ModelCalls:
     publish_chunks: Callable[[Sequence[Any]], None] | None = None
     # USD per million input and output tokens by model name (or its start): CAIRN_MODEL_PRICES.
     prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # The node's context budget: older messages compacted before a call over it.
+    context: ContextPolicy | None = None
     next_index: int = 0  # the index of the execution's next call
+    _compactor: Compactor | None = field(default=None, repr=False)
     _record: dict[int, ModelCallRecord] | None = field(default=None, repr=False)
+
+    @property
+    def compactor(self) -> Compactor | None:
+        if self._compactor is None and self.context is not None:
+            self._compactor = Compactor(self.context, lambda message: _digest(_plain(message)))
+        return self._compactor
 
     def take_index(self) -> int:
         index, self.next_index = self.next_index, self.next_index + 1
@@ -183,7 +205,10 @@ class ModelCalls:
             return
         if self.lease_trusted is not None and not self.lease_trusted():
             raise StaleClaim(f"{self.key}: the claim is stale; model call {index} not recorded")
-        earlier = {i: list(c.messages) for i, c in self._load().items() if i < index}
+        recorded = {i: c for i, c in self._load().items() if i < index}
+        earlier = {i: list(c.messages) for i, c in recorded.items()}
+        passed = {i: list(c.history or c.messages) for i, c in recorded.items()}
+        history = request.history
         call = {
             "call_index": index,
             "provider": request.provider,
@@ -194,6 +219,7 @@ class ModelCalls:
             "response": response,
             "usage": response.get("usage"),
             "latency_s": latency_s,
+            "history": None if history is None else messages_stored(history, passed),
         }
         try:
             storable_json(call, what="a model call's record", limit_bytes=self.max_bytes)
@@ -226,6 +252,7 @@ class ModelCalls:
             response.get("usage"),
             latency_s,
             utcnow(),
+            None if history is None else list(history),
         )
 
     def _load(self) -> dict[int, ModelCallRecord]:
@@ -415,17 +442,40 @@ class _Create:
         return create
 
     def _prepare(
-        self, kwargs: Mapping[str, Any]
+        self, kwargs: Mapping[str, Any], history: Sequence[Any] | None = None
     ) -> tuple[int, ModelRequest, dict[str, Any] | None]:
-        request = ModelRequest.of(self.provider, self.operation, kwargs)
+        request = ModelRequest.of(self.provider, self.operation, kwargs, history)
         index = self.calls.take_index()
         answer = self.calls.recorded(index, request)
         if answer is None:
             self._afford(request)
         return index, request, answer
 
+    def _fitted(
+        self, kwargs: dict[str, Any], sent: list[Any] | None
+    ) -> tuple[dict[str, Any], list[Any] | None]:
+        """``kwargs`` with ``sent`` as the conversation, and the conversation the handler
+        passed (None, and ``kwargs`` as they are, if nothing was compacted)."""
+        if sent is None:
+            return kwargs, None
+        field = conversation_field(kwargs)
+        return {**kwargs, field: sent}, list(kwargs[field])
+
+    def _conversation(self, kwargs: Mapping[str, Any]) -> list[Any] | None:
+        """The conversation a context budget may compact (None: there is no budget)."""
+        given = kwargs.get(conversation_field(kwargs))
+        if self.calls.compactor is None or not isinstance(given, list | tuple):
+            return None
+        return list(given)
+
     def _call(self, send: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-        index, request, answer = self._prepare(kwargs)
+        conversation = self._conversation(kwargs)
+        if conversation is not None and self.calls.compactor is not None:
+            compacted = self.calls.compactor.compact(self.ctx, conversation)
+            kwargs, history = self._fitted(kwargs, compacted)
+        else:
+            history = None
+        index, request, answer = self._prepare(kwargs, history)
         streaming = bool(kwargs.get("stream"))
         if answer is not None:
             return self._answered(answer, kwargs, streaming)
@@ -446,7 +496,13 @@ class _Create:
         return self._answered(answer, kwargs, streaming)
 
     async def _call_async(self, send: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> Any:
-        index, request, answer = await asyncio.to_thread(self._prepare, kwargs)
+        conversation = self._conversation(kwargs)
+        if conversation is not None and self.calls.compactor is not None:
+            compacted = await self.calls.compactor.compact_async(self.ctx, conversation)
+            kwargs, history = self._fitted(kwargs, compacted)
+        else:
+            history = None
+        index, request, answer = await asyncio.to_thread(self._prepare, kwargs, history)
         streaming = bool(kwargs.get("stream"))
         if answer is not None:
             if streaming:
@@ -588,6 +644,12 @@ def _retry_after(exc: Exception) -> float | None:
         except ValueError:
             continue  # an HTTP date: left to the node's backoff
     return None
+
+
+def conversation_field(kwargs: Mapping[str, Any]) -> str:
+    """What holds a call's conversation: ``messages``, or the Responses API's ``input``
+    (a list of items, or one string)."""
+    return "input" if "messages" not in kwargs and "input" in kwargs else "messages"
 
 
 def _left_out(value: Any) -> bool:

@@ -252,6 +252,7 @@ class NodeRunner:
                 may_have_record=message.resumed or attempt > 1,
                 prices=self.settings.model_prices,
                 publish_chunks=partial(self.leases.append_chunks, message.run_id),
+                context=node.context,
                 **common,
             ),
         )
