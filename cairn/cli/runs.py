@@ -17,6 +17,7 @@ from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, out
 
 if TYPE_CHECKING:
     from cairn.client import Client
+    from cairn.observe.streamed import Streamed
 from cairn.errors import InvalidInput
 from cairn.model.statuses import RunStatus
 
@@ -317,10 +318,13 @@ def watch(
     run_id: Annotated[str, typer.Argument()],
     interval: Annotated[float, typer.Option(help="Seconds between refreshes.")] = 0.5,
     timeout: Annotated[float | None, typer.Option(help="Give up after this many s.")] = None,
+    no_text: Annotated[
+        bool, typer.Option("--no-text", help="Do not show what model calls are streaming.")
+    ] = False,
 ) -> None:
     """Follow a run live until it ends: a progress bar of its steps, what each running
-    node is doing (heartbeats), what it waits for, and every recovery. Exit 0 if it
-    succeeded, 1 if not, 3 on timeout."""
+    node is doing (heartbeats) and the last lines its model call is streaming, what it
+    waits for, and every recovery. Exit 0 if it succeeded, 1 if not, 3 on timeout."""
     from cairn.client import Client
 
     client = Client()
@@ -329,6 +333,7 @@ def watch(
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         orchestrator = client.runtime.orchestrator
+        reports = _Reports(client, run_id, text=not no_text)
         with Live(console=out, refresh_per_second=4, transient=False) as live:
             while True:
                 view = orchestrator.get_run(run_id)
@@ -337,8 +342,17 @@ def watch(
                     seen = event["seq"]
                     if event["type"] == "audit.recovered":
                         recoveries.append(_recovered_line(event["data"]))
+                beats = reports.read(view)
                 live.update(
-                    _watch_view(view, definition, _heartbeats(client, view), recoveries, client)
+                    _watch_view(
+                        view,
+                        definition,
+                        beats,
+                        recoveries,
+                        client,
+                        said=reports.said,
+                        problem=reports.problem,
+                    )
                 )
                 if view.status.terminal:
                     break
@@ -351,12 +365,53 @@ def watch(
         raise typer.Exit(EXIT_FAILED)
 
 
+TEXT_ROWS = 4  # rows of a model call's text under its node: a glimpse, not a transcript
+TEXT_INDENT = "  │ "
+REDIS_RETRY_S = 5.0
+
+
+class _Reports:
+    """What a run's running nodes report through Redis — heartbeats, and what their model
+    calls stream — read once per refresh of ``cairn watch``. Best effort: Redis out of
+    reach costs the view those lines (and is tried again after ``REDIS_RETRY_S``, so a
+    connect timeout does not stall every refresh), never the watch itself."""
+
+    def __init__(self, client: Client, run_id: str, *, text: bool) -> None:
+        from cairn.observe.streamed import Streamed
+
+        self.client, self.run_id = client, run_id
+        self.said = Streamed() if text else None
+        self.problem: str | None = None
+        self._retry_at = 0.0
+
+    def read(self, view: Any) -> dict[str, dict[str, Any] | None]:
+        import redis
+
+        if time.monotonic() < self._retry_at:
+            return {}
+        try:
+            beats = _heartbeats(self.client, view)
+            # While nothing runs there is no text to show: the log is read on when it does.
+            if self.said is not None and beats:
+                self.said.read(self.client.runtime.leases, self.run_id)
+                self.said.prune({s.node: s.iteration for s in view.state.nodes.values()})
+        except redis.RedisError as exc:
+            self.problem = f"no heartbeats nor streamed text: Redis unreachable ({exc})"
+            self._retry_at = time.monotonic() + REDIS_RETRY_S
+            return {}
+        self.problem = None
+        return beats
+
+
 def _watch_view(
     view: Any,
     definition: Any,
     beats: dict[str, dict[str, Any] | None],
     recoveries: list[str],
     client: Client,
+    *,
+    said: Streamed | None = None,
+    problem: str | None = None,
 ) -> Group:
     """One frame of ``cairn watch``."""
     from cairn.observe.explain import context_lines, waiting_lines
@@ -373,12 +428,29 @@ def _watch_view(
     )
     bar.add_task(f"{view.workflow}@{view.version}", total=len(tasks) or 1, completed=done)
     lines = [f"{view.id}  {view.status.value}" + (f": {view.reason}" if view.reason else "")]
+    streaming = _streaming(state, said)
     interval = client.settings.heartbeat_interval
-    lines += [f"{running}: {_liveness(beat, interval)}" for running, beat in beats.items()]
+    for running, beat in beats.items():
+        lines.append(f"{running}: {_liveness(beat, interval)}")
+        lines += [TEXT_INDENT + row for row in streaming.get(running, [])]
+    if problem is not None:
+        lines.append(problem)
     if state is not None:
         lines += waiting_lines(definition, state, time.time()) + context_lines(definition, state)
     lines += recoveries
     return Group(bar, *(Text(line) for line in lines))
+
+
+def _streaming(state: Any, said: Streamed | None) -> dict[str, list[str]]:
+    """The rows of text to show under each running execution, by its heartbeat's label.
+    Only the run phase's: a chunk does not say which phase published it."""
+    if state is None or said is None:
+        return {}
+    width = out.width - len(TEXT_INDENT)
+    return {
+        f"{s.node}#{s.iteration}": said.shown(s.node, s.iteration, s.attempt, TEXT_ROWS, width)
+        for s in state.active_nodes
+    }
 
 
 def _recovered_line(data: dict[str, Any]) -> str:

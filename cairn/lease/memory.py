@@ -13,6 +13,7 @@ from typing import Any
 from cairn.lease import port
 from cairn.lease.port import (
     CHUNKS_KEPT,
+    CHUNKS_PER_READ,
     FINISHED_FENCE_TTL_MS,
     Lapsed,
     Lease,
@@ -170,7 +171,8 @@ class MemoryLeases:
         floor = int(after.partition("-")[0] or 0)
 
         def newer() -> list[tuple[str, dict[str, Any]]]:
-            return [e for e in self._chunks.get(run_id, []) if int(e[0].partition("-")[0]) > floor]
+            log = self._chunks.get(run_id, [])
+            return [e for e in log if int(e[0].partition("-")[0]) > floor][:CHUNKS_PER_READ]
 
         with self._chunk_added:
             found = newer()

@@ -64,6 +64,8 @@ LAPSED_HOLD_S = 30.0  # a lapsed claim taken, and not settled, comes back after 
 # A run's live chunk log (streamed model output): capped, and gone an hour after its last.
 CHUNKS_KEPT = 20_000
 CHUNKS_TTL_S = 3600
+# The most one read_chunks returns: a reader that gets this many has more waiting.
+CHUNKS_PER_READ = 1000
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,8 @@ class Leases(Protocol):
         self, run_id: str, after: str, block_s: float = 0.0
     ) -> list[tuple[str, dict[str, Any]]]:
         """The run's chunks after the entry ``after`` ("0": from the start), as (id,
-        chunk), in order; waiting up to ``block_s`` for one if there is none yet."""
+        chunk), in order, at most ``CHUNKS_PER_READ``; waiting up to ``block_s`` for one
+        if there is none yet."""
         ...
 
     def announce_stops(self, keys: Sequence[str]) -> None:

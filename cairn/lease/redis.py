@@ -21,6 +21,7 @@ from cairn.lease import port
 from cairn.lease.port import (
     BEAT_TTL_PERIODS,
     CHUNKS_KEPT,
+    CHUNKS_PER_READ,
     CHUNKS_TTL_S,
     FENCE_TTL_MS,
     FINISHED_FENCE_TTL_MS,
@@ -163,7 +164,7 @@ class RedisLeases:
     ) -> list[tuple[str, dict[str, Any]]]:
         key = f"{CHUNKS_PREFIX}{run_id}"
         block = int(block_s * 1000) if block_s > 0 else None
-        found: Any = self.client.xread({key: after}, count=1000, block=block)
+        found: Any = self.client.xread({key: after}, count=CHUNKS_PER_READ, block=block)
         return [
             (entry_id.decode(), json.loads(fields[b"chunk"]))
             for _stream, entries in found or []

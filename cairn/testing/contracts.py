@@ -200,6 +200,16 @@ class LeasesContract:
         later.join()
         assert leases.read_chunks(f"{run}-other", "0", block_s=0.1) == []
 
+    def test_a_chunk_read_returns_at_most_chunks_per_read(self, leases: Leases) -> None:
+        """A reader that gets a full read knows more waits (``cairn watch`` catching up)."""
+        run = f"run-{time.monotonic_ns()}"
+        many = lease_port.CHUNKS_PER_READ + 5
+        leases.append_chunks(run, [{"text": str(n)} for n in range(many)])
+        first = leases.read_chunks(run, "0")
+        assert len(first) == lease_port.CHUNKS_PER_READ
+        rest = leases.read_chunks(run, first[-1][0])
+        assert [c["text"] for _id, c in first + rest] == [str(n) for n in range(many)]
+
 
 class ObjectStoreContract:
     """What the artifacts rely on from an :class:`~cairn.artifacts.stores.ObjectStore`:

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import glob
+import io
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from functools import partial
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
-from cairn.cli import runs  # noqa: F401 - registers the run commands
+from cairn.cli import runs  # registers the run commands
 from cairn.cli.main import app, main
 from cairn.client import Client
 from cairn.errors import CairnError, ConfigError
@@ -513,6 +517,43 @@ def test_watch_follows_a_run_to_its_end(
     parked = runner.invoke(app, ["watch", waiting, "--interval", "0.05", "--timeout", "0.3"])
     assert parked.exit_code == 3
     assert "waiting for a signal (approve, reject)" in flat(parked.output)
+
+
+def test_watch_shows_streamed_text_from_memory_leases_and_survives_redis_out_of_reach(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded default: the view reads this process's chunk log as it reads Redis's.
+    With Redis out of reach (a port that refuses), the watch still follows the run and
+    says what it lacks."""
+    monkeypatch.setenv("CAIRN_HOME", str(tmp_path))
+    monkeypatch.setenv("CAIRN_WORKFLOWS", "tests/integration/workflows")
+    client = Client()
+    try:
+        run_id = client.submit("paging", {"ledger": str(tmp_path / "ledger")})  # no worker
+        said = {"node": "read", "iteration": 1, "attempt": 1, "call": 0, "offset": 0}
+        client.runtime.leases.append_chunks(run_id, [{**said, "text": "reading page one"}])
+        reports = runs._Reports(client, run_id, text=True)
+        view = client.get_run(run_id)
+        definition = client.runtime.orchestrator.registry.get(view.workflow, view.version)
+        frame = runs._watch_view(
+            view, definition, reports.read(view), [], client, said=reports.said
+        )
+        drawn = io.StringIO()
+        Console(file=drawn, width=100).print(frame)
+        assert "read#1: waiting for a worker" in drawn.getvalue()
+        assert "│ reading page one" in drawn.getvalue()
+    finally:
+        client.close()
+
+    with socket.socket() as refusing:  # bound, never listening: connections are refused
+        refusing.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("CAIRN_REDIS_URL", f"redis://127.0.0.1:{refusing.getsockname()[1]}/0")
+        started = time.monotonic()
+        parked = runner.invoke(app, ["watch", run_id, "--interval", "0.05", "--timeout", "0.5"])
+    assert parked.exit_code == 3, parked.output
+    assert parked.exception is None or isinstance(parked.exception, SystemExit)
+    assert "no heartbeats nor streamed text: Redis unreachable" in flat(parked.output)
+    assert time.monotonic() - started < 10
 
 
 def test_register_takes_all_or_nothing_and_names_every_fault(
