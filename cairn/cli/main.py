@@ -11,6 +11,7 @@ from cairn.cli import (  # noqa: F401 - each module registers its commands
     definitions,
     demo,
     effects,
+    model_calls,
     processes,
     replay,
     runs,

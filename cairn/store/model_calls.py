@@ -103,17 +103,30 @@ class ModelCallsTx(TxBase):
             )
             .order_by(model_calls.c.call_index)
         )
-        sent: dict[int, list[str]] = {}
-        passed: dict[int, list[str]] = {}  # each call's whole conversation
-        found = []
-        for row in rows:
-            record = ModelCallRecord.of(row)
-            messages = _expanded(row.messages, sent)
-            history = None if row.history is None else _expanded(row.history, passed)
-            sent[record.call_index] = messages
-            passed[record.call_index] = history if history is not None else messages
-            found.append(replace(record, messages=messages, history=history))
-        return found
+        return _records(rows)
+
+    def model_calls_of_run(self, run_id: str, node: str | None = None) -> list[ModelCallRecord]:
+        """Every call the run's executions recorded (of ``node`` only, if given): each
+        execution's in order of index, the executions in the order they began."""
+        query = select(model_calls).where(model_calls.c.run_id == run_id)
+        if node is not None:
+            query = query.where(model_calls.c.node == node)
+        rows = self.connection.execute(
+            query.order_by(
+                model_calls.c.node,
+                model_calls.c.iteration,
+                model_calls.c.phase,
+                model_calls.c.call_index,
+            )
+        )
+        found = _records(rows)
+        first: dict[tuple[str, int, str], Any] = {}
+        for call in found:
+            first.setdefault((call.node, call.iteration, call.phase), call.recorded_at)
+        return sorted(
+            found,
+            key=lambda c: (first[c.node, c.iteration, c.phase], c.node, c.iteration, c.call_index),
+        )
 
     def model_messages(self, digests: Sequence[str]) -> dict[str, Any]:
         """The stored messages of these digests (digest -> body)."""
@@ -125,6 +138,25 @@ class ModelCallsTx(TxBase):
             )
         )
         return {row.digest: row.body for row in rows}
+
+
+def _records(rows: Any) -> list[ModelCallRecord]:
+    """Rows of calls, ordered by execution then index, as records with their messages
+    (and history) expanded to full lists of digests."""
+    sent: dict[tuple[Any, ...], list[str]] = {}
+    passed: dict[tuple[Any, ...], list[str]] = {}  # each call's whole conversation
+    found = []
+    for row in rows:
+        record = ModelCallRecord.of(row)
+        execution = (record.node, record.iteration, record.phase)
+        mine = {k[-1]: v for k, v in sent.items() if k[:-1] == execution}
+        whole = {k[-1]: v for k, v in passed.items() if k[:-1] == execution}
+        messages = _expanded(row.messages, mine)
+        history = None if row.history is None else _expanded(row.history, whole)
+        sent[(*execution, record.call_index)] = messages
+        passed[(*execution, record.call_index)] = history if history is not None else messages
+        found.append(replace(record, messages=messages, history=history))
+    return found
 
 
 def _expanded(stored: Any, earlier: Mapping[int, Sequence[str]]) -> list[str]:

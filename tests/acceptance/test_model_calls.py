@@ -57,6 +57,16 @@ def test_an_agents_calls_are_made_once_and_replay_fork_and_bisect_make_none(
     reported = sum(c.usage["total_tokens"] for c in calls if c.usage)
     assert (view.state.nodes["think"].spent or {})["tokens"] == reported > 0
 
+    listed = cluster.cli("calls", run_id, "--json")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    record = json.loads(listed.stdout)
+    assert [c["call"] for c in record["calls"]] == list(range(6))
+    assert record["calls"][-1]["text"] == "A cairn is a pile of stones."
+    last_sent = [record["messages"][d] for d in record["calls"][-1]["messages"]]
+    assert [m["role"] for m in last_sent[-2:]] == ["assistant", "tool"]
+    shown = cluster.cli("calls", run_id, "--show", "5")
+    assert shown.returncode == 0 and "A cairn is a pile of stones." in shown.stdout
+
     replayed = cluster.cli("replay", run_id, "--json")
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert json.loads(replayed.stdout)["diverged"] is False

@@ -110,3 +110,14 @@ def test_the_chunks_of_an_attempt_cut_short_are_marked_superseded(live: Live) ->
     assert cut and all(c["superseded"] for c in cut)
     assert kept and not any(c["superseded"] for c in kept)
     assert "".join(str(c["text"]) for c in kept) == "the answer, whole this time"
+
+    # The record holds the call once, as the attempt that completed it made it.
+    recorded = live.api.get(f"/v1/runs/{run_id}/model-calls", headers=AUTH)
+    assert recorded.status_code == 200, recorded.text
+    body = recorded.json()
+    (call,) = body["calls"]
+    assert (call["node"], call["call"], call["attempt"]) == ("talk", 0, 2)
+    assert call["text"] == "the answer, whole this time" and call["history"] is None
+    assert [body["messages"][d]["role"] for d in call["messages"]] == ["user"]
+    missing = live.api.get("/v1/runs/no-such-run/model-calls", headers=AUTH)
+    assert missing.status_code == 404

@@ -17,6 +17,7 @@ from cairn.errors import WorkflowDefinitionError
 from cairn.model.definition import ContextPolicy, Ref, TaskNode
 from cairn.model.keys import ExecutionKey
 from cairn.model.state import RunState
+from cairn.observe.model_calls import model_calls_view
 from cairn.store.sql import Store
 from cairn.testing.model_server import ModelServer, Reply
 from cairn.testing.store_contract import started
@@ -122,6 +123,9 @@ def test_older_messages_are_summarized_before_the_call_and_the_history_is_record
         assert final.history is not None
         history = tx.model_messages(final.history)
     assert compacted and all(c.model == "agent" for c in compacted)
+    view = model_calls_view(store, key.run_id)
+    assert [c["history"] for c in view["calls"]] == [c.history for c in calls]
+    assert [view["messages"][d] for d in view["calls"][-1]["history"]] == conversation[:-1]
     # The whole conversation the handler passed stays readable, message by message.
     assert [history[d] for d in final.history] == conversation[:-1]
     assert len(final.messages) == len(last)

@@ -1,0 +1,36 @@
+"""``GET /v1/runs/{id}/model-calls``: what a run's model calls sent and were answered,
+for audit — each message once, by digest."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+
+from cairn.api.deps import Namespace
+from cairn.api.runs import ERRORS, RunId, Runtime_, head_in
+from cairn.observe.model_calls import model_calls_view
+
+router = APIRouter(prefix="/v1")
+
+
+class ModelCallList(BaseModel):
+    calls: list[dict[str, Any]]
+    messages: dict[str, Any]
+
+
+@router.get("/runs/{run_id}/model-calls", response_model=ModelCallList, responses=ERRORS)
+def run_model_calls(
+    run_id: RunId,
+    runtime: Runtime_,
+    namespace: Namespace,
+    node: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+) -> ModelCallList:
+    """Every model call the run's executions recorded (of ``node`` only, if given), in
+    the order they were made: provider, model, parameters, the digests of the messages
+    sent and — when a context budget compacted them — of the whole conversation the
+    handler passed (``history``), the response and its text, usage, latency. Each
+    message's content is in ``messages``, once."""
+    head_in(runtime, run_id, namespace)
+    return ModelCallList(**model_calls_view(runtime.store, run_id, node))
