@@ -36,12 +36,17 @@ being retried behind the test's back::
 Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/responses`` (OpenAI; the SDK's
 ``base_url`` is ``<url>/v1``) and ``POST /v1/messages`` (Anthropic; ``base_url`` is ``<url>``).
 Scripted replies and faults are consumed in order by the next requests, whichever provider
-they are for; when none is queued a request gets the default reply ``"reply <n>"``, ``n``
-counting the default replies given so far, so that a test can tell turns apart. A reply's
+they are for. When none is queued, the server's *responder* is asked, if it has one: a
+callable ``(Request) -> Reply | Fault | None`` that plays the model from what the request
+says (``ModelServer(responder=...)``; ``examples/calculator_model.py`` is one). Failing
+that (no responder, or it answered ``None``) a request gets the default reply
+``"reply <n>"``, ``n`` counting the default replies given so far, so that a test can tell
+turns apart. A responder that raises is answered as a 500 naming the exception. A reply's
 finish reason may be given in either provider's words (``"tool_calls"`` or ``"tool_use"``):
 it is translated for the provider asked.
 
-Run ``python -m cairn.testing.model_server --port 8765`` to serve until interrupted.
+Run ``python -m cairn.testing.model_server --port 8765 [--responder module:function]`` to
+serve until interrupted.
 
 The module is a server: it imports neither SDK, nor anything from cairn.
 """
@@ -50,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import itertools
 import json
 import math
@@ -58,6 +64,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,7 +73,15 @@ from types import TracebackType
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
-__all__ = ["Fault", "ModelServer", "Reply", "Request", "ToolCall", "estimate_tokens"]
+__all__ = [
+    "Fault",
+    "ModelServer",
+    "Reply",
+    "Request",
+    "Responder",
+    "ToolCall",
+    "estimate_tokens",
+]
 
 Provider = Literal["openai", "anthropic"]
 
@@ -153,6 +168,14 @@ class Request:
     headers: dict[str, str]
     stream: bool
     at: float
+
+
+# Plays the model for the requests no script answers; None: the default reply.
+Responder = Callable[[Request], Reply | Fault | None]
+
+
+class _ResponderFailed(Exception):
+    """The responder raised, or answered something that is not a reply."""
 
 
 def estimate_tokens(text: str) -> int:
@@ -783,7 +806,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         stream = bool(body.get("stream"))
         request = Request(provider, self.path, body, headers, stream, time.time())
-        item = self.owner._admit(request)
+        try:
+            item = self.owner._admit(request)
+        except _ResponderFailed as exc:
+            self._write(_error(provider, 500, str(exc), reply_headers))
+            return
 
         drop_after: int | None = None
         if isinstance(item, Fault):
@@ -851,9 +878,13 @@ class _Handler(BaseHTTPRequestHandler):
 class ModelServer:
     """A local stand-in for the OpenAI and Anthropic APIs; see the module's docstring."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, responder: Responder | None = None
+    ) -> None:
         self._host = host
         self._port = port
+        # Asked for each request the script leaves unanswered; may be swapped at any time.
+        self.responder = responder
         self._lock = threading.Lock()
         self._queue: deque[Reply | Fault] = deque()
         self._log: list[Request] = []
@@ -965,6 +996,14 @@ class ModelServer:
             self._log.append(request)
             if self._queue:
                 return self._queue.popleft()
+            responder = self.responder
+        if responder is not None:
+            # Outside the lock: a responder may take its time, and other requests must not
+            # wait for it.
+            item = _respond(responder, request)
+            if item is not None:
+                return item
+        with self._lock:
             number = self._defaults
             self._defaults += 1
         return Reply(text=f"reply {number}")
@@ -983,6 +1022,34 @@ class ModelServer:
             self._connections.pop(connection, None)
 
 
+def _respond(responder: Responder, request: Request) -> Reply | Fault | None:
+    name = getattr(responder, "__qualname__", repr(responder))
+    try:
+        item = responder(request)
+    except Exception as exc:
+        # The client only sees a 500; whoever runs the server sees where the responder broke.
+        traceback.print_exc(file=sys.stderr)
+        raise _ResponderFailed(f"The responder {name} raised {exc!r}.") from exc
+    if item is not None and not isinstance(item, Reply | Fault):
+        raise _ResponderFailed(
+            f"The responder {name} answered {type(item).__name__}, not a Reply, Fault or None."
+        )
+    return item
+
+
+def _load_responder(spec: str) -> Responder:
+    """The function ``module:function`` names (imported from ``sys.path``)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"a responder is named module:function, not {spec!r}")
+    target: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise TypeError(f"{spec} is not callable")
+    return cast(Responder, target)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m cairn.testing.model_server",
@@ -990,12 +1057,34 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument(
+        "--responder",
+        metavar="MODULE:FUNCTION",
+        help="answer requests with this function of a Request (returning a Reply, a Fault, "
+        "or None for the default reply)",
+    )
     args = parser.parse_args(argv)
-    server = ModelServer(args.host, args.port).start()
+    if __spec__ is not None and __name__ == "__main__":
+        # Run with -m, this module is __main__; a responder importing Reply by the module's
+        # own name must get these very classes, not those of a second copy.
+        sys.modules.setdefault(__spec__.name, sys.modules[__name__])
+    try:
+        responder = _load_responder(args.responder) if args.responder else None
+    except (ImportError, AttributeError, TypeError, ValueError) as exc:
+        parser.error(f"--responder: {exc}")
+    server = ModelServer(args.host, args.port, responder=responder).start()
     print(f"model server listening on {server.url}", flush=True)
     print(f"  OpenAI(base_url={server.openai_base_url!r}, api_key='test')", flush=True)
     print(f"  Anthropic(base_url={server.anthropic_base_url!r}, api_key='test')", flush=True)
-    print("every request gets a default reply: 'reply 0', 'reply 1', ...; Ctrl-C stops", flush=True)
+    if args.responder:
+        print(
+            f"{args.responder} answers requests (None: a default reply); Ctrl-C stops", flush=True
+        )
+    else:
+        print(
+            "every request gets a default reply: 'reply 0', 'reply 1', ...; Ctrl-C stops",
+            flush=True,
+        )
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

@@ -20,7 +20,15 @@ import pytest
 from anthropic import Anthropic, AsyncAnthropic
 from openai import AsyncOpenAI, OpenAI
 
-from cairn.testing.model_server import Fault, ModelServer, Reply, ToolCall, estimate_tokens
+from cairn.testing.model_server import (
+    Fault,
+    ModelServer,
+    Reply,
+    Request,
+    ToolCall,
+    estimate_tokens,
+)
+from tests.support.services import ROOT
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "Be brief."},
@@ -474,6 +482,147 @@ def test_a_fault_takes_exactly_one_kind() -> None:
         Fault(status=200)
     with pytest.raises(ValueError, match="retry_after_s"):
         Fault(hang=True, retry_after_s=1)
+
+
+# --- a responder ---------------------------------------------------------------------------
+
+
+def _echo(request: Request) -> Reply | Fault | None:
+    """Plays a model from the request: repeats the last message, asks for a tool when the
+    message names one offered, rate-limits on "slow down", leaves "pass" to the default."""
+    said = str(request.body["messages"][-1]["content"])
+    if said == "pass":
+        return None
+    if said == "slow down":
+        return Fault(status=429, retry_after_s=1)
+    offered = [tool["function"]["name"] for tool in request.body.get("tools", [])]
+    if said in offered:
+        return Reply(tool_calls=(ToolCall(said, {"asked": said}),))
+    return Reply(text=f"you said: {said}")
+
+
+def _say(client: OpenAI, text: str, **kwargs: Any) -> Any:
+    messages = [{"role": "user", "content": text}]
+    return client.chat.completions.create(model="gpt-test", messages=messages, **kwargs)
+
+
+def test_a_responder_answers_what_the_script_does_not() -> None:
+    with (
+        ModelServer(responder=_echo) as server,
+        OpenAI(base_url=server.openai_base_url, api_key="test", max_retries=0) as gpt,
+    ):
+        server.script(Reply(text="scripted"))  # a scripted reply still comes first
+        replies = [_say(gpt, "hello"), _say(gpt, "hello"), _say(gpt, "pass"), _say(gpt, "pass")]
+        assert [r.choices[0].message.content for r in replies] == [
+            "scripted",
+            "you said: hello",
+            "reply 0",  # None: the default reply, numbered among the default replies only
+            "reply 1",
+        ]
+        # Usage is the stand-in's estimate, as for a scripted reply without counts.
+        assert replies[1].usage.completion_tokens == estimate_tokens("you said: hello")
+        assert replies[1].usage.prompt_tokens == estimate_tokens("hello")
+
+        called = _say(gpt, "get_weather", tools=[WEATHER_TOOL])
+        (call,) = called.choices[0].message.tool_calls
+        assert (call.function.name, json.loads(call.function.arguments)) == (
+            "get_weather",
+            {"asked": "get_weather"},
+        )
+        assert called.choices[0].finish_reason == "tool_calls"
+        with pytest.raises(openai.RateLimitError) as limited:
+            _say(gpt, "slow down")
+        assert limited.value.response.headers["retry-after"] == "1"
+        assert server.count() == 6  # every request logged, whoever answered it
+
+
+def test_a_responder_streams_and_can_be_swapped(server: ModelServer, gpt: OpenAI) -> None:
+    assert _say(gpt, "hi").choices[0].message.content == "reply 0"
+    server.responder = _echo
+    stream = _say(gpt, "streamed words", stream=True)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text == "you said: streamed words"
+    server.reset()  # forgets requests and the queue, keeps the responder
+    assert _say(gpt, "again").choices[0].message.content == "you said: again"
+    assert server.count() == 1
+
+
+def test_a_responder_that_fails_is_a_500_naming_it(
+    server: ModelServer, gpt: OpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(request: Request) -> Reply:
+        raise KeyError("messages")
+
+    def confused(request: Request) -> Any:
+        return "The answer is 4."
+
+    server.responder = broken
+    with pytest.raises(openai.InternalServerError, match=r"broken raised KeyError\('messages'\)"):
+        _say(gpt, "hi")
+    assert "KeyError" in capsys.readouterr().err  # the traceback, for whoever runs it
+    server.responder = confused
+    with pytest.raises(openai.InternalServerError, match="answered str, not a Reply"):
+        _say(gpt, "hi")
+    assert server.count() == 2
+
+
+def test_the_module_serves_a_responder_named_on_its_command_line() -> None:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cairn.testing.model_server",
+            "--port",
+            "0",
+            "--responder",
+            "examples.calculator_model:respond",
+        ],
+        cwd=ROOT,  # where the examples are importable from
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split()[-1]
+        tool = {"type": "function", "function": {"name": "calculate", "parameters": {}}}
+        with OpenAI(base_url=url + "/v1", api_key="test", max_retries=0) as client:
+            asked = _say(client, "2 + 3", tools=[tool]).choices[0].message.tool_calls
+            answered = _say(client, "7", tools=[tool]).choices[0].message.content
+        assert [(c.function.name, json.loads(c.function.arguments)) for c in asked] == [
+            ("calculate", {"left": 2, "op": "+", "right": 3})
+        ]
+        assert answered == "The answer is 7."
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=5) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def test_an_unknown_responder_is_refused_at_start() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "cairn.testing.model_server", "--responder", "examples"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2  # argparse's usage error, not a traceback
+    assert "--responder: a responder is named module:function, not 'examples'" in done.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "cairn.testing.model_server", "--responder", "examples.nope:f"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert missing.returncode == 2
+    assert "No module named 'examples.nope'" in missing.stderr
 
 
 # --- faults --------------------------------------------------------------------------------

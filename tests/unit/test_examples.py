@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cairn.config import Settings
 from cairn.definitions.catalog import discover
-from cairn.definitions.loader import load_file
+from cairn.engine.reads import RunView
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.testing.driver import Driver
+from cairn.testing.model_server import ModelServer, Reply, Request, ToolCall
+from examples import agent, calculator_model
 from tests.unit.conftest import EXAMPLES
 
 
@@ -43,34 +48,174 @@ def test_weekly_report_revises_a_report_without_data_a_bounded_number_of_times()
     assert state.vars["revision"] == 3
 
 
+# --- agent_loop: the calculator "model" and the example's handlers, on the embedded runtime.
+# On real services (PostgreSQL, Redis, Celery workers): tests/acceptance/test_agent_example.py
+
+
+def _ask(body: dict[str, Any]) -> Reply | None:
+    return calculator_model.respond(
+        Request("openai", "/v1/chat/completions", body, {}, stream=False, at=0.0)
+    )
+
+
+def _converse(question: str) -> tuple[list[Reply], list[dict[str, Any]]]:
+    """The calculator model's replies to a conversation the way ``think`` and ``act``
+    build it: each tool call answered by the example's own calculator."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": agent.SYSTEM},
+        {"role": "user", "content": question},
+    ]
+    replies: list[Reply] = []
+    for _turn in range(20):
+        reply = _ask({"model": "m", "messages": messages, "tools": [agent.CALCULATE]})
+        assert reply is not None
+        replies.append(reply)
+        if not reply.tool_calls:
+            return replies, messages
+        calls: list[dict[str, Any]] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            }
+            for call in reply.tool_calls
+        ]
+        messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+        for call in calls:
+            result = agent._run_tool(call["function"])
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+    raise AssertionError(f"no answer to {question!r} in 20 turns")
+
+
 @pytest.mark.parametrize(
-    ("question", "answer", "thinks"),
-    [("2 + 3", 5, 1), ("2 + 3 * 4 - 5", 15, 3), ("7", 7, 1), ("1 + 1 + 1 + 1 + 1 + 1 + 1", 7, 6)],
+    ("question", "answer", "tool_turns"),
+    [
+        ("2 + 3", 5, 1),
+        ("2 + 3 * 4 - 5", 15, 3),
+        ("2 + 3 * 4", 20, 2),
+        ("7", 7, 0),
+        ("-2 * -3", 6, 1),
+    ],
 )
-def test_agent_loop_answers_with_the_calculator(question: str, answer: int, thinks: int) -> None:
-    driver = Driver(load_file(EXAMPLES / "agent_loop.yaml"))
-    driver.start(question=question)
-    state = driver.run_to_end()
-    assert state.status is RunStatus.SUCCEEDED
-    assert state.vars["answer"] == answer
-    assert state.visits["think"] == thinks
-    assert state.vars["transcript"][-1]["content"] == f"The answer is {answer}."
+def test_the_calculator_model_asks_for_one_calculation_a_turn_then_answers(
+    question: str, answer: int, tool_turns: int
+) -> None:
+    replies, messages = _converse(question)
+    assert [len(r.tool_calls) for r in replies] == [1] * tool_turns + [0]
+    assert replies[-1].text == f"The answer is {answer}."
+    # Left to right, each call on the result of the one before.
+    tokens = question.split()
+    asked = [r.tool_calls[0].arguments for r in replies[:-1]]
+    assert [(a["op"], a["right"]) for a in asked] == [
+        (op, int(right)) for op, right in zip(tokens[1::2], tokens[2::2], strict=True)
+    ]
+    assert [str(a["left"]) for a in asked[1:]] == [m["content"] for m in messages[3::2][:-1]]
+    # Usage is left to the model server's estimates.
+    assert all(r.input_tokens is None and r.output_tokens is None for r in replies)
 
 
-def test_agent_loop_is_bounded() -> None:
-    driver = Driver(load_file(EXAMPLES / "agent_loop.yaml"))
-    driver.start(question="1 + 1 + 1 + 1 + 1 + 1 + 1 + 1")  # 7 calculations, 6 thinks allowed
-    state = driver.run_to_end()
-    assert state.status is RunStatus.FAILED
-    assert "max_visits" in (state.reason or "")
+@pytest.mark.parametrize("question", ["what is love", "2 +", "2 / 3", "two + 3", "+ 2 3", ""])
+def test_the_calculator_model_refuses_nonsense_without_a_tool_call(question: str) -> None:
+    replies, _ = _converse(question)
+    assert [(r.text, r.tool_calls) for r in replies] == [(calculator_model.REFUSAL, ())]
 
 
-def test_agent_loop_gives_up_on_nonsense() -> None:
-    driver = Driver(load_file(EXAMPLES / "agent_loop.yaml"))
-    driver.start(question="what is love")
-    state = driver.run_to_end()
-    assert state.status is RunStatus.FAILED
-    assert ("think", "route:default", "give_up") in driver.path
+def test_the_calculator_model_calls_no_tool_it_was_not_offered() -> None:
+    messages = [{"role": "user", "content": "2 + 3"}]
+    elsewhere = {"type": "function", "function": {"name": "search", "parameters": {}}}
+    for body in ({"messages": messages}, {"messages": messages, "tools": [elsewhere]}):
+        reply = _ask(body)
+        assert reply is not None and reply.tool_calls == ()
+        assert reply.text == calculator_model.NO_TOOL
+    assert _ask({"messages": [{"role": "user", "content": "7"}]}) == Reply(text="The answer is 7.")
+
+
+def test_the_calculator_model_is_deterministic_and_reads_the_tools_answers() -> None:
+    body = {"messages": [{"role": "user", "content": "2 * 3"}], "tools": [agent.CALCULATE]}
+    first, again = _ask(body), _ask(body)
+    assert first == again and first is not None  # the same call id too: call_0
+    (call,) = first.tool_calls
+    said = {"role": "assistant", "content": None, "tool_calls": [_wire(call)]}
+    wrong = {**body, "messages": [*body["messages"], said, _tool(call.id, "error: no")]}
+    reply = _ask(wrong)
+    assert reply is not None and reply.tool_calls == () and "cannot go on" in reply.text
+    # A tool answer for a call it never made does not count as the calculation's.
+    other = {**body, "messages": [*body["messages"], said, _tool("call_elsewhere", "6")]}
+    assert _ask(other) == first
+    # Another API than chat completions: the model server's default reply.
+    responses = Request("openai", "/v1/responses", {"input": "2 * 3"}, {}, stream=False, at=0.0)
+    assert calculator_model.respond(responses) is None
+
+
+def _wire(call: ToolCall) -> dict[str, Any]:
+    arguments = json.dumps(call.arguments)
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
+
+
+def _tool(call_id: str | None, content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def test_the_calculator_tool_answers_errors_to_the_model() -> None:
+    def run(name: str, arguments: str) -> str:
+        return agent._run_tool({"name": name, "arguments": arguments})
+
+    assert run("calculate", '{"left": 6, "op": "*", "right": -7}') == "-42"
+    assert run("calculate", '{"left": 6, "op": "/", "right": 2}').startswith("error:")
+    assert run("calculate", '{"left": "six", "op": "+", "right": 2}').startswith("error:")
+    assert run("calculate", "not json").startswith("error:")
+    assert run("search", "{}") == "error: there is no tool 'search'"
+
+
+@pytest.fixture
+def calculator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ModelServer]:
+    """The model stand-in playing the calculator model, where ``OpenAI()`` finds it."""
+    with ModelServer(responder=calculator_model.respond) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.openai_base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test")
+        monkeypatch.setenv("AGENT_OUTBOX", str(tmp_path / "outbox"))
+        monkeypatch.setattr(agent, "_clients", {})  # a client of this server's, not the last
+        yield server
+
+
+def test_agent_loop_runs_on_the_embedded_runtime(calculator: ModelServer, tmp_path: Path) -> None:
+    """SQLite and worker threads: three tool turns, four model calls, the approval, one
+    delivery."""
+    settings = Settings(
+        home=tmp_path / "home",
+        workflows=[str(EXAMPLES / "agent_loop.yaml")],
+        lease_ttl=3.0,
+        heartbeat_interval=1.0,
+    )
+    runtime = Runtime.build(settings)
+    runtime.start_workers()
+    try:
+        run_id = runtime.orchestrator.submit("agent_loop", {"question": "2 + 3 * 4 - 5"})
+        view = _until(runtime, run_id, lambda v: v.status is not RunStatus.RUNNING)
+        assert view.status is RunStatus.WAITING, view.reason
+        assert calculator.count() == 4
+        assert view.state is not None and view.state.vars["answer"] == "The answer is 15."
+        assert not (tmp_path / "outbox").exists()  # nothing delivered before the approval
+        runtime.orchestrator.signal(run_id, "approve", None)
+        view = _until(runtime, run_id, lambda v: v.status.terminal)
+        assert view.status is RunStatus.SUCCEEDED, view.reason
+        (delivered,) = (tmp_path / "outbox").glob("*.json")
+        assert json.loads(delivered.read_text())["answer"] == "The answer is 15."
+        assert calculator.count() == 4
+    finally:
+        runtime.close()
+
+
+def _until(runtime: Runtime, run_id: str, done: Callable[[RunView], bool]) -> RunView:
+    deadline = time.monotonic() + 20
+    while not done(view := runtime.orchestrator.get_run(run_id)):
+        assert time.monotonic() < deadline, f"run {run_id} stuck: {view.status}"
+        time.sleep(0.02)
+    return view
 
 
 def test_the_research_agent_loops_inside_one_node_and_checkpoints_as_it_goes(
