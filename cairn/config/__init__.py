@@ -93,6 +93,12 @@ class Settings(BaseModel):
     max_payload_bytes: int = Field(
         default=1_048_576, ge=1024, description="Largest input, output or signal payload."
     )
+    model_inline_bytes: int = Field(
+        default=65_536,
+        ge=1024,
+        description="A model call's message or response larger than this (JSON) is kept in "
+        "the artifact store, the record holding its reference.",
+    )
     outbox_relay_after: float = Field(
         default=5.0, gt=0, description="Relay outbox rows unsent for this long, seconds."
     )

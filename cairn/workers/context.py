@@ -89,6 +89,8 @@ class StepContext:
         self.last_progress: Progress | None = None
         # Put and read artifacts (large content, with provenance): see docs/artifacts.md.
         self.artifacts = artifacts if artifacts is not None else Artifacts.unavailable(run_id, node)
+        if model_calls is not None:  # where its calls' large payloads go, and come back from
+            model_calls.artifacts = self.artifacts
         self._effects = effects
         self._allowance = dict(allowance or {})
         self.charges: dict[str, float] = {}

@@ -28,7 +28,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cairn.errors import InvalidInput
+from cairn.artifacts import Artifacts
+from cairn.errors import ArtifactError, InvalidInput
 from cairn.model.definition import ContextPolicy
 from cairn.model.failures import BudgetExceeded, PermanentError, StaleClaim, TransientError
 from cairn.model.keys import ExecutionKey
@@ -61,6 +62,23 @@ RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 class ModelCallRefused(PermanentError):
     """A replay (or dry-run fork) reached a model call the record cannot answer: it is
     never sent. The message names the call and what differs from the record."""
+
+
+# The key of a reference to a payload kept in the artifact store in place of its content.
+OFFLOADED = "cairn:artifact"
+
+
+def is_offloaded(stored: Any) -> bool:
+    return (
+        isinstance(stored, dict)
+        and OFFLOADED in stored
+        and set(stored)
+        <= {
+            OFFLOADED,
+            "name",
+            "bytes",
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -163,6 +181,11 @@ class ModelCalls:
     prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     # The node's context budget: older messages compacted before a call over it.
     context: ContextPolicy | None = None
+    # A message or response larger than this (as JSON) goes to the artifact store, its
+    # reference in the record (CAIRN_MODEL_INLINE_BYTES).
+    inline_bytes: int = 65_536
+    # The execution's artifacts (its StepContext sets them): where large payloads go.
+    artifacts: Artifacts | None = None
     next_index: int = 0  # the index of the execution's next call
     _compactor: Compactor | None = field(default=None, repr=False)
     _record: dict[int, ModelCallRecord] | None = field(default=None, repr=False)
@@ -188,7 +211,8 @@ class ModelCalls:
             return None
         changed = request.differs_from(found)
         if changed is None:
-            return found.response
+            response: dict[str, Any] = self._inlined(found.response)
+            return response
         if not self.live:
             raise ModelCallRefused(
                 f"{call} {index} diverged from the record: {changed}; a replay never sends it"
@@ -209,6 +233,7 @@ class ModelCalls:
         earlier = {i: list(c.messages) for i, c in recorded.items()}
         passed = {i: list(c.history or c.messages) for i, c in recorded.items()}
         history = request.history
+        stored_response = self._offloaded(response, f"response {index}", request.model)
         call = {
             "call_index": index,
             "provider": request.provider,
@@ -216,7 +241,7 @@ class ModelCalls:
             "model": request.model,
             "params": request.params,
             "messages": messages_stored(request.digests, earlier),
-            "response": response,
+            "response": stored_response,
             "usage": response.get("usage"),
             "latency_s": latency_s,
             "history": None if history is None else messages_stored(history, passed),
@@ -226,11 +251,14 @@ class ModelCalls:
         except InvalidInput as exc:
             raise PermanentError(str(exc)) from exc
 
+        bodies = {
+            digest: self._offloaded(body, f"message {digest[:16]}", request.model)
+            for digest, body in request.messages.items()
+        }
+
         def write() -> bool:
             with self.store.transaction() as tx:
-                return tx.record_model_call(
-                    self.key, self.attempt, self.fence, call, request.messages
-                )
+                return tx.record_model_call(self.key, self.attempt, self.fence, call, bodies)
 
         what = f"{self.key}: recording model call {index}"
         if not store_through_outages(self.reconnect_within, what, write):
@@ -254,6 +282,29 @@ class ModelCalls:
             utcnow(),
             None if history is None else list(history),
         )
+
+    def _offloaded(self, payload: Any, what: str, model: str | None) -> Any:
+        """``payload``, or — larger than ``inline_bytes`` as JSON, with an artifact store
+        to put it in — its reference (:data:`OFFLOADED`)."""
+        if self.artifacts is None:
+            return payload
+        data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        if len(data) <= self.inline_bytes:
+            return payload
+        name = f"model-calls/{self.key.node}/{what.replace(' ', '-')}"
+        try:
+            put = self.artifacts.put(name, data, model=model, content_type="application/json")
+        except ArtifactError:  # no store for this context: kept in the record
+            return payload
+        return {OFFLOADED: put["sha256"], "name": name, "bytes": len(data)}
+
+    def _inlined(self, stored: Any) -> Any:
+        """A recorded payload, its content read back if it went to the artifact store."""
+        if not is_offloaded(stored):
+            return stored
+        if self.artifacts is None:
+            raise ModelCallRefused(f"{self.key}: a recorded payload is in the artifact store")
+        return json.loads(self.artifacts.objects.read(stored[OFFLOADED]))
 
     def _load(self) -> dict[int, ModelCallRecord]:
         if self._record is None:

@@ -253,6 +253,7 @@ class NodeRunner:
                 prices=self.settings.model_prices,
                 publish_chunks=partial(self.leases.append_chunks, message.run_id),
                 context=node.context,
+                inline_bytes=self.settings.model_inline_bytes,
                 **common,
             ),
         )

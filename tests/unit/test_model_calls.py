@@ -491,3 +491,59 @@ def test_any_other_client_is_recorded_through_a_function_and_its_usage(store: St
         _ctx(store, other).model(lambda **_: object(), provider="acme")(prompt="y")
     with pytest.raises(TypeError, match="go with provider="):
         _ctx(store, other).model(complete, usage=len)
+
+
+def test_a_large_message_and_response_go_to_the_artifact_store(
+    store: Store, server: ModelServer, openai_client: OpenAI, tmp_path: Any
+) -> None:
+    """Past ``inline_bytes``, a message's and a response's content are artifacts of the
+    run; the record holds their references, and a call answered from the record reads
+    the response back."""
+    from cairn.artifacts import ArtifactRegistry, Artifacts  # noqa: PLC0415
+    from cairn.artifacts.stores import FilesystemStore  # noqa: PLC0415
+    from cairn.workers.models import OFFLOADED  # noqa: PLC0415
+
+    run_id, key, _at = started(store)
+    objects = FilesystemStore(tmp_path / "blobs")
+
+    def ctx(*, live: bool) -> StepContext:
+        calls = ModelCalls(
+            store,
+            key,
+            1,
+            1,
+            max_bytes=1_000_000,
+            reconnect_within=0.0,
+            live=live,
+            may_have_record=not live,
+            inline_bytes=2_000,
+        )
+        artifacts = Artifacts(
+            ArtifactRegistry(store), objects, run_id=run_id, node=key.node, iteration=1, attempt=1
+        )
+        return StepContext(
+            run_id=run_id,
+            workflow="w",
+            node=key.node,
+            iteration=1,
+            attempt=1,
+            phase="run",
+            state=RunState(run_id, "w", 1),
+            model_calls=calls,
+            artifacts=artifacts,
+        )
+
+    document = {"role": "user", "content": "a long document " * 400}
+    server.script(Reply(text="summary " * 500))
+    asked = {"model": "m", "messages": [document]}
+    answer = ctx(live=True).model(openai_client).chat.completions.create(**asked)
+    with store.reading() as tx:
+        (call,) = tx.model_calls_of(key)
+        (stored,) = tx.model_messages(call.messages).values()
+    assert set(call.response) == {OFFLOADED, "name", "bytes"} and call.response["bytes"] > 2_000
+    assert stored[OFFLOADED] and stored["name"].startswith(f"model-calls/{key.node}/message-")
+    names = {info.name for info in ArtifactRegistry(store).versions(run_id, None)}
+    assert names == {call.response["name"], stored["name"]}
+    replayed = ctx(live=False).model(openai_client).chat.completions.create(**asked)
+    assert replayed.choices[0].message.content == answer.choices[0].message.content
+    assert server.count() == 1
