@@ -86,9 +86,10 @@ def _content(message: Any) -> str:
 def _tokens(usage: dict[str, Any] | None) -> str:
     if not usage:
         return ""
-    spent_in = usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0
-    spent_out = usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0
-    return f"{spent_in}+{spent_out}"
+    from cairn.model.usage import usage_counts
+
+    spent_in, spent_out, cached = usage_counts(usage)
+    return f"{spent_in}+{spent_out}" + (f" ({cached} cached)" if cached else "")
 
 
 def _snippet(text: str, width: int = 50) -> str:

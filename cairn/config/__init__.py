@@ -168,11 +168,11 @@ class Settings(BaseModel):
         description="...whose succeeded runs take longer than this end to end at the 95th "
         "percentile, seconds (same form).",
     )
-    model_prices: dict[str, tuple[float, float]] = Field(
+    model_prices: dict[str, tuple[float, ...]] = Field(
         default_factory=dict,
         description="What ctx.model charges as `usd`: USD per million input/output tokens by "
-        "model (a name, or the start of one): 'gpt-4.1-mini=0.4/1.6,claude-sonnet=3/15'; "
-        "unset: tokens only.",
+        "model (a name, or the start of one), and optionally cached input tokens: "
+        "'gpt-4.1-mini=0.4/1.6/0.1,claude-sonnet=3/15'; unset: tokens only.",
     )
     duplicate_deliveries: bool = Field(
         default=False,
@@ -306,21 +306,24 @@ class Settings(BaseModel):
     @field_validator("model_prices", mode="before")
     @classmethod
     def _prices(cls, value: Any) -> Any:
-        """``"gpt-4.1-mini=0.4/1.6"`` → ``{"gpt-4.1-mini": (0.4, 1.6)}``."""
+        """``"gpt-4.1-mini=0.4/1.6/0.1"`` → ``{"gpt-4.1-mini": (0.4, 1.6, 0.1)}``: input,
+        output and (if given) cached input, USD per million tokens."""
         if not isinstance(value, str):
             return value
-        prices: dict[str, tuple[float, float]] = {}
+        prices: dict[str, tuple[float, ...]] = {}
         for part in (part.strip() for part in value.split(",") if part.strip()):
             model, _, rates = part.rpartition("=")
-            given, _, taken = rates.partition("/")
             try:
-                price = (float(given), float(taken))
+                price = tuple(float(rate) for rate in rates.split("/"))
             except ValueError:
+                price = ()
+            if len(price) not in {2, 3}:
                 raise ValueError(
-                    f"{part!r}: a price is MODEL=INPUT/OUTPUT in USD per million tokens"
-                ) from None
+                    f"{part!r}: a price is MODEL=INPUT/OUTPUT (or INPUT/OUTPUT/CACHED) in USD "
+                    "per million tokens"
+                )
             if not model.strip() or not all(0 <= p < math.inf for p in price):
-                raise ValueError(f"{part!r}: a model and two non-negative prices")
+                raise ValueError(f"{part!r}: a model and non-negative prices")
             prices[model.strip()] = price
         return prices
 

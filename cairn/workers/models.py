@@ -34,6 +34,7 @@ from cairn.model.definition import ContextPolicy
 from cairn.model.failures import BudgetExceeded, PermanentError, StaleClaim, TransientError
 from cairn.model.keys import ExecutionKey
 from cairn.model.payloads import storable_json
+from cairn.model.usage import usage_counts
 from cairn.reconnect import store_through_outages
 from cairn.store.model_calls import messages_stored
 from cairn.store.records import ModelCallRecord, utcnow
@@ -178,7 +179,7 @@ class ModelCalls:
     # Where a live stream's text goes as it arrives (the run's chunk log), if anywhere.
     publish_chunks: Callable[[Sequence[Any]], None] | None = None
     # USD per million input and output tokens by model name (or its start): CAIRN_MODEL_PRICES.
-    prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    prices: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     # The node's context budget: older messages compacted before a call over it.
     context: ContextPolicy | None = None
     # A message or response larger than this (as JSON) goes to the artifact store, its
@@ -622,8 +623,7 @@ class _Create:
                 )
 
     def _charge(self, usage: Mapping[str, Any], model: str | None) -> None:
-        spent_in = int(usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0)
-        spent_out = int(usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0)
+        spent_in, spent_out, cached = usage_counts(usage)
         if not (spent_in or spent_out):
             return
         spent: dict[str, float] = {
@@ -631,15 +631,19 @@ class _Create:
             "input_tokens": spent_in,
             "output_tokens": spent_out,
         }
+        if cached:
+            spent["cached_tokens"] = cached
         price = price_of(self.calls.prices, model)
         if price is not None:
-            spent["usd"] = (spent_in * price[0] + spent_out * price[1]) / 1e6
+            cached_price = price[2] if len(price) > 2 else price[0]
+            fresh = spent_in - cached
+            spent["usd"] = (fresh * price[0] + cached * cached_price + spent_out * price[1]) / 1e6
         self.ctx.charge(**spent)
 
 
 def price_of(
-    prices: Mapping[str, tuple[float, float]], model: str | None
-) -> tuple[float, float] | None:
+    prices: Mapping[str, tuple[float, ...]], model: str | None
+) -> tuple[float, ...] | None:
     """The price of ``model``: its own, or that of the longest name it starts with (a
     dated snapshot of a model is priced as the model)."""
     if model is None:

@@ -547,3 +547,28 @@ def test_a_large_message_and_response_go_to_the_artifact_store(
     replayed = ctx(live=False).model(openai_client).chat.completions.create(**asked)
     assert replayed.choices[0].message.content == answer.choices[0].message.content
     assert server.count() == 1
+
+
+def test_cached_input_tokens_are_charged_and_priced_at_their_own_rate(
+    store: Store, server: ModelServer, openai_client: OpenAI, claude: Anthropic
+) -> None:
+    """OpenAI counts cached tokens inside its input, Anthropic apart from it: both are
+    charged as input, the cached part also as ``cached_tokens``, priced at its rate."""
+    prices = Settings(model_prices="m=2/8/0.5").model_prices
+    assert prices == {"m": (2.0, 8.0, 0.5)}
+    _run_id, key, _at = started(store)
+    ctx = _ctx(store, key, prices=prices)
+    server.script(
+        Reply(text="a", input_tokens=1000, output_tokens=100, cached_tokens=800),
+        Reply(text="b", input_tokens=200, output_tokens=100, cached_tokens=800),
+    )
+    asked: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    ctx.model(openai_client).chat.completions.create(**asked)
+    ctx.model(claude).messages.create(**asked, max_tokens=64)
+    assert ctx.charges["input_tokens"] == 1000 + (200 + 800)
+    assert ctx.charges["cached_tokens"] == 800 + 800
+    assert ctx.charges["tokens"] == 2000 + 200
+    fresh, cached, out = 200 + 200, 1600, 200
+    assert ctx.charges["usd"] == pytest.approx((fresh * 2 + cached * 0.5 + out * 8) / 1e6)
+    with pytest.raises(ValueError, match="INPUT/OUTPUT/CACHED"):
+        Settings(model_prices="m=1/2/3/4")
