@@ -5,5 +5,6 @@ from the ledger, or by a stub registered here (``@replay_stub``), never by the w
 """
 
 from cairn.timetravel.ledger import ReplayRefused, StubRequest, register_stub, replay_stub
+from cairn.timetravel.model_stubs import ModelStubRequest
 
-__all__ = ["ReplayRefused", "StubRequest", "register_stub", "replay_stub"]
+__all__ = ["ModelStubRequest", "ReplayRefused", "StubRequest", "register_stub", "replay_stub"]

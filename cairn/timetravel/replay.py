@@ -213,7 +213,9 @@ class Replayer:
                 f"effect {use.name} {use.key!r} {use.detail}: refused" for use in refused
             )
             return StepReplay(step, Verdict.REFUSED, executed, tuple(changes), note)
-        if same:
+        if executed.stubbed_calls:  # a call asked what the record does not hold: diverged
+            note = "; ".join([*executed.stubbed_calls, *([note] if note else [])])
+        elif same:
             return StepReplay(step, Verdict.SAME, executed)
         moved = decider_check(definition, before, event_from_dict(recorded), executed.event)
         return StepReplay(step, Verdict.DIVERGED, executed, tuple(changes), note, moved)

@@ -24,6 +24,7 @@ from cairn.model.state import RunState
 from cairn.store.records import RunRecord
 from cairn.store.sql import Store
 from cairn.timetravel.ledger import Answer, EffectUse, ReplayLedger
+from cairn.timetravel.model_stubs import model_stand_in
 from cairn.timetravel.sandbox import ArtifactSandbox, ReplayArtifacts, replay_namespace
 from cairn.workers.context import StepContext
 from cairn.workers.execute import OUTPUT_HINT, call_handler, check_output
@@ -39,6 +40,8 @@ class Executed:
     effects: tuple[EffectUse, ...] = ()
     progress: tuple[dict[str, Any], ...] = ()
     puts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Model calls (or recorded HTTP) the record could not answer, answered by a stub.
+    stubbed_calls: tuple[str, ...] = ()
 
     @property
     def status(self) -> str:
@@ -68,6 +71,7 @@ class Executed:
             "charges": dict(charges) if charges else {},
             "progress": list(self.progress),
             "artifacts": {name: dict(ref) for name, ref in self.puts.items()},
+            "stubbed_calls": list(self.stubbed_calls),
         }
 
 
@@ -178,12 +182,14 @@ class ReplaySpace:
                 may_have_record=True,
                 # Compacted as the live run was: its summaries are answered from the record.
                 context=declared.context if isinstance(declared, TaskNode) else None,
+                stand_in=model_stand_in(run_id, node, iteration, attempt),
             ),
         )
         records_http = isinstance(declared, TaskNode) and declared.record_http
         with recording(ctx.model_calls if records_http else None):
             event = _run(ref.resolve(), ctx, phase, at, self.settings.max_payload_bytes)
-        return Executed(event, tuple(ledger.uses), tuple(progress), ctx.added_artifacts())
+        stubbed = tuple(ctx.model_calls.stood_in) if ctx.model_calls is not None else ()
+        return Executed(event, tuple(ledger.uses), tuple(progress), ctx.added_artifacts(), stubbed)
 
 
 def _run(

@@ -160,6 +160,17 @@ class ModelRequest:
         return estimated_tokens([*sent, self.params.get("system")])
 
 
+@dataclass(frozen=True)
+class Unanswered:
+    """A replayed call the record cannot answer: not in it, or asking something else
+    than the recorded call (whose response is ``recorded``)."""
+
+    index: int
+    request: ModelRequest
+    reason: str
+    recorded: dict[str, Any] | None
+
+
 @dataclass
 class ModelCalls:
     """The model calls of one execution: the record earlier executions left, and the
@@ -187,6 +198,10 @@ class ModelCalls:
     inline_bytes: int = 65_536
     # The execution's artifacts (its StepContext sets them): where large payloads go.
     artifacts: Artifacts | None = None
+    # In a replay: what answers a call the record cannot (its replay stub, if registered);
+    # and what it answered, for the replay's report.
+    stand_in: Callable[[Unanswered], dict[str, Any] | None] | None = None
+    stood_in: list[str] = field(default_factory=list)
     next_index: int = 0  # the index of the execution's next call
     _compactor: Compactor | None = field(default=None, repr=False)
     _record: dict[int, ModelCallRecord] | None = field(default=None, repr=False)
@@ -203,23 +218,37 @@ class ModelCalls:
 
     def recorded(self, index: int, request: ModelRequest) -> dict[str, Any] | None:
         """The recorded response of call ``index`` if it asked the same; None if there is
-        none (or, live, if it asked something else: sent again, recorded anew)."""
+        none (or, live, if it asked something else: sent again, recorded anew). In a
+        replay, a call the record cannot answer goes to ``stand_in`` (a replay stub), or
+        is refused: never sent."""
         found = self._load().get(index)
         call = f"{self.key} {'HTTP request' if request.provider == 'http' else 'model call'}"
         if found is None:
             if not self.live:
-                raise ModelCallRefused(f"{call} {index} is not in the record: never sent")
+                return self._stood_in(
+                    Unanswered(index, request, f"{call} {index} is not in the record", None),
+                    "never sent",
+                )
             return None
         changed = request.differs_from(found)
         if changed is None:
             response: dict[str, Any] = self._inlined(found.response)
             return response
         if not self.live:
-            raise ModelCallRefused(
-                f"{call} {index} diverged from the record: {changed}; a replay never sends it"
+            why = f"{call} {index} diverged from the record: {changed}"
+            return self._stood_in(
+                Unanswered(index, request, why, self._inlined(found.response)),
+                "a replay never sends it",
             )
         log.warning("%s %d asks something else now (%s): sent", call, index, changed)
         return None
+
+    def _stood_in(self, unanswered: Unanswered, refusal: str) -> dict[str, Any]:
+        answer = self.stand_in(unanswered) if self.stand_in is not None else None
+        if answer is None:
+            raise ModelCallRefused(f"{unanswered.reason}; {refusal}")
+        self.stood_in.append(f"{unanswered.reason}; answered by its replay stub")
+        return answer
 
     def record(
         self, index: int, request: ModelRequest, response: dict[str, Any], latency_s: float

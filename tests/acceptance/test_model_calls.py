@@ -87,6 +87,26 @@ def test_an_agents_calls_are_made_once_and_replay_fork_and_bisect_make_none(
     assert "model call 0 diverged" in error and "messages differ from message 0" in error
     assert model.count() == 6
 
+    # With a replay stub for the provider, the changed call is still the divergence — and
+    # the stub answers it, so the replay goes on past it (to the answer); nothing is sent.
+    stubbed = cluster.cli(
+        "replay",
+        run_id,
+        "--json",
+        "--stubs",
+        "tests.integration.model_stubs",
+        env={"AGENT_PROMPT": "Be brief."},
+    )
+    report = json.loads(stubbed.stdout)
+    first = report["first_divergence"]
+    assert report["diverged"] is True and first["node"] == "think", report
+    assert (
+        "model call 0 diverged" in first["note"] and "answered by its replay stub" in first["note"]
+    )
+    assert first["replayed"]["status"] == "succeeded"
+    assert first["replayed"]["output"]["answer"] == "A cairn is a pile of stones."
+    assert model.count() == 6
+
 
 def test_a_worker_killed_during_a_call_resends_only_that_call(
     cluster: Cluster, model: ModelServer
