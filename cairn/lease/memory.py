@@ -81,10 +81,12 @@ class MemoryLeases:
                     self._fences.pop(expired, None)
             token = f"{attempt}:{secrets.token_hex(16)}"
             fence = self._fences[key] = max(self._fences.get(key, 0), floor) + 1
+            orphaned = key in self._beats and not superseded
+            # Unreleased, its lease gone: its holder was lost (see acquire.lua).
+            lapsed = orphaned or (key in self._claims and not superseded)
             self._leases[key] = (token, self._clock() + ttl_s)
             self._claims[key] = self._clock() + ttl_s
             now = self._clock()
-            orphaned = key in self._beats and not superseded
             self._beats[key] = {
                 **(record or {}),
                 "beat_at": now,
@@ -92,7 +94,7 @@ class MemoryLeases:
                 "progress_at": now,
                 "fence": fence,
             }
-            return Lease(key, token, ttl_s, fence, orphaned, attempt, superseded)
+            return Lease(key, token, ttl_s, fence, orphaned, attempt, superseded, lapsed)
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
         return self._touch(lease, record, renew=True, progressed=False)
@@ -214,10 +216,14 @@ class MemoryLeases:
         with self._lock:
             return self._live(key) is not None
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: str) -> bool:
         with self._lock:
+            if self._live(key) is not None:
+                return False
             self._beats.pop(key, None)
-            self._claims.pop(key, None)
+            if key in self._claims:
+                self._claims[key] = self._clock() + port.LAPSED_HOLD_S
+            return True
 
     def _count(self, name: str) -> None:
         self._stats[name] = self._stats.get(name, 0) + 1

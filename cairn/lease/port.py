@@ -81,6 +81,11 @@ class Lease:
     # An older attempt still held the lease (it was given up on, e.g. timed out): this
     # claim took it from that attempt, which can no longer renew nor commit.
     superseded: bool = False
+    # The previous claim ran out unreleased (its holder died, or was paused past its
+    # TTL): this claim runs interrupted work again (resumed). True whenever took_over is,
+    # and also after a sweep took the dead holder's record — before the sweep has
+    # counted the death as well as after, so nobody need wait for that count.
+    lapsed: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,9 @@ class Leases(Protocol):
     ) -> Lease | None:
         """Claim ``key`` for ``attempt``; None if it holds it, or a newer attempt does
         (an older attempt's lease is superseded). The claim's fence is above ``floor``
-        (the newest fence PostgreSQL recorded) and above every earlier claim's."""
+        (the newest fence PostgreSQL recorded) and above every earlier claim's. A claim
+        still in :meth:`claims` (or held back by :meth:`lapsed` or :meth:`forget`, not yet
+        settled) whose lease is gone makes this one ``lapsed``."""
         ...
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool: ...
@@ -121,7 +128,8 @@ class Leases(Protocol):
         ...
 
     def settle_lapsed(self, key: str) -> None:
-        """A lapsed claim taken by :meth:`lapsed` has been dealt with."""
+        """A lapsed claim taken by :meth:`lapsed` (or held back by :meth:`forget`) has been
+        dealt with: it leaves the claims, unless a new holder has claimed the lease since."""
         ...
 
     def claims(self) -> list[str]:
@@ -180,9 +188,12 @@ class Leases(Protocol):
         """Every heartbeat record in the fleet, each with its lease key."""
         ...
 
-    def forget(self, key: str) -> None:
-        """Drop the heartbeat record and claim of a lease nobody holds (after a
-        recovery)."""
+    def forget(self, key: str) -> bool:
+        """A recovery found the holder of ``key`` dead (its heartbeat record outlived
+        the lease): drop the record, so the death is the caller's to count, and hold its
+        claim back like a lapsed one until :meth:`settle_lapsed`, so a worker claiming the
+        lease meanwhile still knows it resumes. False, changing nothing, if the lease is
+        held again (a worker claimed it first: the takeover is that worker's)."""
         ...
 
     def stats(self) -> dict[str, int]:

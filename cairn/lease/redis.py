@@ -54,6 +54,7 @@ def _script(name: str) -> str:
 
 ACQUIRE, RENEW, RELEASE = _script("acquire"), _script("renew"), _script("release")
 TAKE_LAPSED, SETTLE_LAPSED = _script("take_lapsed"), _script("settle_lapsed")
+FORGET = _script("forget")
 
 
 class RedisLeases:
@@ -69,6 +70,7 @@ class RedisLeases:
         self._release = client.register_script(RELEASE)
         self._take_lapsed = client.register_script(TAKE_LAPSED)
         self._settle_lapsed = client.register_script(SETTLE_LAPSED)
+        self._forget = client.register_script(FORGET)
 
     @classmethod
     def from_url(cls, url: str) -> RedisLeases:
@@ -99,10 +101,12 @@ class RedisLeases:
             *flat(record),
         ]
         keys = [key, beat_key(key), STATS_KEY, fence_key(key), WAIT_KEY, CLAIMS_KEY]
-        fence, orphaned, superseded = self._acquire(keys=keys, args=args)
+        fence, orphaned, superseded, lapsed = self._acquire(keys=keys, args=args)
         if not fence:
             return None
-        return Lease(key, token, ttl_s, int(fence), bool(orphaned), attempt, bool(superseded))
+        return Lease(
+            key, token, ttl_s, int(fence), bool(orphaned), attempt, bool(superseded), bool(lapsed)
+        )
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
         return self._touch(lease, ms(lease.ttl_s), record, progressed=False)
@@ -236,11 +240,9 @@ class RedisLeases:
         fields: dict[bytes, bytes] = self.client.hgetall(STEP_KEY)  # type: ignore[assignment]
         return step_histograms({k.decode(): float(v) for k, v in fields.items()})
 
-    def forget(self, key: str) -> None:
-        pipe = self.client.pipeline(transaction=True)
-        pipe.delete(beat_key(key))
-        pipe.zrem(CLAIMS_KEY, key)
-        pipe.execute()
+    def forget(self, key: str) -> bool:
+        keys = [CLAIMS_KEY, key, beat_key(key)]
+        return bool(self._forget(keys=keys, args=[ms(port.LAPSED_HOLD_S)]))
 
     def running(self) -> list[dict[str, Any]]:
         """Every heartbeat record in the fleet (a SCAN: for operators, not the hot path)."""

@@ -87,9 +87,16 @@ class Recovery:
                     backlog = self.orchestrator.publisher.backlog() or 0
                 if backlog:
                     continue  # never started, and the queue is not empty: still queued
-            if died:
-                self.leases.forget(lease)  # the next death must leave a record of its own
-            recovered += self._recover_one(execution, died=died)
+            if not died:
+                recovered += self._recover_one(execution, died=False)
+                continue
+            # The record goes now (the next death must leave one of its own); the claim
+            # stays, held back, until the recovery is counted, so that a worker claiming
+            # the lease meanwhile still runs it as resumed.
+            if not self.leases.forget(lease):
+                continue  # a worker claimed it first: the takeover, and its count, are its
+            recovered += self._recover_one(execution, died=True)
+            self.leases.settle_lapsed(lease)
         return recovered
 
     def _recover_lapsed(self, lapsed: Lapsed) -> int:

@@ -14,7 +14,7 @@ from cairn.model.keys import ExecutionKey
 from cairn.model.statuses import ExecutionStatus
 from cairn.store.base import TxBase
 from cairn.store.clauses import ACTIVE_EXECUTION, unfinished, where
-from cairn.store.records import ExecutionRecord, from_epoch
+from cairn.store.records import ExecutionClaim, ExecutionRecord, from_epoch
 from cairn.store.schema import (
     executions,
     runs,
@@ -158,17 +158,20 @@ class ExecutionsTx(TxBase):
 
     def claim_execution(
         self, key: ExecutionKey, attempt: int, fence: int, *, first: bool = False
-    ) -> bool:
-        """Record a claim (its fence) on the unfinished execution: it is running. False if
+    ) -> ExecutionClaim | None:
+        """Record a claim (its fence) on the unfinished execution: it is running. None if
         it finished, a newer claim is recorded already, or — ``first`` — any worker has
         claimed this attempt before (it may have started: an irreversible node's rule)."""
         conditions = [unfinished(key, attempt), executions.c.fence < fence]
         if first:
             conditions.append(executions.c.status == _SCHEDULED)
-        claimed = self.connection.execute(
-            update(executions).where(*conditions).values(fence=fence, status=_RUNNING)
-        )
-        return bool(claimed.rowcount)
+        row = self.connection.execute(
+            update(executions)
+            .where(*conditions)
+            .values(fence=fence, status=_RUNNING)
+            .returning(executions.c.recoveries)
+        ).first()
+        return None if row is None else ExecutionClaim(int(row.recoveries))
 
     def execution(self, key: ExecutionKey) -> ExecutionRecord | None:
         row = self.connection.execute(select(executions).where(where(key))).first()

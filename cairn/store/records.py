@@ -269,6 +269,15 @@ class ExecutionHead:
 
 
 @dataclass(frozen=True, slots=True)
+class ExecutionClaim:
+    """A claim PostgreSQL recorded, with the execution's recovery count as of that write:
+    newer than the worker's read before it, so a recovery the scheduler counted in
+    between is seen."""
+
+    recoveries: int
+
+
+@dataclass(frozen=True, slots=True)
 class EventRecord:
     """An entry of a run's log: the decider's input, and what deciding it did."""
 

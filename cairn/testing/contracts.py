@@ -71,7 +71,7 @@ class LeasesContract:
         assert KEY not in leases.claims()
         # The record went with it: a later claim is not a takeover (the death is counted once).
         again = leases.acquire(KEY, 30, {"worker": "next"})
-        assert again is not None and not again.took_over
+        assert again is not None and not again.took_over and not again.lapsed
 
     def test_a_lapsed_claim_not_settled_comes_back(
         self, leases: Leases, monkeypatch: pytest.MonkeyPatch
@@ -100,7 +100,63 @@ class LeasesContract:
         self.past_ttl()
         taker = leases.acquire(KEY, 30, {"worker": "taker"})
         assert taker is not None and taker.took_over  # it found the dead holder's record
+        assert taker.lapsed
         assert leases.lapsed(10) == []  # so the sweep counts nothing
+
+    def test_a_claim_after_the_sweep_took_a_lapsed_one_is_lapsed_not_a_takeover(
+        self, leases: Leases
+    ) -> None:
+        """The sweep has taken the dead holder's record, and not yet dealt with the claim
+        (counted the recovery), when a redelivered message claims the lease: the claim
+        knows it resumes interrupted work, and leaves the count to the sweep."""
+        assert leases.acquire(KEY, TTL, {"worker": "doomed"}) is not None
+        self.past_ttl()
+        (_taken,) = leases.lapsed(10)
+        taker = leases.acquire(KEY, 30, {"worker": "taker"})
+        assert taker is not None and taker.lapsed and not taker.took_over
+
+    def test_only_a_claim_after_a_lapsed_one_is_lapsed(self, leases: Leases) -> None:
+        first = leases.acquire(KEY, 30, {"worker": "a", "attempt": 1}, attempt=1)
+        assert first is not None and not first.lapsed
+        newer = leases.acquire(KEY, 30, {"worker": "b", "attempt": 2}, attempt=2)
+        assert newer is not None and newer.superseded and not newer.lapsed  # it was held
+        assert leases.release(newer)
+        after_release = leases.acquire(KEY, TTL, {"worker": "c"}, attempt=2)
+        assert after_release is not None and not after_release.lapsed
+        self.past_ttl()
+        assert len(leases.lapsed(10)) == 1
+        leases.settle_lapsed(KEY)  # the sweep dealt with it: counted, sent again
+        after_settled = leases.acquire(KEY, 30, {"worker": "d"}, attempt=2)
+        assert after_settled is not None and not after_settled.lapsed
+
+    def test_forgetting_a_dead_holders_record_holds_its_claim_back_until_settled(
+        self, leases: Leases
+    ) -> None:
+        """The older sweep found a dead holder's record (not its lapsed claim): the record
+        goes, the claim stays held back — a claim meanwhile is lapsed, not a takeover —
+        until the sweep settles it."""
+        live = leases.acquire(KEY, 30, {"worker": "alive"})
+        assert live is not None
+        assert not leases.forget(KEY)  # held: nothing to recover, nothing changed
+        assert leases.beats([KEY])[0] is not None and KEY in leases.claims()
+        assert leases.release(live)
+        assert leases.acquire(KEY, TTL, {"worker": "doomed"}) is not None
+        self.past_ttl()
+        assert leases.forget(KEY)
+        assert leases.beats([KEY]) == [None]
+        assert KEY in leases.claims() and leases.lapsed(10) == []  # held back, not retaken
+        taker = leases.acquire(KEY, 30, {"worker": "taker"})
+        assert taker is not None and taker.lapsed and not taker.took_over
+        leases.settle_lapsed(KEY)
+        assert KEY in leases.claims()  # the taker's claim now
+        assert leases.release(taker)
+        assert leases.acquire(KEY, TTL, {"worker": "again"}) is not None
+        self.past_ttl()
+        assert leases.forget(KEY)
+        leases.settle_lapsed(KEY)
+        assert KEY not in leases.claims()
+        clean = leases.acquire(KEY, 30, {"worker": "next"})
+        assert clean is not None and not clean.lapsed
 
     def test_renewals_keep_a_claim_off_the_lapsed_list_and_release_ends_it(
         self, leases: Leases

@@ -250,6 +250,17 @@ class StoreContract:
         with store.transaction() as tx:
             assert tx.touch_execution(key, 1, died=True) is None
 
+    def test_a_claim_reads_the_recoveries_counted_before_it(self, store: Store) -> None:
+        """The claim's own write says how many recoveries were counted: one a sweep counted
+        after the worker's read of the execution is not missed."""
+        _run_id, key, _at = started(store)
+        with store.transaction() as tx:
+            claim = tx.claim_execution(key, 1, 2)
+            assert claim is not None and claim.recoveries == 0
+            assert tx.touch_execution(key, 1, died=True) == 1
+            claim = tx.claim_execution(key, 1, 3)
+            assert claim is not None and claim.recoveries == 1
+
     def test_a_lost_execution_is_held_then_settled_by_an_operator(self, store: Store) -> None:
         run_id, key, _at = started(store)
         with store.transaction() as tx:

@@ -4,7 +4,8 @@
    the run ended. A run being cancelled turns a queued node into a no-op.
 2. Take the lease (an older attempt's, given up on, is superseded); keep it alive with
    a heartbeat while the handler runs. A claim that takes over from a holder that died
-   counts a recovery, and may not run at all (a poison node, an irreversible one).
+   counts a recovery, and may not run at all (a poison node, an irreversible one); any
+   claim after a lapsed one runs as resumed.
 3. Run the handler on the restored state with a step context, held to its node's
    timeout (:mod:`cairn.workers.deadlines`).
 4. Commit the result and the run's next step in one transaction, unless the lease was
@@ -54,7 +55,7 @@ from cairn.model.state import RunState
 from cairn.model.statuses import ExecutionStatus, NodeStatus, RunStatus
 from cairn.observe.sentry import node_scope, report_failure
 from cairn.reconnect import is_outage, through_outages
-from cairn.store.records import ExecutionHead, RunRecord
+from cairn.store.records import ExecutionClaim, ExecutionHead, RunRecord
 from cairn.workers.cache import MemoryResultCache, ResultCache, invalidate, keep, node_entry
 from cairn.workers.checkpoints import Checkpoints
 from cairn.workers.context import StepContext
@@ -149,12 +150,16 @@ class NodeRunner:
             return Handled.LEASE_HELD
         if lease.superseded:
             log.info("%s attempt %d supersedes an older attempt's lease", key, message.attempt)
-        if (lease.fence > 1 or irreversible) and not self._claim(
-            key, message.attempt, lease.fence, first=irreversible
-        ):
-            self.leases.release(lease)
-            # Finished meanwhile, or a newer claim took it; or, irreversible, claimed before.
-            return Handled.UNCONFIRMED if irreversible else Handled.DUPLICATE
+        recoveries = execution.recoveries
+        if lease.fence > 1 or irreversible:
+            claim = self._claim(key, message.attempt, lease.fence, first=irreversible)
+            if claim is None:
+                self.leases.release(lease)
+                # Finished meanwhile, or a newer claim took it; or, irreversible, claimed before.
+                return Handled.UNCONFIRMED if irreversible else Handled.DUPLICATE
+            # Newer than the read: a sweep may have counted a recovery since, and settled it
+            # in Redis before this lease was taken (then the lease cannot tell).
+            recoveries = claim.recoveries
         if lease.took_over:
             try:
                 settled = self._take_over(message, node)
@@ -164,9 +169,10 @@ class NodeRunner:
             if settled is not None:
                 self.leases.release(lease)
                 return settled
-        if not message.resumed and (lease.took_over or execution.recoveries):
-            # Interrupted work, run again — whichever copy of its message got here first:
-            # the handler sees ctx.resumed, and the workflow's on_resume check applies.
+        if not message.resumed and (lease.lapsed or recoveries):
+            # Interrupted work, run again — whichever copy of its message got here first,
+            # and whether or not the sweep has counted the recovery yet: the handler sees
+            # ctx.resumed, and the workflow's on_resume check applies.
             message = replace(message, resumed=True)
         beat = self.heartbeats.hold(
             lease,
@@ -465,14 +471,16 @@ class NodeRunner:
     def _through_outages(self, what: str, call: Callable[[], _T]) -> _T:
         return through_outages(self.settings.reconnect_within, what, call)
 
-    def _claim(self, key: ExecutionKey, attempt: int, fence: int, *, first: bool) -> bool:
+    def _claim(
+        self, key: ExecutionKey, attempt: int, fence: int, *, first: bool
+    ) -> ExecutionClaim | None:
         """Record the claim in PostgreSQL before running: a takeover, so that the holder
         it replaced cannot commit; or an irreversible node's claim (``first``: none may
         have been recorded before), so that recovery knows it may have started. A
         reversible node's first claim is not recorded: that would cost every step a
-        commit."""
+        commit. None if it may not run."""
 
-        def claim() -> bool:
+        def claim() -> ExecutionClaim | None:
             with self.orchestrator.store.statements(writes=True) as tx:
                 return tx.claim_execution(key, attempt, fence, first=first)
 

@@ -269,6 +269,121 @@ def test_on_resume_sends_a_recovered_run_to_its_replanning_node(
     ]
 
 
+# -- a redelivered message that races the sweep ------------------------------------------
+# A worker dies holding `work`; a copy of its message that is not marked resumed (the relay
+# sends it again when the dead worker's "sent" mark died with it) reaches another worker
+# while the scheduler's sweep is part-way through recovering the same execution. Whichever
+# point of the sweep it lands on, the node runs as resumed (the on_resume check sends the
+# run to `replan`) and the death is counted once, by the sweep.
+
+
+def _lost_mid_work(runtime: Runtime, broker: Captured, tmp_path: Path) -> tuple[str, NodeMessage]:
+    """A replanning run whose `work` node's worker died holding the lease: the run, and the
+    node's message as the broker delivers it again (not marked resumed)."""
+    orchestrator = runtime.orchestrator
+    run_id = orchestrator.submit("replanning", {"ledger": str(tmp_path / "ledger.txt")})
+    assert runtime.runner.run(broker.take("plan").to_dict()) is Handled.COMMITTED
+    work = broker.take("work")
+    doomed = runtime.leases.acquire(
+        lease_key(run_id, "work", 1, "run"), 0.2, {"worker": "doomed", "attempt": 1}
+    )
+    assert doomed is not None
+    time.sleep(0.3)  # it dies: the lease runs out unreleased
+    return run_id, work
+
+
+def _deliver_during(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, step: str, message: NodeMessage
+) -> list[Handled]:
+    """When the sweep comes to ``step`` (a method of its recovery), a worker takes
+    ``message`` first; the rest of that step runs once the worker holds the lease, before
+    its handler starts — as a scheduler on another host would, meanwhile."""
+    recovery, runner = runtime.scheduler.recovery, runtime.runner
+    rest = getattr(recovery, step)
+    hold = runner.heartbeats.hold
+    handled: list[Handled] = []
+    swept: list[int] = []
+
+    def worker_first(*args: Any, **kwargs: Any) -> int:
+        def holding(*hold_args: Any, **hold_kwargs: Any) -> Any:
+            beat = hold(*hold_args, **hold_kwargs)
+            swept.append(rest(*args, **kwargs))
+            return beat
+
+        monkeypatch.setattr(runner.heartbeats, "hold", holding)
+        handled.append(runner.run(message.to_dict()))
+        monkeypatch.setattr(runner.heartbeats, "hold", hold)
+        return swept[0] if swept else rest(*args, **kwargs)
+
+    monkeypatch.setattr(recovery, step, worker_first)
+    return handled
+
+
+def _replanned_and_counted_once(
+    runtime: Runtime, broker: Captured, run_id: str, tmp_path: Path
+) -> None:
+    """`work` ran as resumed: its on_resume check found the plan stale, so the handler did
+    not run again and the run went to `replan`; the death was counted once."""
+    orchestrator = runtime.orchestrator
+    (invalidated,) = [e for e in orchestrator.events(run_id) if e["type"] == "plan_invalidated"]
+    assert invalidated["data"]["node"] == "work"
+    assert [line.split()[1:3] for line in _ledger(tmp_path)] == [["plan", "1"]]
+    recovered = [e for e in orchestrator.events(run_id) if e["type"] == "audit.recovered"]
+    assert [e["data"]["recoveries"] for e in recovered] == [1]
+    assert _execution(runtime, run_id, "work").recoveries == 1
+    again = broker.take("work")  # the sweep's own message: the lease or the result turns it away
+    assert again.resumed
+    assert runtime.runner.run(again.to_dict()) is Handled.DUPLICATE
+    assert runtime.runner.run(broker.take("replan").to_dict()) is Handled.COMMITTED
+
+
+def test_a_node_claimed_after_the_sweep_took_its_lapsed_claim_runs_resumed(
+    runtime: Runtime, broker: Captured, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep has taken the lapsed claim (and the dead holder's heartbeat record with
+    it) but not yet counted the recovery when the copy is claimed."""
+    run_id, work = _lost_mid_work(runtime, broker, tmp_path)
+    handled = _deliver_during(runtime, monkeypatch, "_recover_lapsed", work)
+    assert runtime.scheduler.recover() == 1
+    assert handled == [Handled.COMMITTED]
+    _replanned_and_counted_once(runtime, broker, run_id, tmp_path)
+
+
+def test_a_node_claimed_after_the_older_sweep_forgot_its_record_runs_resumed(
+    runtime: Runtime, broker: Captured, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The older sweep (dispatched long ago, no live lease) finds the execution first — its
+    lease ran out just after the sweep looked at the lapsed claims — and has dropped the
+    dead holder's record but not yet counted the recovery when the copy is claimed."""
+    run_id, work = _lost_mid_work(runtime, broker, tmp_path)
+    monkeypatch.setattr(runtime.leases, "lapsed", lambda limit: [])
+    _stall(runtime, run_id, "work")
+    handled = _deliver_during(runtime, monkeypatch, "_recover_one", work)
+    assert runtime.scheduler.recover() == 1
+    assert handled == [Handled.COMMITTED]
+    _replanned_and_counted_once(runtime, broker, run_id, tmp_path)
+
+
+def test_a_node_read_before_the_sweep_and_claimed_after_it_runs_resumed(
+    runtime: Runtime, broker: Captured, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker read the execution (no recovery counted yet), then the whole sweep ran
+    — taken, counted, sent again, settled — before its claim: nothing is left in Redis to
+    say the claim lapsed, but PostgreSQL has the count by the time the claim is written."""
+    run_id, work = _lost_mid_work(runtime, broker, tmp_path)
+    runner = runtime.runner
+    acquire = runner._acquire
+
+    def after_the_sweep(message: NodeMessage, fence_floor: int) -> Any:
+        assert runtime.scheduler.recover() == 1
+        return acquire(message, fence_floor)
+
+    monkeypatch.setattr(runner, "_acquire", after_the_sweep)
+    assert runner.run(work.to_dict()) is Handled.COMMITTED
+    monkeypatch.setattr(runner, "_acquire", acquire)
+    _replanned_and_counted_once(runtime, broker, run_id, tmp_path)
+
+
 def test_a_held_node_is_released_by_cancel(runtime: Runtime, broker: Captured) -> None:
     orchestrator = runtime.orchestrator
     run_id = orchestrator.submit("pay", {})
