@@ -23,9 +23,12 @@ from cairn.engine.hooks import stopped_leases
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.outbox import Publisher
 from cairn.engine.registry import Registry
+from cairn.engine.slots import SlotGate, Slots
 from cairn.lease.memory import MemoryLeases
 from cairn.lease.port import Leases
 from cairn.lease.redis import RedisLeases
+from cairn.lease.redis_slots import RedisSlots
+from cairn.lease.slots import MemorySlots
 from cairn.observe.alerts import report_anomalies
 from cairn.observe.sentry import init_sentry
 from cairn.scheduler.notifier import Notifier
@@ -96,7 +99,11 @@ class Runtime:
         leases: Leases = (
             RedisLeases.from_url(settings.redis_url) if settings.redis_url else MemoryLeases()
         )
+        slots: Slots = (
+            RedisSlots(leases.client) if isinstance(leases, RedisLeases) else MemorySlots(leases)  # type: ignore[arg-type]
+        )
         orchestrator = Orchestrator(store, publisher, settings)
+        gate = SlotGate(slots, store, publisher, grace_s=settings.recovery_after)
         orchestrator.after_commit.append(partial(report_anomalies, count=leases.count))
         orchestrator.after_commit.append(
             lambda run_id, decision: leases.announce_stops(stopped_leases(run_id, decision))
@@ -112,9 +119,10 @@ class Runtime:
             settings,
             worker or f"{socket.gethostname()}:{os.getpid()}",
             cache=cache,
+            gate=gate,
         )
         relay_after = EMBEDDED_RELAY_AFTER_S if broker is not None else None
-        scheduler = Scheduler(orchestrator, leases, settings, relay_after=relay_after)
+        scheduler = Scheduler(orchestrator, leases, settings, relay_after=relay_after, gate=gate)
         runtime = cls(settings, store, orchestrator, leases, runner, scheduler, broker)
         if register:
             try:

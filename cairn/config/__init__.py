@@ -93,6 +93,12 @@ class Settings(BaseModel):
     max_payload_bytes: int = Field(
         default=1_048_576, ge=1024, description="Largest input, output or signal payload."
     )
+    namespace_concurrency: int = Field(
+        default=0,
+        ge=0,
+        description="At most this many node executions run at once per namespace; the rest "
+        "wait, parked, for a slot (0: no limit). See docs/flow-control.md.",
+    )
     model_inline_bytes: int = Field(
         default=65_536,
         ge=1024,

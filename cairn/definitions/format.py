@@ -51,6 +51,7 @@ TOP = frozenset(
         "anomaly",
         "node_timeout",
         "record",
+        "concurrency",
     }
 )
 TASK = COMMON | {
@@ -63,6 +64,7 @@ TASK = COMMON | {
     "checkpoint",
     "record",
     "context",
+    "concurrency",
     *EDGES,
 }
 WAIT_NODE = COMMON | {"wait"}
@@ -84,6 +86,7 @@ CHILD = frozenset({"workflow", "version", "input", "output"})
 PERSIST = frozenset({"cached", "key"})
 CHECKPOINT = frozenset({"every", "turns"})
 CONTEXT = frozenset({"max_tokens", "summarize", "keep", "pin"})
+CONCURRENCY = frozenset({"key", "limit"})
 ON_RESUME = frozenset({"check", "replan", "after"})
 ANOMALY = frozenset({"fingerprint", "no_progress", "ping_pong", "oscillation", "on_detect"})
 FINGERPRINT = frozenset({"fields", "ignore"})
@@ -100,6 +103,8 @@ SINCE: dict[str, int] = {
     "on_resume.after": 2,
     "task.record": 2,
     "task.context": 2,
+    "task.concurrency": 2,
+    "workflow.concurrency": 2,
     "workflow.record": 2,
     "workflow.node_timeout": 2,
 }

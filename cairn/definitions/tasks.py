@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cairn.definitions import format as fmt
+from cairn.definitions.flow import read_concurrency
 from cairn.definitions.reader import Reader
 from cairn.model.definition import (
     DURABLE,
@@ -68,6 +69,11 @@ def task_node(
         reader.fault(
             "bad_value", "'context' budgets a handler's model calls: it needs a handler", node_id
         )
+    concurrency = read_concurrency(reader, raw.get("concurrency"), node_id)
+    if concurrency and raw.get("handler") is None:
+        reader.fault(
+            "bad_value", "'concurrency' limits a handler's executions: it needs a handler", node_id
+        )
     record = reader.record(raw["record"], node_id) if "record" in raw else reader.record_http
     if record and raw.get("handler") is None and "record" in raw:
         reader.fault("bad_value", "'record' records a handler's HTTP: it needs a handler", node_id)
@@ -85,6 +91,7 @@ def task_node(
         checkpoint=checkpoint,
         record_http=record and raw.get("handler") is not None,
         context=context,
+        concurrency=concurrency,
         extra=reader.metadata(raw, node_id),
         **common,
     )

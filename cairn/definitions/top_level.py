@@ -14,6 +14,7 @@ from jsonschema.exceptions import SchemaError
 
 from cairn.definitions import format as fmt
 from cairn.definitions.anomaly_block import read_anomaly
+from cairn.definitions.flow import read_concurrency
 from cairn.definitions.nodes import read_node
 from cairn.definitions.reader import Reader, label
 from cairn.model.definition import (
@@ -73,6 +74,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
     on_resume = _on_resume(reader, spec.get("on_resume"))
     budget = reader.amounts(spec.get("budget"), None, "budget") or {}
     anomaly = read_anomaly(reader, spec.get("anomaly"))
+    concurrency = read_concurrency(reader, spec.get("concurrency"), None)
     return WorkflowDefinition(
         name=name,
         version=version,
@@ -88,6 +90,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         on_resume=on_resume,
         budget=budget,
         anomaly=anomaly,
+        concurrency=concurrency,
         extra=reader.metadata(spec, None),
         spec=plain_spec(spec),
     )

@@ -216,6 +216,12 @@ class MemoryLeases:
         with self._lock:
             return self._live(key) is not None
 
+    def token_of(self, key: str) -> str | None:
+        """The token of the live lease on ``key`` (None: no live lease)."""
+        with self._lock:
+            entry = self._live(key)
+            return None if entry is None else entry[0]
+
     def forget(self, key: str) -> bool:
         with self._lock:
             if self._live(key) is not None:

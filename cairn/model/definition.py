@@ -234,6 +234,22 @@ class ContextPolicy:
 
 
 @dataclass(frozen=True)
+class ConcurrencyLimit:
+    """At most ``limit`` executions at a time share the slots of each value of ``key``:
+    a path into the run's state or input (``state.tenant``, ``input.customer.id``), or
+    a constant (``openai``: one pool for every run that names it)."""
+
+    key: str
+    limit: int
+
+    @property
+    def path(self) -> tuple[str, ...] | None:
+        """(``state``|``input``, field, ...) for a path; None for a constant."""
+        head, _, rest = self.key.partition(".")
+        return (head, *rest.split(".")) if head in {"state", "input"} and rest else None
+
+
+@dataclass(frozen=True)
 class TaskNode(Node):
     """Runs ``handler`` (or a ``child`` workflow run, or nothing), then follows ``next``,
     ``branch`` or ``route``.
@@ -263,6 +279,9 @@ class TaskNode(Node):
     record_http: bool = False
     # A context budget for its model calls, kept by compacting older messages.
     context: ContextPolicy | None = None
+    # Limits on how many executions run at once (besides its workflow's): each holds a
+    # slot of each limit's pool while it runs, and waits, parked, for a free one.
+    concurrency: tuple[ConcurrencyLimit, ...] = ()
 
     kind = "task"
 
@@ -430,6 +449,8 @@ class WorkflowDefinition:
     budget: Mapping[str, float] = field(default_factory=dict)
     # Runtime anomaly detection (no-progress loops, ping-pong, oscillation); off if None.
     anomaly: AnomalyPolicy | None = None
+    # Limits every execution of its tasks' handlers holds a slot of (see TaskNode).
+    concurrency: tuple[ConcurrencyLimit, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
     # The definition in file form (callables as import paths): what is registered.
     spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)

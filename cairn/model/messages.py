@@ -29,6 +29,9 @@ class NodeMessage:
     # Dispatched again after an interruption (its worker was lost, or an operator
     # retried it): the workflow's on_resume check runs before the handler.
     resumed: bool = False
+    # Published again by a slot's release: it waited for a concurrency slot, and its
+    # record of waiting goes once it has one.
+    woken: bool = False
 
     @property
     def key(self) -> ExecutionKey:
@@ -53,6 +56,8 @@ class NodeMessage:
         }
         if self.resumed:
             data["resumed"] = True
+        if self.woken:
+            data["woken"] = True
         return data
 
     @classmethod
@@ -77,6 +82,9 @@ class NodeMessage:
         resumed = data.get("resumed", False)
         if not isinstance(resumed, bool):
             problems.append("resumed must be true or false")
+        woken = data.get("woken", False)
+        if not isinstance(woken, bool):
+            problems.append("woken must be true or false")
         try:
             phase = Phase(data.get("phase", Phase.RUN.value))
         except ValueError:
@@ -92,6 +100,7 @@ class NodeMessage:
             "phase",
             "outbox_id",
             "resumed",
+            "woken",
         }
         if unknown:
             problems.append(f"unknown field(s) {sorted(unknown)}")
@@ -107,4 +116,5 @@ class NodeMessage:
             phase,
             outbox_id,
             resumed is True,
+            woken is True,
         )

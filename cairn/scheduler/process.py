@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from cairn.config import Settings
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.recovery import RecoveryPolicy
+from cairn.engine.slots import SlotGate
 from cairn.lease.port import Leases
 from cairn.observe.metrics.scheduler import SchedulerMetrics
 from cairn.reconnect import is_outage
@@ -43,10 +44,12 @@ class PassReport:
     recovered: int = 0
     compacted: int = 0
     expired: int = 0
+    woken: int = 0  # executions parked for a slot, published again
 
     def __bool__(self) -> bool:
         return bool(
-            self.relayed
+            self.woken
+            or self.relayed
             or self.delivered
             or self.fired
             or self.recovered
@@ -61,6 +64,8 @@ class Scheduler:
     leases: Leases
     settings: Settings
     relay_after: float | None = None  # seconds; default from settings
+    # Executions parked for a concurrency slot: woken each pass as their pools free.
+    gate: SlotGate | None = None
     metrics: SchedulerMetrics = field(default_factory=SchedulerMetrics)
     _passes: int = field(default=0, init=False)
     _next_stall_check: float = field(default=0.0, init=False)  # time.monotonic()
@@ -81,6 +86,7 @@ class Scheduler:
             delivered=self.deliver(),
             fired=self.fire_timers(),
             recovered=self.recover(),
+            woken=self.wake_parked(),
         )
         if time.monotonic() >= self._next_stall_check:
             self._next_stall_check = time.monotonic() + STALL_CHECK_EVERY_S
@@ -129,6 +135,9 @@ class Scheduler:
 
     def recover(self) -> int:
         return self.recovery.recover()
+
+    def wake_parked(self) -> int:
+        return self.gate.wake_waiting() if self.gate is not None else 0
 
     def flag_stalls(self) -> int:
         return self.recovery.flag_stalls()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, exists, select, update
 
 from cairn.errors import StaleTransition
 from cairn.model.keys import ExecutionKey
@@ -18,6 +18,7 @@ from cairn.store.records import ExecutionClaim, ExecutionRecord, from_epoch
 from cairn.store.schema import (
     executions,
     runs,
+    slot_waits,
     timers,
 )
 
@@ -128,11 +129,19 @@ class ExecutionsTx(TxBase):
 
     def stalled_executions(self, older_than: float, limit: int) -> list[ExecutionRecord]:
         """Dispatched, unfinished executions last (re)published before ``older_than``."""
+        # An execution parked for a concurrency slot is not lost: it waits its turn.
+        parked = exists().where(
+            slot_waits.c.run_id == executions.c.run_id,
+            slot_waits.c.node == executions.c.node,
+            slot_waits.c.iteration == executions.c.iteration,
+            slot_waits.c.phase == executions.c.phase,
+        )
         found = self.connection.execute(
             select(executions)
             .where(
                 executions.c.status.in_(ACTIVE_EXECUTION),
                 executions.c.dispatched_at < from_epoch(older_than),
+                ~parked,
             )
             .order_by(executions.c.dispatched_at)
             .limit(limit)

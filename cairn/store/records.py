@@ -408,3 +408,27 @@ class ModelCallRecord:
             row.recorded_at,
             row.history,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedExecution:
+    """An execution woken from waiting for a slot: what it takes to publish it again."""
+
+    run_id: str
+    workflow: str
+    version: int
+    node: str
+    iteration: int
+    phase: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingPool:
+    """A pool executions wait on: its limit (as the newest waiter declared it), how many
+    wait, and since when the oldest has."""
+
+    pool: str
+    limit: int
+    waiting: int
+    oldest: datetime

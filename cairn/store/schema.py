@@ -219,6 +219,27 @@ class ModelCallRow(Base):
     history: Mapped[Any] = mapped_column(Json, nullable=True)
 
 
+class SlotWaitRow(Base):
+    """An execution waiting for a concurrency slot of ``pool`` (migration 0015): parked,
+    holding nothing, until a slot frees and it is published again."""
+
+    __tablename__ = "slot_waits"
+    __table_args__ = (Index("ix_slot_waits_pool_order", "pool", "priority", "waiting_since"),)
+
+    run_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    iteration: Mapped[int] = mapped_column(Integer, primary_key=True)
+    phase: Mapped[str] = mapped_column(String(20), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    namespace: Mapped[str] = mapped_column(String(100))
+    pool: Mapped[str] = mapped_column(String(400))
+    pool_limit: Mapped[int] = mapped_column(Integer)
+    priority: Mapped[int] = mapped_column(Integer, server_default="0")
+    waiting_since: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Published again at this time: on its way to a worker, holding its place.
+    woken_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
 class OutboxRow(Base):
     """Messages committed with the decision that caused them, published after commit."""
 
@@ -383,6 +404,7 @@ executions = cast(Table, NodeExecutionRow.__table__)
 checkpoints = cast(Table, NodeCheckpointRow.__table__)
 model_messages = cast(Table, ModelMessageRow.__table__)
 model_calls = cast(Table, ModelCallRow.__table__)
+slot_waits = cast(Table, SlotWaitRow.__table__)
 outbox = cast(Table, OutboxRow.__table__)
 timers = cast(Table, TimerRow.__table__)
 inbox = cast(Table, InboxRow.__table__)

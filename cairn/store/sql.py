@@ -25,10 +25,11 @@ from cairn.store.checkpoints import CheckpointsTx
 from cairn.store.effects import EffectsTx
 from cairn.store.errors import translated
 from cairn.store.model_calls import ModelCallsTx
+from cairn.store.slots import SlotsTx
 from cairn.store.steps import StepsTx
 
 
-class Tx(StepsTx, EffectsTx, CheckpointsTx, ModelCallsTx):
+class Tx(StepsTx, EffectsTx, CheckpointsTx, ModelCallsTx, SlotsTx):
     """Every statement of the store, on one transaction."""
 
 

@@ -32,6 +32,7 @@ from cairn.effects.ledger import EffectLedger, effect_scope
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.reads import Restored, restore
 from cairn.engine.recovery import Outcome, RecoveryPolicy
+from cairn.engine.slots import Pool, SlotGate, holder_of, pools_for
 from cairn.errors import UnknownNode
 from cairn.faults import fault_point
 from cairn.lease.heartbeat import Beat, Heartbeats
@@ -81,6 +82,8 @@ class Handled(StrEnum):
     REJECTED = "rejected"  # the message itself is invalid
     # Its holder died once too often (CAIRN_MAX_RECOVERIES): failed, not run again.
     GAVE_UP = "gave_up"
+    # A concurrency limit is full: it waits, parked, for a slot (no lease, no message).
+    PARKED = "parked"
 
 
 @dataclass
@@ -90,6 +93,8 @@ class NodeRunner:
     settings: Settings
     worker: str
     cache: ResultCache = field(default_factory=MemoryResultCache)
+    # Concurrency limits: the slots an execution takes, or parks waiting for (None: none).
+    gate: SlotGate | None = None
     heartbeats: Heartbeats = field(init=False)
     recovery: RecoveryPolicy = field(init=False)
 
@@ -150,6 +155,11 @@ class NodeRunner:
             return Handled.LEASE_HELD
         if lease.superseded:
             log.info("%s attempt %d supersedes an older attempt's lease", key, message.attempt)
+        pools = self._pools(definition, node, message, run, state)
+        holder = holder_of(lease.key, lease.token)
+        # An irreversible node's first claim is its last: it waits for its slot before.
+        if irreversible and not self._enter(message, pools, holder, run.namespace, lease):
+            return Handled.PARKED
         recoveries = execution.recoveries
         if lease.fence > 1 or irreversible:
             claim = self._claim(key, message.attempt, lease.fence, first=irreversible)
@@ -174,6 +184,8 @@ class NodeRunner:
             # and whether or not the sweep has counted the recovery yet: the handler sees
             # ctx.resumed, and the workflow's on_resume check applies.
             message = replace(message, resumed=True)
+        if not irreversible and not self._enter(message, pools, holder, run.namespace, lease):
+            return Handled.PARKED
         beat = self.heartbeats.hold(
             lease,
             self.settings.heartbeat_interval,
@@ -222,6 +234,7 @@ class NodeRunner:
                 )
             except Exception:  # the lease expires on its own
                 log.warning("releasing %s failed", lease.key, exc_info=True)
+            self._leave(pools, holder)
         if completion.recorded:
             invalidate(self.cache, run.namespace, definition, state.vars, steps)
             if recorders is not None:
@@ -412,6 +425,52 @@ class NodeRunner:
         finally:
             self.leases.release(lease, finished=completion is not None and completion.recorded)
         return Handled.CANCELLED
+
+    def _pools(
+        self,
+        definition: WorkflowDefinition,
+        node: AnyNode,
+        message: NodeMessage,
+        run: RunRecord,
+        state: RunState,
+    ) -> list[Pool]:
+        if self.gate is None or message.phase is not Phase.RUN or not isinstance(node, TaskNode):
+            return []
+        return pools_for(
+            definition,
+            node,
+            namespace=run.namespace,
+            state=state.vars,
+            run_input=run.input,
+            namespace_limit=self.settings.namespace_concurrency,
+        )
+
+    def _enter(
+        self, message: NodeMessage, pools: list[Pool], holder: str, namespace: str, lease: Lease
+    ) -> bool:
+        """A slot of each pool, or parked (its lease released: it holds nothing)."""
+        if not pools or self.gate is None:
+            return True
+        gate = self.gate
+        try:
+            entered = self._through_outages(
+                f"taking slots for {message.key}",
+                lambda: gate.enter(message, pools, holder, namespace),
+            )
+        except BaseException:
+            self.leases.release(lease)
+            raise
+        if not entered:
+            self.leases.release(lease)
+        return entered
+
+    def _leave(self, pools: list[Pool], holder: str) -> None:
+        if not pools or self.gate is None:
+            return
+        try:
+            self.gate.leave(pools, holder)
+        except Exception:  # the slot goes with the lease; the scheduler wakes the waiters
+            log.warning("giving back the slots of %s failed", holder, exc_info=True)
 
     def _acquire(self, message: NodeMessage, fence_floor: int) -> Lease | None:
         return self._through_outages(

@@ -31,6 +31,7 @@ TABLES = {
     "node_checkpoints",
     "model_messages",
     "model_calls",
+    "slot_waits",
     "outbox",
     "timers",
     "inbox",

@@ -653,9 +653,11 @@ def test_an_awaited_effect_is_recorded_once_and_returned_again(store: Store) -> 
     assert row(store, "a-1").status is EffectStatus.APPLIED
 
 
-async def _cancelled_during(effect: Any, after_s: float) -> None:
+async def _cancelled_during(effect: Any, started: asyncio.Event) -> None:
+    """Cancel ``effect`` once its call is out (``started``: set by the call), however
+    long the ledger's intent write took to get it there."""
     task = asyncio.ensure_future(effect)
-    await asyncio.sleep(after_s)
+    await asyncio.wait_for(started.wait(), timeout=10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -666,13 +668,16 @@ def test_a_cancel_while_the_call_is_out_waits_for_it_and_records_its_outcome(
 ) -> None:
     """Not cancellable (the default): the call finishes and is recorded applied."""
     finished: list[str] = []
+    started = asyncio.Event()
 
     async def pay(key: str) -> dict[str, Any]:
+        started.set()
         await asyncio.sleep(0.3)
         finished.append(key)
         return {"id": "paid"}
 
-    asyncio.run(_cancelled_during(ledger(store).effect_async("shop.charge", "a-2", pay), 0.05))
+    effect = ledger(store).effect_async("shop.charge", "a-2", pay)
+    asyncio.run(_cancelled_during(effect, started))
     assert finished == ["a-2"]
     effect = row(store, "a-2")
     assert (effect.status, effect.result) == (EffectStatus.APPLIED, {"id": "paid"})
@@ -681,11 +686,13 @@ def test_a_cancel_while_the_call_is_out_waits_for_it_and_records_its_outcome(
 def test_a_call_still_out_past_the_cancel_timeout_is_detached_and_unknown(store: Store) -> None:
     slow = ledger(store)
     slow.cancel_timeout_s = 0.1
+    started = asyncio.Event()
 
     async def pay(key: str) -> None:
+        started.set()
         await asyncio.sleep(30)
 
-    asyncio.run(_cancelled_during(slow.effect_async("shop.charge", "a-3", pay), 0.05))
+    asyncio.run(_cancelled_during(slow.effect_async("shop.charge", "a-3", pay), started))
     effect = row(store, "a-3")
     assert effect.status is EffectStatus.UNKNOWN  # for the reconciler to settle
     assert effect.error is not None and "may have taken effect" in effect.error
@@ -693,8 +700,10 @@ def test_a_call_still_out_past_the_cancel_timeout_is_detached_and_unknown(store:
 
 def test_a_cancellable_call_is_cancelled_with_its_node_and_unknown(store: Store) -> None:
     reached: list[str] = []
+    started = asyncio.Event()
 
     async def search(key: str) -> None:
+        started.set()
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:
@@ -702,7 +711,7 @@ def test_a_cancellable_call_is_cancelled_with_its_node_and_unknown(store: Store)
             raise
 
     effect = ledger(store).effect_async("shop.charge", "a-4", search, cancellable=True)
-    asyncio.run(_cancelled_during(effect, 0.05))
+    asyncio.run(_cancelled_during(effect, started))
     assert reached == ["cancelled"]
     assert row(store, "a-4").status is EffectStatus.UNKNOWN
 

@@ -1,0 +1,179 @@
+"""Concurrency limits: before its handler starts (in the worker), an execution takes a
+slot of each pool its limits name (its node's ``concurrency``, its workflow's, and the
+namespace's default); if one is full it is **parked** — recorded in ``slot_waits``, its
+lease released, its message acknowledged — holding no worker and no broker message. A
+holder that finishes gives its slots back and wakes as many waiters as its pools have
+free slots, publishing their messages again; the scheduler does the same each pass for
+every pool with waiters, which covers a holder that died (its slot went with its lease).
+
+Slots are held by node leases — a holder is ``<lease key>|<token>`` — and only a live
+lease counts (the backends: :mod:`cairn.lease.slots`). Compensations take no slot: they
+are how a cancel or a rollback undoes work, and must not wait behind the work they undo.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cairn.engine.outbox import Publisher
+from cairn.model.definition import ConcurrencyLimit, TaskNode, WorkflowDefinition
+from cairn.model.events import Phase
+from cairn.model.messages import NodeMessage
+from cairn.store.sql import Store
+
+log = logging.getLogger(__name__)
+
+Pool = tuple[str, int]  # (pool, limit)
+
+
+class Slots(Protocol):
+    """Slots of pools, fleet-wide, each held by a live node lease (``holder``:
+    ``<lease key>|<token>``, see :func:`holder_of`)."""
+
+    def take(self, pools: Sequence[Pool], holder: str) -> str | None:
+        """A slot of each ``(pool, limit)`` for ``holder`` (one it holds already counts);
+        None when all are taken — else the first pool that is full (the first pool, if
+        the holder's lease is no longer live), and none is taken."""
+        ...
+
+    def give_back(self, pools: Sequence[str], holder: str) -> None:
+        """``holder``'s slots of these pools are free again."""
+        ...
+
+    def holders(self, pools: Sequence[str]) -> Mapping[str, int]:
+        """How many live leases hold a slot of each pool."""
+        ...
+
+
+def holder_of(lease_key: str, token: str) -> str:
+    return f"{lease_key}|{token}"
+
+
+# How long a pool name may be (its column's size): a longer value is named by its digest.
+MAX_POOL = 400
+NAMESPACE_POOL = "*"  # the namespace's own pool: every execution in it (a default limit)
+
+
+def pools_for(
+    definition: WorkflowDefinition,
+    node: TaskNode,
+    *,
+    namespace: str,
+    state: Mapping[str, Any],
+    run_input: Mapping[str, Any],
+    namespace_limit: int = 0,
+) -> list[Pool]:
+    """The pools an execution of ``node`` takes a slot of, each with its limit: the
+    node's limits, its workflow's, and the namespace's default (0: none)."""
+    pools: dict[str, int] = {}
+    for limit in (*node.concurrency, *definition.concurrency):
+        name = pool_name(namespace, limit, state, run_input)
+        pools[name] = min(limit.limit, pools.get(name, limit.limit))
+    if namespace_limit > 0:
+        pools[f"{namespace}/{NAMESPACE_POOL}"] = namespace_limit
+    return sorted(pools.items())
+
+
+def pool_name(
+    namespace: str, limit: ConcurrencyLimit, state: Mapping[str, Any], run_input: Mapping[str, Any]
+) -> str:
+    """``<namespace>/<constant>``, or ``<namespace>/<path>=<value>`` (a value missing
+    from the state or input is ``null``: those executions share one pool)."""
+    path = limit.path
+    if path is None:
+        return f"{namespace}/{limit.key}"
+    value: Any = state if path[0] == "state" else run_input
+    for part in path[1:]:
+        value = value.get(part) if isinstance(value, Mapping) else None
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    name = f"{namespace}/{limit.key}={text}"
+    if len(name) > MAX_POOL:
+        name = f"{namespace}/{limit.key}#{hashlib.sha256(text.encode()).hexdigest()}"
+    return name
+
+
+@dataclass
+class SlotGate:
+    """Taking, parking for, giving back and waking on concurrency slots. ``grace_s``: a
+    woken execution that has not taken its slot after this long (its message was lost)
+    is woken again; until then it holds its place in the pool."""
+
+    slots: Slots
+    store: Store
+    publisher: Publisher
+    grace_s: float = 60.0
+
+    def enter(
+        self, message: NodeMessage, pools: Sequence[Pool], holder: str, namespace: str
+    ) -> bool:
+        """Take a slot of every pool for ``holder``; False — parked — if one is full."""
+        if not pools or message.phase is not Phase.RUN:
+            return True
+        full = self.slots.take(pools, holder)
+        if full is None:
+            if message.woken:  # its wait is over: its place goes with its record
+                with self.store.transaction() as tx:
+                    tx.unpark(message.key)
+            return True
+        limit = dict(pools)[full]
+        with self.store.transaction() as tx:
+            tx.park(message.key, message.attempt, namespace=namespace, pool=full, limit=limit)
+        # A holder may have given its slot back between the take and the park, and found
+        # no waiter to wake: look once more, now that this one is on record.
+        if self.slots.take(pools, holder) is None:
+            with self.store.transaction() as tx:
+                tx.unpark(message.key)
+            return True
+        log.info("%s waits for a slot of %s (limit %d)", message.key, full, limit)
+        return False
+
+    def leave(self, pools: Sequence[Pool], holder: str) -> None:
+        """Give ``holder``'s slots back and wake the waiters they free."""
+        if not pools:
+            return
+        self.slots.give_back([pool for pool, _limit in pools], holder)
+        self.wake(pools)
+
+    def wake(self, pools: Sequence[Pool]) -> int:
+        """Publish again as many waiters of each pool as it has free slots; how many."""
+        holders = self.slots.holders([pool for pool, _limit in pools])
+        woken: list[NodeMessage] = []
+        for pool, limit in pools:
+            free = limit - holders.get(pool, 0)
+            if free <= 0:
+                continue
+            with self.store.transaction() as tx:
+                parked = tx.wake(pool, free, self.grace_s)
+            woken += [
+                NodeMessage(
+                    p.run_id,
+                    p.workflow,
+                    p.version,
+                    p.node,
+                    p.iteration,
+                    p.attempt,
+                    Phase(p.phase),
+                    woken=True,
+                )
+                for p in parked
+            ]
+        if woken and not self.publisher.publish(woken):
+            # Their wait is over on record: recovery publishes them once they look lost.
+            log.warning("%d woken execution(s) not published: left to recovery", len(woken))
+        return len(woken)
+
+    def wake_waiting(self) -> int:
+        """Wake what every pool with waiters has room for (the scheduler's pass: a dead
+        holder's slot is free once its lease has expired, and nobody else will say so)."""
+        with self.store.reading() as tx:
+            waiting = tx.waiting_pools()
+        if not waiting:
+            return 0
+        with self.store.transaction() as tx:
+            tx.forget_finished_waiters()
+        return self.wake([(pool.pool, pool.limit) for pool in waiting])

@@ -1,0 +1,69 @@
+"""Concurrency slots in Redis (see :mod:`cairn.lease.slots`): a sorted set per pool,
+its members the leases holding a slot, taken all or nothing by ``take_slots.lua``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from importlib import resources
+
+import redis
+
+from cairn.lease.slots import SLOTS_PREFIX
+
+TAKE_SLOTS = resources.files("cairn.lease").joinpath("scripts", "take_slots.lua").read_text()
+
+# Counting a pool reads each member's lease: the same script, asked to take no slot.
+_COUNT = """
+local counts = {}
+for i, pool in ipairs(KEYS) do
+  local count = 0
+  for _, held in ipairs(redis.call('zrange', pool, 0, -1)) do
+    local key, its = string.match(held, '^(.*)|([^|]*)$')
+    if key and redis.call('get', key) == its then
+      count = count + 1
+    else
+      redis.call('zrem', pool, held)
+    end
+  end
+  counts[i] = count
+end
+return counts
+"""
+
+
+class RedisSlots:
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._take = client.register_script(TAKE_SLOTS)
+        self._count = client.register_script(_COUNT)
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisSlots:
+        return cls(
+            redis.Redis.from_url(
+                url, socket_timeout=5, socket_connect_timeout=5, health_check_interval=30
+            )
+        )
+
+    def take(self, pools: Sequence[tuple[str, int]], holder: str) -> str | None:
+        if not pools:
+            return None
+        keys = [SLOTS_PREFIX + pool for pool, _limit in pools]
+        full = int(self._take(keys=keys, args=[holder, *(limit for _, limit in pools)]))
+        if full < 0:  # the lease is no longer this holder's: a slot it could not keep
+            return pools[0][0]
+        return None if full == 0 else pools[full - 1][0]
+
+    def give_back(self, pools: Sequence[str], holder: str) -> None:
+        if not pools:
+            return
+        with self.client.pipeline(transaction=False) as pipe:
+            for pool in pools:
+                pipe.zrem(SLOTS_PREFIX + pool, holder)
+            pipe.execute()
+
+    def holders(self, pools: Sequence[str]) -> Mapping[str, int]:
+        if not pools:
+            return {}
+        counts = self._count(keys=[SLOTS_PREFIX + pool for pool in pools])
+        return dict(zip(pools, (int(c) for c in counts), strict=True))

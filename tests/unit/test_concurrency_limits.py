@@ -1,0 +1,143 @@
+"""Keyed concurrency limits on the embedded runtime (SQLite, worker threads, memory
+slots): never more executions of a pool at once than its limit, the rest parked — no
+thread held — and woken as slots free; every run ends. (On real services, with workers
+killed: tests/acceptance/test_concurrency_limits.py.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cairn.config import Settings
+from cairn.definitions.loader import load_definition
+from cairn.engine.slots import pools_for
+from cairn.errors import WorkflowDefinitionError
+from cairn.model.definition import ConcurrencyLimit, TaskNode
+from cairn.model.statuses import RunStatus
+from cairn.runtime import Runtime
+
+_lock = threading.Lock()
+_running: Counter[str] = Counter()
+_most: Counter[str] = Counter()
+
+
+def call_provider(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    tenant = str(state["tenant"])
+    with _lock:
+        _running[tenant] += 1
+        _running["all"] += 1
+        _most[tenant] = max(_most[tenant], _running[tenant])
+        _most["all"] = max(_most["all"], _running["all"])
+    time.sleep(0.05)
+    with _lock:
+        _running[tenant] -= 1
+        _running["all"] -= 1
+    return {"done": True}
+
+
+WORKFLOW = f"""
+name: limited
+version: 1
+start: call
+concurrency: {{key: provider-key, limit: 3}}
+nodes:
+  call: {{handler: "{__name__}:call_provider", next: done,
+          concurrency: {{key: state.tenant, limit: 2}}}}
+  done: {{end: succeeded}}
+"""
+
+
+def test_no_pool_has_more_executions_at_once_than_its_limit(tmp_path: Path) -> None:
+    (tmp_path / "limited.yaml").write_text(WORKFLOW)
+    settings = Settings(
+        home=tmp_path / "home",
+        workflows=[str(tmp_path / "limited.yaml")],
+        lease_ttl=3.0,
+        heartbeat_interval=1.0,
+    )
+    _running.clear()
+    _most.clear()
+    runtime = Runtime.build(settings, concurrency=8)
+    runtime.start_workers()
+    try:
+        runs = [
+            runtime.orchestrator.submit("limited", {"tenant": tenant})
+            for tenant in ["a"] * 12 + ["b"] * 6
+        ]
+        deadline = time.monotonic() + 30
+        for run_id in runs:
+            while not (view := runtime.orchestrator.get_run(run_id)).status.terminal:
+                assert time.monotonic() < deadline, f"{run_id} never ended"
+                time.sleep(0.02)
+            assert view.status is RunStatus.SUCCEEDED, view.reason
+    finally:
+        runtime.close()
+    assert _most["a"] <= 2 and _most["b"] <= 2  # the tenant's limit
+    assert _most["all"] <= 3  # the workflow's pool, shared by both tenants
+    with runtime.store.reading() as tx:
+        assert tx.waiting_pools() == []  # every wait ended
+
+
+def test_pools_are_named_by_namespace_and_key_value() -> None:
+    definition = load_definition(
+        {
+            "name": "w",
+            "version": 1,
+            "start": "a",
+            "concurrency": [{"key": "openai", "limit": 5}],
+            "nodes": {
+                "a": {
+                    "handler": f"{__name__}:call_provider",
+                    "concurrency": [{"key": "input.customer.id", "limit": 1}],
+                    "next": "b",
+                },
+                "b": {"end": "succeeded"},
+            },
+        }
+    )
+    node = definition.nodes["a"]
+    assert isinstance(node, TaskNode)
+    assert node.concurrency == (ConcurrencyLimit("input.customer.id", 1),)
+    pools = pools_for(
+        definition,
+        node,
+        namespace="acme",
+        state={},
+        run_input={"customer": {"id": 42}},
+        namespace_limit=100,
+    )
+    assert pools == [("acme/*", 100), ("acme/input.customer.id=42", 1), ("acme/openai", 5)]
+    missing = pools_for(definition, node, namespace="acme", state={}, run_input={})
+    assert ("acme/input.customer.id=null", 1) in missing
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "says"),
+    [
+        ({"key": "state.tenant"}, "needs a limit"),
+        ({"key": "state.tenant", "limit": 0}, "positive integer"),
+        ({"key": "open ai", "limit": 2}, "constant is up to 100"),
+        ({"key": "state.", "limit": 2}, "not a path"),
+        ({"key": "state.a b", "limit": 2}, "not a path"),
+        ({"kee": "x", "limit": 2}, "did you mean 'key'"),
+        ([{"key": "x", "limit": 1}, {"key": "x", "limit": 2}], "twice"),
+        ("x", "is {key: EXPRESSION"),
+    ],
+)
+def test_a_malformed_limit_is_a_fault(concurrency: object, says: str) -> None:
+    spec = {
+        "name": "w",
+        "version": 1,
+        "start": "a",
+        "nodes": {
+            "a": {"handler": f"{__name__}:call_provider", "concurrency": concurrency, "next": "b"},
+            "b": {"end": "succeeded"},
+        },
+    }
+    with pytest.raises(WorkflowDefinitionError, match=says):
+        load_definition(spec)
