@@ -136,6 +136,11 @@ class Runtime:
         """Register every definition named by ``CAIRN_WORKFLOWS``; refuse invalid ones."""
         _register(self.orchestrator.registry, self.settings.workflows)
 
+    @property
+    def slots(self) -> Slots | None:
+        """The concurrency slots (Redis's, or this process's memory)."""
+        return self.runner.gate.slots if self.runner.gate is not None else None
+
     def start_workers(self) -> None:
         """Embedded mode: execute node messages on this process's threads."""
         if self.broker is None:

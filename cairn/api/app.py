@@ -22,8 +22,9 @@ from cairn.api import errors, model_calls, runs, stream
 from cairn.api.auth import ApiKeys
 from cairn.api.deps import Namespace, runtime_of
 from cairn.api.limits import BodyLimitMiddleware
-from cairn.api.models import WorkflowInfo, WorkflowList
+from cairn.api.models import PoolList, WorkflowInfo, WorkflowList
 from cairn.config import Settings
+from cairn.observe.flow import pool_reports
 from cairn.observe.metrics.api import CONTENT_TYPE_LATEST, ApiMetrics, MetricsMiddleware
 from cairn.runtime import Runtime
 from cairn.store.records import to_epoch
@@ -82,6 +83,17 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
 def _operations() -> APIRouter:
     router = APIRouter()
+
+    @router.get("/v1/fleet/concurrency", response_model=PoolList, responses=runs.ERRORS)
+    def concurrency(
+        runtime: Annotated[Runtime, Depends(runtime_of)], namespace: Namespace
+    ) -> PoolList:
+        """The namespace's concurrency pools: per pool, how many executions hold a slot,
+        how many wait for one, and how long the oldest has waited."""
+        slots = runtime.slots
+        reports = pool_reports(runtime.store, slots) if slots is not None else []
+        mine = [r.to_dict() for r in reports if r.pool.startswith(f"{namespace}/")]
+        return PoolList(pools=mine)
 
     @router.get("/v1/workflows", response_model=WorkflowList, responses=runs.ERRORS)
     def list_workflows(

@@ -190,6 +190,10 @@ class CancelResult(BaseModel):
     status: str
 
 
+class PoolList(BaseModel):
+    pools: list[dict[str, Any]]
+
+
 class ArtifactList(BaseModel):
     artifacts: list[dict[str, Any]]
 

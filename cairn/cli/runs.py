@@ -480,21 +480,26 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
 
 def _fleet_status(as_json: bool) -> None:
     from cairn.client import Client
+    from cairn.observe.flow import pool_reports
 
     client = Client()
     try:
         stats = client.runtime.leases.stats()
         waits = client.runtime.leases.waits()
         running = client.runtime.leases.running()
+        slots = client.runtime.slots
+        pools = pool_reports(client.runtime.store, slots) if slots is not None else []
     finally:
         client.close()
     if as_json:
         wait = {"count": waits.count, "sum_s": waits.sum_s, "buckets": dict(waits.cumulative())}
-        print(
-            json.dumps(
-                {"leases": stats, "lease_wait": wait, "running": running}, indent=2, default=str
-            )
-        )
+        fleet = {
+            "leases": stats,
+            "lease_wait": wait,
+            "running": running,
+            "concurrency": [pool.to_dict() for pool in pools],
+        }
+        print(json.dumps(fleet, indent=2, default=str))
         return
     interval = client.settings.heartbeat_interval
     lease_counts = {name: count for name, count in stats.items() if "|" not in name}
@@ -511,6 +516,14 @@ def _fleet_status(as_json: bool) -> None:
         )
     if waits.count:  # the histogram behind cairn_lease_wait_seconds
         out.print(f"lease wait (publish to lease): {waits.summary()}", markup=False)
+    for pool in pools:
+        limit = f"/{pool.limit}" if pool.limit is not None else ""
+        waited = f" (oldest {_age(pool.oldest_wait_s)})" if pool.oldest_wait_s is not None else ""
+        out.print(
+            f"concurrency {pool.pool}: {pool.running}{limit} running, "
+            f"{pool.waiting} waiting{waited}",
+            markup=False,
+        )
     by_worker: dict[str, list[dict[str, Any]]] = {}
     for record in running:
         by_worker.setdefault(str(record.get("worker", "?")), []).append(record)

@@ -49,6 +49,10 @@ class Slots(Protocol):
         """How many live leases hold a slot of each pool."""
         ...
 
+    def pools(self, limit: int = 1000) -> list[str]:
+        """Pools some lease holds (or held: a dead holder's is dropped when counted)."""
+        ...
+
 
 def holder_of(lease_key: str, token: str) -> str:
     return f"{lease_key}|{token}"

@@ -67,3 +67,11 @@ class RedisSlots:
             return {}
         counts = self._count(keys=[SLOTS_PREFIX + pool for pool in pools])
         return dict(zip(pools, (int(c) for c in counts), strict=True))
+
+    def pools(self, limit: int = 1000) -> list[str]:
+        found: set[str] = set()
+        for key in self.client.scan_iter(match=SLOTS_PREFIX + "*", count=500):
+            found.add(key.decode().removeprefix(SLOTS_PREFIX))
+            if len(found) >= limit:
+                break
+        return sorted(found)

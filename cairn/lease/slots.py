@@ -66,3 +66,7 @@ class MemorySlots:
     def holders(self, pools: Sequence[str]) -> Mapping[str, int]:
         with self._lock:
             return {pool: len(self._live(pool)) for pool in pools}
+
+    def pools(self, limit: int = 1000) -> list[str]:
+        with self._lock:
+            return sorted(pool for pool, held in self._pools.items() if held)[:limit]

@@ -60,6 +60,7 @@ import itertools
 import json
 import math
 import re
+import select
 import socket
 import sys
 import threading
@@ -806,6 +807,22 @@ class _Handler(BaseHTTPRequestHandler):
             return
         stream = bool(body.get("stream"))
         request = Request(provider, self.path, body, headers, stream, time.time())
+        if not self.owner._began():
+            # The provider's own concurrency limit, as the stand-in enforces it: a 429.
+            self.owner._logged(request)
+            limit = self.owner.limit_in_flight
+            message = f"Too many concurrent requests (the limit is {limit})."
+            self._write(_error(provider, 429, message, reply_headers))
+            return
+        try:
+            self._answer(provider, api, request, reply_headers)
+        finally:
+            self.owner._ended()
+
+    def _answer(
+        self, provider: Provider, api: str, request: Request, reply_headers: dict[str, str]
+    ) -> None:
+        body, stream = request.body, request.stream
         try:
             item = self.owner._admit(request)
         except _ResponderFailed as exc:
@@ -825,12 +842,33 @@ class _Handler(BaseHTTPRequestHandler):
             reply = Reply(text=_CUT_OFF_TEXT)
         else:
             reply = item
-            if reply.delay_s and self.owner._stopping.wait(reply.delay_s):
+            if reply.delay_s and not self._hold(reply.delay_s):
                 self.close_connection = True
                 return
         turn = _Turn.of(reply, body, self.owner._new_id)
         answer = _BUILDERS[api, stream](turn, reply_headers)
         self._write(answer, chunk_delay_s=reply.chunk_delay_s, drop_after=drop_after)
+
+    def _hold(self, seconds: float) -> bool:
+        """Wait ``seconds`` before answering; False if the server is stopping or the
+        client went away meanwhile (a provider stops working on a request whose client
+        hung up: it no longer counts against its limit)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self.owner._stopping.wait(min(left, 0.05)):
+                return False
+            if self._client_gone():
+                return False
+        return True
+
+    def _client_gone(self) -> bool:
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return bool(self.connection.recv(1, socket.MSG_PEEK) == b"")
+        except OSError:
+            return True
 
     def _read_body(self) -> bytes:
         if self.headers.get("transfer-encoding", "").lower() == "chunked":
@@ -879,12 +917,23 @@ class ModelServer:
     """A local stand-in for the OpenAI and Anthropic APIs; see the module's docstring."""
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, *, responder: Responder | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        responder: Responder | None = None,
+        limit_in_flight: int | None = None,
     ) -> None:
         self._host = host
         self._port = port
         # Asked for each request the script leaves unanswered; may be swapped at any time.
         self.responder = responder
+        # The provider's concurrency limit: a request beyond it is answered 429 (and
+        # counted in ``over_limit``), as a real provider's would be.
+        self.limit_in_flight = limit_in_flight
+        self._in_flight = 0
+        self._peak_in_flight = 0
+        self._over_limit = 0
         self._lock = threading.Lock()
         self._queue: deque[Reply | Fault] = deque()
         self._log: list[Request] = []
@@ -978,6 +1027,8 @@ class ModelServer:
             self._queue.clear()
             self._log.clear()
             self._defaults = 0
+            self._peak_in_flight = self._in_flight
+            self._over_limit = 0
 
     @property
     def requests(self) -> list[Request]:
@@ -990,6 +1041,36 @@ class ModelServer:
             return sum(1 for r in self._log if provider is None or r.provider == provider)
 
     # --- for the handlers ---
+
+    def _began(self) -> bool:
+        """A request is being answered: False (and nothing counted) past the limit."""
+        with self._lock:
+            if self.limit_in_flight is not None and self._in_flight >= self.limit_in_flight:
+                self._over_limit += 1
+                return False
+            self._in_flight += 1
+            self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
+            return True
+
+    def _ended(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most requests it was answering at once."""
+        with self._lock:
+            return self._peak_in_flight
+
+    @property
+    def over_limit(self) -> int:
+        """Requests refused (429) for being past ``limit_in_flight``."""
+        with self._lock:
+            return self._over_limit
+
+    def _logged(self, request: Request) -> None:
+        with self._lock:
+            self._log.append(request)
 
     def _admit(self, request: Request) -> Reply | Fault:
         with self._lock:

@@ -28,6 +28,7 @@ class SlotsContract:
         taken = [slots.take([("ns/openai", 3)], lease) for lease in held]
         assert taken == [None, None, None, "ns/openai"]
         assert slots.holders(["ns/openai"]) == {"ns/openai": 3}
+        assert slots.pools() == ["ns/openai"]
         assert slots.take([("ns/openai", 3)], held[0]) is None  # held already: still one
         slots.give_back(["ns/openai"], held[1])
         assert slots.take([("ns/openai", 3)], held[3]) is None

@@ -101,3 +101,12 @@ def streaming_turns(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
 def unanswered(state: dict[str, Any]) -> bool:
     """A bisect predicate: good while the run has no answer yet."""
     return "answer" not in state.get("vars", state)
+
+
+def one_call(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """One model call (for concurrency limits: the stand-in counts them at once)."""
+    _record(ctx, state, "start")
+    reply = ctx.model(_client()).chat.completions.create(
+        model="gpt-stand-in", messages=[{"role": "user", "content": f"run {ctx.run_id}"}]
+    )
+    return {"said": reply.choices[0].message.content}

@@ -805,3 +805,30 @@ def test_the_module_serves_until_interrupted() -> None:
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+
+
+def test_a_concurrency_limit_refuses_what_is_past_it_and_counts_the_peak() -> None:
+    """The stand-in as a provider with a concurrency limit: a request past it is a 429,
+    counted; the peak of requests answered at once is kept."""
+    import concurrent.futures  # noqa: PLC0415
+
+    from openai import OpenAI, RateLimitError  # noqa: PLC0415
+
+    with ModelServer(limit_in_flight=2) as server:
+        server.script(*(Reply(text="slow", delay_s=0.5) for _ in range(3)))
+        client = OpenAI(base_url=server.openai_base_url, api_key="t", max_retries=0)
+
+        def ask() -> str:
+            try:
+                reply = client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "x"}]
+                )
+            except RateLimitError:
+                return "refused"
+            return str(reply.choices[0].message.content)
+
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            answers = sorted(pool.map(lambda _: ask(), range(3)))
+        assert answers == ["refused", "slow", "slow"]
+        assert server.peak_in_flight == 2 and server.over_limit == 1
+        assert ask() == "slow"  # the limit frees with the answers

@@ -26,8 +26,10 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cairn.engine.slots import Slots
 from cairn.model.effects import EffectStatus
 from cairn.model.statuses import RunStatus
+from cairn.observe.flow import pool_reports
 from cairn.store.records import FleetGauges
 from cairn.store.sql import Store
 
@@ -37,8 +39,9 @@ UP = "cairn_fleet_metrics_up"
 
 
 class FleetCollector(Collector):
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, slots: Slots | None = None) -> None:
         self.store = store
+        self.slots = slots
 
     def describe(self) -> Iterator[Metric]:
         # Without describe(), registering would call collect(): a query at startup.
@@ -55,6 +58,26 @@ class FleetCollector(Collector):
             return
         yield GaugeMetricFamily(UP, "1 if PostgreSQL could be read for the fleet gauges.", 1)
         yield from fleet_metrics(gauges, now)
+        if self.slots is not None:
+            yield from self._pools(self.slots)
+
+    def _pools(self, slots: Slots) -> Iterator[Metric]:
+        try:
+            reports = pool_reports(self.store, slots)
+        except Exception:
+            log.warning("could not read the concurrency pools", exc_info=True)
+            return
+        running = GaugeMetricFamily(
+            "cairn_slots_running", "Executions holding a slot of the pool.", labels=["pool"]
+        )
+        waiting = GaugeMetricFamily(
+            "cairn_slots_waiting", "Executions parked for a slot of the pool.", labels=["pool"]
+        )
+        for report in reports:
+            running.add_metric([report.pool], report.running)
+            waiting.add_metric([report.pool], report.waiting)
+        yield running
+        yield waiting
 
 
 def fleet_metrics(gauges: FleetGauges, now: float) -> Iterator[Metric]:

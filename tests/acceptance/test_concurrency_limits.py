@@ -1,0 +1,95 @@
+"""Keyed concurrency limits on real services: Celery workers in subprocesses, slots in
+Redis, waiters in PostgreSQL, and the model stand-in as a provider that refuses (429)
+whatever is past its own concurrency limit — its count is the proof. A worker killed -9
+while it holds slots does not leak them: they come back with its leases."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from cairn.model.statuses import RunStatus
+from cairn.observe.flow import pool_reports
+from cairn.testing.model_server import ModelServer, Reply
+from tests.support.cluster import Cluster
+
+LIMIT = 4
+
+
+@pytest.fixture
+def provider(cluster: Cluster) -> Iterator[ModelServer]:
+    with ModelServer(limit_in_flight=LIMIT) as server:
+        cluster.env["MODEL_URL"] = server.url
+        yield server
+
+
+def _ended(cluster: Cluster, runs: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for run_id in runs:
+        view = cluster.client.get_run(run_id)
+        while not view.status.terminal:
+            assert time.monotonic() < deadline, f"{run_id} did not end: {view.status}"
+            time.sleep(0.1)
+            view = cluster.client.get_run(run_id)
+        assert view.status is RunStatus.SUCCEEDED, view.reason
+
+
+def test_a_pool_never_has_more_calls_at_the_provider_than_its_limit(
+    cluster: Cluster, provider: ModelServer
+) -> None:
+    """Two workers of four slots each (eight at once) and a limit of four: the
+    provider never sees a fifth call (it would refuse it), yet sees four at a time."""
+    provider.script(*(Reply(text="ok", delay_s=0.3) for _ in range(24)))
+    cluster.consuming(cluster.worker(concurrency=4))
+    cluster.consuming(cluster.worker(concurrency=4))
+    cluster.scheduler()
+    runs = [cluster.submit("limited_calls", {"tenant": "acme"}) for _ in range(24)]
+    other = [cluster.submit("limited_calls", {"tenant": "globex"}) for _ in range(2)]
+    _ended(cluster, runs + other, 90)
+    assert provider.over_limit == 0  # no call past the limit reached the provider
+    assert provider.peak_in_flight == LIMIT  # and the limit was used
+    assert provider.count() == 26  # one request per run: a parked run is not retried
+    with cluster.client.runtime.store.reading() as tx:
+        assert tx.waiting_pools() == []
+
+
+def test_a_worker_killed_holding_slots_does_not_leak_them(
+    cluster: Cluster, provider: ModelServer
+) -> None:
+    """A worker holding every slot of the pool is killed -9 mid-call: its slots are free
+    once its leases expire (one lease TTL, 2 s here), the waiters run on the other
+    worker, and every run ends."""
+    # Calls that would outlast the test: only the kill ends them (the provider sees its
+    # client go away, as a real one does, and stops counting them against its limit).
+    provider.script(*(Reply(text="slow", delay_s=300) for _ in range(LIMIT)))
+    first = cluster.worker(concurrency=LIMIT)
+    cluster.consuming(first)
+    cluster.scheduler()
+    runs = [cluster.submit("limited_calls", {"tenant": "acme"}) for _ in range(12)]
+    cluster.wait_for(lambda: provider.count() >= LIMIT, 30, "the first calls")
+    cluster.consuming(cluster.worker(concurrency=LIMIT))  # its executions park: no slot
+    assert provider.count() == LIMIT
+
+    runtime = cluster.client.runtime
+    assert runtime.slots is not None
+    slots = runtime.slots
+
+    def pool() -> dict[str, object]:
+        found = [p.to_dict() for p in pool_reports(runtime.store, slots)]
+        return next((p for p in found if p["pool"] == "default/state.tenant=acme"), {})
+
+    cluster.wait_for(lambda: pool().get("waiting") == 12 - LIMIT, 30, "the rest parked")
+    shown = json.loads(cluster.cli("status", "--fleet", "--json").stdout)["concurrency"]
+    (acme,) = [p for p in shown if p["pool"] == "default/state.tenant=acme"]
+    assert (acme["running"], acme["limit"], acme["waiting"]) == (LIMIT, LIMIT, 12 - LIMIT)
+    cluster.kill(first)  # it holds all four slots, each call still out
+    killed_at = time.monotonic()
+    cluster.wait_for(lambda: provider.count() > LIMIT, 30, "a call after the kill")
+    freed_after = time.monotonic() - killed_at
+    _ended(cluster, runs, 90)
+    assert provider.over_limit == 0
+    # The dead worker's slots came back with its leases (TTL 2 s), not later.
+    assert freed_after < 2 * float(cluster.env["CAIRN_LEASE_TTL"]) + 2, freed_after
