@@ -181,3 +181,28 @@ def streamed_call(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
 _model_client: Any = None
 streaming = Workflow("bench_streamed", version=1).task("talk", streamed_call, next="done")
 streaming.end("done")
+
+
+# -- one model call per run, under a shared concurrency limit (bench/concurrency.py) ---------
+
+
+def provider_call(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """One call to the model stand-in at ``MODEL_URL``."""
+    from openai import OpenAI  # noqa: PLC0415 - the dev extra
+
+    global _model_client  # noqa: PLW0603 - one client per process
+    if _model_client is None:
+        _model_client = OpenAI(base_url=os.environ["MODEL_URL"] + "/v1", api_key="bench")
+    reply = ctx.model(_model_client).chat.completions.create(
+        model="stand-in", messages=[{"role": "user", "content": state["ask"]}]
+    )
+    return {"said": reply.choices[0].message.content}
+
+
+LIMIT = 10
+limited = Workflow("bench_limited", version=1).task(
+    "call", provider_call, next="done", concurrency={"key": "bench-provider", "limit": LIMIT}
+)
+limited.end("done")
+unlimited = Workflow("bench_unlimited", version=1).task("call", provider_call, next="done")
+unlimited.end("done")

@@ -10,32 +10,21 @@ import redis
 
 from cairn.lease.slots import SLOTS_PREFIX
 
-TAKE_SLOTS = resources.files("cairn.lease").joinpath("scripts", "take_slots.lua").read_text()
 
-# Counting a pool reads each member's lease: the same script, asked to take no slot.
-_COUNT = """
-local counts = {}
-for i, pool in ipairs(KEYS) do
-  local count = 0
-  for _, held in ipairs(redis.call('zrange', pool, 0, -1)) do
-    local key, its = string.match(held, '^(.*)|([^|]*)$')
-    if key and redis.call('get', key) == its then
-      count = count + 1
-    else
-      redis.call('zrem', pool, held)
-    end
-  end
-  counts[i] = count
-end
-return counts
-"""
+def _script(name: str) -> str:
+    """A slot script, with the function every one of them counts a pool by."""
+    scripts = resources.files("cairn.lease").joinpath("scripts")
+    return scripts.joinpath("slots_live.lua").read_text() + scripts.joinpath(name).read_text()
+
+
+TAKE_SLOTS, COUNT_SLOTS = _script("take_slots.lua"), _script("count_slots.lua")
 
 
 class RedisSlots:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self._take = client.register_script(TAKE_SLOTS)
-        self._count = client.register_script(_COUNT)
+        self._count = client.register_script(COUNT_SLOTS)
 
     @classmethod
     def from_url(cls, url: str) -> RedisSlots:

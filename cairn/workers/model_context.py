@@ -18,10 +18,12 @@ replay answers it from the record, and compacts the same way.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,9 +72,7 @@ class Compactor:
 
     def compact(self, ctx: StepContext, messages: Sequence[Any]) -> list[Any] | None:
         """The messages to send in place of ``messages`` (None: send them as they are)."""
-        if self._busy:
-            return None
-        planned = self._plan(messages)
+        planned = self._planned(messages)
         if planned is None or isinstance(planned, list):
             return planned
         summarize = self.policy.summarize.resolve()
@@ -81,33 +81,35 @@ class Compactor:
                 f"{ctx.node}: context.summarize {self.policy.summarize.path} is async; a "
                 "sync client's calls need a sync summarize"
             )
-        self._busy = True
-        try:
+        with self._summarizing():
             made = summarize(ctx, list(planned.given))
-        finally:
-            self._busy = False
         return self._applied(planned, made)
 
     async def compact_async(self, ctx: StepContext, messages: Sequence[Any]) -> list[Any] | None:
         """:meth:`compact` for an async client: an async ``summarize`` is awaited (a sync
         one runs on a thread, so that its own calls may block)."""
-        if self._busy:
-            return None
-        planned = self._plan(messages)
+        planned = self._planned(messages)
         if planned is None or isinstance(planned, list):
             return planned
         summarize = self.policy.summarize.resolve()
-        self._busy = True
-        try:
+        with self._summarizing():
             if inspect.iscoroutinefunction(summarize):
                 made = await summarize(ctx, list(planned.given))
             else:
-                import asyncio  # noqa: PLC0415
-
                 made = await asyncio.to_thread(summarize, ctx, list(planned.given))
+        return self._applied(planned, made)
+
+    def _planned(self, messages: Sequence[Any]) -> list[Any] | _Pending | None:
+        # The summarizer's own model calls are not compacted.
+        return None if self._busy else self._plan(messages)
+
+    @contextlib.contextmanager
+    def _summarizing(self) -> Iterator[None]:
+        self._busy = True
+        try:
+            yield
         finally:
             self._busy = False
-        return self._applied(planned, made)
 
     def _plan(self, messages: Sequence[Any]) -> list[Any] | _Pending | None:
         """None if ``messages`` fit; the messages to send if an earlier summary makes them
