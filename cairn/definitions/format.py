@@ -51,6 +51,7 @@ TOP = frozenset(
         "anomaly",
         "node_timeout",
         "record",
+        "schedules",
     }
 )
 TASK = COMMON | {
@@ -91,6 +92,7 @@ ON_DETECT = frozenset({"hint", "reset", "interventions", "then"})
 NO_PROGRESS = frozenset({"steps"})
 PING_PONG = frozenset({"max_period", "repeats"})
 OSCILLATION = frozenset({"fields", "window", "returns"})
+SCHEDULE = frozenset({"name", "cron", "input", "overlap", "catch_up", "jitter", "timezone"})
 
 # The format version that introduced a key, by its path ("task.stall_after",
 # "retry.foo"); a key not listed has been in the format since version 1.
@@ -102,6 +104,7 @@ SINCE: dict[str, int] = {
     "task.context": 2,
     "workflow.record": 2,
     "workflow.node_timeout": 2,
+    "workflow.schedules": 2,
 }
 
 # Hostile-file limits: far beyond any real definition, far below what would exhaust the
