@@ -3,7 +3,6 @@ and singleton (one unfinished run per key)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -13,6 +12,7 @@ from cairn.errors import InvalidInput
 from cairn.model.durations import parse_duration
 
 MAX_KEY = 200  # the key columns' length
+MAX_WAIT_S = 366 * 86400.0  # keeps every start time inside what a timestamp column holds
 
 
 class SingletonMode(StrEnum):
@@ -23,7 +23,7 @@ class SingletonMode(StrEnum):
 def _seconds(value: object, what: str) -> float:
     try:
         return parse_duration(value).total_seconds()
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise InvalidInput(f"{what}: {exc}") from None
 
 
@@ -45,14 +45,14 @@ class Debounce:
 
     def __post_init__(self) -> None:
         _key(self.key, "debounce")
-        if not (math.isfinite(self.wait_s) and self.wait_s > 0):
-            raise InvalidInput(f"a debounce wait must be positive, got {self.wait_s!r}")
-        if self.max_wait_s is not None and not (
-            math.isfinite(self.max_wait_s) and self.max_wait_s >= self.wait_s
-        ):
+        if not (0 < self.wait_s <= MAX_WAIT_S):
             raise InvalidInput(
-                f"a debounce max_wait must be at least its wait ({self.wait_s:g} s), "
-                f"got {self.max_wait_s!r}"
+                f"a debounce wait must be positive and at most 366 days, got {self.wait_s!r}"
+            )
+        if self.max_wait_s is not None and not (self.wait_s <= self.max_wait_s <= MAX_WAIT_S):
+            raise InvalidInput(
+                f"a debounce max_wait must be at least its wait ({self.wait_s:g} s) and at "
+                f"most 366 days, got {self.max_wait_s!r}"
             )
 
     @classmethod

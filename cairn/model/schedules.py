@@ -35,6 +35,9 @@ DEFAULT_CATCH_UP = timedelta(days=1)
 MAX_SCAN = 2_000
 # The largest backfill one request may ask for.
 MAX_BACKFILL = 10_000
+# Bounds that keep every time a schedule computes inside what a timestamp column holds.
+MAX_CATCH_UP_S = 366 * 86400.0
+MAX_JITTER_S = 7 * 86400.0
 # How often a schedule holding a buffered tick looks whether the run before it has ended.
 BUFFER_POLL_S = 1.0
 FIELDS = (5, 6)
@@ -67,7 +70,7 @@ class Cron:
         self.timezone = timezone
         try:
             self.zone = ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError, TypeError):
+        except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
             raise InvalidSchedule(f"unknown time zone {timezone!r} (an IANA name)") from None
         count = len(self.expression.split())
         if count not in FIELDS and not self.expression.startswith("@"):
@@ -81,8 +84,10 @@ class Cron:
             probe.get_next(datetime)
         except CroniterBadDateError:
             raise InvalidSchedule(f"cron {self.expression!r} never matches a date") from None
-        except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
+        except (CroniterBadCronError, CroniterError, ValueError, LookupError) as exc:
             raise InvalidSchedule(f"cron {self.expression!r} does not parse: {exc}") from None
+        except Exception as exc:  # croniter is not ours: any refusal is a bad expression
+            raise InvalidSchedule(f"cron {self.expression!r} does not parse ({exc!r})") from None
         hours = probe.expanded[1]
         # Clocks set back repeat an hour. An hourly expression ticks in both (they are two
         # real hours); one that names its hours ticks once, as cron does, not twice.
@@ -115,7 +120,9 @@ class Cron:
         """The ticks in ``[start, end)``; InvalidSchedule if there are more than
         ``limit``."""
         found: list[float] = []
-        for at in self.iterate(math.nextafter(start, -math.inf)):
+        for at in self.iterate(start - 1):  # ticks are whole seconds: none is missed
+            if at < start:
+                continue
             if at >= end:
                 break
             if len(found) == limit:
@@ -140,7 +147,7 @@ def seconds_of(value: object, what: str, *, allow_zero: bool = False) -> float:
         return 0.0
     try:
         return parse_duration(value).total_seconds()
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise InvalidSchedule(f"{what}: {exc}") from None
 
 
@@ -187,10 +194,12 @@ class ScheduleSpec:
         check_name(self.name)
         Cron(self.cron, self.timezone)
         OverlapPolicy.parse(self.overlap)
-        if not (math.isfinite(self.catch_up_s) and self.catch_up_s > 0):
-            raise InvalidSchedule(f"catch_up must be positive, got {self.catch_up_s!r}")
-        if not (math.isfinite(self.jitter_s) and self.jitter_s >= 0):
-            raise InvalidSchedule(f"jitter must be zero or positive, got {self.jitter_s!r}")
+        if not (0 < self.catch_up_s <= MAX_CATCH_UP_S):
+            raise InvalidSchedule(
+                f"catch_up must be positive and at most 366 days, got {self.catch_up_s!r} s"
+            )
+        if not (0 <= self.jitter_s <= MAX_JITTER_S):
+            raise InvalidSchedule(f"jitter must be zero to 7 days, got {self.jitter_s!r} s")
         if not isinstance(self.input, Mapping):
             raise InvalidSchedule("a schedule's input is a JSON object")
         return self
