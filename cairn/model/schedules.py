@@ -11,7 +11,6 @@ fields, or six with seconds first (``*/2 * * * * *``: every two seconds).
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
