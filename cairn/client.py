@@ -21,8 +21,10 @@ from cairn.definitions.catalog import load_all
 from cairn.engine.awaiting import Awaiting
 from cairn.engine.batches import SubmitItem, Submitted
 from cairn.engine.reads import RunView
+from cairn.engine.schedules import Schedules
 from cairn.errors import CairnError
 from cairn.model.definition import WorkflowDefinition
+from cairn.model.flow import Debounce, Singleton
 from cairn.runtime import Runtime
 from cairn.timetravel.timeline import Timeline
 
@@ -46,14 +48,25 @@ class Client:
                 self._runtime = Runtime.build(self.settings, pre_ping=True)
             return self._runtime
 
-    def register(self, source: WorkflowDefinition | str | Path) -> list[WorkflowDefinition]:
-        """Register a definition, or every definition in a file, module or directory."""
+    def register(
+        self, source: WorkflowDefinition | str | Path, *, namespace: str = "default"
+    ) -> list[WorkflowDefinition]:
+        """Register a definition, or every definition in a file, module or directory, and
+        add (or bring up to date) the schedules each declares, in ``namespace``."""
         definitions = (
             [source] if isinstance(source, WorkflowDefinition) else load_all([str(source)])
         )
+        orchestrator = self.runtime.orchestrator
         for definition in definitions:
-            self.runtime.orchestrator.registry.register(definition)
+            orchestrator.registry.register(definition)
+            orchestrator.schedules.declare(namespace, definition)
         return definitions
+
+    @property
+    def schedules(self) -> Schedules:
+        """Cron schedules: ``add``, ``change``, ``get``, ``of_namespace``, ``pause``,
+        ``resume``, ``delete``, ``backfill`` (see docs/flow-control.md)."""
+        return self.runtime.orchestrator.schedules
 
     def submit(
         self,
@@ -64,7 +77,13 @@ class Client:
         namespace: str = "default",
         version: int | None = None,
         webhook: str | None = None,
+        debounce: Debounce | Mapping[str, Any] | None = None,
+        singleton: Singleton | Mapping[str, Any] | None = None,
     ) -> str:
+        """Start a run; the same request id returns the same run. ``debounce`` (``{"key",
+        "wait", "max_wait"?}``) collapses rapid submissions with its key into one run;
+        ``singleton`` (``{"key", "mode": "skip"|"cancel"}``) keeps one unfinished run per
+        key — see docs/flow-control.md."""
         return self.runtime.orchestrator.submit(
             workflow,
             run_input,
@@ -72,6 +91,8 @@ class Client:
             namespace=namespace,
             version=version,
             webhook=webhook,
+            debounce=None if debounce is None else Debounce.of(debounce),
+            singleton=None if singleton is None else Singleton.of(singleton),
         )
 
     def submit_batch(
@@ -183,9 +204,13 @@ def submit(
     *,
     request_id: str | None = None,
     namespace: str = "default",
+    **options: Any,
 ) -> str:
-    """Start a run of ``workflow``; the same request id returns the same run."""
-    return default_client().submit(workflow, run_input, request_id=request_id, namespace=namespace)
+    """Start a run of ``workflow``; the same request id returns the same run. ``options``
+    are :meth:`Client.submit`'s: ``version``, ``webhook``, ``debounce``, ``singleton``."""
+    return default_client().submit(
+        workflow, run_input, request_id=request_id, namespace=namespace, **options
+    )
 
 
 def get_run(run_id: str) -> RunView:

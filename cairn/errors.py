@@ -143,6 +143,30 @@ class InvalidInput(CairnError):
     code = "invalid_input"
 
 
+class InvalidSchedule(InvalidInput):
+    """A schedule that cannot be kept: its cron expression, time zone, overlap policy,
+    catch-up window, jitter or name is wrong (see docs/flow-control.md)."""
+
+    code = "invalid_schedule"
+
+
+class ScheduleNotFound(CairnError):
+    code = "schedule_not_found"
+
+
+class ScheduleExists(CairnError):
+    """A schedule of that name is in the namespace already (update it, or delete it)."""
+
+    code = "schedule_exists"
+
+
+class FlowConflict(CairnError):
+    """A debounce key already holds a pending run of another workflow or version: the
+    submission cannot join it."""
+
+    code = "flow_conflict"
+
+
 class ConfirmationRequired(CairnError):
     """A request that undoes work (a rollback) must be confirmed explicitly."""
 

@@ -18,7 +18,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from cairn.api import errors, model_calls, runs, stream
+from cairn.api import errors, model_calls, runs, schedules, stream
 from cairn.api.auth import ApiKeys
 from cairn.api.deps import Namespace, runtime_of
 from cairn.api.limits import BodyLimitMiddleware
@@ -74,6 +74,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(stream.router)
     app.include_router(model_calls.router)
+    app.include_router(schedules.router)
     app.include_router(_operations())
     # The last added is the outermost: metrics see what the body limit refuses too.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)

@@ -21,9 +21,12 @@ from cairn.errors import (
     ConfigError,
     ConfirmationRequired,
     EventRejected,
+    FlowConflict,
     IllegalTransition,
     InvalidInput,
     RunNotFound,
+    ScheduleExists,
+    ScheduleNotFound,
     StaleTransition,
     StoreRefused,
     StoreUnavailable,
@@ -53,6 +56,7 @@ STATUS_BY_ERROR: tuple[tuple[type[CairnError], int], ...] = (
     (RunNotFound, 404),
     (UnknownWorkflow, 404),
     (ArtifactNotFound, 404),
+    (ScheduleNotFound, 404),
     (PayloadTooLarge, 413),
     (UnsupportedMediaType, 415),
     (InvalidInput, 422),
@@ -61,6 +65,8 @@ STATUS_BY_ERROR: tuple[tuple[type[CairnError], int], ...] = (
     (StoreRefused, 422),
     (StoreUnavailable, 503),
     (IdempotencyConflict, 409),
+    (ScheduleExists, 409),
+    (FlowConflict, 409),  # a debounce key that holds another workflow's pending run
     (EventRejected, 409),  # a signal the run cannot take: the run's state conflicts
     (IllegalTransition, 409),  # cancelling a finished run
     (ConfirmationRequired, 409),

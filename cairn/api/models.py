@@ -5,7 +5,7 @@ never a database error."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -42,11 +42,38 @@ class Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# A duration: "30s", "5m", "1h30m", or a number of seconds.
+Duration = Annotated[str | float, Field(description='A duration: "30s", "5m", or seconds.')]
+FlowKey = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_storable)]
+
+
+class DebounceRequest(Request):
+    key: FlowKey = Field(description="Submissions with this key collapse into one run.")
+    wait: Duration = Field(description="It starts this long after the last of them...")
+    max_wait: Duration | None = Field(
+        default=None, description="...but no later than this long after the first."
+    )
+
+
+class SingletonRequest(Request):
+    key: FlowKey = Field(description="One unfinished run per key in the namespace.")
+    mode: Literal["skip", "cancel"] = Field(
+        default="skip",
+        description="While one is unfinished: skip (answer with it) or cancel it and start.",
+    )
+
+
 class SubmitRequest(Request):
     workflow: WorkflowName
     input: dict[str, Any] = Field(default_factory=dict, description="The run's input.")
     version: Version | None = Field(default=None, description="Pin a version (default newest).")
     webhook: WebhookUrl | None = None
+    debounce: DebounceRequest | None = Field(
+        default=None, description="Collapse rapid submissions (docs/flow-control.md)."
+    )
+    singleton: SingletonRequest | None = Field(
+        default=None, description="Keep one unfinished run per key (docs/flow-control.md)."
+    )
 
 
 class BatchItem(Request):
@@ -206,3 +233,85 @@ class WorkflowInfo(BaseModel):
 
 class WorkflowList(BaseModel):
     workflows: list[WorkflowInfo]
+
+
+# -- schedules --------------------------------------------------------------------------
+
+ScheduleName = Annotated[
+    str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+]
+Cron = Annotated[
+    str,
+    Field(min_length=1, max_length=200, description='"0 9 * * MON"; six fields: seconds first.'),
+    AfterValidator(_storable),
+]
+TimeZone = Annotated[str, Field(min_length=1, max_length=64, description="An IANA time zone.")]
+Overlap = Literal["skip", "buffer_one", "cancel_running", "allow"]
+
+
+class ScheduleRequest(Request):
+    name: ScheduleName
+    workflow: WorkflowName
+    cron: Cron
+    version: Version | None = Field(default=None, description="Pin a version (default newest).")
+    timezone: TimeZone = "UTC"
+    input: dict[str, Any] = Field(default_factory=dict, description="Each run's input.")
+    overlap: Overlap = Field(default="skip", description="While the last run is unfinished.")
+    catch_up: Duration = Field(default="1d", description="Start missed ticks up to this late.")
+    jitter: Duration = Field(default=0, description="Delay each tick by up to this much.")
+    paused: bool = False
+
+
+class ScheduleChange(Request):
+    workflow: WorkflowName | None = None
+    cron: Cron | None = None
+    version: Version | None = None
+    timezone: TimeZone | None = None
+    input: dict[str, Any] | None = None
+    overlap: Overlap | None = None
+    catch_up: Duration | None = None
+    jitter: Duration | None = None
+
+
+class ScheduleView(BaseModel):
+    name: str
+    workflow: str
+    version: int | None
+    cron: str
+    timezone: str
+    input: dict[str, Any]
+    overlap: str
+    catch_up_s: float
+    jitter_s: float
+    paused: bool
+    next_at: float | None = Field(description="When the next tick is due (epoch seconds).")
+    last_tick_at: float | None = Field(description="The last tick that started a run.")
+    last_run_id: str | None
+    buffered_at: float | None = Field(description="A tick waiting for the last run to end.")
+    skipped: int = Field(description="Ticks skipped: too late to catch up, or by overlap.")
+    last_error: str | None
+    created_at: float
+    updated_at: float
+    runs: list[dict[str, str]] | None = Field(
+        default=None, description="The runs its ticks started lately (GET one schedule)."
+    )
+
+
+class ScheduleList(BaseModel):
+    schedules: list[ScheduleView]
+
+
+# Epoch seconds from 1970 to the end of 2999: what a timestamp column holds, with room.
+Instant = Annotated[float, Field(ge=0, le=32503680000)]
+
+
+class BackfillRequest(Request):
+    start: Instant = Field(description="From this time (epoch seconds), included.")
+    end: Instant = Field(description="To this time (epoch seconds), not included.")
+
+
+class BackfillResult(BaseModel):
+    ticks: int
+    created: int = Field(description="Runs started now.")
+    existing: int = Field(description="Ticks that had their run already.")
+    run_ids: list[str]

@@ -46,6 +46,7 @@ from cairn.engine.batches import SubmitItem
 from cairn.errors import InvalidInput, RunNotFound
 from cairn.lease.heartbeat import beat_view, run_beats
 from cairn.model.definition import TaskNode
+from cairn.model.flow import Debounce, Singleton
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.observe.explain import context_lines, waiting_lines
 from cairn.runtime import Runtime
@@ -134,6 +135,8 @@ def submit_run(
             namespace=namespace,
             version=body.version,
             webhook=body.webhook,
+            debounce=None if body.debounce is None else Debounce.of(body.debounce.model_dump()),
+            singleton=None if body.singleton is None else Singleton.of(body.singleton.model_dump()),
         )
     except Exception:
         metrics.submitted.labels("single", "refused").inc()

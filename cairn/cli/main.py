@@ -15,6 +15,7 @@ from cairn.cli import (  # noqa: F401 - each module registers its commands
     processes,
     replay,
     runs,
+    schedules,
     sla,
     timeline,
 )

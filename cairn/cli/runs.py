@@ -28,9 +28,13 @@ EXIT_TIMEOUT = 3
 @app.command()
 def register(
     paths: Annotated[list[str], typer.Argument(help="Definition files, .py modules, dirs.")],
+    namespace: Annotated[
+        str, typer.Option(help="Where the schedules the definitions declare are kept.")
+    ] = "default",
 ) -> None:
     """Register workflow definitions (a version, once registered, cannot change): all of
-    them, or none if any is invalid (every fault of every file is listed)."""
+    them, or none if any is invalid (every fault of every file is listed). The schedules
+    they declare are added, or brought up to date."""
     from cairn.client import Client
     from cairn.definitions.catalog import load_all
 
@@ -39,14 +43,16 @@ def register(
     client = Client()
     try:
         for definition in definitions:
-            client.register(definition)
+            client.register(definition, namespace=namespace)
             out.print(f"registered {definition.key}")
+            for schedule in definition.schedules:
+                out.print(f"  schedule {schedule.name}: {schedule.cron} ({schedule.timezone})")
     finally:
         client.close()
 
 
 @app.command()
-def submit(
+def submit(  # noqa: PLR0917 - typer passes options by name
     workflow: Annotated[str, typer.Argument(help="Registered workflow name.")],
     input_json: Annotated[
         str, typer.Option("--input", help="The run's input, a JSON object.")
@@ -58,14 +64,59 @@ def submit(
         str | None,
         typer.Option(help="Announce the run's end and milestones to this URL, signed."),
     ] = None,
+    namespace: Annotated[str, typer.Option(help="The run's namespace.")] = "default",
+    debounce_key: Annotated[
+        str | None,
+        typer.Option(help="Debounce: submissions with this key collapse into one run."),
+    ] = None,
+    debounce: Annotated[
+        str | None,
+        typer.Option(help="...started this long after the last of them (30s, 5m), with its input."),
+    ] = None,
+    max_wait: Annotated[
+        str | None,
+        typer.Option(help="...but no later than this long after the first of them."),
+    ] = None,
+    singleton_key: Annotated[
+        str | None,
+        typer.Option(help="Singleton: one unfinished run per key in the namespace."),
+    ] = None,
+    singleton: Annotated[
+        str,
+        typer.Option(
+            help="...while one is unfinished: skip (print its id) or cancel (it, then start)."
+        ),
+    ] = "skip",
 ) -> None:
-    """Start a run; print its id."""
+    """Start a run; print its id (with --debounce-key or --singleton-key, the run that
+    the key collapses into or keeps)."""
     from cairn.client import Client
+    from cairn.model.flow import Debounce, Singleton
 
     payload = _json_object(input_json, "--input")
+    if (debounce_key is None) != (debounce is None):
+        raise InvalidInput("--debounce-key and --debounce go together")
+    if max_wait is not None and debounce_key is None:
+        raise InvalidInput("--max-wait needs --debounce-key and --debounce")
+    debounced = (
+        Debounce.of({"key": debounce_key, "wait": debounce, "max_wait": max_wait})
+        if debounce_key is not None
+        else None
+    )
+    single = Singleton.of({"key": singleton_key, "mode": singleton}) if singleton_key else None
     client = Client()
     try:
-        print(client.submit(workflow, payload, request_id=request_id, webhook=webhook))
+        print(
+            client.submit(
+                workflow,
+                payload,
+                request_id=request_id,
+                webhook=webhook,
+                namespace=namespace,
+                debounce=debounced,
+                singleton=single,
+            )
+        )
     finally:
         client.close()
 

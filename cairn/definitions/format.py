@@ -52,6 +52,7 @@ TOP = frozenset(
         "node_timeout",
         "record",
         "concurrency",
+        "schedules",
     }
 )
 TASK = COMMON | {
@@ -94,6 +95,7 @@ ON_DETECT = frozenset({"hint", "reset", "interventions", "then"})
 NO_PROGRESS = frozenset({"steps"})
 PING_PONG = frozenset({"max_period", "repeats"})
 OSCILLATION = frozenset({"fields", "window", "returns"})
+SCHEDULE = frozenset({"name", "cron", "input", "overlap", "catch_up", "jitter", "timezone"})
 
 # The format version that introduced a key, by its path ("task.stall_after",
 # "retry.foo"); a key not listed has been in the format since version 1.
@@ -107,6 +109,7 @@ SINCE: dict[str, int] = {
     "workflow.concurrency": 2,
     "workflow.record": 2,
     "workflow.node_timeout": 2,
+    "workflow.schedules": 2,
 }
 
 # Hostile-file limits: far beyond any real definition, far below what would exhaust the

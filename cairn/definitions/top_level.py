@@ -1,6 +1,7 @@
 """The definition's top level: its name, version and start, its nodes (read by
 :mod:`cairn.definitions.nodes`), and the workflow-wide settings — the declared format,
-``node_timeout``, the input schema, ``on_resume``, the budget and the anomaly block."""
+``node_timeout``, the input schema, ``on_resume``, the budget, the anomaly block and the
+schedules."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from cairn.definitions.anomaly_block import read_anomaly
 from cairn.definitions.flow import read_concurrency
 from cairn.definitions.nodes import read_node
 from cairn.definitions.reader import Reader, label
+from cairn.definitions.schedules_block import read_schedules
 from cairn.model.definition import (
     DEFAULT_CANCEL_TIMEOUT,
     DEFAULT_NODE_TIMEOUT,
@@ -75,6 +77,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
     budget = reader.amounts(spec.get("budget"), None, "budget") or {}
     anomaly = read_anomaly(reader, spec.get("anomaly"))
     concurrency = read_concurrency(reader, spec.get("concurrency"), None)
+    schedules = read_schedules(reader, spec.get("schedules"))
     return WorkflowDefinition(
         name=name,
         version=version,
@@ -91,8 +94,11 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         budget=budget,
         anomaly=anomaly,
         concurrency=concurrency,
+        schedules=schedules,
         extra=reader.metadata(spec, None),
-        spec=plain_spec(spec),
+        # Schedules say when runs start, not how they run: they may change without a
+        # new version, so they are no part of what a version pins.
+        spec=plain_spec({key: value for key, value in spec.items() if key != "schedules"}),
     )
 
 

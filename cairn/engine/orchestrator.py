@@ -1,9 +1,11 @@
 """The orchestrator: the engine's one face to workers, the scheduler, the API and the CLI.
 
 It wires the engine's parts together and hands out their methods — submitting
-(:mod:`~cairn.engine.submit`), advancing (:mod:`~cairn.engine.advance`), requests from
-outside (:mod:`~cairn.engine.requests`), reading (:mod:`~cairn.engine.reads`) — over one
-store, one publisher and one registry of definitions.
+(:mod:`~cairn.engine.submit`, with flow control in :mod:`~cairn.engine.flow` and
+schedules in :mod:`~cairn.engine.schedules`), advancing (:mod:`~cairn.engine.advance`),
+requests from outside (:mod:`~cairn.engine.requests`), reading
+(:mod:`~cairn.engine.reads`) — over one store, one publisher and one registry of
+definitions.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from cairn.engine.plan import Planner
 from cairn.engine.reads import Reads
 from cairn.engine.registry import Registry
 from cairn.engine.requests import Requests
+from cairn.engine.schedules import Schedules
 from cairn.engine.submit import Submissions
 from cairn.store.sql import Store
 
@@ -47,6 +50,9 @@ class Orchestrator:
         self.submit_batch = submissions.submit_batch
         self.fork = submissions.fork
         self.check_input = submissions.check_input
+        # Schedules (kept, ticked, backfilled) and debounced runs due to start.
+        self.schedules = Schedules(submissions)
+        self.start_debounced = submissions.flow.start_due
 
         self.apply = steps.apply
         self.complete = steps.complete

@@ -11,6 +11,7 @@ from typing import Any
 
 from cairn.engine.advance import Steps
 from cairn.engine.batches import MAX_BATCH, SubmitItem, Submitted
+from cairn.engine.flow import FlowControl
 from cairn.engine.inputs import FreshRun, check_input, new_run
 from cairn.engine.notices import WebhookPolicy
 from cairn.engine.outbox import with_outbox_ids
@@ -25,6 +26,7 @@ from cairn.errors import (
 )
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import RunForked, RunStarted
+from cairn.model.flow import Debounce, Singleton
 from cairn.model.messages import NodeMessage
 from cairn.model.state import RunState
 from cairn.store.records import from_epoch
@@ -40,6 +42,7 @@ class Submissions:
         self.registry = steps.registry
         self.webhooks = webhooks
         self.limit_bytes = limit_bytes
+        self.flow = FlowControl(steps, webhooks, limit_bytes=limit_bytes)
 
     def check_input(self, definition: WorkflowDefinition, run_input: object) -> dict[str, Any]:
         """The input as it will be stored, or :class:`InvalidInput`."""
@@ -54,9 +57,24 @@ class Submissions:
         namespace: str = "default",
         version: int | None = None,
         webhook: str | None = None,
+        debounce: Debounce | None = None,
+        singleton: Singleton | None = None,
     ) -> str:
         """Start a run; the same (namespace, request id) returns the same run. Its end
-        and milestones are announced to ``webhook``, if given (see docs/webhooks.md)."""
+        and milestones are announced to ``webhook``, if given (see docs/webhooks.md).
+        ``debounce`` collapses rapid submissions with its key into one run, started once
+        they pause; ``singleton`` keeps one unfinished run per key (docs/flow-control.md)."""
+        if debounce is not None or singleton is not None:
+            return self._submit_controlled(
+                workflow,
+                run_input,
+                request_id=request_id,
+                namespace=namespace,
+                version=version,
+                webhook=webhook,
+                debounce=debounce,
+                singleton=singleton,
+            )
         webhook = self.webhooks.check(webhook, namespace)
         with self.store.statements() as tx:
             found, now = tx.workflow_version(workflow, version)
@@ -78,6 +96,38 @@ class Submissions:
         if run_id is not None:
             return run_id
         return self._submit_in_transaction(values, definition)
+
+    def _submit_controlled(
+        self,
+        workflow: str,
+        run_input: object,
+        *,
+        request_id: str | None,
+        namespace: str,
+        version: int | None,
+        webhook: str | None,
+        debounce: Debounce | None,
+        singleton: Singleton | None,
+    ) -> str:
+        if debounce is not None and singleton is not None:
+            raise InvalidInput("a submission is debounced or a singleton, not both")
+        if debounce is not None:
+            if request_id is not None:
+                # Many submissions become one run, which can carry one request id only.
+                raise InvalidInput("a debounced submission takes no request id")
+            return self.flow.submit_debounced(
+                workflow, run_input, debounce, namespace=namespace, version=version, webhook=webhook
+            )
+        assert singleton is not None
+        return self.flow.submit_singleton(
+            workflow,
+            run_input,
+            singleton,
+            namespace=namespace,
+            request_id=request_id,
+            version=version,
+            webhook=webhook,
+        )
 
     def submit_batch(
         self, items: Sequence[SubmitItem], *, namespace: str = "default"

@@ -15,6 +15,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
+from cairn.model.schedules import ScheduleSpec
 from cairn.model.statuses import RunStatus
 
 
@@ -451,6 +452,9 @@ class WorkflowDefinition:
     anomaly: AnomalyPolicy | None = None
     # Limits every execution of its tasks' handlers holds a slot of (see TaskNode).
     concurrency: tuple[ConcurrencyLimit, ...] = ()
+    # Cron schedules that start runs of it (``cairn register`` keeps them); not part of
+    # ``spec``: a schedule is when runs start, not how they run, and changes freely.
+    schedules: tuple[ScheduleSpec, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
     # The definition in file form (callables as import paths): what is registered.
     spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)

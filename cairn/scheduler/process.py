@@ -1,12 +1,13 @@
-"""The scheduler process: the outbox relay and inbox, durable timers, recovery and stall
-watch, compaction and retention — one pass after another.
+"""The scheduler process: the outbox relay and inbox, durable timers, schedules' ticks and
+debounced starts, recovery and stall watch, compaction and retention — one pass after
+another.
 
 It never runs handlers; everything it does goes through the orchestrator's normal write
 path, so running it twice, or several schedulers at once, is harmless. Each duty is a
 module of its own: :mod:`~cairn.scheduler.relay`, :mod:`~cairn.scheduler.timers`,
-:mod:`~cairn.scheduler.recovery`, :mod:`~cairn.scheduler.housekeeping`. Webhook
-notifications are delivered beside it, on a thread of their own, by
-:mod:`~cairn.scheduler.notifier`.
+:mod:`~cairn.scheduler.schedules`, :mod:`~cairn.scheduler.recovery`,
+:mod:`~cairn.scheduler.housekeeping`. Webhook notifications are delivered beside it, on
+a thread of their own, by :mod:`~cairn.scheduler.notifier`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from cairn.reconnect import is_outage
 from cairn.scheduler.housekeeping import Housekeeping
 from cairn.scheduler.recovery import Recovery
 from cairn.scheduler.relay import Relay
+from cairn.scheduler.schedules import ScheduleTicks
 from cairn.scheduler.timers import Timers
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,8 @@ class PassReport:
     relayed: int = 0
     delivered: int = 0
     fired: int = 0
+    ticked: int = 0  # runs started by schedules' ticks
+    debounced: int = 0  # debounced runs started
     recovered: int = 0
     compacted: int = 0
     expired: int = 0
@@ -52,6 +56,8 @@ class PassReport:
             or self.relayed
             or self.delivered
             or self.fired
+            or self.ticked
+            or self.debounced
             or self.recovered
             or self.compacted
             or self.expired
@@ -73,6 +79,7 @@ class Scheduler:
     def __post_init__(self) -> None:
         self.messages = Relay(self.orchestrator, self.settings, self.metrics, self.relay_after)
         self.timers = Timers(self.orchestrator, self.leases, self.settings, self.metrics)
+        self.schedules = ScheduleTicks(self.orchestrator, self.settings, self.metrics)
         self.recovery = Recovery(self.orchestrator, self.leases, self.settings, self.metrics)
         self.housekeeping = Housekeeping(self.orchestrator, self.settings)
 
@@ -85,9 +92,10 @@ class Scheduler:
             relayed=self.relay(),
             delivered=self.deliver(),
             fired=self.fire_timers(),
-            recovered=self.recover(),
             woken=self.wake_parked(),
         )
+        report.ticked, report.debounced = self.start_scheduled()
+        report.recovered = self.recover()
         if time.monotonic() >= self._next_stall_check:
             self._next_stall_check = time.monotonic() + STALL_CHECK_EVERY_S
             self.flag_stalls()
@@ -130,8 +138,12 @@ class Scheduler:
     def fire_timers(self) -> int:
         return self.timers.fire()
 
+    def start_scheduled(self) -> tuple[int, int]:
+        """(runs started by schedules' ticks, debounced runs started)."""
+        return self.schedules.start_due()
+
     def idle_wait(self) -> float:
-        return self.timers.idle_wait()
+        return self.schedules.idle_wait(self.timers.idle_wait())
 
     def recover(self) -> int:
         return self.recovery.recover()

@@ -432,3 +432,90 @@ class WaitingPool:
     limit: int
     waiting: int
     oldest: datetime
+
+
+def _epoch(stamp: datetime | None) -> float | None:
+    return None if stamp is None else to_epoch(stamp)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord:
+    """A schedule's row, its times as epoch seconds."""
+
+    namespace: str
+    name: str
+    workflow: str
+    version: int | None
+    cron: str
+    timezone: str
+    input: dict[str, Any]
+    overlap: str
+    catch_up_s: float
+    jitter_s: float
+    paused: bool
+    ticks_from: float
+    next_at: float | None
+    buffered_at: float | None
+    last_tick_at: float | None
+    last_run_id: str | None
+    skipped: int
+    last_error: str | None
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def of(cls, row: Any) -> ScheduleRecord:
+        return cls(
+            row.namespace,
+            row.name,
+            row.workflow,
+            row.version,
+            row.cron,
+            row.timezone,
+            dict(row.input),
+            row.overlap,
+            float(row.catch_up_s),
+            float(row.jitter_s),
+            bool(row.paused),
+            to_epoch(row.ticks_from),
+            _epoch(row.next_at),
+            _epoch(row.buffered_at),
+            _epoch(row.last_tick_at),
+            row.last_run_id,
+            int(row.skipped),
+            row.last_error,
+            to_epoch(row.created_at),
+            to_epoch(row.updated_at),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+@dataclass(frozen=True, slots=True)
+class DebounceRecord:
+    """A debounce key's pending run, and when it starts."""
+
+    namespace: str
+    key: str
+    run_id: str
+    workflow: str
+    version: int
+    first_at: float
+    due_at: float
+    deadline_at: float | None
+    submissions: int
+
+    @classmethod
+    def of(cls, row: Any) -> DebounceRecord:
+        return cls(
+            row.namespace,
+            row.key,
+            row.run_id,
+            row.workflow,
+            row.version,
+            to_epoch(row.first_at),
+            to_epoch(row.due_at),
+            _epoch(row.deadline_at),
+            int(row.submissions),
+        )

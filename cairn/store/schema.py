@@ -13,6 +13,7 @@ from typing import Any, cast
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Float,
@@ -396,6 +397,71 @@ class ArtifactRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class ScheduleRow(Base):
+    """A cron schedule (migration 0016): what it starts, when, and where its ticks stand.
+    Each tick's run has a request id derived from the tick (started once, however many
+    schedulers look)."""
+
+    __tablename__ = "schedules"
+    __table_args__ = (
+        CheckConstraint(
+            "overlap IN ('skip', 'buffer_one', 'cancel_running', 'allow')", name="overlap"
+        ),
+        Index("ix_schedules_next_at", "next_at"),
+    )
+
+    namespace: Mapped[str] = mapped_column(String(100), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    workflow: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int | None] = mapped_column(Integer)  # None: the newest at each tick
+    cron: Mapped[str] = mapped_column(String(200))
+    timezone: Mapped[str] = mapped_column(String(64))
+    input: Mapped[dict[str, Any]] = mapped_column(Json)
+    overlap: Mapped[str] = mapped_column(String(20))
+    catch_up_s: Mapped[float] = mapped_column(Float)
+    jitter_s: Mapped[float] = mapped_column(Float)
+    paused: Mapped[bool] = mapped_column(Boolean)
+    ticks_from: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # When a scheduler should look next; None once the expression has no more ticks.
+    next_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    buffered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_tick_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_run_id: Mapped[str | None] = mapped_column(String(36))
+    skipped: Mapped[int] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class DebounceRow(Base):
+    """A debounce key's pending run and when it starts (migration 0016); taken in the
+    transaction that starts the run."""
+
+    __tablename__ = "debounces"
+    __table_args__ = (Index("ix_debounces_due_at", "due_at"),)
+
+    namespace: Mapped[str] = mapped_column(String(100), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(36))
+    workflow: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int] = mapped_column(Integer)
+    first_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    due_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    submissions: Mapped[int] = mapped_column(Integer)
+
+
+class SingletonRow(Base):
+    """The run a singleton key last started (migration 0016): the row submissions lock."""
+
+    __tablename__ = "singletons"
+
+    namespace: Mapped[str] = mapped_column(String(100), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(36))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 # The tables, for Core statements.
 runs = cast(Table, RunRow.__table__)
 events = cast(Table, EventRow.__table__)
@@ -412,3 +478,6 @@ effects = cast(Table, EffectRow.__table__)
 artifacts = cast(Table, ArtifactRow.__table__)
 notifications = cast(Table, NotificationRow.__table__)
 workflows = cast(Table, WorkflowRow.__table__)
+schedules = cast(Table, ScheduleRow.__table__)
+debounces = cast(Table, DebounceRow.__table__)
+singletons = cast(Table, SingletonRow.__table__)

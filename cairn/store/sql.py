@@ -2,7 +2,8 @@
 statement the engine, workers and scheduler run, grouped by the tables they touch
 (:mod:`~cairn.store.runs`, :mod:`~cairn.store.executions`,
 :mod:`~cairn.store.messages`, :mod:`~cairn.store.effects`,
-:mod:`~cairn.store.checkpoints`, :mod:`~cairn.store.model_calls`) and the write path of a step
+:mod:`~cairn.store.checkpoints`, :mod:`~cairn.store.model_calls`, :mod:`~cairn.store.schedules`,
+:mod:`~cairn.store.flow`) and the write path of a step
 above them (:mod:`~cairn.store.steps`), written once in
 dialect-neutral SQLAlchemy Core. A backend subclasses both — PostgreSQL with its
 one-statement hot path (:mod:`cairn.store.postgres`), SQLite for the embedded default
@@ -24,12 +25,14 @@ from sqlalchemy import Engine, select
 from cairn.store.checkpoints import CheckpointsTx
 from cairn.store.effects import EffectsTx
 from cairn.store.errors import translated
+from cairn.store.flow import FlowTx
 from cairn.store.model_calls import ModelCallsTx
+from cairn.store.schedules import SchedulesTx
 from cairn.store.slots import SlotsTx
 from cairn.store.steps import StepsTx
 
 
-class Tx(StepsTx, EffectsTx, CheckpointsTx, ModelCallsTx, SlotsTx):
+class Tx(StepsTx, EffectsTx, CheckpointsTx, ModelCallsTx, SlotsTx, SchedulesTx, FlowTx):
     """Every statement of the store, on one transaction."""
 
 

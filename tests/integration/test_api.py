@@ -183,6 +183,14 @@ def test_every_v1_endpoint_refuses_without_a_valid_key(http: httpx.Client) -> No
         ("POST", f"/v1/runs/{run}/fork", {"at_seq": 1, "confirm": True}),
         ("GET", f"/v1/runs/{run}/artifacts", None),
         ("GET", "/v1/workflows", None),
+        ("POST", "/v1/schedules", {"name": "s", "workflow": "approval", "cron": "0 9 * * *"}),
+        ("GET", "/v1/schedules", None),
+        ("GET", "/v1/schedules/s", None),
+        ("PATCH", "/v1/schedules/s", {"cron": "0 10 * * *"}),
+        ("POST", "/v1/schedules/s/pause", None),
+        ("POST", "/v1/schedules/s/resume", None),
+        ("POST", "/v1/schedules/s/backfill", {"start": 0, "end": 3600}),
+        ("DELETE", "/v1/schedules/s", None),
     ]
     wrong = [
         {},
@@ -455,6 +463,90 @@ def test_cancel(http: httpx.Client, deployment: Deployment) -> None:
     again = http.post(f"/v1/runs/{run_id}/cancel", headers=A)  # no body: the default reason
     assert again.status_code == 409
     assert error_code(again) == "illegal_transition"
+
+
+def test_schedules_are_kept_per_namespace_and_backfilled(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    body = {
+        "name": "nightly",
+        "workflow": "ticking",
+        "cron": "0 2 * * *",
+        "timezone": "Europe/Berlin",
+        "input": {"ledger": str(deployment.ledger)},
+        "overlap": "buffer_one",
+        "catch_up": "2h",
+        "jitter": 30,
+        "paused": True,
+    }
+    created = http.post("/v1/schedules", json=body, headers=A)
+    assert created.status_code == 201, created.text
+    view = created.json()
+    assert (view["cron"], view["overlap"], view["catch_up_s"], view["jitter_s"]) == (
+        "0 2 * * *",
+        "buffer_one",
+        7200,
+        30,
+    )
+    assert view["paused"] is True and view["next_at"] is not None
+    again = http.post("/v1/schedules", json=body, headers=A)
+    assert again.status_code == 409 and error_code(again) == "schedule_exists"
+    # Typed refusals: a bad cron or zone, an unknown workflow, an unknown policy.
+    bad_cron = http.post("/v1/schedules", json={**body, "name": "b", "cron": "0 2 * *"}, headers=A)
+    assert bad_cron.status_code == 422 and error_code(bad_cron) == "invalid_schedule"
+    bad_zone = http.post(
+        "/v1/schedules", json={**body, "name": "b", "timezone": "Nowhere/X"}, headers=A
+    )
+    assert bad_zone.status_code == 422 and error_code(bad_zone) == "invalid_schedule"
+    unknown = http.post("/v1/schedules", json={**body, "name": "b", "workflow": "nope"}, headers=A)
+    assert unknown.status_code == 404 and error_code(unknown) == "unknown_workflow"
+    policy = http.post("/v1/schedules", json={**body, "name": "b", "overlap": "queue"}, headers=A)
+    assert policy.status_code == 422 and error_code(policy) == "validation_error"
+    # Another namespace sees none of it.
+    assert http.get("/v1/schedules/nightly", headers=B).status_code == 404
+    assert http.get("/v1/schedules", headers=B).json()["schedules"] == []
+    changed = http.patch("/v1/schedules/nightly", json={"cron": "30 3 * * *"}, headers=A)
+    assert changed.status_code == 200 and changed.json()["cron"] == "30 3 * * *"
+    assert http.post("/v1/schedules/nightly/resume", headers=A).json()["paused"] is False
+    assert http.post("/v1/schedules/nightly/pause", headers=A).json()["paused"] is True
+    # Three days of a daily schedule, then the same again: nothing new.
+    window = {"start": 1_796_083_200.0, "end": 1_796_083_200.0 + 3 * 86_400}
+    filled = http.post("/v1/schedules/nightly/backfill", json=window, headers=A).json()
+    assert (filled["ticks"], filled["created"], filled["existing"]) == (3, 3, 0)
+    refilled = http.post("/v1/schedules/nightly/backfill", json=window, headers=A).json()
+    assert (refilled["created"], refilled["existing"]) == (0, 3)
+    for run_id in filled["run_ids"]:
+        wait_status(http, run_id, "succeeded")
+    shown = http.get("/v1/schedules/nightly", headers=A).json()
+    assert sorted(run["run_id"] for run in shown["runs"]) == sorted(filled["run_ids"])
+    assert http.get(f"/v1/runs/{filled['run_ids'][0]}", headers=B).status_code == 404
+    assert http.delete("/v1/schedules/nightly", headers=A).status_code == 204
+    assert http.get("/v1/schedules/nightly", headers=A).status_code == 404
+
+
+def test_debounce_and_singleton_on_submit(http: httpx.Client, deployment: Deployment) -> None:
+    def post(**flow: Any) -> httpx.Response:
+        return http.post(
+            "/v1/runs",
+            json={"workflow": "approval", "input": {"ledger": str(deployment.ledger)}, **flow},
+            headers=A,
+        )
+
+    debounce = {"key": f"d-{uuid.uuid4().hex}", "wait": "0.5s", "max_wait": 10}
+    ids = {post(debounce=debounce).json()["run_id"] for _ in range(3)}
+    assert len(ids) == 1
+    wait_status(http, ids.pop(), "waiting")  # started once its submissions paused
+    key = f"s-{uuid.uuid4().hex}"
+    first = post(singleton={"key": key}).json()["run_id"]
+    assert post(singleton={"key": key, "mode": "skip"}).json()["run_id"] == first
+    second = post(singleton={"key": key, "mode": "cancel"}).json()["run_id"]
+    assert second != first
+    replaced = http.get(f"/v1/runs/{first}", headers=A).json()
+    assert replaced["status"] in ("cancelling", "cancelled")
+    refused = post(debounce={"key": "k", "wait": "soon"})
+    assert refused.status_code == 422 and error_code(refused) == "invalid_input"
+    both = post(debounce={"key": "k", "wait": 1}, singleton={"key": "k"})
+    assert both.status_code == 422
 
 
 def test_artifacts(http: httpx.Client, deployment: Deployment) -> None:

@@ -38,6 +38,9 @@ TABLES = {
     "effects",
     "artifacts",
     "notifications",
+    "schedules",
+    "debounces",
+    "singletons",
 }
 SCRIPTS = ScriptDirectory(str(MIGRATIONS))
 HEAD = SCRIPTS.get_current_head()

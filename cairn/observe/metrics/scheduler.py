@@ -1,6 +1,6 @@
 """A scheduler process's own counters and histograms (timers, retries, recoveries,
-relayed messages, webhook deliveries, stalls): ``sum`` them over the scheduler replicas.
-Served by ``cairn scheduler --metrics-port``."""
+relayed messages, webhook deliveries, stalls, schedule ticks, debounced starts): ``sum``
+them over the scheduler replicas. Served by ``cairn scheduler --metrics-port``."""
 
 from __future__ import annotations
 
@@ -61,6 +61,25 @@ class SchedulerMetrics:
             ["outcome"],
             registry=self.registry,
         )
+
+        self.ticks = Counter(
+            "cairn_schedule_ticks",
+            "Schedule ticks this scheduler looked at, by outcome: started (a run), skipped "
+            "(missed beyond the catch-up window, or by the overlap policy).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.debounced = Counter(
+            "cairn_debounced_runs_started",
+            "Debounced runs this scheduler started once their submissions paused.",
+            registry=self.registry,
+        )
+
+    def schedule_ticks(self, started: int, skipped: int) -> None:
+        if started:
+            self.ticks.labels("started").inc(started)
+        if skipped:
+            self.ticks.labels("skipped").inc(skipped)
 
     def timer_fired(self, timer_id: str, lateness_s: float) -> None:
         kind = timer_id.partition(":")[0]

@@ -1,0 +1,66 @@
+"""Schedules' ticks and debounced runs, started when due.
+
+Each due schedule is looked at in a transaction of its own that locks it, skipping one
+another scheduler holds (:meth:`cairn.engine.schedules.Schedules.tick`): the ticks due
+start as runs keyed by the tick, so several schedulers — or one killed mid-pass and
+another taking over — start each tick once. A debounced run whose window is due is
+started the same way, its window taken in the transaction that starts it. An idle
+scheduler wakes for the next tick due sooner than its interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from cairn.config import Settings
+from cairn.engine.orchestrator import Orchestrator
+from cairn.observe.metrics.scheduler import SchedulerMetrics
+
+log = logging.getLogger(__name__)
+
+BATCH = 100
+
+
+@dataclass
+class ScheduleTicks:
+    orchestrator: Orchestrator
+    settings: Settings
+    metrics: SchedulerMetrics
+    _next_at: float | None = field(default=None, init=False)  # time.monotonic()
+
+    def start_due(self) -> tuple[int, int]:
+        """Start the due ticks of every due schedule, and the debounced runs due; returns
+        how many runs each started. One read finds both (and the database's clock)."""
+        interval = self.settings.scheduler_interval
+        with self.orchestrator.store.reading() as tx:
+            now = tx.now()
+            schedules = tx.due_schedules(now + interval, BATCH)
+            windows = tx.due_debounces(now, BATCH)
+        read_at = time.monotonic()
+        self._next_at = None
+        ticked = 0
+        for namespace, name, next_at in schedules:
+            if next_at > now:  # due within the interval: wake for it
+                wake = read_at + next_at - now
+                self._next_at = wake if self._next_at is None else min(self._next_at, wake)
+                continue
+            try:
+                done = self.orchestrator.schedules.tick(namespace, name)
+            except Exception:  # one schedule's trouble must not hold up the others
+                log.exception("schedule %s/%s failed to tick", namespace, name)
+                continue
+            if done is not None:
+                ticked += len(done.started)
+                self.metrics.schedule_ticks(len(done.started), done.skipped)
+        debounced = self.orchestrator.start_debounced(windows, now) if windows else 0
+        if debounced:
+            self.metrics.debounced.inc(debounced)
+        return ticked, debounced
+
+    def idle_wait(self, wait: float) -> float:
+        """``wait``, or less if a tick comes due sooner."""
+        if self._next_at is not None:
+            wait = min(wait, max(0.0, self._next_at - time.monotonic()))
+        return wait
