@@ -51,8 +51,7 @@ class Client:
         definitions = (
             [source] if isinstance(source, WorkflowDefinition) else load_all([str(source)])
         )
-        for definition in definitions:
-            self.runtime.orchestrator.registry.register(definition)
+        self.runtime.orchestrator.registry.register_all(definitions)
         return definitions
 
     def submit(

@@ -33,11 +33,14 @@ def register(
     them, or none if any is invalid (every fault of every file is listed)."""
     from cairn.client import Client
     from cairn.definitions.catalog import load_all
+    from cairn.definitions.queues import check_queues
 
     cwd_importable()
     definitions = load_all(paths)
     client = Client()
     try:
+        # All refused before any is written, without a database round trip.
+        check_queues(definitions, client.settings.queues, client.settings.queue)
         for definition in definitions:
             client.register(definition)
             out.print(f"registered {definition.key}")
@@ -480,19 +483,32 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
 
 def _fleet_status(as_json: bool) -> None:
     from cairn.client import Client
+    from cairn.definitions.queues import known_queues
 
     client = Client()
     try:
         stats = client.runtime.leases.stats()
         waits = client.runtime.leases.waits()
         running = client.runtime.leases.running()
+        settings = client.settings
+        # An embedded broker's queue is this process's own, empty: nothing to show.
+        backlogs = (
+            {
+                queue: client.runtime.orchestrator.publisher.backlog(queue)
+                for queue in known_queues(settings.queues, settings.queue)
+            }
+            if settings.broker_url is not None
+            else {}
+        )
     finally:
         client.close()
     if as_json:
         wait = {"count": waits.count, "sum_s": waits.sum_s, "buckets": dict(waits.cumulative())}
         print(
             json.dumps(
-                {"leases": stats, "lease_wait": wait, "running": running}, indent=2, default=str
+                {"leases": stats, "lease_wait": wait, "running": running, "queues": backlogs},
+                indent=2,
+                default=str,
             )
         )
         return
@@ -503,6 +519,14 @@ def _fleet_status(as_json: bool) -> None:
         if lease_counts
         else "leases: none taken yet"
     )
+    if backlogs:  # a queue that fills while the others drain has no worker consuming it
+        out.print(
+            "queued: "
+            + ", ".join(
+                f"{queue} {'?' if count is None else count}" for queue, count in backlogs.items()
+            ),
+            markup=False,
+        )
     anomalies = [[*name.split("|")[1:], str(n)] for name, n in stats.items() if "|" in name]
     if anomalies:  # "anomalies|workflow|kind|action" (cairn.observe.alerts)
         out.print(

@@ -51,6 +51,7 @@ TOP = frozenset(
         "anomaly",
         "node_timeout",
         "record",
+        "queue",
     }
 )
 TASK = COMMON | {
@@ -63,6 +64,7 @@ TASK = COMMON | {
     "checkpoint",
     "record",
     "context",
+    "queue",
     *EDGES,
 }
 WAIT_NODE = COMMON | {"wait"}
@@ -101,6 +103,8 @@ SINCE: dict[str, int] = {
     "task.record": 2,
     "task.context": 2,
     "workflow.record": 2,
+    "task.queue": 2,
+    "workflow.queue": 2,
     "workflow.node_timeout": 2,
 }
 

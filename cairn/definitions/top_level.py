@@ -50,6 +50,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         start = ""
     reader.node_timeout = _default_timeout(reader, spec.get("node_timeout"))
     reader.record_http = reader.record(spec.get("record"), None)
+    reader.default_queue = reader.queue(spec["queue"], None) if "queue" in spec else None
     raw_nodes = spec.get("nodes")
     if not isinstance(raw_nodes, Mapping) or not raw_nodes:
         reader.fault("no_nodes", "'nodes' must be a non-empty mapping of node id to node")
@@ -88,6 +89,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         on_resume=on_resume,
         budget=budget,
         anomaly=anomaly,
+        queue=reader.default_queue,
         extra=reader.metadata(spec, None),
         spec=plain_spec(spec),
     )

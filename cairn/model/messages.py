@@ -10,6 +10,7 @@ from cairn.errors import EventRejected
 from cairn.model.events import Phase
 from cairn.model.keys import ExecutionKey
 from cairn.model.payloads import storable_text
+from cairn.model.queues import queue_name_problem
 
 
 class InvalidMessage(EventRejected):
@@ -29,6 +30,9 @@ class NodeMessage:
     # Dispatched again after an interruption (its worker was lost, or an operator
     # retried it): the workflow's on_resume check runs before the handler.
     resumed: bool = False
+    # The broker queue it goes to (its node's ``queue``); None: the default queue. Left
+    # out of the JSON when None, so a message for the default queue reads as before.
+    queue: str | None = None
 
     @property
     def key(self) -> ExecutionKey:
@@ -53,6 +57,8 @@ class NodeMessage:
         }
         if self.resumed:
             data["resumed"] = True
+        if self.queue is not None:
+            data["queue"] = self.queue
         return data
 
     @classmethod
@@ -77,6 +83,9 @@ class NodeMessage:
         resumed = data.get("resumed", False)
         if not isinstance(resumed, bool):
             problems.append("resumed must be true or false")
+        queue = data.get("queue")
+        if queue is not None and (problem := queue_name_problem(queue)) is not None:
+            problems.append(f"queue: {problem}")
         try:
             phase = Phase(data.get("phase", Phase.RUN.value))
         except ValueError:
@@ -92,6 +101,7 @@ class NodeMessage:
             "phase",
             "outbox_id",
             "resumed",
+            "queue",
         }
         if unknown:
             problems.append(f"unknown field(s) {sorted(unknown)}")
@@ -107,4 +117,5 @@ class NodeMessage:
             phase,
             outbox_id,
             resumed is True,
+            queue,
         )
