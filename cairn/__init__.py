@@ -52,6 +52,7 @@ _EXPORTS = {
     "IllegalTransition": "cairn.errors",
     "NotWaiting": "cairn.errors",
     "StoreUnavailable": "cairn.errors",
+    "UndeclaredQueue": "cairn.errors",
     "UnknownSignal": "cairn.errors",
     "WorkflowDefinitionError": "cairn.errors",
 }
@@ -94,6 +95,7 @@ __all__ = [
     "IllegalTransition",
     "NotWaiting",
     "StoreUnavailable",
+    "UndeclaredQueue",
     "UnknownSignal",
     "WorkflowDefinitionError",
 ]
@@ -126,6 +128,7 @@ if TYPE_CHECKING:
         IllegalTransition,
         NotWaiting,
         StoreUnavailable,
+        UndeclaredQueue,
         UnknownSignal,
         WorkflowDefinitionError,
     )

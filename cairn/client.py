@@ -57,8 +57,8 @@ class Client:
             [source] if isinstance(source, WorkflowDefinition) else load_all([str(source)])
         )
         orchestrator = self.runtime.orchestrator
+        orchestrator.registry.register_all(definitions)
         for definition in definitions:
-            orchestrator.registry.register(definition)
             orchestrator.schedules.declare(namespace, definition)
         return definitions
 

@@ -59,6 +59,42 @@ class WorkflowDefinitionError(CairnError):
         return {**super().to_dict(), "faults": [asdict(fault) for fault in self.faults]}
 
 
+@dataclass(frozen=True)
+class QueueUse:
+    """A node (or, with ``node`` None, a workflow's default) sent to ``queue``."""
+
+    workflow: str
+    node: str | None
+    queue: str
+
+
+class UndeclaredQueue(WorkflowDefinitionError):
+    """A definition sends nodes to a queue the deployment does not declare
+    (``CAIRN_QUEUES``): no worker would ever consume their messages, so the runs would
+    wait forever. ``undeclared`` names each such use, ``declared`` what is known (the
+    default queue included)."""
+
+    code = "undeclared_queue"
+
+    def __init__(
+        self,
+        faults: list[DefinitionFault],
+        undeclared: list[QueueUse],
+        declared: tuple[str, ...],
+        source: str | None = None,
+    ) -> None:
+        self.undeclared = list(undeclared)
+        self.declared = declared
+        super().__init__(faults, source)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **super().to_dict(),
+            "undeclared": [asdict(use) for use in self.undeclared],
+            "declared": list(self.declared),
+        }
+
+
 class IllegalTransition(CairnError):
     """A state change that the transition table does not allow. Nothing was changed."""
 

@@ -221,7 +221,8 @@ def register_definitions(settings: Settings) -> None:
     first task on it."""
     engine = make_engine(settings.effective_database_url)
     try:
-        _register(Registry(store_for(engine)), settings.workflows)
+        registry = Registry(store_for(engine), queues=settings.queues, default_queue=settings.queue)
+        _register(registry, settings.workflows)
     finally:
         engine.dispose()
 
@@ -229,5 +230,4 @@ def register_definitions(settings: Settings) -> None:
 def _register(registry: Registry, workflows: list[str]) -> None:
     """Register every definition found, or none: a process that starts must not run with
     half its workflows, and its operator sees every fault of every file at once."""
-    for definition in load_all(workflows) if workflows else []:
-        registry.register(definition)
+    registry.register_all(load_all(workflows) if workflows else [])

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, out
+
+if TYPE_CHECKING:
+    from cairn.definitions.catalog import Found
 
 
 class DescribeFormat(StrEnum):
@@ -21,14 +25,15 @@ class DescribeFormat(StrEnum):
 def validate(
     paths: Annotated[list[str], typer.Argument(help="Definition files, .py modules, directories.")],
 ) -> None:
-    """Validate workflow definitions; list every problem and exit 2 if there are any."""
+    """Validate workflow definitions; list every problem and exit 2 if there are any.
+    With CAIRN_QUEUES set, a node sent to a queue it does not declare is one."""
     from cairn.definitions.catalog import discover
 
     cwd_importable()
-    found = discover(paths)
+    found = _queues_checked(discover(paths))
     failures = 0
     for item in found:
-        if item.definition is not None:
+        if item.definition is not None and item.error is None:
             out.print(f"[green]ok[/green]   {item.definition.key}  ({item.source})")
         else:
             failures += 1
@@ -42,6 +47,30 @@ def validate(
     if not found:
         err.print("no workflow definitions found")
         raise typer.Exit(EXIT_INVALID)
+
+
+def _queues_checked(found: list[Found]) -> list[Found]:
+    """``found``, each definition that names a queue outside CAIRN_QUEUES (when it is
+    set) with the refusal registering it would meet."""
+    from cairn.config import ENV_PREFIX, Settings
+    from cairn.definitions.catalog import Found
+    from cairn.definitions.queues import check_queues
+    from cairn.errors import UndeclaredQueue
+
+    # Only then are the settings read: validating a file needs no deployment.
+    if f"{ENV_PREFIX}QUEUES" not in os.environ:
+        return found
+    settings = Settings.from_env()
+    checked = []
+    for item in found:
+        refusal: UndeclaredQueue | None = None
+        if item.definition is not None:
+            try:
+                check_queues([item.definition], settings.queues, settings.queue)
+            except UndeclaredQueue as refused:
+                refusal = refused
+        checked.append(item if refusal is None else Found(item.source, item.definition, refusal))
+    return checked
 
 
 @app.command()

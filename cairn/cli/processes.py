@@ -94,6 +94,7 @@ def worker(  # noqa: PLR0917 - typer passes options by name
                 )
             # The parent serves: its children come and go, the counters are in Redis.
             _serve_metrics(RedisLeases.from_url(settings.redis_url), settings.metrics_port)
+        consumed = _consumed_queues(settings, queues)
         register_definitions(settings)
         celery_app = worker_app(settings)
         argv = [
@@ -101,7 +102,7 @@ def worker(  # noqa: PLR0917 - typer passes options by name
             f"--concurrency={concurrency}",
             f"--pool={pool}",
             f"--loglevel={settings.log_level}",
-            f"--queues={queues or settings.queue}",
+            f"--queues={','.join(consumed)}",
             "--without-gossip",
             "--without-mingle",
             *(["--task-events"] if events or settings.task_events else []),
@@ -110,9 +111,38 @@ def worker(  # noqa: PLR0917 - typer passes options by name
         return
     if liveness_file is not None:
         err.print("--liveness-file is for Celery workers: an embedded worker has no broker")
+    if queues is not None:
+        err.print("--queues is for Celery workers: an embedded worker runs every node")
     runtime = Runtime.build(settings, concurrency=concurrency)
     runtime.start_workers()
     _serve(runtime)
+
+
+def _consumed_queues(settings: Settings, queues: str | None) -> list[str]:
+    """The queues a Celery worker consumes (``--queues``, else CAIRN_QUEUE), each a
+    queue name and, when the deployment declares its queues, one of them: a worker on a
+    queue nothing is sent to would sit idle while its nodes wait elsewhere."""
+    from cairn.definitions.queues import known_queues
+    from cairn.model.queues import queue_name_problem
+
+    if queues is None:
+        return [settings.queue]
+    names = [name.strip() for name in queues.split(",") if name.strip()]
+    if not names:
+        raise typer.BadParameter("name at least one queue", param_hint="--queues")
+    for name in names:
+        problem = queue_name_problem(name)
+        if problem is not None:
+            raise typer.BadParameter(problem, param_hint="--queues")
+    known = known_queues(settings.queues, settings.queue)
+    unknown = [name for name in names if settings.queues and name not in known]
+    if unknown:
+        raise typer.BadParameter(
+            f"{', '.join(map(repr, unknown))}: not a queue of this deployment "
+            f"(CAIRN_QUEUES and the default queue: {', '.join(known)})",
+            param_hint="--queues",
+        )
+    return names
 
 
 @app.command()

@@ -60,6 +60,8 @@ def _node_summary(node: Any) -> dict[str, Any]:
     if node.retry.attempts > 1:
         summary["retry_attempts"] = node.retry.attempts
         summary["retry"] = _retry_summary(node.retry)
+    if isinstance(node, TaskNode) and node.queue is not None:
+        summary["queue"] = node.queue
     if isinstance(node, TaskNode) and node.stall_after is not None:
         summary["stall_after"] = format_duration(node.stall_after)
     if node.compensate is not None:

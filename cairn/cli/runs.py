@@ -37,11 +37,14 @@ def register(
     they declare are added, or brought up to date."""
     from cairn.client import Client
     from cairn.definitions.catalog import load_all
+    from cairn.definitions.queues import check_queues
 
     cwd_importable()
     definitions = load_all(paths)
     client = Client()
     try:
+        # All refused before any is written, without a database round trip.
+        check_queues(definitions, client.settings.queues, client.settings.queue)
         for definition in definitions:
             client.register(definition, namespace=namespace)
             out.print(f"registered {definition.key}")
@@ -531,6 +534,7 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
 
 def _fleet_status(as_json: bool) -> None:
     from cairn.client import Client
+    from cairn.definitions.queues import known_queues
     from cairn.observe.flow import pool_reports
 
     client = Client()
@@ -540,6 +544,16 @@ def _fleet_status(as_json: bool) -> None:
         running = client.runtime.leases.running()
         slots = client.runtime.slots
         pools = pool_reports(client.runtime.store, slots) if slots is not None else []
+        settings = client.settings
+        # An embedded broker's queue is this process's own, empty: nothing to show.
+        backlogs = (
+            {
+                queue: client.runtime.orchestrator.publisher.backlog(queue)
+                for queue in known_queues(settings.queues, settings.queue)
+            }
+            if settings.broker_url is not None
+            else {}
+        )
     finally:
         client.close()
     if as_json:
@@ -548,6 +562,7 @@ def _fleet_status(as_json: bool) -> None:
             "leases": stats,
             "lease_wait": wait,
             "running": running,
+            "queues": backlogs,
             "concurrency": [pool.to_dict() for pool in pools],
         }
         print(json.dumps(fleet, indent=2, default=str))
@@ -559,6 +574,14 @@ def _fleet_status(as_json: bool) -> None:
         if lease_counts
         else "leases: none taken yet"
     )
+    if backlogs:  # a queue that fills while the others drain has no worker consuming it
+        out.print(
+            "queued: "
+            + ", ".join(
+                f"{queue} {'?' if count is None else count}" for queue, count in backlogs.items()
+            ),
+            markup=False,
+        )
     anomalies = [[*name.split("|")[1:], str(n)] for name, n in stats.items() if "|" in name]
     if anomalies:  # "anomalies|workflow|kind|action" (cairn.observe.alerts)
         out.print(

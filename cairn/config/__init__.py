@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from cairn.errors import ConfigError
+from cairn.model.queues import queue_name_problem
 
 ENV_PREFIX = "CAIRN_"
 # The test suite's own variables (CAIRN_TEST_POSTGRES, ...): never settings, so a shell
@@ -63,6 +64,12 @@ class Settings(BaseModel):
     )
     log_level: str = Field(default="INFO", description="Python logging level.")
     queue: str = Field(default="cairn", description="Celery queue for node tasks.")
+    queues: list[str] = Field(
+        default_factory=list,
+        description="Comma-separated queues this deployment's workers consume besides "
+        "CAIRN_QUEUE (`cairn worker --queues`): registering a definition that sends a node "
+        "to any other queue is refused; unset: any queue is accepted.",
+    )
     lease_ttl: float = Field(default=30.0, gt=0, description="Lease time to live, seconds.")
     heartbeat_interval: float = Field(
         default=10.0, gt=0, description="Lease renewal period, seconds (at most TTL/3)."
@@ -287,11 +294,22 @@ class Settings(BaseModel):
         "the default delays).",
     )
 
-    @field_validator("workflows", "fault_points", "effect_adapters", "webhook_hosts", mode="before")
+    @field_validator(
+        "workflows", "fault_points", "effect_adapters", "webhook_hosts", "queues", mode="before"
+    )
     @classmethod
     def _split_paths(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("queues")
+    @classmethod
+    def _queue_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            problem = queue_name_problem(name)
+            if problem is not None:
+                raise ValueError(problem)
         return value
 
     @field_validator("log_level")

@@ -43,7 +43,8 @@ def fused_next(
     """If ``message``'s node is ephemeral and succeeded, and the decision its result
     leads to is exactly one plain task to dispatch (no other command but the node
     timeouts of the two, and no timer the task's own timeout would fire before the
-    chain's): the state after it, and that task's message. None: commit as usual."""
+    chain's) on the queue of ``message``'s node (a worker runs only what its queues
+    say): the state after it, and that task's message. None: commit as usual."""
     node = definition.nodes[message.node]
     if (
         message.phase is not Phase.RUN
@@ -68,6 +69,8 @@ def fused_next(
         or target.irreversible  # its claim must be recorded before it runs
         or not _only_node_timeouts(decision.commands, message, dispatch)
         or not _covered(node.timeout, target.timeout)
+        # This worker consumes the chain's queue, not necessarily the next node's.
+        or definition.queue_of(dispatch.node) != definition.queue_of(message.node)
     ):
         return None
     following = NodeMessage(
@@ -77,6 +80,7 @@ def fused_next(
         dispatch.node,
         dispatch.iteration,
         dispatch.attempt,
+        queue=definition.queue_of(dispatch.node),
     )
     return decision.state, following
 

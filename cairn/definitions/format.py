@@ -53,6 +53,7 @@ TOP = frozenset(
         "record",
         "concurrency",
         "schedules",
+        "queue",
     }
 )
 TASK = COMMON | {
@@ -66,6 +67,7 @@ TASK = COMMON | {
     "record",
     "context",
     "concurrency",
+    "queue",
     *EDGES,
 }
 WAIT_NODE = COMMON | {"wait"}
@@ -108,6 +110,8 @@ SINCE: dict[str, int] = {
     "task.concurrency": 2,
     "workflow.concurrency": 2,
     "workflow.record": 2,
+    "task.queue": 2,
+    "workflow.queue": 2,
     "workflow.node_timeout": 2,
     "workflow.schedules": 2,
 }

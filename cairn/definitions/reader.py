@@ -17,6 +17,7 @@ from cairn.definitions import format as fmt
 from cairn.errors import DefinitionFault
 from cairn.model.definition import Ref, import_ref, ref_path_of
 from cairn.model.durations import parse_duration
+from cairn.model.queues import queue_name_problem
 
 
 class Reader:
@@ -42,6 +43,8 @@ class Reader:
         self.node_timeout: timedelta | None = None
         # Whether tasks record their own outbound HTTP unless they say (``record``).
         self.record_http = False
+        # The queue of tasks that name none (the workflow's ``queue``).
+        self.default_queue: str | None = None
 
     def fault(self, code: str, message: str, node: str | None = None) -> None:
         self.faults.append(DefinitionFault(code, message, node))
@@ -176,6 +179,16 @@ class Reader:
             self.fault("bad_value", f"'record' is 'http' or 'none', got {raw!r}", node_id)
             return False
         return True
+
+    def queue(self, raw: object, node_id: str | None) -> str | None:
+        """``queue: gpu``: the broker queue a node's messages go to (None if it is not
+        a queue name, with a fault)."""
+        problem = queue_name_problem(raw)
+        if problem is not None:
+            self.fault("bad_queue", f"'queue': {problem}", node_id)
+            return None
+        assert isinstance(raw, str)
+        return raw
 
     def positive_int(self, raw: object, what: str, node_id: str | None) -> int | None:
         if raw is None:

@@ -77,6 +77,16 @@ def task_node(
     record = reader.record(raw["record"], node_id) if "record" in raw else reader.record_http
     if record and raw.get("handler") is None and "record" in raw:
         reader.fault("bad_value", "'record' records a handler's HTTP: it needs a handler", node_id)
+    queue = reader.queue(raw["queue"], node_id) if "queue" in raw else reader.default_queue
+    if child is not None:
+        if "queue" in raw:
+            reader.fault(
+                "bad_value",
+                "'queue' sends a node to the workers of a queue: a child run runs on none "
+                "(its own nodes say where they run)",
+                node_id,
+            )
+        queue = None
     return TaskNode(
         id=node_id,
         handler=reader.ref(raw.get("handler"), node_id, "handler"),
@@ -92,6 +102,7 @@ def task_node(
         record_http=record and raw.get("handler") is not None,
         context=context,
         concurrency=concurrency,
+        queue=queue,
         extra=reader.metadata(raw, node_id),
         **common,
     )

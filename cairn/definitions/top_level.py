@@ -53,6 +53,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         start = ""
     reader.node_timeout = _default_timeout(reader, spec.get("node_timeout"))
     reader.record_http = reader.record(spec.get("record"), None)
+    reader.default_queue = reader.queue(spec["queue"], None) if "queue" in spec else None
     raw_nodes = spec.get("nodes")
     if not isinstance(raw_nodes, Mapping) or not raw_nodes:
         reader.fault("no_nodes", "'nodes' must be a non-empty mapping of node id to node")
@@ -95,6 +96,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         anomaly=anomaly,
         concurrency=concurrency,
         schedules=schedules,
+        queue=reader.default_queue,
         extra=reader.metadata(spec, None),
         # Schedules say when runs start, not how they run: they may change without a
         # new version, so they are no part of what a version pins.

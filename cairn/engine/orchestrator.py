@@ -34,7 +34,9 @@ class Orchestrator:
     ) -> None:
         self.store = store
         self.settings = settings
-        self.registry = registry or Registry(store)
+        self.registry = registry or Registry(
+            store, queues=settings.queues, default_queue=settings.queue
+        )
         # Called with each decision once it is committed (never for one rolled back): the
         # composition root registers what the world hears of it (anomaly alerts, counts).
         self.after_commit: list[AfterCommit] = []

@@ -25,12 +25,14 @@ class Publisher(Protocol):
     the engine relies on (:class:`cairn.testing.publisher_contract.PublisherContract`)."""
 
     def publish(self, messages: Sequence[NodeMessage]) -> bool:
-        """Hand messages to the broker; False if they were not taken (left to the relay)."""
+        """Hand messages to the broker, each to its own queue (``NodeMessage.queue``, or
+        the default one); False if they were not taken (left to the relay)."""
         ...
 
-    def backlog(self) -> int | None:
-        """Node messages waiting in the queue for a worker; None if the broker cannot
-        say (recovery then assumes none)."""
+    def backlog(self, queue: str | None = None) -> int | None:
+        """Node messages waiting in ``queue`` (None: the default queue) for a worker;
+        None if the broker cannot say (recovery then assumes none). A broker with one
+        queue for everything may answer for all of them."""
         ...
 
 

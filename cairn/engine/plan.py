@@ -114,6 +114,7 @@ class Planner:
                 c.attempt,
                 c.phase,
                 resumed=c.resumed,
+                queue=definition.queue_of(c.node),
             )
             for c in decision.commands
             if isinstance(c, Dispatch)

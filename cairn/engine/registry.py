@@ -3,22 +3,43 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection, Iterable, Sequence
 
 from cairn.definitions.loader import load_definition
+from cairn.definitions.queues import check_queues
 from cairn.errors import UnknownWorkflow
 from cairn.model.definition import WorkflowDefinition
 from cairn.store.sql import Store, Tx
 
 
 class Registry:
-    """Definitions by (name, version). Registering writes the store; lookups are cached."""
+    """Definitions by (name, version). Registering writes the store; lookups are cached.
 
-    def __init__(self, store: Store) -> None:
+    ``queues``: the queues the deployment declares (CAIRN_QUEUES) besides
+    ``default_queue``; when there are any, a definition sending a node elsewhere is
+    refused (:class:`~cairn.errors.UndeclaredQueue`)."""
+
+    def __init__(
+        self, store: Store, *, queues: Collection[str] = (), default_queue: str = "cairn"
+    ) -> None:
         self.store = store
+        self.queues = tuple(queues)
+        self.default_queue = default_queue
         self._cache: dict[tuple[str, int], WorkflowDefinition] = {}
         self._lock = threading.Lock()
 
+    def check(self, definitions: Iterable[WorkflowDefinition]) -> None:
+        """Refuse what this deployment cannot run, before anything is written."""
+        check_queues(definitions, self.queues, self.default_queue)
+
+    def register_all(self, definitions: Sequence[WorkflowDefinition]) -> None:
+        """Register every definition, or none if any is refused."""
+        self.check(definitions)
+        for definition in definitions:
+            self.register(definition)
+
     def register(self, definition: WorkflowDefinition) -> bool:
+        self.check([definition])
         with self.store.transaction() as tx:
             created = tx.register_workflow(
                 definition.name, definition.version, definition.spec, definition.format

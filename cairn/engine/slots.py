@@ -126,7 +126,14 @@ class SlotGate:
             return True
         limit = dict(pools)[full]
         with self.store.transaction() as tx:
-            tx.park(message.key, message.attempt, namespace=namespace, pool=full, limit=limit)
+            tx.park(
+                message.key,
+                message.attempt,
+                namespace=namespace,
+                pool=full,
+                limit=limit,
+                queue=message.queue,
+            )
         # A holder may have given its slot back between the take and the park, and found
         # no waiter to wake: look once more, now that this one is on record.
         if self.slots.take(pools, holder) is None:
@@ -163,6 +170,7 @@ class SlotGate:
                     p.attempt,
                     Phase(p.phase),
                     woken=True,
+                    queue=p.queue,
                 )
                 for p in parked
             ]

@@ -283,6 +283,10 @@ class TaskNode(Node):
     # Limits on how many executions run at once (besides its workflow's): each holds a
     # slot of each limit's pool while it runs, and waits, parked, for a free one.
     concurrency: tuple[ConcurrencyLimit, ...] = ()
+    # The broker queue its messages go to, so that only the workers consuming it run it
+    # (``queue: gpu``; the workflow's ``queue`` already applied). None: the deployment's
+    # default queue (CAIRN_QUEUE).
+    queue: str | None = None
 
     kind = "task"
 
@@ -455,6 +459,9 @@ class WorkflowDefinition:
     # Cron schedules that start runs of it (``cairn register`` keeps them); not part of
     # ``spec``: a schedule is when runs start, not how they run, and changes freely.
     schedules: tuple[ScheduleSpec, ...] = ()
+    # The queue of its tasks that name none (already applied to them), and of the
+    # compensations of its other nodes; None: the deployment's default queue.
+    queue: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     # The definition in file form (callables as import paths): what is registered.
     spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -465,6 +472,23 @@ class WorkflowDefinition:
 
     def node(self, node_id: str) -> AnyNode:
         return self.nodes[node_id]
+
+    def queue_of(self, node_id: str) -> str | None:
+        """The queue a message for ``node_id`` goes to (None: the default queue). A
+        compensation goes where its node runs: that is where its code is installed."""
+        node = self.nodes.get(node_id)
+        return node.queue if isinstance(node, TaskNode) else self.queue
+
+    def queues(self) -> dict[str, str]:
+        """Node id -> the queue its messages go to, for every node a worker runs (a task,
+        or another node's compensation) that is sent to a queue other than the default."""
+        named: dict[str, str] = {}
+        for node_id, node in self.nodes.items():
+            runs_on_worker = isinstance(node, TaskNode) or node.compensate is not None
+            queue = self.queue_of(node_id)
+            if runs_on_worker and queue is not None:
+                named[node_id] = queue
+        return named
 
     def visit_limit(self, node_id: str) -> int | None:
         own = self.nodes[node_id].max_visits

@@ -10,6 +10,7 @@ from cairn.errors import EventRejected
 from cairn.model.events import Phase
 from cairn.model.keys import ExecutionKey
 from cairn.model.payloads import storable_text
+from cairn.model.queues import queue_name_problem
 
 
 class InvalidMessage(EventRejected):
@@ -32,6 +33,9 @@ class NodeMessage:
     # Published again by a slot's release: it waited for a concurrency slot, and its
     # record of waiting goes once it has one.
     woken: bool = False
+    # The broker queue it goes to (its node's ``queue``); None: the default queue. Left
+    # out of the JSON when None, so a message for the default queue reads as before.
+    queue: str | None = None
 
     @property
     def key(self) -> ExecutionKey:
@@ -58,6 +62,8 @@ class NodeMessage:
             data["resumed"] = True
         if self.woken:
             data["woken"] = True
+        if self.queue is not None:
+            data["queue"] = self.queue
         return data
 
     @classmethod
@@ -85,6 +91,9 @@ class NodeMessage:
         woken = data.get("woken", False)
         if not isinstance(woken, bool):
             problems.append("woken must be true or false")
+        queue = data.get("queue")
+        if queue is not None and (problem := queue_name_problem(queue)) is not None:
+            problems.append(f"queue: {problem}")
         try:
             phase = Phase(data.get("phase", Phase.RUN.value))
         except ValueError:
@@ -101,6 +110,7 @@ class NodeMessage:
             "outbox_id",
             "resumed",
             "woken",
+            "queue",
         }
         if unknown:
             problems.append(f"unknown field(s) {sorted(unknown)}")
@@ -117,4 +127,5 @@ class NodeMessage:
             outbox_id,
             resumed is True,
             woken is True,
+            queue,
         )

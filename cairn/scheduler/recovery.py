@@ -9,7 +9,7 @@ result and no live lease (its message was lost, or Redis lost its claims) by the
 sweep. Each death counts against CAIRN_MAX_RECOVERIES, and what needs a person — an
 irreversible node a worker had claimed, a node that keeps killing its workers — is held
 (:mod:`cairn.engine.recovery`). Never sends again an execution nobody claimed
-while the queue still holds messages (it is most likely one of them), unless it has
+while its queue still holds messages (it is most likely one of them), unless it has
 waited far longer.
 
 Stalls are watched here too: a running execution whose heartbeats arrive but whose
@@ -37,7 +37,7 @@ from cairn.store.records import ExecutionRecord, to_epoch
 log = logging.getLogger(__name__)
 
 BATCH = 500
-# A never-claimed execution is dispatched again only when the queue is empty (else its
+# A never-claimed execution is dispatched again only when its queue is empty (else its
 # message is most likely still waiting in it), or once it has waited this many times
 # CAIRN_RECOVERY_AFTER (a message lost while the queue was never empty).
 QUEUED_PATIENCE = 10
@@ -74,7 +74,8 @@ class Recovery:
         with store.reading() as tx:
             now = tx.now()
             stalled = tx.stalled_executions(now - self.settings.recovery_after, BATCH)
-        backlog: int | None = None  # asked of the broker once per pass, if needed
+        backlogs: dict[str | None, int] = {}  # asked of the broker once per queue and pass
+        queues: dict[tuple[str, str], str | None] | None = None  # read once per pass
         for execution in stalled:
             lease = lease_key(
                 execution.run_id, execution.node, execution.iteration, execution.phase
@@ -83,9 +84,14 @@ class Recovery:
                 continue  # a live worker holds it
             died = self.leases.beats([lease])[0] is not None
             if not died and self._maybe_queued(execution, now):
-                if backlog is None:
-                    backlog = self.orchestrator.publisher.backlog() or 0
-                if backlog:
+                # Its own queue's: a node waiting for the one GPU worker is not lost
+                # because the default queue is empty.
+                if queues is None:
+                    queues = self._queues_of(stalled)
+                queue = queues.get((execution.run_id, execution.node))
+                if queue not in backlogs:
+                    backlogs[queue] = self.orchestrator.publisher.backlog(queue) or 0
+                if backlogs[queue]:
                     continue  # never started, and the queue is not empty: still queued
             if not died:
                 recovered += self._recover_one(execution, died=False)
@@ -122,6 +128,7 @@ class Recovery:
             run = tx.run(execution.run_id)
         if run is None:
             return 0
+        definition = self.orchestrator.registry.get(run.workflow, run.version)
         message = NodeMessage(
             execution.run_id,
             run.workflow,
@@ -131,8 +138,9 @@ class Recovery:
             execution.attempt,
             Phase(execution.phase),
             resumed=True,
+            queue=definition.queue_of(execution.node),
         )
-        node = self.orchestrator.registry.get(run.workflow, run.version).nodes.get(execution.node)
+        node = definition.nodes.get(execution.node)
         outcome = self.policy.settle(
             message,
             node,
@@ -155,6 +163,18 @@ class Recovery:
             "its worker died" if died else "never claimed or message lost",
         )
         return 1
+
+    def _queues_of(self, stalled: list[ExecutionRecord]) -> dict[tuple[str, str], str | None]:
+        """(run, node) -> the queue the execution's messages go to (None: the default
+        queue), for a pass's executions in one read."""
+        with self.orchestrator.store.reading() as tx:
+            pinned = tx.pinned_versions([execution.run_id for execution in stalled])
+        registry = self.orchestrator.registry
+        return {
+            (e.run_id, e.node): registry.get(*pinned[e.run_id]).queue_of(e.node)
+            for e in stalled
+            if e.run_id in pinned
+        }
 
     def _maybe_queued(self, execution: ExecutionRecord, now: float) -> bool:
         """Nobody has started it (no claim in PostgreSQL, no heartbeat record), and it

@@ -421,6 +421,7 @@ class ParkedExecution:
     iteration: int
     phase: str
     attempt: int
+    queue: str | None = None  # the broker queue it goes to (None: the default)
 
 
 @dataclass(frozen=True, slots=True)

@@ -206,6 +206,18 @@ class RunsTx(TxBase):
         ).first()
         return None if row is None else RunHead.of(row)
 
+    def pinned_versions(self, run_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Run id -> the workflow and version it is pinned to, for those that exist: one
+        read for a batch (recovery's, which needs each run's definition)."""
+        if not run_ids:
+            return {}
+        found = self.connection.execute(
+            select(runs.c.id, runs.c.workflow, runs.c.version).where(
+                runs.c.id.in_(sorted(set(run_ids)))
+            )
+        )
+        return {row.id: (row.workflow, row.version) for row in found}
+
     def registered_workflows(self) -> list[Any]:
         return list(
             self.connection.execute(

@@ -239,6 +239,8 @@ class SlotWaitRow(Base):
     waiting_since: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     # Published again at this time: on its way to a worker, holding its place.
     woken_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The broker queue its message goes to when woken (None: the default queue).
+    queue: Mapped[str | None] = mapped_column(String(64))
 
 
 class OutboxRow(Base):

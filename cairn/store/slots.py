@@ -38,6 +38,7 @@ class SlotsTx(TxBase):
         pool: str,
         limit: int,
         priority: int = 0,
+        queue: str | None = None,
     ) -> None:
         """Record that execution ``key`` waits for a slot of ``pool`` (kept since it
         first waited, if it waits again)."""
@@ -52,6 +53,7 @@ class SlotsTx(TxBase):
             pool_limit=limit,
             priority=priority,
             waiting_since=self.stamp(),
+            queue=queue,
         )
         self.connection.execute(
             insert.on_conflict_do_update(
@@ -111,6 +113,7 @@ class SlotsTx(TxBase):
                     row.iteration,
                     row.phase,
                     row.attempt,
+                    row.queue,
                 )
             )
         return woken

@@ -197,6 +197,9 @@ class StoreContract:
         assert (listed.id, listed.status, listed.last_seq) == (run_id, RunStatus.RUNNING, 1)
         assert polled is not None and polled.status is RunStatus.RUNNING
         with store.reading() as tx:
+            pinned = tx.pinned_versions([run_id, "no-such-run", run_id])
+            assert pinned == {run_id: (run.workflow, run.version)}
+            assert tx.pinned_versions([]) == {}
             assert tx.run("no-such-run") is None
             assert tx.run_head("no-such-run") is None
             assert tx.execution(ExecutionKey("no-such-run", NODE, 1, "run")) is None

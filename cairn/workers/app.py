@@ -196,7 +196,7 @@ class CeleryPublisher:
                 self.app.send_task(
                     NODE_TASK,
                     args=[body],
-                    queue=self.queue,
+                    queue=message.queue or self.queue,
                     shadow=message.task_name,
                     producer=producer,
                     argsrepr=json.dumps([body]),
@@ -205,15 +205,16 @@ class CeleryPublisher:
                 )
         return True
 
-    def backlog(self) -> int | None:
+    def backlog(self, queue: str | None = None) -> int | None:
+        name = queue or self.queue
         try:
             with self.app.pool.acquire(block=True) as connection:
-                declared = connection.default_channel.queue_declare(queue=self.queue, passive=True)
+                declared = connection.default_channel.queue_declare(queue=name, passive=True)
                 return int(declared.message_count)
         except ChannelError:  # Redis drops an empty list: an empty queue does not exist
             return 0
         except Exception:
-            log.warning("could not read the length of queue %s", self.queue, exc_info=True)
+            log.warning("could not read the length of queue %s", name, exc_info=True)
             return None
 
 

@@ -4,6 +4,9 @@ Used when no ``CAIRN_BROKER_URL`` is set (``cairn demo``, laptops, unit tests). 
 same delivery contract as the real broker — at least once, in any order — because the
 same runner executes each message; losing the process loses the queue, which the
 scheduler's relay and recovery refill from the database.
+
+It has one set of threads, so it ignores a node's ``queue``: every node runs here,
+whatever queue it names (the embedded default is one process, with no GPU worker apart).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ class InProcessBroker:
             self._queue.put((message.to_dict(), clock.wall()))
         return True
 
-    def backlog(self) -> int | None:
+    def backlog(self, queue: str | None = None) -> int | None:
+        """Every queue's messages: they all wait in the one queue (see the module)."""
         return self._queue.qsize()
 
     def start(self, handle: Callable[[dict[str, Any]], object]) -> None:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -232,6 +233,25 @@ class TestCeleryPublisher(PublisherContract):
             finally:
                 default.close()
                 tenant.close()
+
+    def test_a_message_goes_to_the_queue_it_names(
+        self, app: Celery, publisher: Publisher, consumer: NodeQueue
+    ) -> None:
+        """A node's ``queue`` picks the list its workers read (`cairn worker --queues
+        gpu`): the default queue's consumer never sees it, and each queue's backlog
+        counts its own messages only."""
+        gpu = [replace(m, queue="gpu") for m in numbered(3, run_id="run-gpu")]
+        plain = numbered(2)
+        assert publisher.publish([*gpu, *plain])
+        assert (publisher.backlog(), publisher.backlog("gpu")) == (2, 3)
+        assert publisher.backlog("nobody-sends-here") == 0
+        gpu_queue = NodeQueue(app, "gpu")
+        try:
+            assert bodies(consumer.take(5, within_s=QUIET_S)) == sorted(wire(m) for m in plain)
+            assert bodies(gpu_queue.take(5, within_s=QUIET_S)) == sorted(wire(m) for m in gpu)
+        finally:
+            gpu_queue.close()
+        assert (publisher.backlog(), publisher.backlog("gpu")) == (0, 0)
 
     def test_copies_deliver_every_message_more_than_once(
         self, app: Celery, consumer: NodeQueue

@@ -64,7 +64,7 @@ class Broker:
         self.messages.extend(messages)
         return True
 
-    def backlog(self) -> int | None:
+    def backlog(self, queue: str | None = None) -> int | None:
         return len(self.messages)
 
     def take(self, run_id: str, node: str, phase: Phase | None = None) -> NodeMessage:

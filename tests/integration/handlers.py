@@ -47,6 +47,14 @@ def step(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     return {ctx.node: ctx.iteration, "last": ctx.node}
 
 
+def where(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """Records which worker ran the node: the role its test gave the worker process
+    (CAIRN_TEST_WORKER_ROLE), so routing is judged by the handler, not by cairn."""
+    role = os.environ.get("CAIRN_TEST_WORKER_ROLE", "unknown")
+    _record(ctx, state, f"on:{role}")
+    return {ctx.node: role}
+
+
 def is_even(state: dict[str, Any]) -> bool:
     return int(state.get("number", 0)) % 2 == 0
 

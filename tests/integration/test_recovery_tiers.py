@@ -38,7 +38,7 @@ class Captured:
         self.messages.extend(messages)
         return True
 
-    def backlog(self) -> int | None:
+    def backlog(self, queue: str | None = None) -> int | None:
         return self.queued
 
     def take(self, node: str) -> NodeMessage:

@@ -73,7 +73,7 @@ def test_a_published_message_is_marked_sent_by_the_next_write_a_submit_included(
             published.extend(messages)
             return True
 
-        def backlog(self) -> int | None:
+        def backlog(self, queue: str | None = None) -> int | None:
             return None
 
     runtime.orchestrator.publisher = Taking()

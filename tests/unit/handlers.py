@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cairn import PermanentError
+
 
 def noop(ctx: Any, state: dict[str, Any]) -> None:
     return None
@@ -23,3 +25,7 @@ def by_color(state: dict[str, Any]) -> str:
 
 def explode(state: dict[str, Any]) -> bool:
     raise RuntimeError("guard blew up")
+
+
+def refuse(ctx: Any, state: dict[str, Any]) -> None:
+    raise PermanentError("refused")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,16 @@ import pytest
 
 from cairn.config import Settings
 from cairn.definitions.loader import load_definition
-from cairn.engine.slots import pools_for
+from cairn.engine.slots import SlotGate, pools_for
 from cairn.errors import WorkflowDefinitionError
+from cairn.lease.memory import MemoryLeases
+from cairn.lease.slots import MemorySlots
 from cairn.model.definition import ConcurrencyLimit, TaskNode
+from cairn.model.messages import NodeMessage
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
+from cairn.store.sql import Store
+from cairn.testing.store_contract import started
 
 _lock = threading.Lock()
 _running: Counter[str] = Counter()
@@ -141,3 +147,35 @@ def test_a_malformed_limit_is_a_fault(concurrency: object, says: str) -> None:
     }
     with pytest.raises(WorkflowDefinitionError, match=says):
         load_definition(spec)
+
+
+def test_a_woken_execution_goes_to_its_nodes_queue_in_priority_then_age_order(
+    store: Store,
+) -> None:
+    """Parked with its message's queue, published again to it; the highest priority
+    first, then the longest waiting; a woken one holds its place until it has its slot."""
+    published: list[NodeMessage] = []
+
+    class Broker:
+        def publish(self, messages: Sequence[NodeMessage]) -> bool:
+            published.extend(messages)
+            return True
+
+        def backlog(self, queue: str | None = None) -> int | None:
+            return 0
+
+    leases = MemoryLeases()
+    gate = SlotGate(MemorySlots(leases), store, Broker(), grace_s=60)
+    keys = [started(store)[1] for _ in range(3)]
+    with store.transaction() as tx:
+        for n, (key, priority) in enumerate(zip(keys, (0, 5, 0), strict=True)):
+            tx.park(key, 1, namespace="ns", pool="ns/gpu-box", limit=1, priority=priority,
+                    queue="gpu" if n != 2 else None)  # fmt: skip
+    assert gate.wake([("ns/gpu-box", 1)]) == 1
+    assert [(m.run_id, m.queue, m.woken) for m in published] == [(keys[1].run_id, "gpu", True)]
+    assert gate.wake([("ns/gpu-box", 1)]) == 0  # the woken one is on its way: it holds the slot
+    with store.transaction() as tx:
+        assert tx.unpark(keys[1])  # it took its slot
+    assert gate.wake([("ns/gpu-box", 2)]) == 2
+    assert [m.run_id for m in published[1:]] == [keys[0].run_id, keys[2].run_id]
+    assert published[2].queue is None

@@ -28,6 +28,7 @@ from cairn.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
+GPU_OVERLAY = ROOT / "deploy" / "gpu"
 # The oldest Kubernetes still supported upstream that the base targets, and the newest
 # schemas the installed kubernetes-validate carries.
 VERSIONS = ["1.29.0", kubernetes_validate.latest_version()]
@@ -284,6 +285,73 @@ def test_config_and_secrets_are_settings_cairn_accepts(docs: list[dict[str, Any]
     assert not any(
         re.search(r"URL$|KEY|PASSWORD|SECRET|TOKEN", k) for k in config if "ARTIFACTS" not in k
     )
+
+
+# -- the GPU overlay (deploy/gpu) ----------------------------------------------------------
+
+
+def test_the_gpu_overlay_adds_workers_that_consume_only_the_gpu_queue(
+    docs: list[dict[str, Any]],
+) -> None:
+    """Nodes with ``queue: gpu`` run on its workers, and nothing else does: they are the
+    base's workers in every other respect, and no selector of either takes the other's
+    pods (the base's HPA and PDB count only the default queue's workers)."""
+    kustomization = yaml.safe_load((GPU_OVERLAY / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["../../k8s", "worker-gpu.yaml"]
+    (gpu,) = [d for d in yaml.safe_load_all((GPU_OVERLAY / "worker-gpu.yaml").read_text()) if d]
+    (patch,) = [d for d in yaml.safe_load_all((GPU_OVERLAY / "queues.yaml").read_text()) if d]
+    for version in VERSIONS:
+        kubernetes_validate.validate(gpu, version, strict=True)
+    base = find(docs, "Deployment", "cairn-worker")
+    spec, base_spec = pod_spec(gpu), pod_spec(base)
+    assert spec is not None and base_spec is not None
+    for key in (
+        "serviceAccountName",
+        "automountServiceAccountToken",
+        "terminationGracePeriodSeconds",
+        "securityContext",
+        "volumes",
+    ):
+        assert spec[key] == base_spec[key], key
+    (container,), (base_container,) = spec["containers"], base_spec["containers"]
+    for key in ("envFrom", "env", "startupProbe", "livenessProbe", "securityContext"):
+        assert container[key] == base_container[key], key
+    assert container["volumeMounts"] == base_container["volumeMounts"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert selects(gpu["spec"]["selector"]["matchLabels"], pod_labels(gpu))
+    assert not selects(gpu["spec"]["selector"]["matchLabels"], pod_labels(base))
+    for doc in docs:  # the base's Deployments, Services and PDBs
+        selector = doc.get("spec", {}).get("selector")
+        if selector:
+            labels = selector.get("matchLabels", selector)
+            assert not selects(labels, pod_labels(gpu)), doc["metadata"]["name"]
+    consumed = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--queues=")]
+    assert consumed == ["gpu"]
+    assert not any(a.startswith("--queues") for a in base_container["args"])  # the default
+    config = {**find(docs, "ConfigMap", "cairn-config")["data"], **patch["data"]}
+    settings = Settings.from_env(
+        {
+            **config,
+            "CAIRN_DATABASE_URL": "postgresql+psycopg://cairn@db/cairn",
+            "CAIRN_BROKER_URL": "redis://redis:6379/0",
+        }
+    )
+    assert set(consumed) <= {*settings.queues, settings.queue}
+    assert settings.queues == ["gpu"]
+    if shutil.which("kubectl") is None:
+        return
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(GPU_OVERLAY)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    overlay = [doc for doc in yaml.safe_load_all(rendered) if doc is not None]
+    assert find(overlay, "ConfigMap", "cairn-config")["data"] == config
+    (rendered_gpu,) = containers(find(overlay, "Deployment", "cairn-worker-gpu"))
+    assert rendered_gpu["image"] == "cairn:0.1.0"
+    assert len(overlay) == len(docs) + 1
 
 
 # -- the image ------------------------------------------------------------------------------

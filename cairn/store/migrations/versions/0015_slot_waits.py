@@ -38,6 +38,7 @@ def upgrade() -> None:
         sa.Column("priority", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("waiting_since", sa.DateTime(timezone=True), nullable=False),
         sa.Column("woken_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("queue", sa.String(64), nullable=True),
         sa.PrimaryKeyConstraint("run_id", "node", "iteration", "phase", name="pk_slot_waits"),
     )
     op.create_index("ix_slot_waits_pool_order", "slot_waits", ["pool", "priority", "waiting_since"])
