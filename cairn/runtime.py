@@ -104,6 +104,7 @@ class Runtime:
         )
         orchestrator = Orchestrator(store, publisher, settings)
         gate = SlotGate(slots, store, publisher, grace_s=settings.recovery_after)
+        orchestrator.after_commit.append(gate.wake_stopped)
         orchestrator.after_commit.append(partial(report_anomalies, count=leases.count))
         orchestrator.after_commit.append(
             lambda run_id, decision: leases.announce_stops(stopped_leases(run_id, decision))

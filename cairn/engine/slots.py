@@ -20,10 +20,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cairn.decider.graph import Decision
 from cairn.engine.outbox import Publisher
+from cairn.model.commands import CancelNode, DetachNode
 from cairn.model.definition import ConcurrencyLimit, TaskNode, WorkflowDefinition
 from cairn.model.events import Phase
+from cairn.model.keys import ExecutionKey
 from cairn.model.messages import NodeMessage
+from cairn.store.records import ParkedExecution
 from cairn.store.sql import Store
 
 log = logging.getLogger(__name__)
@@ -153,31 +157,49 @@ class SlotGate:
     def wake(self, pools: Sequence[Pool]) -> int:
         """Publish again as many waiters of each pool as it has free slots; how many."""
         holders = self.slots.holders([pool for pool, _limit in pools])
-        woken: list[NodeMessage] = []
+        woken: list[ParkedExecution] = []
         for pool, limit in pools:
             free = limit - holders.get(pool, 0)
             if free <= 0:
                 continue
             with self.store.transaction() as tx:
-                parked = tx.wake(pool, free, self.grace_s)
-            woken += [
-                NodeMessage(
-                    p.run_id,
-                    p.workflow,
-                    p.version,
-                    p.node,
-                    p.iteration,
-                    p.attempt,
-                    Phase(p.phase),
-                    woken=True,
-                    queue=p.queue,
-                )
-                for p in parked
-            ]
-        if woken and not self.publisher.publish(woken):
-            # Their wait is over on record: recovery publishes them once they look lost.
-            log.warning("%d woken execution(s) not published: left to recovery", len(woken))
+                woken += tx.wake(pool, free, self.grace_s)
+        self._publish(woken)
         return len(woken)
+
+    def _publish(self, parked: Sequence[ParkedExecution]) -> None:
+        messages = [
+            NodeMessage(
+                p.run_id,
+                p.workflow,
+                p.version,
+                p.node,
+                p.iteration,
+                p.attempt,
+                Phase(p.phase),
+                woken=True,
+                queue=p.queue,
+            )
+            for p in parked
+        ]
+        if messages and not self.publisher.publish(messages):
+            # Their wait is over on record: woken again after the grace, or recovered.
+            log.warning("%d woken execution(s) not published", len(messages))
+
+    def wake_stopped(self, run_id: str, decision: Decision) -> None:
+        """An after-commit hook: executions a decision stops (a cancel, a timeout, a join
+        that no longer needs them) that wait for a slot are published at once, so that
+        they end now — answered ``cancelled`` by the worker — not when a slot frees."""
+        keys = [
+            ExecutionKey(run_id, command.node, command.iteration, Phase.RUN.value)
+            for command in decision.commands
+            if isinstance(command, CancelNode | DetachNode)
+        ]
+        if not keys:
+            return
+        with self.store.transaction() as tx:
+            parked = tx.wake_executions(keys)
+        self._publish(parked)
 
     def wake_waiting(self) -> int:
         """Wake what every pool with waiters has room for (the scheduler's pass: a dead

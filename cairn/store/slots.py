@@ -6,6 +6,7 @@ lost), it is woken again."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import delete, exists, func, or_, select, update
@@ -89,8 +90,13 @@ class SlotsTx(TxBase):
             .order_by(slot_waits.c.priority.desc(), slot_waits.c.waiting_since)
             .limit(count)
         )
+        return self._woken(list(self.connection.execute(chosen)))
+
+    def _woken(self, rows: Sequence[Any]) -> list[ParkedExecution]:
+        """Mark these waiters woken, their dispatch clock restarted (recovery measures
+        from it); what it takes to publish each again."""
         woken = []
-        for row in list(self.connection.execute(chosen)):
+        for row in rows:
             key = ExecutionKey(row.run_id, row.node, row.iteration, row.phase)
             self.connection.execute(
                 update(slot_waits).where(*_waiter(key)).values(woken_at=self.stamp())
@@ -116,6 +122,16 @@ class SlotsTx(TxBase):
                     row.queue,
                 )
             )
+        return woken
+
+    def wake_executions(self, keys: Sequence[ExecutionKey]) -> list[ParkedExecution]:
+        """Mark woken those of these executions that wait for a slot, whatever their
+        pool's room (they are being stopped: published so that they end)."""
+        woken = []
+        for key in keys:
+            row = self.connection.execute(select(slot_waits).where(*_waiter(key))).first()
+            if row is not None:
+                woken += self._woken([row])
         return woken
 
     def forget_finished_waiters(self, limit: int = 1000) -> int:

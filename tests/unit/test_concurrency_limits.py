@@ -179,3 +179,63 @@ def test_a_woken_execution_goes_to_its_nodes_queue_in_priority_then_age_order(
     assert gate.wake([("ns/gpu-box", 2)]) == 2
     assert [m.run_id for m in published[1:]] == [keys[0].run_id, keys[2].run_id]
     assert published[2].queue is None
+
+
+_release = threading.Event()
+
+
+def hold_slot(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    _release.wait(20)
+    return {}
+
+
+def test_a_run_cancelled_while_it_waits_for_a_slot_ends_at_once(tmp_path: Path) -> None:
+    """One slot, held; the second run's node waits for it, parked. Cancelling the
+    second run ends it now — its waiter is published and answered cancelled — not when
+    the slot frees."""
+    (tmp_path / "one.yaml").write_text(
+        f"""
+name: one_slot
+version: 1
+start: hold
+nodes:
+  hold: {{handler: "{__name__}:hold_slot", next: done,
+          concurrency: {{key: the-one, limit: 1}}}}
+  done: {{end: succeeded}}
+"""
+    )
+    settings = Settings(
+        home=tmp_path / "home",
+        workflows=[str(tmp_path / "one.yaml")],
+        lease_ttl=3.0,
+        heartbeat_interval=1.0,
+    )
+    _release.clear()
+    runtime = Runtime.build(settings, concurrency=4)
+    runtime.start_workers()
+    orchestrator = runtime.orchestrator
+    try:
+        holder = orchestrator.submit("one_slot", {})
+        waiter = orchestrator.submit("one_slot", {})
+        deadline = time.monotonic() + 20
+
+        def waiting() -> bool:
+            with runtime.store.reading() as tx:
+                return bool(tx.waiting_pools())
+
+        while not waiting():
+            assert time.monotonic() < deadline, "the second run never waited"
+            time.sleep(0.02)
+        orchestrator.cancel(waiter, "not needed any more")
+        while not (view := orchestrator.get_run(waiter)).status.terminal:
+            assert time.monotonic() < deadline, "the cancelled waiter did not end"
+            time.sleep(0.02)
+        assert view.status is RunStatus.CANCELLED
+        assert not orchestrator.get_run(holder).status.terminal  # the slot is still held
+        _release.set()
+        while not orchestrator.get_run(holder).status.terminal:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        _release.set()
+        runtime.close()
