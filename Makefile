@@ -18,7 +18,7 @@ services:  ## start PostgreSQL and Redis if they are not running
 # Two processes, each taking whole files (their fixtures stay warm); then, alone, the
 # tests marked serial: those that restart the services or measure how long things take.
 test: services  ## the whole test suite (what CI runs)
-	$(PYTHON) -m pytest -n 2 --dist loadfile -m "not serial"
+	$(PYTHON) -m pytest -n 2 --dist loadfile -m "not serial" --durations=15
 	$(PYTHON) -m pytest -m serial
 
 lint:  ## ruff (lint + format check), mypy, and the import contracts of the architecture

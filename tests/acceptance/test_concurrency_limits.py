@@ -47,11 +47,10 @@ def test_a_pool_never_has_more_calls_at_the_provider_than_its_limit(
     cluster.consuming(cluster.worker(concurrency=4))
     cluster.scheduler()
     runs = [cluster.submit("limited_calls", {"tenant": "acme"}) for _ in range(24)]
-    other = [cluster.submit("limited_calls", {"tenant": "globex"}) for _ in range(2)]
-    _ended(cluster, runs + other, 90)
+    _ended(cluster, runs, 90)
     assert provider.over_limit == 0  # no call past the limit reached the provider
     assert provider.peak_in_flight == LIMIT  # and the limit was used
-    assert provider.count() == 26  # one request per run: a parked run is not retried
+    assert provider.count() == 24  # one request per run: a parked run is not retried
     with cluster.client.runtime.store.reading() as tx:
         assert tx.waiting_pools() == []
 
