@@ -5,11 +5,15 @@ inside their commands, so that ``cairn --help`` starts fast."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
+
+from cairn.errors import InvalidInput
 
 app = typer.Typer(
     name="cairn",
@@ -30,3 +34,14 @@ def cwd_importable() -> None:
     cwd = str(Path.cwd())
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+
+
+def json_object(text: str, option: str) -> dict[str, Any]:
+    """An option's value that is a JSON object (``--input``, ``--payload``)."""
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{option} is not JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise InvalidInput(f"{option} must be a JSON object")
+    return payload

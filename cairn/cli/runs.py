@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, out
+from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, json_object, out
 
 if TYPE_CHECKING:
     from cairn.client import Client
@@ -96,7 +96,7 @@ def submit(  # noqa: PLR0917 - typer passes options by name
     from cairn.client import Client
     from cairn.model.flow import Debounce, Singleton
 
-    payload = _json_object(input_json, "--input")
+    payload = json_object(input_json, "--input")
     if (debounce_key is None) != (debounce is None):
         raise InvalidInput("--debounce-key and --debounce go together")
     if max_wait is not None and debounce_key is None:
@@ -214,7 +214,7 @@ def signal(
     take it."""
     from cairn.client import Client
 
-    payload = _json_object(payload_json, "--payload") if payload_json is not None else None
+    payload = json_object(payload_json, "--payload") if payload_json is not None else None
     client = Client()
     try:
         applied = client.signal(run_id, name, payload, actor=actor, signal_id=signal_id, node=node)
@@ -520,16 +520,6 @@ def _step(text: str) -> tuple[str, int | None]:
     if not node or (visit and not visit.isdigit()):
         raise InvalidInput(f"--step is NODE or NODE#VISIT, not {text!r}")
     return node, int(visit) if visit else None
-
-
-def _json_object(text: str, option: str) -> dict[str, Any]:
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{option} is not JSON: {exc}") from exc
-    if not isinstance(payload, dict):
-        raise InvalidInput(f"{option} must be a JSON object")
-    return payload
 
 
 def _fleet_status(as_json: bool) -> None:

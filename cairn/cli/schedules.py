@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from cairn.cli._app import app, cwd_importable, out
+from cairn.cli._app import app, cwd_importable, json_object, out
 from cairn.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def add(  # noqa: PLR0917 - typer passes options by name
         workflow=workflow or name,
         version=version,
         timezone=timezone,
-        input=_json_object(input_json, "--input"),
+        input=json_object(input_json, "--input"),
         overlap=OverlapPolicy.parse(overlap),
         catch_up_s=seconds_of(catch_up, "--catch-up"),
         jitter_s=seconds_of(jitter, "--jitter", allow_zero=True),
@@ -237,13 +237,3 @@ def _instant(text: str, option: str) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
-
-
-def _json_object(text: str, option: str) -> dict[str, Any]:
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{option} is not JSON: {exc}") from exc
-    if not isinstance(payload, dict):
-        raise InvalidInput(f"{option} must be a JSON object")
-    return payload

@@ -21,7 +21,9 @@ def status(cluster: Cluster, run_id: str) -> dict:
 
 def test_status_shows_the_worker_its_progress_and_a_fresh_beat(cluster: Cluster) -> None:
     cluster.worker(concurrency=1)
-    run_id = cluster.submit("paging", {"page_s": 2.0})  # running still when the CLI asks
+    # Pages long enough for a `cairn status` (a second or more on a busy machine) to land
+    # while one is being read, more than once.
+    run_id = cluster.submit("paging", {"page_s": 4.0})
     seen: list[dict] = []
 
     def reported_progress() -> bool:
