@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 import sentry_sdk
-from sentry_sdk.integrations.celery import CeleryIntegration
 
 from cairn.config import Settings
 from cairn.model.definition import ErrorClass
@@ -29,6 +28,8 @@ def init_sentry(settings: Settings, *, transport: Any = None) -> bool:
     dsn = settings.sentry_dsn.get_secret_value() if settings.sentry_dsn else None
     if dsn is None and transport is None:
         return False
+    from sentry_sdk.integrations.celery import CeleryIntegration  # noqa: PLC0415
+
     from cairn import __version__  # noqa: PLC0415 - cairn imports this module's users
 
     sentry_sdk.init(
