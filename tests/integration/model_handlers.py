@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from openai import AsyncOpenAI, OpenAI
-
 from tests.integration.handlers import _record
 
 TOOLS = [
@@ -25,10 +23,14 @@ TOOLS = [
 _clients: dict[str, Any] = {}  # one client per process, as the SDKs advise
 
 
-def _client() -> OpenAI:
+def _client() -> Any:
     if "sync" not in _clients:
+        # Imported when a handler first calls: every process of a test registers these
+        # handlers, and the SDK takes a second to import.
+        from openai import OpenAI  # noqa: PLC0415
+
         _clients["sync"] = OpenAI(base_url=os.environ["MODEL_URL"] + "/v1", api_key="test")
-    return _clients["sync"]  # type: ignore[no-any-return]
+    return _clients["sync"]
 
 
 def _system() -> str:
@@ -67,6 +69,8 @@ async def async_turns(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     """``turns`` plain turns through the async client."""
     # The async client is bound to the loop it first runs on: the worker process's one.
     if "async" not in _clients:
+        from openai import AsyncOpenAI  # noqa: PLC0415
+
         _clients["async"] = AsyncOpenAI(base_url=os.environ["MODEL_URL"] + "/v1", api_key="t")
     model = ctx.model(_clients["async"])
     messages: list[dict[str, Any]] = [{"role": "user", "content": "count with me"}]
