@@ -45,14 +45,8 @@ class Slots(Protocol):
         the holder's lease is no longer live), and none is taken."""
         ...
 
-    def give_back(self, pools: Sequence[str], holder: str) -> list[str]:
-        """``holder``'s slots of these pools are free again; those of them a taker found
-        full since they were last :meth:`settled` (someone may wait for them)."""
-        ...
-
-    def settled(self, pool: str) -> None:
-        """Nobody waits for ``pool`` (a wake found no waiter left): giving its slots back
-        wakes nobody until a taker finds it full again."""
+    def give_back(self, pools: Sequence[str], holder: str) -> None:
+        """``holder``'s slots of these pools are free again."""
         ...
 
     def holders(self, pools: Sequence[str]) -> Mapping[str, int]:
@@ -157,9 +151,8 @@ class SlotGate:
         """Give ``holder``'s slots back and wake the waiters they free."""
         if not pools:
             return
-        contended = self.slots.give_back([pool for pool, _limit in pools], holder)
-        if contended:
-            self.wake([(pool, limit) for pool, limit in pools if pool in contended])
+        self.slots.give_back([pool for pool, _limit in pools], holder)
+        self.wake(pools)
 
     def wake(self, pools: Sequence[Pool]) -> int:
         """Publish again as many waiters of each pool as it has free slots; how many."""
@@ -171,9 +164,6 @@ class SlotGate:
                 continue
             with self.store.transaction() as tx:
                 woken += tx.wake(pool, free, self.grace_s)
-                idle = tx.unwoken(pool, self.grace_s) == 0
-            if idle:  # a waiter parking meanwhile marks it again when its take fails
-                self.slots.settled(pool)
         self._publish(woken)
         return len(woken)
 

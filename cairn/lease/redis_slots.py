@@ -8,7 +8,7 @@ from importlib import resources
 
 import redis
 
-from cairn.lease.slots import CONTENDED_KEY, SLOTS_PREFIX
+from cairn.lease.slots import SLOTS_PREFIX
 
 
 def _script(name: str) -> str:
@@ -37,24 +37,19 @@ class RedisSlots:
     def take(self, pools: Sequence[tuple[str, int]], holder: str) -> str | None:
         if not pools:
             return None
-        keys = [*(SLOTS_PREFIX + pool for pool, _limit in pools), CONTENDED_KEY]
+        keys = [SLOTS_PREFIX + pool for pool, _limit in pools]
         full = int(self._take(keys=keys, args=[holder, *(limit for _, limit in pools)]))
         if full < 0:  # the lease is no longer this holder's: a slot it could not keep
             return pools[0][0]
         return None if full == 0 else pools[full - 1][0]
 
-    def give_back(self, pools: Sequence[str], holder: str) -> list[str]:
+    def give_back(self, pools: Sequence[str], holder: str) -> None:
         if not pools:
-            return []
+            return
         with self.client.pipeline(transaction=False) as pipe:
             for pool in pools:
                 pipe.zrem(SLOTS_PREFIX + pool, holder)
-                pipe.sismember(CONTENDED_KEY, SLOTS_PREFIX + pool)
-            answers = pipe.execute()
-        return [pool for pool, marked in zip(pools, answers[1::2], strict=True) if marked]
-
-    def settled(self, pool: str) -> None:
-        self.client.srem(CONTENDED_KEY, SLOTS_PREFIX + pool)
+            pipe.execute()
 
     def holders(self, pools: Sequence[str]) -> Mapping[str, int]:
         if not pools:

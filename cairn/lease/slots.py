@@ -26,10 +26,6 @@ from collections.abc import Mapping, Sequence
 from cairn.lease.memory import MemoryLeases
 
 SLOTS_PREFIX = "cairn:slots:"
-# The pools a taker found full since a wake last found nobody waiting on them: only a
-# slot given back to one of these wakes anyone (a PostgreSQL transaction), so that an
-# uncontended pool costs a step no more than its two Redis calls.
-CONTENDED_KEY = "cairn:slots-contended"
 
 
 class MemorySlots:
@@ -39,7 +35,6 @@ class MemorySlots:
         self._leases = leases
         self._lock = threading.Lock()
         self._pools: dict[str, set[str]] = {}
-        self._contended: set[str] = set()
 
     def _live(self, pool: str) -> set[str]:
         members = self._pools.setdefault(pool, set())
@@ -58,21 +53,15 @@ class MemorySlots:
             for pool, limit in pools:
                 live = self._live(pool)
                 if mine not in live and len(live) >= limit:
-                    self._contended.add(pool)
                     return pool
             for pool, _limit in pools:
                 self._pools[pool].add(mine)
         return None
 
-    def give_back(self, pools: Sequence[str], holder: str) -> list[str]:
+    def give_back(self, pools: Sequence[str], holder: str) -> None:
         with self._lock:
             for pool in pools:
                 self._pools.get(pool, set()).discard(holder)
-            return [pool for pool in pools if pool in self._contended]
-
-    def settled(self, pool: str) -> None:
-        with self._lock:
-            self._contended.discard(pool)
 
     def holders(self, pools: Sequence[str]) -> Mapping[str, int]:
         with self._lock:

@@ -59,17 +59,3 @@ class SlotsContract:
         assert slots.take([("ns/k", 1)], dead) == "ns/k"
         fresh = _lease(leases, 1)
         assert slots.take([("ns/k", 1)], fresh) is None
-
-    def test_a_pool_found_full_is_contended_until_settled(self, pair: tuple[Leases, Slots]) -> None:
-        """Giving a slot back says whether anyone found the pool full since it was last
-        settled: only then is there anyone to wake."""
-        leases, slots = pair
-        first, second = _lease(leases, 1), _lease(leases, 2)
-        assert slots.take([("ns/quiet", 1)], first) is None
-        assert slots.give_back(["ns/quiet"], first) == []  # nobody found it full
-        assert slots.take([("ns/busy", 1)], first) is None
-        assert slots.take([("ns/busy", 1)], second) == "ns/busy"
-        assert slots.give_back(["ns/busy", "ns/quiet"], first) == ["ns/busy"]
-        slots.settled("ns/busy")
-        assert slots.take([("ns/busy", 1)], second) is None
-        assert slots.give_back(["ns/busy"], second) == []
