@@ -41,12 +41,20 @@ class Slots(Protocol):
 
     def take(self, pools: Sequence[Pool], holder: str) -> str | None:
         """A slot of each ``(pool, limit)`` for ``holder`` (one it holds already counts);
-        None when all are taken — else the first pool that is full (the first pool, if
-        the holder's lease is no longer live), and none is taken."""
+        None when all are taken — else the first pool that is full, its contention
+        counter bumped (the first pool, if the holder's lease is no longer live), and
+        none is taken."""
         ...
 
-    def give_back(self, pools: Sequence[str], holder: str) -> None:
-        """``holder``'s slots of these pools are free again."""
+    def give_back(self, pools: Sequence[str], holder: str) -> Mapping[str, int]:
+        """``holder``'s slots of these pools are free again; those of them a taker has
+        found full since they were last settled, each with its contention counter
+        (only there may anyone wait)."""
+        ...
+
+    def settle(self, pool: str, contention: int) -> None:
+        """Nobody waits for ``pool``: forget that it was found full — unless a taker
+        found it full again since ``contention`` was read, who may be parking now."""
         ...
 
     def holders(self, pools: Sequence[str]) -> Mapping[str, int]:
@@ -128,42 +136,58 @@ class SlotGate:
                 with self.store.transaction() as tx:
                     tx.unpark(message.key)
             return True
-        limit = dict(pools)[full]
-        with self.store.transaction() as tx:
-            tx.park(
-                message.key,
-                message.attempt,
-                namespace=namespace,
-                pool=full,
-                limit=limit,
-                queue=message.queue,
-            )
-        # A holder may have given its slot back between the take and the park, and found
-        # no waiter to wake: look once more, now that this one is on record.
-        if self.slots.take(pools, holder) is None:
+        limits = dict(pools)
+        while True:
             with self.store.transaction() as tx:
-                tx.unpark(message.key)
-            return True
-        log.info("%s waits for a slot of %s (limit %d)", message.key, full, limit)
-        return False
+                tx.park(
+                    message.key,
+                    message.attempt,
+                    namespace=namespace,
+                    pool=full,
+                    limit=limits[full],
+                    queue=message.queue,
+                )
+            # A holder may have given its slot back between the take and the park, and
+            # found no waiter to wake: look once more, now that this one is on record.
+            # Found full again, the pool it waits for is marked contended after its
+            # record was written: whoever gives a slot of it back will find it.
+            again = self.slots.take(pools, holder)
+            if again is None:
+                with self.store.transaction() as tx:
+                    tx.unpark(message.key)
+                return True
+            if again == full:
+                log.info("%s waits for a slot of %s (limit %d)", message.key, full, limits[full])
+                return False
+            full = again  # another of its pools filled meanwhile: it waits for that one
 
     def leave(self, pools: Sequence[Pool], holder: str) -> None:
-        """Give ``holder``'s slots back and wake the waiters they free."""
+        """Give ``holder``'s slots back and wake the waiters they free. A pool no taker
+        has found full has nobody waiting: giving its slot back costs no database write."""
         if not pools:
             return
-        self.slots.give_back([pool for pool, _limit in pools], holder)
-        self.wake(pools)
+        contended = self.slots.give_back([pool for pool, _limit in pools], holder)
+        if contended:
+            self.wake([(pool, limit) for pool, limit in pools if pool in contended], contended)
 
-    def wake(self, pools: Sequence[Pool]) -> int:
-        """Publish again as many waiters of each pool as it has free slots; how many."""
+    def wake(self, pools: Sequence[Pool], contended: Mapping[str, int] | None = None) -> int:
+        """Publish again as many waiters of each pool as it has free slots; how many.
+        A pool of ``contended`` (its contention counter read before looking) left with
+        no waiter is settled: nobody needs waking until a taker finds it full again."""
         holders = self.slots.holders([pool for pool, _limit in pools])
         woken: list[ParkedExecution] = []
         for pool, limit in pools:
             free = limit - holders.get(pool, 0)
             if free <= 0:
                 continue
+            contention = (contended or {}).get(pool)
             with self.store.transaction() as tx:
                 woken += tx.wake(pool, free, self.grace_s)
+                idle = contention is not None and not tx.unwoken(pool, self.grace_s)
+            if idle and contention is not None:
+                # A waiter parking meanwhile found the pool full after the counter was
+                # read (its take before parking, or its second after): settle refuses.
+                self.slots.settle(pool, contention)
         self._publish(woken)
         return len(woken)
 

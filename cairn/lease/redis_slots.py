@@ -8,7 +8,7 @@ from importlib import resources
 
 import redis
 
-from cairn.lease.slots import SLOTS_PREFIX
+from cairn.lease.slots import CONTENDED_KEY, SLOTS_PREFIX
 
 
 def _script(name: str) -> str:
@@ -18,6 +18,12 @@ def _script(name: str) -> str:
 
 
 TAKE_SLOTS, COUNT_SLOTS = _script("take_slots.lua"), _script("count_slots.lua")
+SETTLE = """
+if redis.call('hget', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('hdel', KEYS[1], ARGV[1])
+end
+return 0
+"""
 
 
 class RedisSlots:
@@ -25,6 +31,7 @@ class RedisSlots:
         self.client = client
         self._take = client.register_script(TAKE_SLOTS)
         self._count = client.register_script(COUNT_SLOTS)
+        self._settle = client.register_script(SETTLE)
 
     @classmethod
     def from_url(cls, url: str) -> RedisSlots:
@@ -37,19 +44,24 @@ class RedisSlots:
     def take(self, pools: Sequence[tuple[str, int]], holder: str) -> str | None:
         if not pools:
             return None
-        keys = [SLOTS_PREFIX + pool for pool, _limit in pools]
+        keys = [*(SLOTS_PREFIX + pool for pool, _limit in pools), CONTENDED_KEY]
         full = int(self._take(keys=keys, args=[holder, *(limit for _, limit in pools)]))
         if full < 0:  # the lease is no longer this holder's: a slot it could not keep
             return pools[0][0]
         return None if full == 0 else pools[full - 1][0]
 
-    def give_back(self, pools: Sequence[str], holder: str) -> None:
+    def give_back(self, pools: Sequence[str], holder: str) -> Mapping[str, int]:
         if not pools:
-            return
+            return {}
         with self.client.pipeline(transaction=False) as pipe:
             for pool in pools:
                 pipe.zrem(SLOTS_PREFIX + pool, holder)
-            pipe.execute()
+            pipe.hmget(CONTENDED_KEY, [SLOTS_PREFIX + pool for pool in pools])
+            *_removed, counters = pipe.execute()
+        return {pool: int(c) for pool, c in zip(pools, counters, strict=True) if c is not None}
+
+    def settle(self, pool: str, contention: int) -> None:
+        self._settle(keys=[CONTENDED_KEY], args=[SLOTS_PREFIX + pool, contention])
 
     def holders(self, pools: Sequence[str]) -> Mapping[str, int]:
         if not pools:

@@ -26,6 +26,10 @@ from collections.abc import Mapping, Sequence
 from cairn.lease.memory import MemoryLeases
 
 SLOTS_PREFIX = "cairn:slots:"
+# Each pool a taker found full, with a counter bumped at each such take; settling deletes
+# it only if unchanged. Only giving back a slot of a pool listed here looks for waiters (a
+# database transaction): an uncontended pool costs a step its two Redis calls, no more.
+CONTENDED_KEY = "cairn:slots-contended"
 
 
 class MemorySlots:
@@ -35,6 +39,7 @@ class MemorySlots:
         self._leases = leases
         self._lock = threading.Lock()
         self._pools: dict[str, set[str]] = {}
+        self._contended: dict[str, int] = {}
 
     def _live(self, pool: str) -> set[str]:
         members = self._pools.setdefault(pool, set())
@@ -49,19 +54,28 @@ class MemorySlots:
         key, _, token = holder.partition("|")
         with self._lock:
             if pools and self._leases.token_of(key) != token:
-                return pools[0][0]
+                first = pools[0][0]
+                self._contended[first] = self._contended.get(first, 0) + 1
+                return first
             for pool, limit in pools:
                 live = self._live(pool)
                 if mine not in live and len(live) >= limit:
+                    self._contended[pool] = self._contended.get(pool, 0) + 1
                     return pool
             for pool, _limit in pools:
                 self._pools[pool].add(mine)
         return None
 
-    def give_back(self, pools: Sequence[str], holder: str) -> None:
+    def give_back(self, pools: Sequence[str], holder: str) -> Mapping[str, int]:
         with self._lock:
             for pool in pools:
                 self._pools.get(pool, set()).discard(holder)
+            return {pool: self._contended[pool] for pool in pools if pool in self._contended}
+
+    def settle(self, pool: str, contention: int) -> None:
+        with self._lock:
+            if self._contended.get(pool) == contention:
+                del self._contended[pool]
 
     def holders(self, pools: Sequence[str]) -> Mapping[str, int]:
         with self._lock:

@@ -208,7 +208,7 @@ class ModelCallRow(Base):
     attempt: Mapped[int] = mapped_column(Integer)
     fence: Mapped[int] = mapped_column(Integer)
     provider: Mapped[str] = mapped_column(String(40))
-    operation: Mapped[str] = mapped_column(String(80))
+    operation: Mapped[str] = mapped_column(String(200))
     model: Mapped[str | None] = mapped_column(String(200))
     params: Mapped[dict[str, Any]] = mapped_column(Json)
     messages: Mapped[list[str]] = mapped_column(Json)

@@ -124,6 +124,20 @@ class SlotsTx(TxBase):
             )
         return woken
 
+    def unwoken(self, pool: str, grace_s: float) -> int:
+        """How many of ``pool``'s waiters are not on their way to a worker."""
+        since = from_epoch(self.now() - grace_s)
+        return int(
+            self.connection.execute(
+                select(func.count())
+                .select_from(slot_waits)
+                .where(
+                    slot_waits.c.pool == pool,
+                    or_(slot_waits.c.woken_at.is_(None), slot_waits.c.woken_at < since),
+                )
+            ).scalar_one()
+        )
+
     def wake_executions(self, keys: Sequence[ExecutionKey]) -> list[ParkedExecution]:
         """Mark woken those of these executions that wait for a slot, whatever their
         pool's room (they are being stopped: published so that they end)."""

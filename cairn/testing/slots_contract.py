@@ -59,3 +59,24 @@ class SlotsContract:
         assert slots.take([("ns/k", 1)], dead) == "ns/k"
         fresh = _lease(leases, 1)
         assert slots.take([("ns/k", 1)], fresh) is None
+
+    def test_a_pool_found_full_is_contended_until_settled(self, pair: tuple[Leases, Slots]) -> None:
+        """Giving a slot back tells whether a taker found the pool full since it was last
+        settled (only then may anyone wait); settling with a counter read before a later
+        taker found it full changes nothing — that taker may be parking."""
+        leases, slots = pair
+        first, second, third = _lease(leases, 1), _lease(leases, 2), _lease(leases, 3)
+        assert slots.take([("ns/quiet", 1)], first) is None
+        assert slots.give_back(["ns/quiet"], first) == {}
+        assert slots.take([("ns/busy", 1)], first) is None
+        assert slots.take([("ns/busy", 1)], second) == "ns/busy"
+        contended = slots.give_back(["ns/busy", "ns/quiet"], first)
+        assert list(contended) == ["ns/busy"]
+        assert slots.take([("ns/busy", 1)], third) is None
+        assert slots.take([("ns/busy", 1)], second) == "ns/busy"  # found full again
+        slots.settle("ns/busy", contended["ns/busy"])  # stale: it stays contended
+        again = slots.give_back(["ns/busy"], third)
+        assert list(again) == ["ns/busy"] and again["ns/busy"] > contended["ns/busy"]
+        slots.settle("ns/busy", again["ns/busy"])
+        assert slots.take([("ns/busy", 1)], second) is None
+        assert slots.give_back(["ns/busy"], second) == {}

@@ -281,9 +281,13 @@ class ModelCalls:
         except InvalidInput as exc:
             raise PermanentError(str(exc)) from exc
 
+        # The messages an earlier call stored are not sent again: an agent's call repeats
+        # the whole conversation, and only what it added is new.
+        stored = {d for c in recorded.values() for d in (*c.messages, *(c.history or ()))}
         bodies = {
             digest: self._offloaded(body, f"message {digest[:16]}", request.model)
             for digest, body in request.messages.items()
+            if digest not in stored
         }
 
         def write() -> bool:
@@ -396,7 +400,8 @@ def recorded_function(
     def decoded(answer: dict[str, Any]) -> Any:
         return decode(answer["value"]) if decode is not None else answer["value"]
 
-    operation = getattr(send, "__qualname__", None) or type(send).__name__
+    # The model_calls column holds 200 characters: a longer qualified name is cut to it.
+    operation = (getattr(send, "__qualname__", None) or type(send).__name__)[:200]
     asynchronous = inspect.iscoroutinefunction(send)
     create = _Create(ctx, calls, provider, operation, encoded, decoded, asynchronous)
     return create.bound(send)

@@ -9,6 +9,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from cairn.errors import WorkflowDefinitionError
 from cairn.lease.memory import MemoryLeases
 from cairn.lease.slots import MemorySlots
 from cairn.model.definition import ConcurrencyLimit, TaskNode
+from cairn.model.events import Phase
 from cairn.model.messages import NodeMessage
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
@@ -179,6 +181,63 @@ def test_a_woken_execution_goes_to_its_nodes_queue_in_priority_then_age_order(
     assert gate.wake([("ns/gpu-box", 2)]) == 2
     assert [m.run_id for m in published[1:]] == [keys[0].run_id, keys[2].run_id]
     assert published[2].queue is None
+
+
+def test_a_slot_of_a_pool_nobody_found_full_is_given_back_without_a_database_write(
+    store: Store,
+) -> None:
+    """Leaving an uncontended pool costs no transaction; once a taker found it full and
+    parked, leaving wakes that waiter; with nobody left waiting it is quiet again."""
+    published: list[NodeMessage] = []
+
+    class Broker:
+        def publish(self, messages: Sequence[NodeMessage]) -> bool:
+            published.extend(messages)
+            return True
+
+        def backlog(self, queue: str | None = None) -> int | None:
+            return 0
+
+    class CountingStore:
+        def __init__(self) -> None:
+            self.transactions = 0
+
+        def transaction(self) -> Any:
+            self.transactions += 1
+            return store.transaction()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+    leases = MemoryLeases()
+    counted = CountingStore()
+    gate = SlotGate(MemorySlots(leases), counted, Broker(), grace_s=60)  # type: ignore[arg-type]
+    pools = [("ns/quiet", 1)]
+
+    def holder(n: int) -> str:
+        held = leases.acquire(f"lease-{n}", 30)
+        assert held is not None
+        return f"{held.key}|{held.token}"
+
+    def message() -> NodeMessage:
+        key = started(store)[1]
+        return NodeMessage(key.run_id, "wf", 1, key.node, key.iteration, 1, Phase.RUN)
+
+    first, second = holder(1), holder(2)
+    running, waiting = message(), message()
+    assert gate.enter(running, pools, first, "ns")
+    gate.leave(pools, first)
+    assert counted.transactions == 0
+    assert gate.enter(running, pools, first, "ns")
+    assert not gate.enter(waiting, pools, second, "ns")  # full: parked
+    gate.leave(pools, first)
+    assert [(m.run_id, m.woken) for m in published] == [(waiting.run_id, True)]
+    assert gate.enter(replace(waiting, woken=True), pools, second, "ns")  # its wait is over
+    gate.leave(pools, second)  # nobody waits any more: settled
+    before = counted.transactions
+    assert gate.enter(running, pools, first, "ns")
+    gate.leave(pools, first)
+    assert counted.transactions == before
 
 
 _release = threading.Event()
