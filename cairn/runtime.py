@@ -19,11 +19,13 @@ from cairn import clock, faults
 from cairn.config import Settings
 from cairn.definitions.catalog import load_all
 from cairn.effects.adapters import load_adapters
+from cairn.engine.circuits import Circuits
 from cairn.engine.hooks import stopped_leases
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.outbox import Publisher
 from cairn.engine.registry import Registry
 from cairn.engine.slots import SlotGate, Slots
+from cairn.lease.circuits import MemoryCircuits, RedisCircuits
 from cairn.lease.memory import MemoryLeases
 from cairn.lease.port import Leases
 from cairn.lease.redis import RedisLeases
@@ -37,6 +39,7 @@ from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.sql import Store
 from cairn.workers.cache import MemoryResultCache, RedisResultCache, ResultCache
+from cairn.workers.circuits import CircuitWatch
 from cairn.workers.inprocess import InProcessBroker
 from cairn.workers.runner import NodeRunner
 
@@ -102,8 +105,11 @@ class Runtime:
         slots: Slots = (
             RedisSlots(leases.client) if isinstance(leases, RedisLeases) else MemorySlots(leases)  # type: ignore[arg-type]
         )
+        circuits: Circuits = (
+            RedisCircuits(leases.client) if isinstance(leases, RedisLeases) else MemoryCircuits()
+        )
         orchestrator = Orchestrator(store, publisher, settings)
-        gate = SlotGate(slots, store, publisher, grace_s=settings.recovery_after)
+        gate = SlotGate(slots, store, publisher, grace_s=settings.recovery_after, circuits=circuits)
         orchestrator.after_commit.append(gate.wake_stopped)
         orchestrator.after_commit.append(partial(report_anomalies, count=leases.count))
         orchestrator.after_commit.append(
@@ -121,6 +127,7 @@ class Runtime:
             worker or f"{socket.gethostname()}:{os.getpid()}",
             cache=cache,
             gate=gate,
+            circuits=CircuitWatch(circuits, orchestrator, count=leases.count),
         )
         relay_after = EMBEDDED_RELAY_AFTER_S if broker is not None else None
         scheduler = Scheduler(orchestrator, leases, settings, relay_after=relay_after, gate=gate)
@@ -141,6 +148,11 @@ class Runtime:
     def slots(self) -> Slots | None:
         """The concurrency slots (Redis's, or this process's memory)."""
         return self.runner.gate.slots if self.runner.gate is not None else None
+
+    @property
+    def circuits(self) -> Circuits | None:
+        """The dependencies' circuits (Redis's, or this process's memory)."""
+        return self.runner.circuits.circuits if self.runner.circuits is not None else None
 
     def start_workers(self) -> None:
         """Embedded mode: execute node messages on this process's threads."""

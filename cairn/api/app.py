@@ -22,9 +22,9 @@ from cairn.api import errors, model_calls, runs, schedules, stream
 from cairn.api.auth import ApiKeys
 from cairn.api.deps import Namespace, runtime_of
 from cairn.api.limits import BodyLimitMiddleware
-from cairn.api.models import PoolList, WorkflowInfo, WorkflowList
+from cairn.api.models import CircuitList, PoolList, WorkflowInfo, WorkflowList
 from cairn.config import Settings
-from cairn.observe.flow import pool_reports
+from cairn.observe.flow import circuit_views, pool_reports
 from cairn.observe.metrics.api import CONTENT_TYPE_LATEST, ApiMetrics, MetricsMiddleware
 from cairn.runtime import Runtime
 from cairn.store.records import to_epoch
@@ -95,6 +95,17 @@ def _operations() -> APIRouter:
         reports = pool_reports(runtime.store, slots) if slots is not None else []
         mine = [r.to_dict() for r in reports if r.pool.startswith(f"{namespace}/")]
         return PoolList(pools=mine)
+
+    @router.get("/v1/fleet/circuits", response_model=CircuitList, responses=runs.ERRORS)
+    def circuits(
+        runtime: Annotated[Runtime, Depends(runtime_of)], _namespace: Namespace
+    ) -> CircuitList:
+        """The dependencies' circuits (fleet-wide, shared by every namespace): each one
+        open, half-open, or counting failures, and how many executions wait for it."""
+        slots, breakers = runtime.slots, runtime.circuits
+        pools = pool_reports(runtime.store, slots) if slots is not None else []
+        views = circuit_views(breakers, pools) if breakers is not None else []
+        return CircuitList(circuits=[view.to_dict() for view in views])
 
     @router.get("/v1/workflows", response_model=WorkflowList, responses=runs.ERRORS)
     def list_workflows(

@@ -221,6 +221,10 @@ class PoolList(BaseModel):
     pools: list[dict[str, Any]]
 
 
+class CircuitList(BaseModel):
+    circuits: list[dict[str, Any]]
+
+
 class ArtifactList(BaseModel):
     artifacts: list[dict[str, Any]]
 

@@ -17,6 +17,7 @@ from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, json_object, 
 
 if TYPE_CHECKING:
     from cairn.client import Client
+    from cairn.observe.flow import CircuitView
     from cairn.observe.streamed import Streamed
 from cairn.errors import InvalidInput
 from cairn.model.statuses import RunStatus
@@ -525,7 +526,7 @@ def _step(text: str) -> tuple[str, int | None]:
 def _fleet_status(as_json: bool) -> None:
     from cairn.client import Client
     from cairn.definitions.queues import known_queues
-    from cairn.observe.flow import pool_reports
+    from cairn.observe.flow import circuit_views, is_circuit_pool, pool_reports
 
     client = Client()
     try:
@@ -534,6 +535,9 @@ def _fleet_status(as_json: bool) -> None:
         running = client.runtime.leases.running()
         slots = client.runtime.slots
         pools = pool_reports(client.runtime.store, slots) if slots is not None else []
+        circuits = client.runtime.circuits
+        breakers = circuit_views(circuits, pools) if circuits is not None else []
+        pools = [pool for pool in pools if not is_circuit_pool(pool)]
         settings = client.settings
         # An embedded broker's queue is this process's own, empty: nothing to show.
         backlogs = (
@@ -554,6 +558,7 @@ def _fleet_status(as_json: bool) -> None:
             "running": running,
             "queues": backlogs,
             "concurrency": [pool.to_dict() for pool in pools],
+            "circuits": [view.to_dict() for view in breakers],
         }
         print(json.dumps(fleet, indent=2, default=str))
         return
@@ -572,7 +577,9 @@ def _fleet_status(as_json: bool) -> None:
             ),
             markup=False,
         )
-    anomalies = [[*name.split("|")[1:], str(n)] for name, n in stats.items() if "|" in name]
+    anomalies = [
+        [*name.split("|")[1:], str(n)] for name, n in stats.items() if name.startswith("anomalies|")
+    ]
     if anomalies:  # "anomalies|workflow|kind|action" (cairn.observe.alerts)
         out.print(
             "anomalies: " + ", ".join(f"{w} {k} {a} {n}" for w, k, a, n in sorted(anomalies)),
@@ -588,6 +595,8 @@ def _fleet_status(as_json: bool) -> None:
             f"{pool.waiting} waiting{waited}",
             markup=False,
         )
+    for view in breakers:
+        out.print(_circuit_line(view), markup=False)
     by_worker: dict[str, list[dict[str, Any]]] = {}
     for record in running:
         by_worker.setdefault(str(record.get("worker", "?")), []).append(record)
@@ -658,3 +667,15 @@ def _subject(data: dict[str, Any]) -> str:
 
 
 __all__ = ["EXIT_INVALID"]
+
+
+def _circuit_line(view: CircuitView) -> str:
+    circuit = view.circuit
+    if circuit.state == "closed":
+        told = f"closed, {circuit.failures} run(s) failed in a row"
+    elif circuit.state == "open":
+        left = max(0.0, (circuit.open_until or 0.0) - time.time())
+        told = f"OPEN ({circuit.failures} failures, opened {circuit.opens}x), probe in {_age(left)}"
+    else:
+        told = f"HALF-OPEN ({circuit.failures} failures, opened {circuit.opens}x), probing"
+    return f"circuit {circuit.dependency}: {told}; {view.waiting} waiting, {view.probing} probing"

@@ -67,6 +67,7 @@ TASK = COMMON | {
     "record",
     "context",
     "concurrency",
+    "dependency",
     "queue",
     *EDGES,
 }
@@ -90,6 +91,7 @@ PERSIST = frozenset({"cached", "key"})
 CHECKPOINT = frozenset({"every", "turns"})
 CONTEXT = frozenset({"max_tokens", "summarize", "keep", "pin"})
 CONCURRENCY = frozenset({"key", "limit"})
+DEPENDENCY = frozenset({"name", "failures", "window", "open_for"})
 ON_RESUME = frozenset({"check", "replan", "after"})
 ANOMALY = frozenset({"fingerprint", "no_progress", "ping_pong", "oscillation", "on_detect"})
 FINGERPRINT = frozenset({"fields", "ignore"})
@@ -108,6 +110,7 @@ SINCE: dict[str, int] = {
     "task.record": 2,
     "task.context": 2,
     "task.concurrency": 2,
+    "task.dependency": 2,
     "workflow.concurrency": 2,
     "workflow.record": 2,
     "task.queue": 2,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cairn.decider.graph import Decision
+from cairn.engine.circuits import WAKE_ALL, Circuits, dependency_of
 from cairn.engine.outbox import Publisher
 from cairn.model.commands import CancelNode, DetachNode
 from cairn.model.definition import ConcurrencyLimit, TaskNode, WorkflowDefinition
@@ -123,6 +124,9 @@ class SlotGate:
     store: Store
     publisher: Publisher
     grace_s: float = 60.0
+    # Dependencies' circuits: their pools' limits follow their state, not their waiters'
+    # record (see cairn.engine.circuits).
+    circuits: Circuits | None = None
 
     def enter(
         self, message: NodeMessage, pools: Sequence[Pool], holder: str, namespace: str
@@ -168,7 +172,8 @@ class SlotGate:
             return
         contended = self.slots.give_back([pool for pool, _limit in pools], holder)
         if contended:
-            self.wake([(pool, limit) for pool, limit in pools if pool in contended], contended)
+            freed = [(pool, limit) for pool, limit in pools if pool in contended]
+            self.wake(self._current(freed), contended)
 
     def wake(self, pools: Sequence[Pool], contended: Mapping[str, int] | None = None) -> int:
         """Publish again as many waiters of each pool as it has free slots; how many.
@@ -234,4 +239,20 @@ class SlotGate:
             return 0
         with self.store.transaction() as tx:
             tx.forget_finished_waiters()
-        return self.wake([(pool.pool, pool.limit) for pool in waiting])
+        return self.wake(self._current([(pool.pool, pool.limit) for pool in waiting]))
+
+    def _current(self, pools: Sequence[Pool]) -> list[Pool]:
+        """These pools with a circuit's at its limit now: all its waiters once it is
+        closed, one (the probe) half-open, and none — left out — while it is open."""
+        names = [name for pool, _limit in pools if (name := dependency_of(pool)) is not None]
+        if not names:
+            return list(pools)
+        limits = self.circuits.limits(names) if self.circuits is not None else {}
+        current = []
+        for pool, limit in pools:
+            name = dependency_of(pool)
+            if name is None:
+                current.append((pool, limit))
+            elif name in limits and (now := limits[name]) != 0:
+                current.append((pool, WAKE_ALL if now is None else now))
+        return current

@@ -251,6 +251,20 @@ class ConcurrencyLimit:
 
 
 @dataclass(frozen=True)
+class Dependency:
+    """An outside system a task's handler calls (``dependency: payments``), watched by a
+    fleet-wide circuit breaker: once ``failures`` runs in a row (no success between
+    them) failed transiently against it within ``window``, its circuit opens — new
+    attempts wait, parked, instead of retrying into it — and after ``open_for`` one
+    probe attempt tests whether it has recovered."""
+
+    name: str
+    failures: int = 5
+    window: timedelta = timedelta(seconds=60)
+    open_for: timedelta = timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
 class TaskNode(Node):
     """Runs ``handler`` (or a ``child`` workflow run, or nothing), then follows ``next``,
     ``branch`` or ``route``.
@@ -283,6 +297,8 @@ class TaskNode(Node):
     # Limits on how many executions run at once (besides its workflow's): each holds a
     # slot of each limit's pool while it runs, and waits, parked, for a free one.
     concurrency: tuple[ConcurrencyLimit, ...] = ()
+    # The outside systems its handler depends on, each behind a fleet-wide circuit.
+    dependencies: tuple[Dependency, ...] = ()
     # The broker queue its messages go to, so that only the workers consuming it run it
     # (``queue: gpu``; the workflow's ``queue`` already applied). None: the deployment's
     # default queue (CAIRN_QUEUE).

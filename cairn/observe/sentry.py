@@ -97,3 +97,21 @@ def report_anomaly(
         scope.fingerprint = ["cairn-anomaly", workflow, kind]
         sentry_sdk.capture_message(f"anomaly:{kind} in {workflow}: {detail}", level=level)
     return True
+
+
+def report_circuit(dependency: str, change: str, *, run_id: str, node: str) -> bool:
+    """A dependency's circuit opened (an outage: error), opened again after a failed probe
+    (warning), or closed (info): grouped by dependency. True if an event was sent."""
+    if not reporting():
+        return False
+    level: Literal["error", "warning", "info"] = {"opened": "error", "reopened": "warning"}.get(
+        change, "info"
+    )  # type: ignore[assignment]
+    with sentry_sdk.isolation_scope() as scope:
+        scope.set_tag("dependency", dependency)
+        scope.set_tag("circuit", change)
+        scope.set_tag("run_id", run_id)
+        scope.set_tag("node", node)
+        scope.fingerprint = ["cairn-circuit", dependency]
+        sentry_sdk.capture_message(f"circuit of {dependency} {change}", level=level)
+    return True

@@ -59,6 +59,7 @@ from cairn.reconnect import is_outage, through_outages
 from cairn.store.records import ExecutionClaim, ExecutionHead, RunRecord
 from cairn.workers.cache import MemoryResultCache, ResultCache, invalidate, keep, node_entry
 from cairn.workers.checkpoints import Checkpoints
+from cairn.workers.circuits import CircuitWatch
 from cairn.workers.context import StepContext
 from cairn.workers.execute import execute, succeeded
 from cairn.workers.models import ModelCalls
@@ -95,6 +96,8 @@ class NodeRunner:
     cache: ResultCache = field(default_factory=MemoryResultCache)
     # Concurrency limits: the slots an execution takes, or parks waiting for (None: none).
     gate: SlotGate | None = None
+    # Dependencies' circuits: an open one parks what depends on it (None: no breaking).
+    circuits: CircuitWatch | None = None
     heartbeats: Heartbeats = field(init=False)
     recovery: RecoveryPolicy = field(init=False)
 
@@ -203,6 +206,8 @@ class NodeRunner:
                 claimed, message, state, queued_s=current_wait(), recorders=recorders
             )
             outcome = self._outcome(claimed, message, state, ctx, ref.resolve())
+            if self.circuits is not None and isinstance(node, TaskNode):
+                self.circuits.report(message, node.dependencies, outcome)
             if outcome.duration_s is not None:
                 timings["execution"] = outcome.duration_s
             fault_point("handler.after_return")
@@ -436,7 +441,7 @@ class NodeRunner:
     ) -> list[Pool]:
         if self.gate is None or message.phase is not Phase.RUN or not isinstance(node, TaskNode):
             return []
-        return pools_for(
+        pools = pools_for(
             definition,
             node,
             namespace=run.namespace,
@@ -444,6 +449,9 @@ class NodeRunner:
             run_input=run.input,
             namespace_limit=self.settings.namespace_concurrency,
         )
+        if self.circuits is not None and node.dependencies:
+            pools += self.circuits.pools(node.dependencies)
+        return pools
 
     def _enter(
         self, message: NodeMessage, pools: list[Pool], holder: str, namespace: str, lease: Lease

@@ -217,3 +217,13 @@ def stuck_once(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
                     raise
     _record(ctx, state, "done")
     return {"answered_on_attempt": ctx.attempt}
+
+
+def charge_payments(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """One request to the payments stand-in (``PAYMENTS_URL``): its 503 is a transient
+    failure (urllib's HTTPError carries the status)."""
+    import urllib.request  # noqa: PLC0415
+
+    request = urllib.request.Request(f"{os.environ['PAYMENTS_URL']}/charge", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return {"charged": answer.status == 200}

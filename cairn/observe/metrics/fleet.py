@@ -26,10 +26,11 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cairn.engine.circuits import Circuits
 from cairn.engine.slots import Slots
 from cairn.model.effects import EffectStatus
 from cairn.model.statuses import RunStatus
-from cairn.observe.flow import pool_reports
+from cairn.observe.flow import circuit_views, is_circuit_pool, pool_reports
 from cairn.store.records import FleetGauges
 from cairn.store.sql import Store
 
@@ -39,9 +40,12 @@ UP = "cairn_fleet_metrics_up"
 
 
 class FleetCollector(Collector):
-    def __init__(self, store: Store, slots: Slots | None = None) -> None:
+    def __init__(
+        self, store: Store, slots: Slots | None = None, circuits: Circuits | None = None
+    ) -> None:
         self.store = store
         self.slots = slots
+        self.circuits = circuits
 
     def describe(self) -> Iterator[Metric]:
         # Without describe(), registering would call collect(): a query at startup.
@@ -64,9 +68,27 @@ class FleetCollector(Collector):
     def _pools(self, slots: Slots) -> Iterator[Metric]:
         try:
             reports = pool_reports(self.store, slots)
+            views = circuit_views(self.circuits, reports) if self.circuits is not None else []
         except Exception:
             log.warning("could not read the concurrency pools", exc_info=True)
             return
+        circuits = GaugeMetricFamily(
+            "cairn_circuit_open",
+            "1 while a dependency's circuit is open or half-open (its attempts wait).",
+            labels=["dependency", "state"],
+        )
+        waiting_on = GaugeMetricFamily(
+            "cairn_circuit_waiting",
+            "Executions parked until the dependency's circuit closes.",
+            labels=["dependency"],
+        )
+        for view in views:
+            state = view.circuit.state
+            circuits.add_metric([view.circuit.dependency, state], int(state != "closed"))
+            waiting_on.add_metric([view.circuit.dependency], view.waiting)
+        yield circuits
+        yield waiting_on
+        reports = [report for report in reports if not is_circuit_pool(report)]
         running = GaugeMetricFamily(
             "cairn_slots_running", "Executions holding a slot of the pool.", labels=["pool"]
         )

@@ -77,6 +77,18 @@ _ANOMALY_PREFIX = "anomalies"
 _SEPARATOR = "|"  # never in a workflow name, a kind or an action
 
 
+# Circuits of dependencies opened, opened again (a probe failed) and closed, fleet-wide.
+CIRCUIT_METRIC = "cairn_circuit_changes"
+CIRCUIT_LABELS = ("dependency", "change")
+_CIRCUIT_HELP = "Circuits of dependencies opened, reopened (a probe failed) and closed."
+_CIRCUIT_PREFIX = "circuits"
+
+
+def circuit_counter(dependency: str, change: str) -> str:
+    """The name of the fleet-wide counter (``Leases.count``) of a circuit's changes."""
+    return _SEPARATOR.join((_CIRCUIT_PREFIX, dependency, change))
+
+
 def anomaly_counter(workflow: str, kind: str, action: str) -> str:
     """The name of the fleet-wide counter (``Leases.count``) of these anomalies."""
     return _SEPARATOR.join((_ANOMALY_PREFIX, workflow, kind, action))
@@ -87,6 +99,15 @@ def anomaly_family(stats: dict[str, int]) -> CounterMetricFamily:
     for name, value in sorted(stats.items()):
         parts = name.split(_SEPARATOR)
         if len(parts) == 4 and parts[0] == _ANOMALY_PREFIX:
+            family.add_metric(parts[1:], value)
+    return family
+
+
+def circuit_family(stats: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(CIRCUIT_METRIC, _CIRCUIT_HELP, labels=CIRCUIT_LABELS)
+    for name, value in sorted(stats.items()):
+        parts = name.split(_SEPARATOR)
+        if len(parts) == 3 and parts[0] == _CIRCUIT_PREFIX:
             family.add_metric(parts[1:], value)
     return family
 
@@ -106,6 +127,7 @@ class LeaseCollector(Collector):
         for name, help_text in STEP_METRICS.values():
             yield HistogramMetricFamily(name, help_text)
         yield CounterMetricFamily(ANOMALY_METRIC, _ANOMALY_HELP, labels=ANOMALY_LABELS)
+        yield CounterMetricFamily(CIRCUIT_METRIC, _CIRCUIT_HELP, labels=CIRCUIT_LABELS)
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -126,6 +148,7 @@ class LeaseCollector(Collector):
                 name, help_text, buckets=histogram.cumulative(), sum_value=histogram.sum_s
             )
         yield anomaly_family(stats)
+        yield circuit_family(stats)
 
 
 _WAIT_HELP = (

@@ -1,0 +1,70 @@
+"""Circuit breaking: automatic recovery must not mask a systemic outage. A task that
+declares ``dependency: payments`` has its transient failures counted fleet-wide, per
+dependency; once ``failures`` runs in a row (no success between them) failed within
+``window``, the dependency's circuit **opens**: new attempts against it wait — parked
+like a waiter for a concurrency slot, holding no worker — instead of retrying into the
+outage, so the count of attempts stays flat however many runs need it. After
+``open_for`` it is **half-open**: one attempt, the probe, runs; its success closes the
+circuit and wakes every waiter, its failure opens it again for another ``open_for``.
+
+The circuit is a concurrency pool (``!circuit/<name>``, fleet-wide, not per namespace)
+whose limit follows its state — none while closed, 0 while open, 1 while half-open — so
+waiting, waking and a dead probe's slot (gone with its lease) are the slots' own (see
+:mod:`cairn.engine.slots`). The state lives in Redis (:mod:`cairn.lease.circuits`);
+opening and closing are logged, counted, alerted and written to the history of the run
+whose attempt opened or closed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from cairn.model.circuits import Change, CircuitReport
+from cairn.model.definition import Dependency
+
+CIRCUIT_POOL = "!circuit/"  # a circuit's pool: fleet-wide, named as no namespace is
+# How many waiters a closed circuit's pool wakes at once: all of them, in practice.
+WAKE_ALL = 100_000
+
+
+class Circuits(Protocol):
+    """The fleet's circuits, one per dependency name."""
+
+    def limits(self, names: Sequence[str]) -> Mapping[str, int | None]:
+        """Each circuit's pool limit now: None closed, 0 open, 1 half-open."""
+        ...
+
+    def failed(self, dependency: Dependency, run_id: str) -> Change | None:
+        """A run's attempt failed transiently against ``dependency``."""
+        ...
+
+    def succeeded(self, name: str) -> Change | None:
+        """An attempt against ``name`` succeeded: nothing failed in a row any more."""
+        ...
+
+    def reports(self, limit: int = 1000) -> list[CircuitReport]:
+        """Every circuit open, half-open, or closed with failures counted."""
+        ...
+
+
+def circuit_pool(name: str) -> str:
+    return CIRCUIT_POOL + name
+
+
+def dependency_of(pool: str) -> str | None:
+    """The dependency whose circuit ``pool`` is; None for a concurrency pool."""
+    return pool.removeprefix(CIRCUIT_POOL) if pool.startswith(CIRCUIT_POOL) else None
+
+
+def circuit_pools(circuits: Circuits, dependencies: Sequence[Dependency]) -> list[tuple[str, int]]:
+    """The pools of the circuits that are not closed, with their limits: an execution
+    takes a slot of each before it runs (it parks on an open one)."""
+    if not dependencies:
+        return []
+    limits = circuits.limits([d.name for d in dependencies])
+    return [
+        (circuit_pool(d.name), limit)
+        for d in dependencies
+        if (limit := limits.get(d.name)) is not None
+    ]

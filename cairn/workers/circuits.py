@@ -1,0 +1,89 @@
+"""A worker's side of circuit breaking (see :mod:`cairn.engine.circuits`): before an
+execution of a task with dependencies runs, the pools of their circuits that are not
+closed join its concurrency pools; after it, its outcome is reported to each circuit — a
+transient failure counts towards opening it, a success empties the count and closes an
+open one. A circuit opening or closing is logged, counted, alerted (Sentry) and written to
+the history of the run whose attempt did it (``audit.circuit_opened``,
+``audit.circuit_reopened``, ``audit.circuit_closed``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cairn.engine.circuits import Circuits, circuit_pools
+from cairn.engine.orchestrator import Orchestrator
+from cairn.engine.slots import Pool
+from cairn.model.circuits import Change
+from cairn.model.definition import Dependency, ErrorClass
+from cairn.model.events import Phase
+from cairn.model.messages import NodeMessage
+from cairn.model.outcomes import NodeOutcome
+from cairn.model.statuses import NodeStatus
+from cairn.observe.metrics.leases import circuit_counter
+from cairn.observe.sentry import report_circuit
+
+log = logging.getLogger("cairn.circuits")
+
+
+@dataclass
+class CircuitWatch:
+    circuits: Circuits
+    orchestrator: Orchestrator
+    count: Callable[[str], None] | None = None  # the fleet-wide counters (Leases.count)
+
+    def pools(self, dependencies: tuple[Dependency, ...]) -> list[Pool]:
+        return circuit_pools(self.circuits, dependencies)
+
+    def report(
+        self, message: NodeMessage, dependencies: tuple[Dependency, ...], outcome: NodeOutcome
+    ) -> None:
+        failed = (
+            outcome.status is NodeStatus.FAILED
+            and outcome.error_class == ErrorClass.TRANSIENT.value
+        )
+        if message.phase is not Phase.RUN or not dependencies:
+            return  # a compensation undoes work: it tells nothing of the dependency
+        if not (failed or outcome.status is NodeStatus.SUCCEEDED):
+            return  # a permanent failure is the handler's, a cancel nobody's
+        for dependency in dependencies:
+            try:
+                change = (
+                    self.circuits.failed(dependency, message.run_id)
+                    if failed
+                    else self.circuits.succeeded(dependency.name)
+                )
+            except Exception:  # the outcome stands; the next one is counted
+                log.warning("could not report to the circuit of %s", dependency.name, exc_info=True)
+                continue
+            if change is not None:
+                self._changed(message, dependency, change)
+
+    def _changed(self, message: NodeMessage, dependency: Dependency, change: Change) -> None:
+        name = dependency.name
+        if change is Change.CLOSED:
+            log.warning("circuit of %s closed: %s/%s succeeded", name, message.run_id, message.node)
+        else:
+            log.warning(
+                "circuit of %s %s: %d runs failed in a row; new attempts wait %.0f s for a probe",
+                name,
+                change.value,
+                dependency.failures,
+                dependency.open_for.total_seconds(),
+            )
+        data = {
+            "dependency": name,
+            "node": message.node,
+            "attempt": message.attempt,
+            "failures": dependency.failures,
+            "window_s": dependency.window.total_seconds(),
+            "open_for_s": dependency.open_for.total_seconds(),
+        }
+        try:
+            self.orchestrator.record(message.run_id, f"circuit_{change.value}", data)
+            if self.count is not None:
+                self.count(circuit_counter(name, change.value))
+        except Exception:  # the circuit changed all the same; only its telling is lost
+            log.warning("could not record the circuit of %s %s", name, change.value, exc_info=True)
+        report_circuit(name, change.value, run_id=message.run_id, node=message.node)

@@ -1,0 +1,74 @@
+"""Circuit breaking on real services: Celery workers in subprocesses, the circuit in
+Redis, its waiters in PostgreSQL, and a payment service stand-in that answers 503 while
+it is down and counts every request — the external side's count of attempts."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from cairn.model.statuses import RunStatus
+from tests.support.cluster import Cluster
+from tests.support.dependency import DependencyServer, dependency_server
+
+RUNS = 8
+
+
+@pytest.fixture
+def payments(cluster: Cluster) -> Iterator[DependencyServer]:
+    with dependency_server() as server:
+        cluster.env["PAYMENTS_URL"] = server.url
+        yield server
+
+
+def test_an_outage_opens_the_circuit_attempts_stay_flat_and_a_probe_closes_it(
+    cluster: Cluster, payments: DependencyServer
+) -> None:
+    """Every run's call fails (503): after three runs failed in a row the circuit opens,
+    and the attempts reaching the service stop growing with the retries — only a probe
+    a second gets through — though every run would retry 20 times. Back up, the next
+    probe closes it, the waiters are woken, and every run succeeds."""
+    payments.down.set()
+    cluster.consuming(cluster.worker(concurrency=4))
+    cluster.scheduler()
+    runs = [cluster.submit("guarded", {}) for _ in range(RUNS)]
+    circuits = cluster.client.runtime.circuits
+    assert circuits is not None
+
+    def state() -> str:
+        found = [c for c in circuits.reports() if c.dependency == "payments"]
+        return found[0].state if found else "closed"
+
+    cluster.wait_for(lambda: state() != "closed", 30, "the circuit to open")
+    # In flight when it opened: at most the worker's four executions. Then a probe a
+    # second (open_for: 1s), each failing.
+    time.sleep(1.0)
+    settled = payments.count()
+    time.sleep(4.0)
+    during = payments.count() - settled
+    assert during <= 6, f"{during} attempts reached the service in 4 s of open circuit"
+    fleet = json.loads(cluster.cli("status", "--fleet", "--json").stdout)
+    (shown,) = [c for c in fleet["circuits"] if c["dependency"] == "payments"]
+    assert shown["state"] in {"open", "half_open"} and shown["opens"] >= 2
+    assert shown["waiting"] >= RUNS - 5  # parked, holding no worker
+    assert all(not cluster.client.get_run(r).status.terminal for r in runs)
+
+    payments.down.clear()
+    for run_id in runs:
+        view = cluster.wait(run_id, timeout_s=30)
+        assert view.status is RunStatus.SUCCEEDED, (run_id, view.reason)
+    assert state() == "closed"
+    told = [
+        event["type"]
+        for run_id in runs
+        for event in cluster.client.events(run_id)
+        if event["type"].startswith("audit.circuit_")
+    ]
+    assert told.count("audit.circuit_opened") == 1
+    assert told.count("audit.circuit_closed") == 1
+    assert "audit.circuit_reopened" in told  # the probes that failed
+    # Each run reached the service a handful of times, not its 20 attempts.
+    assert payments.count() < RUNS * 4, payments.count()
