@@ -64,11 +64,18 @@ class CircuitWatch:
         name = dependency.name
         if change is Change.CLOSED:
             log.warning("circuit of %s closed: %s/%s succeeded", name, message.run_id, message.node)
+        elif change is Change.REOPENED:
+            log.warning(
+                "circuit of %s reopened: its probe %s/%s failed; the next in %.0f s",
+                name,
+                message.run_id,
+                message.node,
+                dependency.open_for.total_seconds(),
+            )
         else:
             log.warning(
-                "circuit of %s %s: %d runs failed in a row; new attempts wait %.0f s for a probe",
+                "circuit of %s opened: %d runs failed in a row; attempts wait %.0f s for a probe",
                 name,
-                change.value,
                 dependency.failures,
                 dependency.open_for.total_seconds(),
             )
