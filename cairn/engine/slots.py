@@ -132,7 +132,12 @@ class SlotGate:
         self, message: NodeMessage, pools: Sequence[Pool], holder: str, namespace: str
     ) -> bool:
         """Take a slot of every pool for ``holder``; False — parked — if one is full."""
-        if not pools or message.phase is not Phase.RUN:
+        if message.phase is not Phase.RUN:
+            return True
+        if not pools:  # a circuit it waited on closed meanwhile: its pools are none now
+            if message.woken:
+                with self.store.transaction() as tx:
+                    tx.unpark(message.key)
             return True
         full = self.slots.take(pools, holder)
         if full is None:

@@ -457,7 +457,7 @@ class NodeRunner:
         self, message: NodeMessage, pools: list[Pool], holder: str, namespace: str, lease: Lease
     ) -> bool:
         """A slot of each pool, or parked (its lease released: it holds nothing)."""
-        if not pools or self.gate is None:
+        if self.gate is None or not (pools or message.woken):
             return True
         gate = self.gate
         try:
