@@ -22,10 +22,12 @@ from cairn.effects.adapters import load_adapters
 from cairn.engine.hooks import stopped_leases
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.outbox import Publisher
+from cairn.engine.rates import Rates
 from cairn.engine.registry import Registry
 from cairn.engine.slots import SlotGate, Slots
 from cairn.lease.memory import MemoryLeases
 from cairn.lease.port import Leases
+from cairn.lease.rates import MemoryRates, RedisRates
 from cairn.lease.redis import RedisLeases
 from cairn.lease.redis_slots import RedisSlots
 from cairn.lease.slots import MemorySlots
@@ -102,6 +104,9 @@ class Runtime:
         slots: Slots = (
             RedisSlots(leases.client) if isinstance(leases, RedisLeases) else MemorySlots(leases)  # type: ignore[arg-type]
         )
+        rates: Rates = (
+            RedisRates(leases.client) if isinstance(leases, RedisLeases) else MemoryRates()
+        )
         orchestrator = Orchestrator(store, publisher, settings)
         gate = SlotGate(slots, store, publisher, grace_s=settings.recovery_after)
         orchestrator.after_commit.append(gate.wake_stopped)
@@ -121,6 +126,7 @@ class Runtime:
             worker or f"{socket.gethostname()}:{os.getpid()}",
             cache=cache,
             gate=gate,
+            rates=rates,
         )
         relay_after = EMBEDDED_RELAY_AFTER_S if broker is not None else None
         scheduler = Scheduler(orchestrator, leases, settings, relay_after=relay_after, gate=gate)
@@ -141,6 +147,11 @@ class Runtime:
     def slots(self) -> Slots | None:
         """The concurrency slots (Redis's, or this process's memory)."""
         return self.runner.gate.slots if self.runner.gate is not None else None
+
+    @property
+    def rates(self) -> Rates | None:
+        """The rate buckets (Redis's, or this process's memory)."""
+        return self.runner.rates
 
     def start_workers(self) -> None:
         """Embedded mode: execute node messages on this process's threads."""

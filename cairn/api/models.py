@@ -221,6 +221,10 @@ class PoolList(BaseModel):
     pools: list[dict[str, Any]]
 
 
+class RateList(BaseModel):
+    buckets: list[dict[str, Any]]
+
+
 class ArtifactList(BaseModel):
     artifacts: list[dict[str, Any]]
 

@@ -226,7 +226,7 @@ def _serve(runtime: Runtime) -> None:
         _serve_metrics(
             runtime.leases,
             runtime.settings.metrics_port,
-            FleetCollector(runtime.store, runtime.slots),
+            FleetCollector(runtime.store, runtime.slots, runtime.rates),
             runtime.scheduler.metrics.registry,
         )
     out.print("cairn running; Ctrl-C to stop")

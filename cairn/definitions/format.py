@@ -52,6 +52,7 @@ TOP = frozenset(
         "node_timeout",
         "record",
         "concurrency",
+        "rate",
         "schedules",
         "queue",
     }
@@ -67,6 +68,7 @@ TASK = COMMON | {
     "record",
     "context",
     "concurrency",
+    "rate",
     "queue",
     *EDGES,
 }
@@ -90,6 +92,7 @@ PERSIST = frozenset({"cached", "key"})
 CHECKPOINT = frozenset({"every", "turns"})
 CONTEXT = frozenset({"max_tokens", "summarize", "keep", "pin"})
 CONCURRENCY = frozenset({"key", "limit"})
+RATE = frozenset({"key", "requests", "tokens"})
 ON_RESUME = frozenset({"check", "replan", "after"})
 ANOMALY = frozenset({"fingerprint", "no_progress", "ping_pong", "oscillation", "on_detect"})
 FINGERPRINT = frozenset({"fields", "ignore"})
@@ -109,6 +112,8 @@ SINCE: dict[str, int] = {
     "task.context": 2,
     "task.concurrency": 2,
     "workflow.concurrency": 2,
+    "task.rate": 2,
+    "workflow.rate": 2,
     "workflow.record": 2,
     "task.queue": 2,
     "workflow.queue": 2,

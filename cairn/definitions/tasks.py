@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cairn.definitions import format as fmt
-from cairn.definitions.flow import read_concurrency
+from cairn.definitions.flow import read_concurrency, read_rate
 from cairn.definitions.reader import Reader
 from cairn.model.definition import (
     DURABLE,
@@ -74,6 +74,11 @@ def task_node(
         reader.fault(
             "bad_value", "'concurrency' limits a handler's executions: it needs a handler", node_id
         )
+    rate = read_rate(reader, raw.get("rate"), node_id)
+    if rate and raw.get("handler") is None:
+        reader.fault(
+            "bad_value", "'rate' limits a handler's model calls: it needs a handler", node_id
+        )
     record = reader.record(raw["record"], node_id) if "record" in raw else reader.record_http
     if record and raw.get("handler") is None and "record" in raw:
         reader.fault("bad_value", "'record' records a handler's HTTP: it needs a handler", node_id)
@@ -102,6 +107,7 @@ def task_node(
         record_http=record and raw.get("handler") is not None,
         context=context,
         concurrency=concurrency,
+        rate=rate,
         queue=queue,
         extra=reader.metadata(raw, node_id),
         **common,
