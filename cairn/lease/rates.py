@@ -51,6 +51,8 @@ def _limits(bucket: Bucket) -> list[int]:
 class _Bucket:
     paused: float = 0.0
     limits: tuple[int, int, int, int] = (0, 0, 0, 0)  # as _limits(), periods in ms
+    # Units are kept for the longest period any caller declared (ms): requests, tokens.
+    kept: tuple[int, int] = (0, 0)
     requests: dict[str, float] = field(default_factory=dict)  # call -> at (s)
     tokens: dict[str, float] = field(default_factory=dict)
     amounts: dict[str, int] = field(default_factory=dict)
@@ -89,10 +91,11 @@ class MemoryRates:
             for bucket, b in zip(buckets, held, strict=True):
                 rl, rp, tl, tp = _limits(bucket)
                 b.limits = (rl, rp, tl, tp)
+                b.kept = (max(rp, b.kept[0]), max(tp, b.kept[1]))
                 if rl:
                     period = rp / 1000
                     for other, when in list(b.requests.items()):
-                        if when < now - period:
+                        if when < now - b.kept[0] / 1000:
                             del b.requests[other]
                     times = sorted(b.requests.values(), reverse=True)
                     if len(times) >= rl:
@@ -103,7 +106,7 @@ class MemoryRates:
                 if tl:
                     period = tp / 1000
                     for other, when in list(b.tokens.items()):
-                        if when < now - period:
+                        if when < now - b.kept[1] / 1000:
                             del b.tokens[other]
                             b.amounts.pop(other, None)
                     newest = sorted(b.tokens.items(), key=lambda item: item[1], reverse=True)

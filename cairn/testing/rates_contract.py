@@ -100,3 +100,14 @@ class RatesContract:
         rates.pause(["ns/paused"], 0.1)  # a shorter pause does not cut the longer one
         (report,) = rates.report(["ns/paused"])
         assert report.paused_for_s > 0.3
+
+    def test_a_key_named_with_two_periods_keeps_the_longer_ones_units(self, rates: Rates) -> None:
+        """Two definitions name one key, one with a long period and one with a short: a
+        caller of the short one does not forget the units the long one counts."""
+        long = [Bucket("ns/shared", requests=Rate(2, 3.0))]
+        short = [Bucket("ns/shared", requests=Rate(5, PERIOD))]
+        assert rates.take(long, "a", 0) == 0.0
+        assert rates.take(long, "b", 0) == 0.0
+        time.sleep(GUARDED + 0.05)
+        assert rates.take(short, "c", 0) == 0.0  # the short window has room again
+        assert rates.take(long, "d", 0) > 2.0  # the long one still holds a and b (and c)

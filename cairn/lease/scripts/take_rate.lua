@@ -55,10 +55,15 @@ local wants = {}
 for i = 1, n do
   local meta, requests, tokens, amounts = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
   local rl, rp, tl, tp = limits(i)
-  redis.call('hset', meta, 'rl', rl, 'rp', rp, 'tl', tl, 'tp', tp)
-  keep = math.max(keep, rp, tp)
+  -- Units are kept for the longest period any caller declared for the key (another
+  -- definition may name it with a longer one): only the counting is by this caller's.
+  local kept = redis.call('hmget', meta, 'kr', 'kt')
+  local kr = math.max(rp, tonumber(kept[1] or '0') or 0)
+  local kt = math.max(tp, tonumber(kept[2] or '0') or 0)
+  redis.call('hset', meta, 'rl', rl, 'rp', rp, 'tl', tl, 'tp', tp, 'kr', kr, 'kt', kt)
+  keep = math.max(keep, kr, kt)
   if rl > 0 then
-    redis.call('zremrangebyscore', requests, '-inf', '(' .. (now - rp))
+    redis.call('zremrangebyscore', requests, '-inf', '(' .. (now - kr))
     if redis.call('zcard', requests) >= rl then
       -- the rl-th newest must be out of the window: one period after it
       local e = redis.call('zrevrange', requests, rl - 1, rl - 1, 'withscores')
@@ -68,10 +73,10 @@ for i = 1, n do
     if last[2] then start = math.max(start, tonumber(last[2])) end
   end
   if tl > 0 then
-    local old = redis.call('zrangebyscore', tokens, '-inf', '(' .. (now - tp))
+    local old = redis.call('zrangebyscore', tokens, '-inf', '(' .. (now - kt))
     if #old > 0 then
       batched('hdel', amounts, old)
-      redis.call('zremrangebyscore', tokens, '-inf', '(' .. (now - tp))
+      redis.call('zremrangebyscore', tokens, '-inf', '(' .. (now - kt))
     end
     local w = math.min(want, tl)
     wants[i] = w
