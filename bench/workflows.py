@@ -206,3 +206,11 @@ limited = Workflow("bench_limited", version=1).task(
 limited.end("done")
 unlimited = Workflow("bench_unlimited", version=1).task("call", provider_call, next="done")
 unlimited.end("done")
+
+# -- the same call under a fleet-wide rate limit (bench/rate.py) --------------------------
+
+RATE = 10  # requests a second: 600 a minute, never more than ten in any second
+rated = Workflow("bench_rated", version=1).task(
+    "call", provider_call, next="done", rate={"key": "bench-provider", "requests": f"{RATE}/s"}
+)
+rated.end("done")

@@ -23,11 +23,13 @@ from cairn.engine.circuits import Circuits
 from cairn.engine.hooks import stopped_leases
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.outbox import Publisher
+from cairn.engine.rates import Rates
 from cairn.engine.registry import Registry
 from cairn.engine.slots import SlotGate, Slots
 from cairn.lease.circuits import MemoryCircuits, RedisCircuits
 from cairn.lease.memory import MemoryLeases
 from cairn.lease.port import Leases
+from cairn.lease.rates import MemoryRates, RedisRates
 from cairn.lease.redis import RedisLeases
 from cairn.lease.redis_slots import RedisSlots
 from cairn.lease.slots import MemorySlots
@@ -108,6 +110,9 @@ class Runtime:
         circuits: Circuits = (
             RedisCircuits(leases.client) if isinstance(leases, RedisLeases) else MemoryCircuits()
         )
+        rates: Rates = (
+            RedisRates(leases.client) if isinstance(leases, RedisLeases) else MemoryRates()
+        )
         orchestrator = Orchestrator(store, publisher, settings)
         gate = SlotGate(slots, store, publisher, grace_s=settings.recovery_after, circuits=circuits)
         orchestrator.after_commit.append(gate.wake_stopped)
@@ -128,6 +133,7 @@ class Runtime:
             cache=cache,
             gate=gate,
             circuits=CircuitWatch(circuits, orchestrator, count=leases.count),
+            rates=rates,
         )
         relay_after = EMBEDDED_RELAY_AFTER_S if broker is not None else None
         scheduler = Scheduler(orchestrator, leases, settings, relay_after=relay_after, gate=gate)
@@ -153,6 +159,11 @@ class Runtime:
     def circuits(self) -> Circuits | None:
         """The dependencies' circuits (Redis's, or this process's memory)."""
         return self.runner.circuits.circuits if self.runner.circuits is not None else None
+
+    @property
+    def rates(self) -> Rates | None:
+        """The rate buckets (Redis's, or this process's memory)."""
+        return self.runner.rates
 
     def start_workers(self) -> None:
         """Embedded mode: execute node messages on this process's threads."""

@@ -22,7 +22,7 @@ from cairn.api import errors, model_calls, runs, schedules, stream
 from cairn.api.auth import ApiKeys
 from cairn.api.deps import Namespace, runtime_of
 from cairn.api.limits import BodyLimitMiddleware
-from cairn.api.models import CircuitList, PoolList, WorkflowInfo, WorkflowList
+from cairn.api.models import CircuitList, PoolList, RateList, WorkflowInfo, WorkflowList
 from cairn.config import Settings
 from cairn.observe.flow import circuit_views, pool_reports
 from cairn.observe.metrics.api import CONTENT_TYPE_LATEST, ApiMetrics, MetricsMiddleware
@@ -106,6 +106,15 @@ def _operations() -> APIRouter:
         pools = pool_reports(runtime.store, slots) if slots is not None else []
         views = circuit_views(breakers, pools) if breakers is not None else []
         return CircuitList(circuits=[view.to_dict() for view in views])
+
+    @router.get("/v1/fleet/rates", response_model=RateList, responses=runs.ERRORS)
+    def rates(runtime: Annotated[Runtime, Depends(runtime_of)], namespace: Namespace) -> RateList:
+        """The namespace's rate buckets: per key, the requests and tokens used within
+        its period and still available, how many calls wait for their turn, and how
+        long a provider's 429 still pauses it."""
+        buckets = runtime.rates.report() if runtime.rates is not None else []
+        mine = [b.to_dict() for b in buckets if b.bucket.startswith(f"{namespace}/")]
+        return RateList(buckets=mine)
 
     @router.get("/v1/workflows", response_model=WorkflowList, responses=runs.ERRORS)
     def list_workflows(

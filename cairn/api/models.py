@@ -225,6 +225,10 @@ class CircuitList(BaseModel):
     circuits: list[dict[str, Any]]
 
 
+class RateList(BaseModel):
+    buckets: list[dict[str, Any]]
+
+
 class ArtifactList(BaseModel):
     artifacts: list[dict[str, Any]]
 

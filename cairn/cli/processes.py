@@ -226,7 +226,9 @@ def _serve(runtime: Runtime) -> None:
         _serve_metrics(
             runtime.leases,
             runtime.settings.metrics_port,
-            FleetCollector(runtime.store, runtime.slots, runtime.circuits),
+            FleetCollector(
+                runtime.store, runtime.slots, circuits=runtime.circuits, rates=runtime.rates
+            ),
             runtime.scheduler.metrics.registry,
         )
     out.print("cairn running; Ctrl-C to stop")

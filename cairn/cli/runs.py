@@ -523,6 +523,22 @@ def _step(text: str) -> tuple[str, int | None]:
     return node, int(visit) if visit else None
 
 
+def _rate_line(bucket: Any) -> str:
+    """``rate default/openai: requests 12/600 per 60 s, tokens 8000/200000 per 60 s, 3 waiting``."""
+    parts = []
+    for unit, used, cap, period in (
+        ("requests", bucket.requests_used, bucket.requests_limit, bucket.requests_period_s),
+        ("tokens", bucket.tokens_used, bucket.tokens_limit, bucket.tokens_period_s),
+    ):
+        if cap is not None:
+            parts.append(f"{unit} {used}/{cap} per {_age(round(period))}")
+    if bucket.waiting:
+        parts.append(f"{bucket.waiting} waiting")
+    if bucket.paused_for_s:
+        parts.append(f"paused {bucket.paused_for_s:.1f}s more (429)")
+    return f"rate {bucket.bucket}: " + ", ".join(parts)
+
+
 def _fleet_status(as_json: bool) -> None:
     from cairn.client import Client
     from cairn.definitions.queues import known_queues
@@ -538,6 +554,7 @@ def _fleet_status(as_json: bool) -> None:
         circuits = client.runtime.circuits
         breakers = circuit_views(circuits, pools) if circuits is not None else []
         pools = [pool for pool in pools if not is_circuit_pool(pool)]
+        rate_keys = client.runtime.rates.report() if client.runtime.rates is not None else []
         settings = client.settings
         # An embedded broker's queue is this process's own, empty: nothing to show.
         backlogs = (
@@ -559,6 +576,7 @@ def _fleet_status(as_json: bool) -> None:
             "queues": backlogs,
             "concurrency": [pool.to_dict() for pool in pools],
             "circuits": [view.to_dict() for view in breakers],
+            "rates": [bucket.to_dict() for bucket in rate_keys],
         }
         print(json.dumps(fleet, indent=2, default=str))
         return
@@ -597,6 +615,8 @@ def _fleet_status(as_json: bool) -> None:
         )
     for view in breakers:
         out.print(_circuit_line(view), markup=False)
+    for bucket in rate_keys:
+        out.print(_rate_line(bucket), markup=False)
     by_worker: dict[str, list[dict[str, Any]]] = {}
     for record in running:
         by_worker.setdefault(str(record.get("worker", "?")), []).append(record)

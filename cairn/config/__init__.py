@@ -106,6 +106,25 @@ class Settings(BaseModel):
         description="At most this many node executions run at once per namespace; the rest "
         "wait, parked, for a slot (0: no limit). See docs/flow-control.md.",
     )
+    rate_output_tokens: int = Field(
+        default=1024,
+        ge=0,
+        description="Under a tokens rate limit, a model call that does not say how much it "
+        "may answer (max_tokens) reserves this many output tokens besides its prompt's "
+        "estimate, until its usage is known. See docs/flow-control.md.",
+    )
+    rate_pause: float = Field(
+        default=1.0,
+        gt=0,
+        description="A provider's 429 without Retry-After pauses the call's rate keys this "
+        "long, seconds (doubled at each further refusal of the call).",
+    )
+    rate_max_refusals: int = Field(
+        default=5,
+        ge=0,
+        description="A rate-limited model call refused (429) more often than this fails "
+        "as a transient error (the node's retry policy applies).",
+    )
     model_inline_bytes: int = Field(
         default=65_536,
         ge=1024,

@@ -1,6 +1,6 @@
-"""Flow control in a definition: ``concurrency`` — one limit or a list of them — on a
-task or on the whole workflow (for each of its tasks); ``dependency`` — the outside
-systems a task calls, each behind a circuit breaker."""
+"""Flow control in a definition: ``concurrency`` and ``rate`` — one limit or a list of
+them — on a task or on the whole workflow (for each of its tasks); ``dependency`` — the
+outside systems a task calls, each behind a circuit breaker."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from collections.abc import Mapping
 
 from cairn.definitions import format as fmt
 from cairn.definitions.reader import Reader
-from cairn.model.definition import ConcurrencyLimit, Dependency
+from cairn.model.definition import ConcurrencyLimit, Dependency, Rate, RateLimit
 
 PATH = re.compile(r"^(state|input)(\.[A-Za-z_][A-Za-z0-9_\-]*)+$")
 CONSTANT = re.compile(r"^[A-Za-z0-9_.:@/\-]{1,100}$")
+RATE = re.compile(r"^\s*([0-9]+)\s*/\s*([a-z]+)\s*$")
+PERIODS = {"s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0, "h": 3600.0,
+           "hour": 3600.0}  # fmt: skip
 
 
 def read_concurrency(
@@ -47,28 +50,93 @@ def _limit(reader: Reader, raw: object, node_id: str | None) -> ConcurrencyLimit
     count = reader.positive_int(limit, "concurrency.limit", node_id)
     if limit is None:
         reader.fault("bad_value", "'concurrency' needs a limit", node_id)
+    if not _key(reader, key, "concurrency", node_id) or not isinstance(key, str):
+        return None
+    return ConcurrencyLimit(key, count) if count is not None else None
+
+
+def _key(reader: Reader, key: object, what: str, node_id: str | None) -> bool:
+    """Whether ``key`` is a path into the state or input, or a constant (else a fault)."""
     if not isinstance(key, str) or not key:
         reader.fault(
             "bad_value",
-            "'concurrency.key' is a path (state.FIELD, input.FIELD) or a constant name, "
-            f"got {key!r}",
+            f"'{what}.key' is a path (state.FIELD, input.FIELD) or a constant name, got {key!r}",
             node_id,
         )
-        return None
+        return False
     if key.split(".")[0] in {"state", "input"} and "." in key:
         if not PATH.match(key):
-            reader.fault(
-                "bad_value", f"'concurrency.key' {key!r} is not a path of field names", node_id
-            )
-            return None
+            reader.fault("bad_value", f"'{what}.key' {key!r} is not a path of field names", node_id)
+            return False
     elif not CONSTANT.match(key):
         reader.fault(
             "bad_value",
-            f"'concurrency.key' {key!r}: a constant is up to 100 letters, digits and _.:@/-",
+            f"'{what}.key' {key!r}: a constant is up to 100 letters, digits and _.:@/-",
+            node_id,
+        )
+        return False
+    return True
+
+
+def read_rate(reader: Reader, raw: object, node_id: str | None) -> tuple[RateLimit, ...]:
+    """``{key: openai-prod, requests: 600/min, tokens: 200000/min}``, or a list of such
+    (each applies)."""
+    if raw is None:
+        return ()
+    given = raw if isinstance(raw, list) else [raw]
+    limits: list[RateLimit] = []
+    for item in given:
+        limit = _rate_limit(reader, item, node_id)
+        if limit is None:
+            continue
+        if any(other.key == limit.key for other in limits):
+            reader.fault("bad_value", f"'rate' names the key {limit.key!r} twice", node_id)
+            continue
+        limits.append(limit)
+    return tuple(limits)
+
+
+def _rate_limit(reader: Reader, raw: object, node_id: str | None) -> RateLimit | None:
+    if not isinstance(raw, Mapping):
+        reader.fault(
+            "bad_value",
+            "'rate' is {key: EXPRESSION, requests: N/PERIOD, tokens: N/PERIOD} (or a list of "
+            f"them), got {raw!r}",
             node_id,
         )
         return None
-    return ConcurrencyLimit(key, count) if count is not None else None
+    reader.closed(raw, fmt.RATE, "rate", node_id, where="rate")
+    requests = _rate(reader, raw.get("requests"), "rate.requests", node_id)
+    tokens = _rate(reader, raw.get("tokens"), "rate.tokens", node_id)
+    if raw.get("requests") is None and raw.get("tokens") is None:
+        reader.fault(
+            "bad_value", "'rate' needs requests: N/PERIOD, tokens: N/PERIOD or both", node_id
+        )
+        return None
+    key = raw.get("key")
+    if not _key(reader, key, "rate", node_id) or not isinstance(key, str):
+        return None
+    if (requests is None and raw.get("requests") is not None) or (
+        tokens is None and raw.get("tokens") is not None
+    ):
+        return None  # faulted already
+    return RateLimit(key, requests, tokens)
+
+
+def _rate(reader: Reader, raw: object, what: str, node_id: str | None) -> Rate | None:
+    """``600/min``, ``10/s``, ``5000/h``."""
+    if raw is None:
+        return None
+    found = RATE.match(raw) if isinstance(raw, str) else None
+    period = PERIODS.get(found.group(2)) if found else None
+    if found is None or period is None or int(found.group(1)) < 1:
+        reader.fault(
+            "bad_value",
+            f"'{what}' is a positive count per s, min or h (600/min, 10/s), got {raw!r}",
+            node_id,
+        )
+        return None
+    return Rate(int(found.group(1)), period)
 
 
 def read_dependencies(reader: Reader, raw: object, node_id: str) -> tuple[Dependency, ...]:

@@ -52,6 +52,7 @@ TOP = frozenset(
         "node_timeout",
         "record",
         "concurrency",
+        "rate",
         "schedules",
         "queue",
     }
@@ -68,6 +69,7 @@ TASK = COMMON | {
     "context",
     "concurrency",
     "dependency",
+    "rate",
     "queue",
     *EDGES,
 }
@@ -92,6 +94,7 @@ CHECKPOINT = frozenset({"every", "turns"})
 CONTEXT = frozenset({"max_tokens", "summarize", "keep", "pin"})
 CONCURRENCY = frozenset({"key", "limit"})
 DEPENDENCY = frozenset({"name", "failures", "window", "open_for"})
+RATE = frozenset({"key", "requests", "tokens"})
 ON_RESUME = frozenset({"check", "replan", "after"})
 ANOMALY = frozenset({"fingerprint", "no_progress", "ping_pong", "oscillation", "on_detect"})
 FINGERPRINT = frozenset({"fields", "ignore"})
@@ -112,6 +115,8 @@ SINCE: dict[str, int] = {
     "task.concurrency": 2,
     "task.dependency": 2,
     "workflow.concurrency": 2,
+    "task.rate": 2,
+    "workflow.rate": 2,
     "workflow.record": 2,
     "task.queue": 2,
     "workflow.queue": 2,

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cairn.definitions import format as fmt
-from cairn.definitions.flow import read_concurrency, read_dependencies
+from cairn.definitions.flow import read_concurrency, read_dependencies, read_rate
 from cairn.definitions.reader import Reader
 from cairn.model.definition import (
     DURABLE,
@@ -79,6 +79,11 @@ def task_node(
         reader.fault(
             "bad_value", "'dependency' guards a handler's calls: it needs a handler", node_id
         )
+    rate = read_rate(reader, raw.get("rate"), node_id)
+    if rate and raw.get("handler") is None:
+        reader.fault(
+            "bad_value", "'rate' limits a handler's model calls: it needs a handler", node_id
+        )
     record = reader.record(raw["record"], node_id) if "record" in raw else reader.record_http
     if record and raw.get("handler") is None and "record" in raw:
         reader.fault("bad_value", "'record' records a handler's HTTP: it needs a handler", node_id)
@@ -108,6 +113,7 @@ def task_node(
         context=context,
         concurrency=concurrency,
         dependencies=dependencies,
+        rate=rate,
         queue=queue,
         extra=reader.metadata(raw, node_id),
         **common,

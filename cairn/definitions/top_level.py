@@ -15,7 +15,7 @@ from jsonschema.exceptions import SchemaError
 
 from cairn.definitions import format as fmt
 from cairn.definitions.anomaly_block import read_anomaly
-from cairn.definitions.flow import read_concurrency
+from cairn.definitions.flow import read_concurrency, read_rate
 from cairn.definitions.nodes import read_node
 from cairn.definitions.reader import Reader, label
 from cairn.definitions.schedules_block import read_schedules
@@ -78,6 +78,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
     budget = reader.amounts(spec.get("budget"), None, "budget") or {}
     anomaly = read_anomaly(reader, spec.get("anomaly"))
     concurrency = read_concurrency(reader, spec.get("concurrency"), None)
+    rate = read_rate(reader, spec.get("rate"), None)
     schedules = read_schedules(reader, spec.get("schedules"))
     return WorkflowDefinition(
         name=name,
@@ -95,6 +96,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         budget=budget,
         anomaly=anomaly,
         concurrency=concurrency,
+        rate=rate,
         schedules=schedules,
         queue=reader.default_queue,
         extra=reader.metadata(spec, None),

@@ -24,7 +24,7 @@ from cairn.decider.graph import Decision
 from cairn.engine.circuits import WAKE_ALL, Circuits, dependency_of
 from cairn.engine.outbox import Publisher
 from cairn.model.commands import CancelNode, DetachNode
-from cairn.model.definition import ConcurrencyLimit, TaskNode, WorkflowDefinition
+from cairn.model.definition import ConcurrencyLimit, RateLimit, TaskNode, WorkflowDefinition
 from cairn.model.events import Phase
 from cairn.model.keys import ExecutionKey
 from cairn.model.messages import NodeMessage
@@ -97,7 +97,10 @@ def pools_for(
 
 
 def pool_name(
-    namespace: str, limit: ConcurrencyLimit, state: Mapping[str, Any], run_input: Mapping[str, Any]
+    namespace: str,
+    limit: ConcurrencyLimit | RateLimit,
+    state: Mapping[str, Any],
+    run_input: Mapping[str, Any],
 ) -> str:
     """``<namespace>/<constant>``, or ``<namespace>/<path>=<value>`` (a value missing
     from the state or input is ``null``: those executions share one pool)."""

@@ -265,6 +265,36 @@ class Dependency:
 
 
 @dataclass(frozen=True)
+class Rate:
+    """``amount`` per ``per_s`` seconds (``600/min``: 600 per 60 s)."""
+
+    amount: int
+    per_s: float
+
+    def __str__(self) -> str:
+        unit = {1.0: "s", 60.0: "min", 3600.0: "h"}.get(self.per_s)
+        return f"{self.amount}/{unit}" if unit else f"{self.amount}/{self.per_s:g}s"
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``requests`` model calls and ``tokens`` tokens per period share each value
+    of ``key`` (a path into the run's state or input, or a constant), fleet-wide: every
+    model call made through ``ctx.model`` under it takes its share first, and waits for
+    it."""
+
+    key: str
+    requests: Rate | None = None
+    tokens: Rate | None = None
+
+    @property
+    def path(self) -> tuple[str, ...] | None:
+        """(``state``|``input``, field, ...) for a path; None for a constant."""
+        head, _, rest = self.key.partition(".")
+        return (head, *rest.split(".")) if head in {"state", "input"} and rest else None
+
+
+@dataclass(frozen=True)
 class TaskNode(Node):
     """Runs ``handler`` (or a ``child`` workflow run, or nothing), then follows ``next``,
     ``branch`` or ``route``.
@@ -299,6 +329,9 @@ class TaskNode(Node):
     concurrency: tuple[ConcurrencyLimit, ...] = ()
     # The outside systems its handler depends on, each behind a fleet-wide circuit.
     dependencies: tuple[Dependency, ...] = ()
+    # Rate limits on its handler's model calls (besides its workflow's): each call takes
+    # a request (and its tokens) of each limit's bucket first, waiting for them.
+    rate: tuple[RateLimit, ...] = ()
     # The broker queue its messages go to, so that only the workers consuming it run it
     # (``queue: gpu``; the workflow's ``queue`` already applied). None: the deployment's
     # default queue (CAIRN_QUEUE).
@@ -472,6 +505,8 @@ class WorkflowDefinition:
     anomaly: AnomalyPolicy | None = None
     # Limits every execution of its tasks' handlers holds a slot of (see TaskNode).
     concurrency: tuple[ConcurrencyLimit, ...] = ()
+    # Rate limits on the model calls of every task's handler (see TaskNode).
+    rate: tuple[RateLimit, ...] = ()
     # Cron schedules that start runs of it (``cairn register`` keeps them); not part of
     # ``spec``: a schedule is when runs start, not how they run, and changes freely.
     schedules: tuple[ScheduleSpec, ...] = ()

@@ -68,7 +68,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Literal, cast
@@ -169,6 +169,8 @@ class Request:
     headers: dict[str, str]
     stream: bool
     at: float
+    # Answered 429 by the stand-in's own limits (limit_in_flight, limit_requests).
+    refused: bool = False
 
 
 # Plays the model for the requests no script answers; None: the default reply.
@@ -807,9 +809,19 @@ class _Handler(BaseHTTPRequestHandler):
             return
         stream = bool(body.get("stream"))
         request = Request(provider, self.path, body, headers, stream, time.time())
+        wait = self.owner._over_rate()
+        if wait is not None:
+            # The provider's own request rate limit, as the stand-in enforces it: a 429
+            # with the seconds until the window has room again.
+            self.owner._logged(replace(request, refused=True))
+            count, window = cast(tuple[int, float], self.owner.limit_requests)
+            message = f"Rate limit reached for requests (the limit is {count} per {window:g}s)."
+            retry = {**reply_headers, "retry-after": f"{max(wait, 0.001):.3f}"}
+            self._write(_error(provider, 429, message, retry))
+            return
         if not self.owner._began():
             # The provider's own concurrency limit, as the stand-in enforces it: a 429.
-            self.owner._logged(request)
+            self.owner._logged(replace(request, refused=True))
             limit = self.owner.limit_in_flight
             message = f"Too many concurrent requests (the limit is {limit})."
             self._write(_error(provider, 429, message, reply_headers))
@@ -923,6 +935,7 @@ class ModelServer:
         *,
         responder: Responder | None = None,
         limit_in_flight: int | None = None,
+        limit_requests: tuple[int, float] | None = None,
     ) -> None:
         self._host = host
         self._port = port
@@ -931,6 +944,12 @@ class ModelServer:
         # The provider's concurrency limit: a request beyond it is answered 429 (and
         # counted in ``over_limit``), as a real provider's would be.
         self.limit_in_flight = limit_in_flight
+        # The provider's request rate limit, (count, window seconds): a request past
+        # ``count`` answered within the last ``window`` is answered 429 with Retry-After
+        # (and counted in ``over_rate``).
+        self.limit_requests = limit_requests
+        self._answered_at: deque[float] = deque()
+        self._refused_rate = 0
         self._in_flight = 0
         self._peak_in_flight = 0
         self._over_limit = 0
@@ -1029,6 +1048,8 @@ class ModelServer:
             self._defaults = 0
             self._peak_in_flight = self._in_flight
             self._over_limit = 0
+            self._refused_rate = 0
+            self._answered_at.clear()
 
     @property
     def requests(self) -> list[Request]:
@@ -1051,6 +1072,40 @@ class ModelServer:
             self._in_flight += 1
             self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
             return True
+
+    def _over_rate(self) -> float | None:
+        """None: within ``limit_requests`` (and counted); else the seconds until the
+        window has room."""
+        with self._lock:
+            if self.limit_requests is None:
+                return None
+            count, window = self.limit_requests
+            now = time.monotonic()
+            while self._answered_at and self._answered_at[0] <= now - window:
+                self._answered_at.popleft()
+            if len(self._answered_at) >= count:
+                self._refused_rate += 1
+                return self._answered_at[-count] + window - now
+            self._answered_at.append(now)
+            return None
+
+    @property
+    def over_rate(self) -> int:
+        """Requests refused (429) for being past ``limit_requests``."""
+        with self._lock:
+            return self._refused_rate
+
+    def peak_in_window(self, seconds: float, *, refused: bool = True) -> int:
+        """The most requests that arrived within any ``seconds`` (a sliding window over
+        the log; ``refused=False``: only those it answered with a reply, not a 429)."""
+        with self._lock:
+            times = sorted(r.at for r in self._log if refused or not r.refused)
+        most, first = 0, 0
+        for last, at in enumerate(times):
+            while at - times[first] >= seconds:
+                first += 1
+            most = max(most, last - first + 1)
+        return most
 
     def _ended(self) -> None:
         with self._lock:

@@ -10,7 +10,10 @@ long as it asks the same; only the call that was in flight is sent again. A repl
 answers from the record and never sends (:class:`ModelCalls` with ``live=False``).
 
 The SDK's own retries are switched off: cairn's durable retries are the only ones, and a
-429's ``Retry-After`` becomes the retry's delay. Usage is charged to the node's budget
+429's ``Retry-After`` becomes the retry's delay. Under a rate limit (``rate:``) a call
+first takes its request and tokens from its buckets, waiting for them; is charged what
+it used once answered; and a 429 pauses its buckets fleet-wide and sends it again when
+its turn comes (:mod:`cairn.workers.rates`). Usage is charged to the node's budget
 (``tokens``, ``input_tokens``, ``output_tokens``), and a call the remaining ``tokens``
 cannot cover is refused before it is sent.
 """
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cairn.artifacts import Artifacts
+from cairn.engine.rates import reservation
 from cairn.errors import ArtifactError, InvalidInput
 from cairn.model.definition import ContextPolicy
 from cairn.model.failures import BudgetExceeded, PermanentError, StaleClaim, TransientError
@@ -47,6 +51,7 @@ from cairn.workers.model_streams import (
     assembler,
     replayed,
 )
+from cairn.workers.rates import RateLimiter, Ticket, retry_after, status_of
 from cairn.workers.recording import suspended
 
 if TYPE_CHECKING:
@@ -202,6 +207,8 @@ class ModelCalls:
     # and what it answered, for the replay's report.
     stand_in: Callable[[Unanswered], dict[str, Any] | None] | None = None
     stood_in: list[str] = field(default_factory=list)
+    # The rate buckets its live calls take from (None: no rate limit applies).
+    limiter: RateLimiter | None = None
     next_index: int = 0  # the index of the execution's next call
     _compactor: Compactor | None = field(default=None, repr=False)
     _record: dict[int, ModelCallRecord] | None = field(default=None, repr=False)
@@ -566,11 +573,11 @@ class _Create:
         if answer is not None:
             return self._answered(answer, kwargs, streaming)
         started = time.perf_counter()
-        with suspended():  # recorded here, as a model call: not again as HTTP
-            response = _translated(self.provider, lambda: send(**kwargs))
+        response, ticket = self._send(send, kwargs, request)
         if streaming:
 
             def ended(final: dict[str, Any]) -> None:
+                self._settle(ticket, final)
                 self.calls.record(index, request, final, time.perf_counter() - started)
                 self._charge(final.get("usage") or {}, request.model)
 
@@ -578,8 +585,72 @@ class _Create:
             live = self._live(index)
             return RecordedStream(response, assemble, ended, self._failure, live)
         answer = self.encode(response)
+        self._settle(ticket, answer)
         self.calls.record(index, request, answer, time.perf_counter() - started)
         return self._answered(answer, kwargs, streaming)
+
+    def _send(
+        self, send: Callable[..., Any], kwargs: dict[str, Any], request: ModelRequest
+    ) -> tuple[Any, Ticket | None]:
+        """``send(**kwargs)``: under a rate limit, when its buckets allow it, and again
+        (when they allow it again) after a 429 that paused them."""
+        limiter = self.calls.limiter
+        if limiter is None:
+            with suspended():  # recorded here, as a model call: not again as HTTP
+                return _translated(self.provider, lambda: send(**kwargs)), None
+        tokens = self._reservation(limiter, request, kwargs)
+        refusals = 0
+        while True:
+            ticket = limiter.admit(tokens)
+            try:
+                with suspended():
+                    return send(**kwargs), ticket
+            except Exception as exc:
+                status = status_of(exc)
+                if status == 429:
+                    refusals += 1
+                    if limiter.refused(ticket, exc, refusals):
+                        continue
+                else:
+                    limiter.failed(ticket, answered=status is not None)
+                raise _failure(self.provider, exc) from exc
+
+    async def _send_async(
+        self, send: Callable[..., Awaitable[Any]], kwargs: dict[str, Any], request: ModelRequest
+    ) -> tuple[Any, Ticket | None]:
+        limiter = self.calls.limiter
+        if limiter is None:
+            try:
+                with suspended():  # recorded here, as a model call: not again as HTTP
+                    return await send(**kwargs), None
+            except Exception as exc:
+                raise self._failure(exc) from exc
+        tokens = self._reservation(limiter, request, kwargs)
+        refusals = 0
+        while True:
+            ticket = await limiter.admit_async(tokens)
+            try:
+                with suspended():
+                    return await send(**kwargs), ticket
+            except Exception as exc:
+                status = status_of(exc)
+                if status == 429:
+                    refusals += 1
+                    if await asyncio.to_thread(limiter.refused, ticket, exc, refusals):
+                        continue
+                else:
+                    await asyncio.to_thread(limiter.failed, ticket, status is not None)
+                raise self._failure(exc) from exc
+
+    @staticmethod
+    def _reservation(limiter: RateLimiter, request: ModelRequest, kwargs: Mapping[str, Any]) -> int:
+        return reservation(request.estimated_tokens(), kwargs, limiter.default_output_tokens)
+
+    def _settle(self, ticket: Ticket | None, answer: Mapping[str, Any]) -> None:
+        """Charge the call's buckets what it used, as the provider reported it."""
+        limiter = self.calls.limiter
+        if ticket is not None and limiter is not None:
+            limiter.settle(ticket, answer.get("usage"))
 
     async def _call_async(self, send: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> Any:
         conversation = self._conversation(kwargs)
@@ -597,14 +668,11 @@ class _Create:
                 return RecordedAsyncStream(chunks, None, None, self._failure)
             return self._answered(answer, kwargs, streaming)
         started = time.perf_counter()
-        try:
-            with suspended():  # recorded here, as a model call: not again as HTTP
-                response = await send(**kwargs)
-        except Exception as exc:
-            raise self._failure(exc) from exc
+        response, ticket = await self._send_async(send, kwargs, request)
         if streaming:
 
             async def ended(final: dict[str, Any]) -> None:
+                await asyncio.to_thread(self._settle, ticket, final)
                 latency = time.perf_counter() - started
                 await asyncio.to_thread(self.calls.record, index, request, final, latency)
                 self._charge(final.get("usage") or {}, request.model)
@@ -613,6 +681,7 @@ class _Create:
             live = self._live(index)
             return RecordedAsyncStream(response, assemble, ended, self._failure, live)
         answer = self.encode(response)
+        await asyncio.to_thread(self._settle, ticket, answer)
         latency = time.perf_counter() - started
         await asyncio.to_thread(self.calls.record, index, request, answer, latency)
         return self._answered(answer, kwargs, streaming)
@@ -722,17 +791,7 @@ def _failure(provider: str, exc: Exception) -> Exception:
 
 
 def _retry_after(exc: Exception) -> float | None:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None) or {}
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) * scale)
-        except ValueError:
-            continue  # an HTTP date: left to the node's backoff
-    return None
+    return retry_after(exc)
 
 
 def conversation_field(kwargs: Mapping[str, Any]) -> str:

@@ -30,6 +30,7 @@ from cairn.decider.budget import allowance
 from cairn.decider.fusion import MAX_FUSED, fused_next
 from cairn.effects.ledger import EffectLedger, effect_scope
 from cairn.engine.orchestrator import Orchestrator
+from cairn.engine.rates import Rates, buckets_for
 from cairn.engine.reads import Restored, restore
 from cairn.engine.recovery import Outcome, RecoveryPolicy
 from cairn.engine.slots import Pool, SlotGate, holder_of, pools_for
@@ -63,6 +64,7 @@ from cairn.workers.circuits import CircuitWatch
 from cairn.workers.context import StepContext
 from cairn.workers.execute import execute, succeeded
 from cairn.workers.models import ModelCalls
+from cairn.workers.rates import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,8 @@ class NodeRunner:
     gate: SlotGate | None = None
     # Dependencies' circuits: an open one parks what depends on it (None: no breaking).
     circuits: CircuitWatch | None = None
+    # Rate limits: the buckets model calls take from (None: rate limits are not kept).
+    rates: Rates | None = None
     heartbeats: Heartbeats = field(init=False)
     recovery: RecoveryPolicy = field(init=False)
 
@@ -200,6 +204,8 @@ class NodeRunner:
         completion = None
         timings: dict[str, float] = {}  # the step's parts, for the fleet's histograms
         recorders = self._recorders(message, node, lease.fence, beat)
+        if recorders is not None:
+            recorders[1].limiter = self._limiter(definition, node, run, state, beat)
         try:
             claimed = _Claimed(run, definition, known, lease.fence, beat)
             ctx = self._context(
@@ -251,6 +257,34 @@ class NodeRunner:
             log.info("result of %s discarded: %s", key, completion.reason)
             return Handled.DISCARDED
         return Handled.COMMITTED
+
+    def _limiter(
+        self,
+        definition: WorkflowDefinition,
+        node: AnyNode,
+        run: RunRecord,
+        state: RunState,
+        beat: Beat,
+    ) -> RateLimiter | None:
+        """The rate buckets of the execution's model calls (None: no limit applies)."""
+        if self.rates is None or not isinstance(node, TaskNode):
+            return None
+        if not node.rate and not definition.rate:
+            return None
+        buckets = buckets_for(
+            definition, node, namespace=run.namespace, state=state.vars, run_input=run.input
+        )
+        settings = self.settings
+        return RateLimiter(
+            self.rates,
+            buckets,
+            default_output_tokens=settings.rate_output_tokens,
+            max_refusals=settings.rate_max_refusals,
+            default_pause_s=settings.rate_pause,
+            reconnect_within=settings.reconnect_within,
+            cancelled=beat.cancelled.is_set,
+            lease_lost=lambda: not self.heartbeats.confirm(beat),
+        )
 
     def _recorders(
         self, message: NodeMessage, node: AnyNode, fence: int, beat: Beat

@@ -27,6 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cairn.engine.circuits import Circuits
+from cairn.engine.rates import Rates
 from cairn.engine.slots import Slots
 from cairn.model.effects import EffectStatus
 from cairn.model.statuses import RunStatus
@@ -41,11 +42,16 @@ UP = "cairn_fleet_metrics_up"
 
 class FleetCollector(Collector):
     def __init__(
-        self, store: Store, slots: Slots | None = None, circuits: Circuits | None = None
+        self,
+        store: Store,
+        slots: Slots | None = None,
+        circuits: Circuits | None = None,
+        rates: Rates | None = None,
     ) -> None:
         self.store = store
         self.slots = slots
         self.circuits = circuits
+        self.rates = rates
 
     def describe(self) -> Iterator[Metric]:
         # Without describe(), registering would call collect(): a query at startup.
@@ -64,6 +70,42 @@ class FleetCollector(Collector):
         yield from fleet_metrics(gauges, now)
         if self.slots is not None:
             yield from self._pools(self.slots)
+        if self.rates is not None:
+            yield from self._rates(self.rates)
+
+    def _rates(self, rates: Rates) -> Iterator[Metric]:
+        try:
+            reports = rates.report()
+        except Exception:
+            log.warning("could not read the rate buckets", exc_info=True)
+            return
+        used = GaugeMetricFamily(
+            "cairn_rate_used",
+            "Requests or tokens a rate key's calls took within its period.",
+            labels=["bucket", "unit"],
+        )
+        limit = GaugeMetricFamily(
+            "cairn_rate_limit", "A rate key's limit per period.", labels=["bucket", "unit"]
+        )
+        waiting = GaugeMetricFamily(
+            "cairn_rate_waiting", "Model calls waiting for their turn.", labels=["bucket"]
+        )
+        paused = GaugeMetricFamily(
+            "cairn_rate_paused_seconds",
+            "How much longer a provider's 429 pauses the key (0: not paused).",
+            labels=["bucket"],
+        )
+        for report in reports:
+            for unit, cap, count in (
+                ("requests", report.requests_limit, report.requests_used),
+                ("tokens", report.tokens_limit, report.tokens_used),
+            ):
+                if cap is not None:
+                    used.add_metric([report.bucket, unit], count)
+                    limit.add_metric([report.bucket, unit], cap)
+            waiting.add_metric([report.bucket], report.waiting)
+            paused.add_metric([report.bucket], report.paused_for_s)
+        yield from (used, limit, waiting, paused)
 
     def _pools(self, slots: Slots) -> Iterator[Metric]:
         try:
