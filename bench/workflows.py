@@ -214,3 +214,15 @@ rated = Workflow("bench_rated", version=1).task(
     "call", provider_call, next="done", rate={"key": "bench-provider", "requests": f"{RATE}/s"}
 )
 rated.end("done")
+
+# -- both, as a fleet shares them (bench/fleet_limits.py) -------------------------------
+
+PER_MINUTE = 600
+shared = Workflow("bench_shared_quota", version=1).task(
+    "call",
+    provider_call,
+    next="done",
+    concurrency={"key": "bench-provider", "limit": LIMIT},
+    rate={"key": "bench-provider", "requests": f"{PER_MINUTE}/min"},
+)
+shared.end("done")

@@ -13,6 +13,10 @@ waiting, waking and a dead probe's slot (gone with its lease) are the slots' own
 :mod:`cairn.engine.slots`). The state lives in Redis (:mod:`cairn.lease.circuits`);
 opening and closing are logged, counted, alerted and written to the history of the run
 whose attempt opened or closed it.
+
+Besides the dependencies a task declares, each of its rate limits' keys is one
+(``rate:<namespace>/<key>=<value>``, the provider behind the bucket), with the default
+thresholds: a provider failing every run's calls opens its key's circuit too.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from cairn.model.circuits import Change, CircuitReport
 from cairn.model.definition import Dependency
 
 CIRCUIT_POOL = "!circuit/"  # a circuit's pool: fleet-wide, named as no namespace is
+RATE_DEPENDENCY = "rate:"  # a rate limit's key, guarded like a declared dependency
 # How many waiters a closed circuit's pool wakes at once: all of them, in practice.
 WAKE_ALL = 100_000
 
@@ -50,6 +55,12 @@ class Circuits(Protocol):
 
 def circuit_pool(name: str) -> str:
     return CIRCUIT_POOL + name
+
+
+def rate_dependency(bucket: str) -> Dependency:
+    """A rate limit's key as a dependency (``rate:<bucket>``): the provider behind it,
+    with the default thresholds."""
+    return Dependency(f"{RATE_DEPENDENCY}{bucket}")
 
 
 def dependency_of(pool: str) -> str | None:

@@ -1112,6 +1112,12 @@ class ModelServer:
             self._in_flight -= 1
 
     @property
+    def in_flight(self) -> int:
+        """How many requests it is answering now."""
+        with self._lock:
+            return self._in_flight
+
+    @property
     def peak_in_flight(self) -> int:
         """The most requests it was answering at once."""
         with self._lock:

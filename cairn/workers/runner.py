@@ -29,6 +29,7 @@ from cairn.config import Settings
 from cairn.decider.budget import allowance
 from cairn.decider.fusion import MAX_FUSED, fused_next
 from cairn.effects.ledger import EffectLedger, effect_scope
+from cairn.engine.circuits import rate_dependency
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.rates import Rates, buckets_for
 from cairn.engine.reads import Restored, restore
@@ -41,6 +42,7 @@ from cairn.lease.port import Lease, Leases
 from cairn.lease.waits import current_wait
 from cairn.model.definition import (
     AnyNode,
+    Dependency,
     ErrorClass,
     PersistKind,
     TaskNode,
@@ -162,7 +164,8 @@ class NodeRunner:
             return Handled.LEASE_HELD
         if lease.superseded:
             log.info("%s attempt %d supersedes an older attempt's lease", key, message.attempt)
-        pools = self._pools(definition, node, message, run, state)
+        dependencies = self._dependencies(definition, node, run, state)
+        pools = self._pools(definition, node, message, run, state, dependencies=dependencies)
         holder = holder_of(lease.key, lease.token)
         # An irreversible node's first claim is its last: it waits for its slot before.
         if irreversible and not self._enter(message, pools, holder, run.namespace, lease):
@@ -213,7 +216,7 @@ class NodeRunner:
             )
             outcome = self._outcome(claimed, message, state, ctx, ref.resolve())
             if self.circuits is not None and isinstance(node, TaskNode):
-                self.circuits.report(message, node.dependencies, outcome)
+                self.circuits.report(message, dependencies, outcome)
             if outcome.duration_s is not None:
                 timings["execution"] = outcome.duration_s
             fault_point("handler.after_return")
@@ -472,6 +475,8 @@ class NodeRunner:
         message: NodeMessage,
         run: RunRecord,
         state: RunState,
+        *,
+        dependencies: tuple[Dependency, ...],
     ) -> list[Pool]:
         if self.gate is None or message.phase is not Phase.RUN or not isinstance(node, TaskNode):
             return []
@@ -483,9 +488,23 @@ class NodeRunner:
             run_input=run.input,
             namespace_limit=self.settings.namespace_concurrency,
         )
-        if self.circuits is not None and node.dependencies:
-            pools += self.circuits.pools(node.dependencies)
+        if self.circuits is not None and dependencies:
+            pools += self.circuits.pools(dependencies)
         return pools
+
+    def _dependencies(
+        self, definition: WorkflowDefinition, node: AnyNode, run: RunRecord, state: RunState
+    ) -> tuple[Dependency, ...]:
+        """What the execution's circuits guard: the dependencies its node declares, and
+        each rate limit's key (its provider), with the default thresholds."""
+        if self.circuits is None or not isinstance(node, TaskNode):
+            return ()
+        if not node.rate and not definition.rate:
+            return node.dependencies
+        buckets = buckets_for(
+            definition, node, namespace=run.namespace, state=state.vars, run_input=run.input
+        )
+        return (*node.dependencies, *(rate_dependency(bucket.name) for bucket in buckets))
 
     def _enter(
         self, message: NodeMessage, pools: list[Pool], holder: str, namespace: str, lease: Lease
