@@ -25,9 +25,10 @@ The count n is a Redis hash per queue (``cairn:fair:<queue>``, a field per names
 publish adds its messages in one script call (the one extra round trip a publish costs),
 a worker takes one off when it receives a message (the namespace and queue ride in its
 ``cairn_fair`` header; never below 0). Counts cannot drift for long: the hash expires a
-``TTL`` after its last touch, and whenever the queue is found empty — every recovery pass
-asks (:meth:`Fairness.backlog`) — it is dropped in the same script that counted the lists,
-atomically: an empty queue has nothing waiting for anyone. A message lost (its count never
+``TTL`` after its last touch, and whenever the queue is found empty — every scheduler asks
+each declared queue's length every 10 s (:meth:`Fairness.backlog`) — it is dropped in the
+same script that counted the lists, atomically: an empty queue has nothing waiting for
+anyone. A message lost (its count never
 taken off) or counted twice skews one namespace's bands until then, never its messages'
 delivery.
 

@@ -90,3 +90,30 @@ def test_with_fairness_off_the_small_namespace_waits_behind_the_backlog(
         unfair.close()
     order = run_all(cluster, [*big, *small])  # type: ignore[list-item]
     assert sorted(order.index(run) for run in small) == list(range(60, 65))
+
+
+def test_counts_left_by_lost_messages_are_mended_when_the_queue_is_found_empty(
+    cluster: Cluster,
+) -> None:
+    """A crash can leave a namespace counted for messages no longer queued (published,
+    then lost before a worker took them off): its next runs would go in the back bands.
+    The scheduler reads every queue's length; an empty queue's counts go with it."""
+    fairness = Fairness(cluster.settings.broker_url, enabled=True)
+    queue = cluster.settings.queue
+    key = f"cairn:fair:{queue}"
+    try:
+        fairness.client.hset(key, mapping={"big": 500, "small": 3})  # nothing queued
+        assert fairness.backlog("gpu") == 0  # another queue's counts are its own
+        assert fairness.counts(queue) == {"big": 500, "small": 3}
+        run_id = cluster.submit("prioritized", namespace="small")  # queued: counted in
+        assert fairness.counts(queue) == {"big": 500, "small": 4}
+        assert 0 < fairness.client.ttl(key) <= 3600  # and forgotten an hour after
+        assert fairness.backlog(queue) == 1  # not empty: the counts stay
+        assert fairness.counts(queue)["big"] == 500
+        cluster.worker(concurrency=1)
+        assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
+        assert fairness.counts(queue) == {"big": 500, "small": 3}  # taken off: one
+        cluster.scheduler()
+        cluster.wait_for(lambda: fairness.counts(queue) == {}, 20, "the counts mended")
+    finally:
+        fairness.close()
