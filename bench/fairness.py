@@ -95,7 +95,8 @@ def _round(fairness: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
 
 
 def _probe(args: argparse.Namespace) -> dict[str, float]:
-    """Microseconds a single-message publish takes, fairness on and off (same broker)."""
+    """Microseconds a single-message publish takes, fairness on and off (same broker),
+    in alternating rounds so that a change in the machine's load meets both alike."""
     from cairn.config import Settings  # noqa: PLC0415
     from cairn.model.messages import NodeMessage  # noqa: PLC0415
     from cairn.workers.app import CeleryPublisher, make_celery  # noqa: PLC0415
@@ -104,25 +105,28 @@ def _probe(args: argparse.Namespace) -> dict[str, float]:
     env = cairn_env("postgresql://unused/none", broker_db=12, leases_db=13)
     queue = "bench-fair-probe"
     message = NodeMessage("r", "w", 1, "n", 1, 1, queue=queue, namespace="probe")
-    times: dict[str, float] = {}
+    publishers = {}
     for label, fairness in (("on", True), ("off", False)):
         settings = Settings.from_env(
             {"CAIRN_BROKER_URL": env["CAIRN_BROKER_URL"], "CAIRN_FAIRNESS": str(fairness)}
         )
-        app = make_celery(settings)
-        publisher = CeleryPublisher(app, settings.queue)
+        publishers[label] = CeleryPublisher(make_celery(settings), settings.queue)
+    spent: dict[str, list[float]] = {"on": [], "off": []}
+    for publisher in publishers.values():
         for _ in range(50):  # warm: connections, scripts loaded
             publisher.publish([message])
-        spent = []
-        for _ in range(args.probe):
-            begun = time.perf_counter()
-            publisher.publish([message])
-            spent.append(time.perf_counter() - begun)
-        times[label] = statistics.median(spent) * 1e6
-        client = publisher.fairness.client
-        client.delete(KEY_PREFIX + queue, *(list_name(queue, s) for s in PRIORITY_STEPS))
-        app.close()
-    return times
+    rounds = 10
+    for _ in range(rounds):
+        for label, publisher in publishers.items():
+            for _ in range(args.probe // rounds):
+                begun = time.perf_counter()
+                publisher.publish([message])
+                spent[label].append(time.perf_counter() - begun)
+    client = publishers["on"].fairness.client
+    client.delete(KEY_PREFIX + queue, *(list_name(queue, s) for s in PRIORITY_STEPS))
+    for publisher in publishers.values():
+        publisher.app.close()
+    return {label: statistics.median(times) * 1e6 for label, times in spent.items()}
 
 
 def main() -> None:
