@@ -64,6 +64,7 @@ from bench.wait_workflows import (
     TIMER,
     timer_workflow,
 )
+from cairn.workers.fairness import PRIORITY_STEPS, list_name
 
 # Redis databases of this bench (bench/chain.py takes 12-15, recovery 10-11).
 BROKER_DB, LEASES_DB, MARKS_DB = 8, 9, 5
@@ -313,7 +314,8 @@ def activity(url: str, since: float, queue: str = "cairn") -> Activity:
         ).fetchone()
         events = conn.execute("SELECT count(*) FROM events WHERE at >= %s", (since,)).fetchone()
     assert executions is not None and events is not None
-    queued = int(redis.Redis.from_url(f"{REDIS}/{BROKER_DB}").llen(queue))
+    broker = redis.Redis.from_url(f"{REDIS}/{BROKER_DB}")  # a list per priority level
+    queued = sum(int(broker.llen(list_name(queue, step))) for step in PRIORITY_STEPS)
     return Activity(int(executions[0]), int(events[0]), queued)
 
 

@@ -226,3 +226,12 @@ shared = Workflow("bench_shared_quota", version=1).task(
     rate={"key": "bench-provider", "requests": f"{PER_MINUTE}/min"},
 )
 shared.end("done")
+
+
+def brief_work(ctx: Any, state: dict[str, Any]) -> None:
+    """A node of bench/fairness.py: ``state["work_s"]`` seconds of work."""
+    time.sleep(float(state.get("work_s", 0.01)))
+
+
+fair_step = Workflow("bench_fair_step", version=1).task("work", brief_work, next="done")
+fair_step.end("done")

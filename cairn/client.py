@@ -79,11 +79,14 @@ class Client:
         webhook: str | None = None,
         debounce: Debounce | Mapping[str, Any] | None = None,
         singleton: Singleton | Mapping[str, Any] | None = None,
+        priority: int | None = None,
     ) -> str:
         """Start a run; the same request id returns the same run. ``debounce`` (``{"key",
         "wait", "max_wait"?}``) collapses rapid submissions with its key into one run;
         ``singleton`` (``{"key", "mode": "skip"|"cancel"}``) keeps one unfinished run per
-        key — see docs/flow-control.md."""
+        key; ``priority`` (-5..5, default 0, higher first) orders it for slots and workers
+        (:class:`~cairn.model.priority.InvalidPriority` otherwise) — see
+        docs/flow-control.md."""
         return self.runtime.orchestrator.submit(
             workflow,
             run_input,
@@ -93,13 +96,15 @@ class Client:
             webhook=webhook,
             debounce=None if debounce is None else Debounce.of(debounce),
             singleton=None if singleton is None else Singleton.of(singleton),
+            priority=priority,
         )
 
     def submit_batch(
         self, runs: Sequence[SubmitItem | Mapping[str, Any]], *, namespace: str = "default"
     ) -> list[Submitted]:
         """Start up to 1,000 runs in one transaction (``{"workflow", "input",
-        "request_id"?, "version"?, "webhook"?}`` each); every item is answered on its own."""
+        "request_id"?, "version"?, "webhook"?, "priority"?}`` each); every item is answered
+        on its own."""
         items = [r if isinstance(r, SubmitItem) else SubmitItem.from_dict(r) for r in runs]
         return self.runtime.orchestrator.submit_batch(items, namespace=namespace)
 
@@ -207,7 +212,8 @@ def submit(
     **options: Any,
 ) -> str:
     """Start a run of ``workflow``; the same request id returns the same run. ``options``
-    are :meth:`Client.submit`'s: ``version``, ``webhook``, ``debounce``, ``singleton``."""
+    are :meth:`Client.submit`'s: ``version``, ``webhook``, ``debounce``, ``singleton``,
+    ``priority``."""
     return default_client().submit(
         workflow, run_input, request_id=request_id, namespace=namespace, **options
     )

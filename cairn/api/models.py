@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from cairn.engine.batches import MAX_BATCH
 from cairn.model.payloads import storable_text
+from cairn.model.priority import MAX_PRIORITY, MIN_PRIORITY
 
 MAX_INT = 2**31 - 1  # PostgreSQL integer columns (version, seq)
 
@@ -27,6 +28,16 @@ RequestId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_
 Short = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_storable)]
 Reason = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_storable)]
 Version = Annotated[int, Field(ge=1, le=MAX_INT)]
+Priority = Annotated[
+    int,
+    Field(
+        strict=True,  # 1.0, "1" and true are no priority
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description="-5..5, higher first: who gets the next free concurrency slot and the next "
+        "worker (default 0; docs/flow-control.md#priority-and-fairness).",
+    ),
+]
 WebhookUrl = Annotated[
     str,
     Field(
@@ -74,6 +85,7 @@ class SubmitRequest(Request):
     singleton: SingletonRequest | None = Field(
         default=None, description="Keep one unfinished run per key (docs/flow-control.md)."
     )
+    priority: Priority | None = None
 
 
 class BatchItem(Request):
@@ -81,6 +93,7 @@ class BatchItem(Request):
     input: dict[str, Any] = Field(default_factory=dict)
     version: Version | None = None
     webhook: WebhookUrl | None = None
+    priority: Priority | None = None
     request_id: RequestId | None = Field(
         default=None, description="Idempotency: the same request id returns the same run."
     )
@@ -183,6 +196,7 @@ class RunDetail(RunSummary):
         "pending, given_up), attempts, next_attempt_at, the receiver's last status/error.",
     )
     namespace: str
+    priority: int = Field(default=0, description="-5..5, higher first.")
     nodes: dict[str, str]
     visits: dict[str, int]
     progress: Progress

@@ -137,6 +137,7 @@ def submit_run(
             webhook=body.webhook,
             debounce=None if body.debounce is None else Debounce.of(body.debounce.model_dump()),
             singleton=None if body.singleton is None else Singleton.of(body.singleton.model_dump()),
+            priority=body.priority,
         )
     except Exception:
         metrics.submitted.labels("single", "refused").inc()
@@ -185,7 +186,9 @@ def submit_batch(
                 first_of[rid] = index
             fresh.append(index)
     items = [
-        SubmitItem(item.workflow, item.input, item.request_id, item.version, item.webhook)
+        SubmitItem(
+            item.workflow, item.input, item.request_id, item.version, item.webhook, item.priority
+        )
         for item in (body.runs[index] for index in fresh)
     ]
     submitted = runtime.orchestrator.submit_batch(items, namespace=namespace) if items else []
@@ -320,6 +323,7 @@ def get_run(run_id: RunId, runtime: Runtime_, namespace: Namespace) -> RunDetail
     return RunDetail(
         id=view.id,
         namespace=view.namespace,
+        priority=view.priority,
         workflow=view.workflow,
         version=view.version,
         status=view.status.value,

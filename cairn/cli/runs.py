@@ -91,6 +91,13 @@ def submit(  # noqa: PLR0917 - typer passes options by name
             help="...while one is unfinished: skip (print its id) or cancel (it, then start)."
         ),
     ] = "skip",
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            help="-5..5 (default 0), higher first: who gets the next free concurrency slot "
+            "and the next worker."
+        ),
+    ] = None,
 ) -> None:
     """Start a run; print its id (with --debounce-key or --singleton-key, the run that
     the key collapses into or keeps)."""
@@ -119,6 +126,7 @@ def submit(  # noqa: PLR0917 - typer passes options by name
                 namespace=namespace,
                 debounce=debounced,
                 singleton=single,
+                priority=priority,
             )
         )
     finally:
@@ -165,6 +173,8 @@ def status(
         out.print(f"{running}: {_liveness(beat, interval)}", markup=False)
     for line in explained:
         out.print(line, markup=False)
+    if view.priority:
+        out.print(f"priority: {view.priority}", markup=False)
     if view.parent_run_id is not None:
         out.print(f"forked from run {view.parent_run_id} at seq {view.fork_seq}", markup=False)
     if view.reason:

@@ -125,6 +125,17 @@ class Settings(BaseModel):
         description="A rate-limited model call refused (429) more often than this fails "
         "as a transient error (the node's retry policy applies).",
     )
+    namespace_weights: dict[str, int] = Field(
+        default_factory=dict,
+        description="Each namespace's share of the workers when several have work queued, as "
+        "weights: 'acme=3,beta=1' (a namespace not named: 1). See docs/flow-control.md.",
+    )
+    fairness: bool = Field(
+        default=True,
+        description="Order each queue's node messages so that a namespace with few queued "
+        "overtakes one with a backlog (needs a Redis broker); off: first in, first out "
+        "within a priority.",
+    )
     model_inline_bytes: int = Field(
         default=65_536,
         ge=1024,
@@ -369,6 +380,33 @@ class Settings(BaseModel):
                 raise ValueError(f"{part!r}: a model and non-negative prices")
             prices[model.strip()] = price
         return prices
+
+    @field_validator("namespace_weights", mode="before")
+    @classmethod
+    def _weights(cls, value: Any) -> Any:
+        """``"acme=3,beta=1"`` → ``{"acme": 3, "beta": 1}``."""
+        if not isinstance(value, str):
+            return value
+        weights: dict[str, int] = {}
+        for part in (part.strip() for part in value.split(",") if part.strip()):
+            namespace, equals, weight = part.rpartition("=")
+            namespace = namespace.strip()
+            if not equals or not namespace or not weight.strip().isdigit():
+                raise ValueError(f"{part!r}: a weight is NAMESPACE=N, N a whole number from 1")
+            if namespace in weights:
+                raise ValueError(f"namespace {namespace!r} is weighted twice")
+            weights[namespace] = int(weight)
+        return weights
+
+    @field_validator("namespace_weights")
+    @classmethod
+    def _positive_weights(cls, value: dict[str, int]) -> dict[str, int]:
+        for namespace, weight in value.items():
+            if not 1 <= weight <= 1000:
+                raise ValueError(
+                    f"namespace {namespace!r}: a weight is from 1 to 1000, not {weight}"
+                )
+        return value
 
     @field_validator("slo_success_rate", "slo_first_try_rate")
     @classmethod

@@ -81,6 +81,8 @@ def fused_next(
         dispatch.iteration,
         dispatch.attempt,
         queue=definition.queue_of(dispatch.node),
+        priority=message.priority,
+        namespace=message.namespace,
     )
     return decision.state, following
 

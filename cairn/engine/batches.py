@@ -21,6 +21,7 @@ class SubmitItem:
     request_id: str | None = None
     version: int | None = None
     webhook: str | None = None
+    priority: int | None = None  # -5..5 (None: 0), checked when the batch is submitted
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SubmitItem:
@@ -30,6 +31,7 @@ class SubmitItem:
             request_id=data.get("request_id"),
             version=data.get("version"),
             webhook=data.get("webhook"),
+            priority=data.get("priority"),
         )
 
 

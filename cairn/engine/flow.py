@@ -102,6 +102,7 @@ class FlowControl:
         request_id: str | None,
         version: int | None,
         webhook: str | None,
+        priority: int = 0,
     ) -> str:
         """Start a run unless the key's last run is unfinished: then ``skip`` returns that
         run, ``cancel`` cancels it and starts this one (in one transaction)."""
@@ -138,6 +139,7 @@ class FlowControl:
                     request_id=request_id,
                     at=now,
                     webhook=webhook,
+                    priority=priority,
                 )
                 started_id, started = self.start_in(tx, definition, values, now)
                 if started is None:  # a concurrent submit took the request id: its run
@@ -158,6 +160,7 @@ class FlowControl:
         namespace: str,
         version: int | None,
         webhook: str | None,
+        priority: int = 0,
     ) -> str:
         """The key's pending run, given this input and started ``wait`` from now (never
         past its first submission plus ``max_wait``); a new pending run if the key has
@@ -181,7 +184,14 @@ class FlowControl:
                     "deadline_at": deadline,
                 }
                 values = new_run(
-                    run_id, namespace, definition, payload, request_id=None, at=now, webhook=webhook
+                    run_id,
+                    namespace,
+                    definition,
+                    payload,
+                    request_id=None,
+                    at=now,
+                    webhook=webhook,
+                    priority=priority,
                 )
                 if tx.claim_debounce(window):
                     tx.insert_run(values)

@@ -50,6 +50,7 @@ def new_run(
     request_id: str | None,
     at: float,
     webhook: str | None = None,
+    priority: int = 0,
 ) -> dict[str, Any]:
     """The row of a run about to start."""
     stamp = from_epoch(at)
@@ -62,6 +63,7 @@ def new_run(
         "input": payload,
         "request_id": request_id,
         "webhook_url": webhook,
+        "priority": priority,
         "current": [],
         "created_at": stamp,
         "updated_at": stamp,
@@ -79,7 +81,14 @@ class FreshRun:
     last_seq: int = 0
     snapshot_seq: int = 0
     snapshot_at: datetime | None = None
+    priority: int = 0
 
     @classmethod
     def of(cls, values: Mapping[str, Any]) -> FreshRun:
-        return cls(values["id"], values["created_at"], values["namespace"], values["webhook_url"])
+        return cls(
+            values["id"],
+            values["created_at"],
+            values["namespace"],
+            values["webhook_url"],
+            priority=values.get("priority", 0),
+        )

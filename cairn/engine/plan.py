@@ -29,7 +29,7 @@ from cairn.model.commands import (
 )
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import Event, event_to_dict
-from cairn.model.messages import NodeMessage
+from cairn.model.messages import NodeMessage, message_namespace
 from cairn.model.outcomes import NodeOutcome, StepWrites
 from cairn.model.state import STATE_FORMAT, RunState
 from cairn.model.statuses import RunStatus
@@ -115,6 +115,8 @@ class Planner:
                 c.phase,
                 resumed=c.resumed,
                 queue=definition.queue_of(c.node),
+                priority=row.priority,
+                namespace=message_namespace(row.namespace),
             )
             for c in decision.commands
             if isinstance(c, Dispatch)

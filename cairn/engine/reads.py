@@ -93,6 +93,7 @@ class RunView:
     # Lineage of a fork: the run it was forked from, and after which of its events.
     parent_run_id: str | None = None
     fork_seq: int | None = None
+    priority: int = 0  # -5..5, higher first
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -142,6 +143,7 @@ class Reads:
             state=state,
             parent_run_id=row.parent_run_id,
             fork_seq=row.fork_seq,
+            priority=row.priority,
         )
         if with_executions:
             with self.store.reading() as tx:

@@ -27,7 +27,7 @@ from cairn.model.commands import CancelNode, DetachNode
 from cairn.model.definition import ConcurrencyLimit, RateLimit, TaskNode, WorkflowDefinition
 from cairn.model.events import Phase
 from cairn.model.keys import ExecutionKey
-from cairn.model.messages import NodeMessage
+from cairn.model.messages import NodeMessage, message_namespace
 from cairn.store.records import ParkedExecution
 from cairn.store.sql import Store
 
@@ -132,9 +132,15 @@ class SlotGate:
     circuits: Circuits | None = None
 
     def enter(
-        self, message: NodeMessage, pools: Sequence[Pool], holder: str, namespace: str
+        self,
+        message: NodeMessage,
+        pools: Sequence[Pool],
+        holder: str,
+        namespace: str,
+        priority: int = 0,
     ) -> bool:
-        """Take a slot of every pool for ``holder``; False — parked — if one is full."""
+        """Take a slot of every pool for ``holder``; False — parked — if one is full. A
+        parked execution waits with its run's ``priority``: the higher is woken first."""
         if message.phase is not Phase.RUN:
             return True
         if not pools:  # a circuit it waited on closed meanwhile: its pools are none now
@@ -157,6 +163,7 @@ class SlotGate:
                     namespace=namespace,
                     pool=full,
                     limit=limits[full],
+                    priority=priority,
                     queue=message.queue,
                 )
             # A holder may have given its slot back between the take and the park, and
@@ -216,6 +223,8 @@ class SlotGate:
                 Phase(p.phase),
                 woken=True,
                 queue=p.queue,
+                priority=p.priority,
+                namespace=message_namespace(p.namespace) if p.namespace else None,
             )
             for p in parked
         ]

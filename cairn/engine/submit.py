@@ -28,6 +28,7 @@ from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import RunForked, RunStarted
 from cairn.model.flow import Debounce, Singleton
 from cairn.model.messages import NodeMessage
+from cairn.model.priority import check_priority
 from cairn.model.state import RunState
 from cairn.store.records import from_epoch
 from cairn.store.sql import Tx
@@ -59,11 +60,14 @@ class Submissions:
         webhook: str | None = None,
         debounce: Debounce | None = None,
         singleton: Singleton | None = None,
+        priority: int | None = None,
     ) -> str:
         """Start a run; the same (namespace, request id) returns the same run. Its end
         and milestones are announced to ``webhook``, if given (see docs/webhooks.md).
         ``debounce`` collapses rapid submissions with its key into one run, started once
-        they pause; ``singleton`` keeps one unfinished run per key (docs/flow-control.md)."""
+        they pause; ``singleton`` keeps one unfinished run per key; ``priority`` (-5..5,
+        default 0) puts it ahead of lower ones for slots and workers (docs/flow-control.md)."""
+        level = check_priority(priority)
         if debounce is not None or singleton is not None:
             return self._submit_controlled(
                 workflow,
@@ -74,6 +78,7 @@ class Submissions:
                 webhook=webhook,
                 debounce=debounce,
                 singleton=singleton,
+                priority=level,
             )
         webhook = self.webhooks.check(webhook, namespace)
         with self.store.statements() as tx:
@@ -91,6 +96,7 @@ class Submissions:
             request_id=request_id,
             at=now,
             webhook=webhook,
+            priority=level,
         )
         run_id = self._submit_in_one_statement(values, definition, now)
         if run_id is not None:
@@ -108,6 +114,7 @@ class Submissions:
         webhook: str | None,
         debounce: Debounce | None,
         singleton: Singleton | None,
+        priority: int = 0,
     ) -> str:
         if debounce is not None and singleton is not None:
             raise InvalidInput("a submission is debounced or a singleton, not both")
@@ -116,7 +123,13 @@ class Submissions:
                 # Many submissions become one run, which can carry one request id only.
                 raise InvalidInput("a debounced submission takes no request id")
             return self.flow.submit_debounced(
-                workflow, run_input, debounce, namespace=namespace, version=version, webhook=webhook
+                workflow,
+                run_input,
+                debounce,
+                namespace=namespace,
+                version=version,
+                webhook=webhook,
+                priority=priority,
             )
         assert singleton is not None
         return self.flow.submit_singleton(
@@ -127,6 +140,7 @@ class Submissions:
             request_id=request_id,
             version=version,
             webhook=webhook,
+            priority=priority,
         )
 
     def submit_batch(
@@ -150,6 +164,7 @@ class Submissions:
                 definition = definitions[which]
                 payload = self.check_input(definition, item.input)
                 webhook = self.webhooks.check(item.webhook, namespace)
+                level = check_priority(item.priority)
             except CairnError as refused:
                 answers[index] = Submitted(index, error_code=refused.code, error=str(refused))
                 continue
@@ -161,6 +176,7 @@ class Submissions:
                 request_id=item.request_id,
                 at=0.0,
                 webhook=webhook,
+                priority=level,
             )
             accepted.append((index, values, definition))
         messages: list[NodeMessage] = []
@@ -229,7 +245,13 @@ class Submissions:
             now = tx.now()
             fork_id = str(uuid.uuid4())
             values = new_run(
-                fork_id, parent.namespace, definition, parent.input, request_id=None, at=now
+                fork_id,
+                parent.namespace,
+                definition,
+                parent.input,
+                request_id=None,
+                at=now,
+                priority=parent.priority,
             )
             tx.insert_run({**values, "parent_run_id": run_id, "fork_seq": at_seq})
             forked = RunForked(

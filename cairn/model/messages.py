@@ -10,7 +10,15 @@ from cairn.errors import EventRejected
 from cairn.model.events import Phase
 from cairn.model.keys import ExecutionKey
 from cairn.model.payloads import storable_text
+from cairn.model.priority import MAX_PRIORITY, MIN_PRIORITY
 from cairn.model.queues import queue_name_problem
+
+DEFAULT_NAMESPACE = "default"
+
+
+def message_namespace(namespace: str) -> str | None:
+    """A run's namespace as its messages carry it: None for the default one."""
+    return None if namespace == DEFAULT_NAMESPACE else namespace
 
 
 class InvalidMessage(EventRejected):
@@ -36,6 +44,12 @@ class NodeMessage:
     # The broker queue it goes to (its node's ``queue``); None: the default queue. Left
     # out of the JSON when None, so a message for the default queue reads as before.
     queue: str | None = None
+    # Its run's priority (-5..5, higher first) and namespace: the broker band it is
+    # published in (cairn.workers.fairness). Left out of the JSON when 0 and None. The
+    # namespace travels in the outbox row; to the broker, in a header — a node message
+    # body is what it was, and a worker of an older version reads it.
+    priority: int = 0
+    namespace: str | None = None
 
     @property
     def key(self) -> ExecutionKey:
@@ -64,6 +78,16 @@ class NodeMessage:
             data["woken"] = True
         if self.queue is not None:
             data["queue"] = self.queue
+        if self.priority:
+            data["priority"] = self.priority
+        if self.namespace is not None:
+            data["namespace"] = self.namespace
+        return data
+
+    def body(self) -> dict[str, Any]:
+        """The JSON a broker carries: :meth:`to_dict` without the namespace (a header)."""
+        data = self.to_dict()
+        data.pop("namespace", None)
         return data
 
     @classmethod
@@ -94,6 +118,16 @@ class NodeMessage:
         queue = data.get("queue")
         if queue is not None and (problem := queue_name_problem(queue)) is not None:
             problems.append(f"queue: {problem}")
+        priority = data.get("priority", 0)
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int)
+            or not MIN_PRIORITY <= priority <= MAX_PRIORITY
+        ):
+            problems.append(f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}")
+        namespace = data.get("namespace")
+        if namespace is not None and (not isinstance(namespace, str) or not namespace):
+            problems.append("namespace must be a non-empty string")
         try:
             phase = Phase(data.get("phase", Phase.RUN.value))
         except ValueError:
@@ -111,6 +145,8 @@ class NodeMessage:
             "resumed",
             "woken",
             "queue",
+            "priority",
+            "namespace",
         }
         if unknown:
             problems.append(f"unknown field(s) {sorted(unknown)}")
@@ -128,4 +164,6 @@ class NodeMessage:
             resumed is True,
             woken is True,
             queue,
+            priority,
+            namespace,
         )

@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 OUTAGE_MAX_WAIT_S = 5.0
 COMPACT_EVERY_PASSES = 120
+# Reading a queue's length also drops its fairness counts when it is empty (they cannot
+# drift past a queue's next empty moment): one Redis script call per queue.
+QUEUE_CHECK_EVERY_S = 10.0
 STALL_CHECK_EVERY_S = 2.0  # stall_after is minutes in practice; reading every claim costs
 
 
@@ -75,6 +78,7 @@ class Scheduler:
     metrics: SchedulerMetrics = field(default_factory=SchedulerMetrics)
     _passes: int = field(default=0, init=False)
     _next_stall_check: float = field(default=0.0, init=False)  # time.monotonic()
+    _next_queue_check: float = field(default=0.0, init=False)
 
     def __post_init__(self) -> None:
         self.messages = Relay(self.orchestrator, self.settings, self.metrics, self.relay_after)
@@ -99,6 +103,9 @@ class Scheduler:
         if time.monotonic() >= self._next_stall_check:
             self._next_stall_check = time.monotonic() + STALL_CHECK_EVERY_S
             self.flag_stalls()
+        if time.monotonic() >= self._next_queue_check:
+            self._next_queue_check = time.monotonic() + QUEUE_CHECK_EVERY_S
+            self.read_queues()
         self._passes += 1
         if self._passes % COMPACT_EVERY_PASSES == 0:
             report.compacted = self.compact()
@@ -153,6 +160,16 @@ class Scheduler:
 
     def flag_stalls(self) -> int:
         return self.recovery.flag_stalls()
+
+    def read_queues(self) -> dict[str, int | None]:
+        """Each declared queue's backlog. With a Redis broker the same script that counts
+        a queue drops its namespaces' fairness counts if it is empty
+        (:mod:`cairn.workers.fairness`): they are mended whenever a queue runs dry."""
+        publisher = self.orchestrator.publisher
+        return {
+            queue: publisher.backlog(queue)
+            for queue in dict.fromkeys([self.settings.queue, *self.settings.queues])
+        }
 
     def compact(self) -> int:
         return self.housekeeping.compact()

@@ -28,7 +28,7 @@ from cairn.engine.recovery import Outcome, RecoveryPolicy
 from cairn.lease.port import Lapsed, Leases
 from cairn.model.events import Phase
 from cairn.model.keys import ExecutionKey, lease_key, parse_lease_key
-from cairn.model.messages import NodeMessage
+from cairn.model.messages import NodeMessage, message_namespace
 from cairn.model.statuses import ExecutionStatus
 from cairn.observe.metrics.scheduler import SchedulerMetrics
 from cairn.reconnect import is_outage
@@ -139,6 +139,8 @@ class Recovery:
             Phase(execution.phase),
             resumed=True,
             queue=definition.queue_of(execution.node),
+            priority=run.priority,
+            namespace=message_namespace(run.namespace),
         )
         node = definition.nodes.get(execution.node)
         outcome = self.policy.settle(

@@ -180,11 +180,11 @@ SUBMIT_RUN = (
     """
 WITH adv AS (
   INSERT INTO runs (id, namespace, workflow, version, input, request_id, webhook_url,
-                    created_at, status, last_seq, updated_at, current, reason, state,
+                    priority, created_at, status, last_seq, updated_at, current, reason, state,
                     finished_at, snapshot_seq, snapshot_at)
   VALUES (%(run_id)s, %(namespace)s, %(workflow)s, %(version)s, %(input)s, %(request_id)s,
-          %(webhook_url)s, %(created_at)s, %(run_status)s, %(last_seq)s, %(updated_at)s,
-          %(current)s, %(reason)s, %(state)s::jsonb, %(finished_at)s,
+          %(webhook_url)s, %(priority)s, %(created_at)s, %(run_status)s, %(last_seq)s,
+          %(updated_at)s, %(current)s, %(reason)s, %(state)s::jsonb, %(finished_at)s,
           coalesce(%(snapshot_seq)s::integer, 0), %(snapshot_at)s)
   ON CONFLICT DO NOTHING
   RETURNING id
@@ -380,6 +380,7 @@ def _submit_params(values: Mapping[str, Any], writes: StepWrites) -> dict[str, A
         "input": Jsonb(values["input"]),
         "request_id": values["request_id"],
         "webhook_url": values["webhook_url"],
+        "priority": values.get("priority", 0),
         "created_at": values["created_at"],
         **_step_params(writes),
     }

@@ -111,6 +111,7 @@ class RunRecord:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    priority: int = 0
 
     @classmethod
     def of(cls, row: Any) -> RunRecord:
@@ -134,6 +135,7 @@ class RunRecord:
             row.created_at,
             row.updated_at,
             row.finished_at,
+            row.priority,
         )
 
 
@@ -422,6 +424,8 @@ class ParkedExecution:
     phase: str
     attempt: int
     queue: str | None = None  # the broker queue it goes to (None: the default)
+    namespace: str | None = None  # its run's: for the broker's fairness bands
+    priority: int = 0  # its run's
 
 
 @dataclass(frozen=True, slots=True)

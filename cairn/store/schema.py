@@ -109,6 +109,8 @@ class RunRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Who gets the next free slot and the next worker first, -5..5 (migration 0018).
+    priority: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class EventRow(Base):

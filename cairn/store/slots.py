@@ -120,6 +120,8 @@ class SlotsTx(TxBase):
                     row.phase,
                     row.attempt,
                     row.queue,
+                    row.namespace,
+                    row.priority,
                 )
             )
         return woken

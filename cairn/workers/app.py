@@ -37,6 +37,7 @@ from cairn.lease.waits import delivered
 from cairn.model.messages import NodeMessage
 from cairn.reconnect import is_outage
 from cairn.workers import deadlines
+from cairn.workers.fairness import FAIR_HEADER, PRIORITY_STEPS, Fairness
 from cairn.workers.liveness import PING_TASK, Liveness
 from cairn.workers.transport import TRANSPORT as REDIS_TRANSPORT
 
@@ -70,7 +71,10 @@ def make_celery(
     app = Celery("cairn", broker=settings.broker_url, set_as_current=False)
     if urlsplit(settings.broker_url).scheme in ("redis", "rediss"):
         app.conf.broker_transport = REDIS_TRANSPORT
-    transport = {"visibility_timeout": settings.visibility_timeout}
+    transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
+    if urlsplit(settings.broker_url).scheme in ("redis", "rediss"):
+        # A list per level, the lowest served first (cairn.workers.fairness).
+        transport["priority_steps"] = PRIORITY_STEPS
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -103,6 +107,9 @@ def make_celery(
         Strategy="cairn.workers.app:checked_strategy",
     )
     def run_node(task: Any, message: dict[str, Any]) -> str:
+        fair = getattr(task.request, FAIR_HEADER, None)
+        if fair is not None:
+            _taken(app, fair)
         with delivered(_published_at(task.request)):
             try:
                 return str(_process_runtime(app).runner.run(message).value)
@@ -119,12 +126,14 @@ def make_celery(
         namespace: str = "default",
         version: int | None = None,
         webhook: str | None = None,
+        priority: int | None = None,
     ) -> str | None:
         """Start a run from any Celery/kombu client (JSON). There is no result backend:
-        give a request id to find the run again (and to make a resent message one run)."""
+        give a request id to find the run again (and to make a resent message one run).
+        ``priority``: -5..5, higher first (a bad one is refused, logged, nothing started)."""
         return _submitted(
             _process_runtime(app),
-            [SubmitItem(workflow, input or {}, request_id, version, webhook)],
+            [SubmitItem(workflow, input or {}, request_id, version, webhook, priority)],
             namespace,
         )[0].run_id
 
@@ -147,6 +156,29 @@ def _submitted(runtime: Any, items: list[SubmitItem], namespace: str) -> list[Su
         if not answer.ok:  # acked anyway: sending it again would be refused again
             log.error("submit refused (item %d): %s", answer.index, answer.error)
     return answers
+
+
+def _taken(app: Celery, header: object) -> None:
+    """A node message left its queue: its namespace's count there is one fewer. Best
+    effort — a count missed is mended when the queue is next found empty."""
+    try:
+        _fairness(app).taken(header)
+    except Exception:
+        log.warning("could not count a node message out of its queue", exc_info=True)
+
+
+def _fairness(app: Celery) -> Fairness:
+    fairness = getattr(app, "cairn_fairness", None)
+    if fairness is None:
+        settings: Settings = app.cairn_settings
+        url = settings.broker_url
+        redis_broker = urlsplit(url or "").scheme in ("redis", "rediss")
+        fairness = app.cairn_fairness = Fairness(
+            url if redis_broker else None,
+            enabled=settings.fairness,
+            weights=settings.namespace_weights,
+        )
+    return fairness
 
 
 def _published_at(request: Any) -> float | None:
@@ -187,11 +219,20 @@ class CeleryPublisher:
         self.app = app
         self.queue = queue
         self.copies = copies  # >1 only in tests: every message delivered more than once
+        # Levels need a Redis broker (a list per level); elsewhere messages go unordered.
+        self.fairness = _fairness(app)
 
     def publish(self, messages: Sequence[NodeMessage]) -> bool:
         with self.app.producer_or_acquire() as producer:
-            for message in [m for m in messages for _ in range(self.copies)]:
-                body = message.to_dict()
+            sent = [m for m in messages for _ in range(self.copies)]
+            levels: list[int | None] = [None] * len(sent)
+            if self.fairness.leveled:
+                levels = list(self.fairness.levels(sent, self.queue))
+            for message, level in zip(sent, levels, strict=True):
+                body = message.body()
+                headers: dict[str, Any] = {PUBLISHED_HEADER: clock.wall()}
+                if self.fairness.enabled:
+                    headers[FAIR_HEADER] = self.fairness.header(message, self.queue)
                 # argsrepr given: Celery would otherwise saferepr() the arguments per message
                 self.app.send_task(
                     NODE_TASK,
@@ -201,12 +242,19 @@ class CeleryPublisher:
                     producer=producer,
                     argsrepr=json.dumps([body]),
                     kwargsrepr="{}",
-                    headers={PUBLISHED_HEADER: clock.wall()},
+                    headers=headers,
+                    priority=level,
                 )
         return True
 
     def backlog(self, queue: str | None = None) -> int | None:
         name = queue or self.queue
+        if self.fairness.leveled:
+            try:  # counted across its levels; an empty queue's fairness counts go
+                return self.fairness.backlog(name)
+            except Exception:
+                log.warning("could not read the length of queue %s", name, exc_info=True)
+                return None
         try:
             with self.app.pool.acquire(block=True) as connection:
                 declared = connection.default_channel.queue_declare(queue=name, passive=True)

@@ -53,7 +53,7 @@ from cairn.model.events import (
     Phase,
 )
 from cairn.model.keys import ExecutionKey, lease_key
-from cairn.model.messages import InvalidMessage, NodeMessage
+from cairn.model.messages import InvalidMessage, NodeMessage, message_namespace
 from cairn.model.outcomes import NodeOutcome
 from cairn.model.state import RunState
 from cairn.model.statuses import ExecutionStatus, NodeStatus, RunStatus
@@ -133,6 +133,10 @@ class NodeRunner:
         if isinstance(read, Handled):
             return read
         execution, run, definition, state = read
+        # What the messages it leads to are published with (a fused chain's next node).
+        message = replace(
+            message, priority=run.priority, namespace=message_namespace(run.namespace)
+        )
         db_time = execution.db_now
         if state is None and message.phase is Phase.RUN:
             return self._cancel_unstarted(message, execution.fence)
@@ -516,7 +520,7 @@ class NodeRunner:
         try:
             entered = self._through_outages(
                 f"taking slots for {message.key}",
-                lambda: gate.enter(message, pools, holder, namespace),
+                lambda: gate.enter(message, pools, holder, namespace, message.priority),
             )
         except BaseException:
             self.leases.release(lease)

@@ -7,6 +7,10 @@ holds no connection of its own, only the pool, so one per channel sends the same
 commands over the same connections; it is dropped whenever kombu drops the pool (close,
 fork, reconnect). The messages on the wire are kombu's own: Flower and plain Celery
 producers with the stock transport share the queues unchanged.
+
+It also takes kombu priorities up to :data:`cairn.workers.fairness.LEVELS` - 1 (kombu caps
+them at 9): node messages are ordered by their run's priority and their namespace's share
+(:mod:`cairn.workers.fairness`), one Redis list per level, the lowest served first.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from typing import Any
 
 from kombu.transport import redis as kombu_redis
 
+from cairn.workers.fairness import LEVELS
+
 
 class Channel(kombu_redis.Channel):
     _cairn_client: Any = None
+    max_priority = LEVELS - 1
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:

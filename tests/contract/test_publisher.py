@@ -37,6 +37,7 @@ from cairn.testing.publisher_contract import (
     wire,
 )
 from cairn.workers.app import NODE_TASK, PUBLISHED_HEADER, CeleryPublisher, make_celery
+from cairn.workers.fairness import BANDS, FAIR_HEADER, PRIORITY_STEPS, level, list_name
 from cairn.workers.inprocess import InProcessBroker
 from tests.contract.conftest import unavailable
 
@@ -201,7 +202,9 @@ class TestCeleryPublisher(PublisherContract):
         messages = sample_messages()
         assert publisher.publish(messages)
         client = redis.Redis.from_url(broker_url)
-        raw = client.lrange(app.cairn_settings.queue, 0, -1)
+        # kombu keeps the queue as a list per level (cairn.workers.fairness).
+        queue = app.cairn_settings.queue
+        raw = [e for step in PRIORITY_STEPS for e in client.lrange(list_name(queue, step), 0, -1)]
         client.close()
         assert len(raw) == len(messages)
         sent = []
@@ -217,6 +220,10 @@ class TestCeleryPublisher(PublisherContract):
             message = NodeMessage.from_dict(body)
             assert envelope["headers"]["shadow"] == message.task_name  # what Flower shows
             assert json.loads(envelope["headers"]["argsrepr"]) == [body]
+            # Each in its run's priority's levels; the default namespace counted.
+            band = envelope["properties"]["priority"] - level(message.priority)
+            assert 0 <= band < BANDS
+            assert envelope["headers"][FAIR_HEADER] == [queue, "default"]
         assert sorted(sent) == sorted(wire(m) for m in messages)
 
     def test_messages_go_to_the_configured_queue_only(self, broker_url: str) -> None:

@@ -447,6 +447,34 @@ def test_unknown_fields_and_wrong_types_are_named(http: httpx.Client) -> None:
     assert error_code(http.get("/v1/nothing-here", headers=A)) == "not_found"
 
 
+def test_a_runs_priority_is_taken_shown_and_checked(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    body = {"workflow": "approval", "input": {"ledger": str(deployment.ledger)}}
+    urgent = http.post("/v1/runs", json={**body, "priority": 4}, headers=A)
+    assert urgent.status_code == 202, urgent.text
+    run = http.get(f"/v1/runs/{urgent.json()['run_id']}", headers=A).json()
+    assert run["priority"] == 4
+    plain = http.post("/v1/runs", json=body, headers=A).json()["run_id"]
+    assert http.get(f"/v1/runs/{plain}", headers=A).json()["priority"] == 0
+    batch = http.post(
+        "/v1/runs:batch", json={"runs": [{**body, "priority": -5}, body]}, headers=A
+    ).json()["results"]
+    assert [http.get(f"/v1/runs/{r['run_id']}", headers=A).json()["priority"] for r in batch] == [
+        -5,
+        0,
+    ]
+    before = len(http.get("/v1/runs?limit=200", headers=A).json()["runs"])
+    for bad in (6, -6, 1.5, "1", True):
+        refused = http.post("/v1/runs", json={**body, "priority": bad}, headers=A)
+        assert refused.status_code == 422, (bad, refused.text)
+        error = refused.json()["error"]
+        assert [f["field"] for f in error["fields"]] == ["body.priority"], (bad, error)
+        refused = http.post("/v1/runs:batch", json={"runs": [{**body, "priority": bad}]}, headers=A)
+        assert refused.status_code == 422, (bad, refused.text)
+    assert len(http.get("/v1/runs?limit=200", headers=A).json()["runs"]) == before
+
+
 # -- cancel, artifacts ------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ from cairn.errors import InvalidInput, UnknownWorkflow
 from cairn.model.statuses import RunStatus
 from cairn.store.schema import events, executions, outbox, runs, snapshots, timers, workflows
 from cairn.workers.app import NODE_TASK, make_celery
+from cairn.workers.fairness import PRIORITY_STEPS, list_name
 from tests.support.cluster import Cluster
 
 TABLES = {
@@ -191,7 +192,9 @@ def worker(cluster: Cluster) -> Any:
 def _unacked(cluster: Cluster) -> int:
     """Messages a worker has taken from the queue and not yet acknowledged or rejected."""
     broker = redis.Redis.from_url(cluster.settings.broker_url or "")
-    return int(broker.hlen("unacked")) + int(broker.llen(cluster.settings.queue))
+    queue = cluster.settings.queue  # a list per priority level (cairn.workers.fairness)
+    queued = sum(int(broker.llen(list_name(queue, step))) for step in PRIORITY_STEPS)
+    return int(broker.hlen("unacked")) + queued
 
 
 def _still_fine(cluster: Cluster, worker: Any, pool: set[int], before: dict[str, Any]) -> None:

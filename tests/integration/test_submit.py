@@ -61,6 +61,13 @@ def test_other_services_enqueue_through_celery_tasks(cluster: Cluster) -> None:
             queue=queue,
         )
         sender.send_task("cairn.submit", kwargs={"workflow": 42}, queue=queue)  # nonsense
+        for request_id, priority in (("svc-p", 2), ("svc-bad", 9), ("svc-str", "1")):
+            sender.send_task(
+                "cairn.submit",
+                kwargs={"workflow": "chain10", "input": ledger, "request_id": request_id,
+                        "priority": priority},
+                queue=queue,
+            )  # fmt: skip
     finally:
         sender.close()
 
@@ -78,3 +85,14 @@ def test_other_services_enqueue_through_celery_tasks(cluster: Cluster) -> None:
         assert run_id is not None
         assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
     assert worker.poll() is None  # the nonsense message did not hurt the worker
+    cluster.wait_for(lambda: run_of("default", "svc-p") is not None, 30, "the prioritized run")
+    assert cluster.client.get_run(str(run_of("default", "svc-p"))).priority == 2
+    # Refused (a priority is an integer from -5 to 5) and logged; nothing stored.
+    log = worker.log_path  # type: ignore[attr-defined]
+
+    def refused() -> bool:
+        text = log.read_text(errors="replace")
+        return "-5 to 5 (higher first), not 9" in text and "to 5, not '1'" in text
+
+    cluster.wait_for(refused, 30, "both refusals logged")
+    assert run_of("default", "svc-bad") is None and run_of("default", "svc-str") is None

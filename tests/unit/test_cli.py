@@ -575,3 +575,36 @@ def test_register_takes_all_or_nothing_and_names_every_fault(
             client.runtime.orchestrator.registry.get("book_flight", 1)
     finally:
         client.close()
+
+
+def test_submit_takes_a_priority_and_status_shows_it(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the embedded default (SQLite): the CLI, the client and a batch store a run's
+    priority; a bad one is refused before anything is stored."""
+    monkeypatch.setenv("CAIRN_HOME", str(tmp_path))
+    monkeypatch.setenv("CAIRN_WORKFLOWS", "tests/integration/workflows")
+    submitted = runner.invoke(app, ["submit", "approval", "--priority", "4"])
+    assert submitted.exit_code == 0, submitted.output
+    run_id = submitted.output.strip().splitlines()[-1]
+    shown = runner.invoke(app, ["status", run_id])
+    assert shown.exit_code == 0, shown.output
+    assert "priority: 4" in shown.output
+    as_json = runner.invoke(app, ["status", run_id, "--json"])
+    assert json.loads(as_json.output)["priority"] == 4
+    refused = runner.invoke(app, ["submit", "approval", "--priority", "9"])
+    assert refused.exit_code != 0
+    assert "priority must be from -5 to 5" in flat(refused.output + str(refused.exception))
+    client = Client()
+    try:
+        with pytest.raises(CairnError, match="an integer from -5 to 5"):
+            client.submit("approval", {}, priority="high")  # type: ignore[arg-type]
+        answers = client.submit_batch(
+            [{"workflow": "approval", "priority": -5}, {"workflow": "approval", "priority": 7}]
+        )
+        assert answers[0].ok and client.get_run(str(answers[0].run_id)).priority == -5
+        assert answers[1].error_code == "invalid_priority"
+        with client.runtime.store.reading() as tx:
+            assert len(tx.list_runs()) == 2  # the CLI's and the batch's good one
+    finally:
+        client.close()

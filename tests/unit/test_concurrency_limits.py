@@ -240,6 +240,48 @@ def test_a_slot_of_a_pool_nobody_found_full_is_given_back_without_a_database_wri
     assert counted.transactions == before
 
 
+def test_a_parked_execution_waits_with_its_runs_priority_and_is_woken_before_lower_ones(
+    store: Store,
+) -> None:
+    """The worker parks an execution with its run's priority: when a slot frees, the
+    higher one is woken though it came later, and its message keeps priority and
+    namespace (the broker bands it is published in)."""
+    published: list[NodeMessage] = []
+
+    class Broker:
+        def publish(self, messages: Sequence[NodeMessage]) -> bool:
+            published.extend(messages)
+            return True
+
+        def backlog(self, queue: str | None = None) -> int | None:
+            return 0
+
+    leases = MemoryLeases()
+    gate = SlotGate(MemorySlots(leases), store, Broker(), grace_s=60)
+    pools = [("acme/box", 1)]
+
+    def holder(n: int) -> str:
+        held = leases.acquire(f"lease-{n}", 30)
+        assert held is not None
+        return f"{held.key}|{held.token}"
+
+    def message() -> NodeMessage:
+        key = started(store)[1]
+        return NodeMessage(key.run_id, "wf", 1, key.node, key.iteration, 1, Phase.RUN)
+
+    holders = [holder(n) for n in range(4)]
+    running, low, high, default = message(), message(), message(), message()
+    assert gate.enter(running, pools, holders[0], "acme")
+    assert not gate.enter(low, pools, holders[1], "acme", -3)
+    assert not gate.enter(default, pools, holders[3], "acme")
+    assert not gate.enter(high, pools, holders[2], "acme", 4)  # the last to come
+    gate.leave(pools, holders[0])
+    assert [(m.run_id, m.priority, m.namespace) for m in published] == [(high.run_id, 4, "acme")]
+    assert gate.enter(replace(high, woken=True), pools, holders[2], "acme", 4)
+    gate.leave(pools, holders[2])
+    assert [m.run_id for m in published[1:]] == [default.run_id]
+
+
 _release = threading.Event()
 
 
