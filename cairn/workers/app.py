@@ -33,7 +33,9 @@ from kombu.exceptions import ChannelError
 from cairn import clock
 from cairn.config import Settings
 from cairn.engine.batches import SubmitItem, Submitted
+from cairn.errors import CairnError
 from cairn.lease.waits import delivered
+from cairn.model.flow import Debounce, Singleton
 from cairn.model.messages import NodeMessage
 from cairn.reconnect import is_outage
 from cairn.workers import deadlines
@@ -127,10 +129,26 @@ def make_celery(
         version: int | None = None,
         webhook: str | None = None,
         priority: int | None = None,
+        debounce: dict[str, Any] | None = None,
+        singleton: dict[str, Any] | None = None,
     ) -> str | None:
         """Start a run from any Celery/kombu client (JSON). There is no result backend:
         give a request id to find the run again (and to make a resent message one run).
-        ``priority``: -5..5, higher first (a bad one is refused, logged, nothing started)."""
+        ``priority``: -5..5, higher first (a bad one is refused, logged, nothing started).
+        ``debounce`` ``{key, wait, max_wait?}`` and ``singleton`` ``{key, mode?}`` as on
+        ``POST /v1/runs`` (docs/flow-control.md)."""
+        if debounce is not None or singleton is not None:
+            return _submitted_controlled(
+                _process_runtime(app),
+                workflow,
+                input or {},
+                namespace=namespace,
+                version=version,
+                webhook=webhook,
+                priority=priority,
+                debounce=debounce,
+                singleton=singleton,
+            )
         return _submitted(
             _process_runtime(app),
             [SubmitItem(workflow, input or {}, request_id, version, webhook, priority)],
@@ -179,6 +197,32 @@ def _fairness(app: Celery) -> Fairness:
             weights=settings.namespace_weights,
         )
     return fairness
+
+
+def _submitted_controlled(
+    runtime: Any,
+    workflow: str,
+    run_input: dict[str, Any],
+    *,
+    debounce: dict[str, Any] | None,
+    singleton: dict[str, Any] | None,
+    **options: Any,
+) -> str | None:
+    """A debounced or singleton submission; a refused one is logged and acked (sending
+    it again would be refused again)."""
+    try:
+        return str(
+            runtime.orchestrator.submit(
+                workflow,
+                run_input,
+                debounce=None if debounce is None else Debounce.of(debounce),
+                singleton=None if singleton is None else Singleton.of(singleton),
+                **options,
+            )
+        )
+    except (CairnError, TypeError, AttributeError) as error:  # not a mapping: refused too
+        log.error("submit refused: %s", error)
+        return None
 
 
 def _published_at(request: Any) -> float | None:

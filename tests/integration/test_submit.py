@@ -68,6 +68,15 @@ def test_other_services_enqueue_through_celery_tasks(cluster: Cluster) -> None:
                         "priority": priority},
                 queue=queue,
             )  # fmt: skip
+        for _ in range(2):  # one unfinished run per key: the second gets the first's
+            sender.send_task(
+                "cairn.submit",
+                kwargs={"workflow": "approval", "singleton": {"key": "svc-account-7"}},
+                queue=queue,
+            )
+        sender.send_task(  # refused: a debounce needs a wait
+            "cairn.submit", kwargs={"workflow": "approval", "debounce": {"key": "k"}}, queue=queue
+        )
     finally:
         sender.close()
 
@@ -96,3 +105,12 @@ def test_other_services_enqueue_through_celery_tasks(cluster: Cluster) -> None:
 
     cluster.wait_for(refused, 30, "both refusals logged")
     assert run_of("default", "svc-bad") is None and run_of("default", "svc-str") is None
+    cluster.wait_for(
+        lambda: "debounce is {key, wait, max_wait?}" in log.read_text(errors="replace"),
+        30,
+        "the malformed debounce refused",
+    )
+    with cluster.client.runtime.store.transaction() as tx:
+        assert tx.lock_singleton("default", "svc-account-7") is not None
+    with cluster.client.runtime.store.reading() as tx:
+        assert len(tx.list_runs(workflow="approval")) == 1  # the singleton's one run
