@@ -19,6 +19,8 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -124,6 +126,55 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+@dataclass
+class Fleet:
+    """A benchmark's cairn: its workers and scheduler as processes, a client beside them."""
+
+    client: Any  # cairn.client.Client
+    url: str  # its database's
+    workers: list[subprocess.Popen[bytes]]
+
+
+@contextmanager
+def fleet(
+    prefix: str,
+    workdir: Path,
+    *,
+    workers: int,
+    worker_args: Sequence[str],
+    **settings: str,
+) -> Iterator[Fleet]:
+    """A fresh database and Redis dbs 12 and 13, ``workers`` ``cairn worker`` processes
+    (``worker_args``: its options) and a scheduler, logging to ``workdir/<prefix>-*``;
+    everything stopped and the database dropped afterwards."""
+    from cairn.client import Client  # noqa: PLC0415
+    from cairn.config import Settings  # noqa: PLC0415
+
+    database, url = fresh_database(prefix)
+    env = cairn_env(url, broker_db=12, leases_db=13, **settings)
+    processes = [
+        spawn(
+            [sys.executable, "-m", "cairn.cli", "worker", *worker_args],
+            env,
+            workdir / f"{prefix}-worker-{n}.log",
+        )
+        for n in range(workers)
+    ]
+    scheduler = spawn(
+        [sys.executable, "-m", "cairn.cli", "scheduler"], env, workdir / f"{prefix}-sch.log"
+    )
+    client = Client(Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")}))
+    try:
+        yield Fleet(client, url, processes)
+    finally:
+        client.close()
+        stop(scheduler)
+        for process in processes:
+            stop(process)
+        with admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 def bench_cairn(

@@ -16,58 +16,40 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
-from bench.chain import admin, cairn_env, fresh_database, spawn, stop
+from bench.chain import fleet
 from bench.workflows import LIMIT
 from cairn.testing.model_server import ModelServer, Reply
 
 
 def _round(workflow: str, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
-    from cairn.client import Client  # noqa: PLC0415
-    from cairn.config import Settings  # noqa: PLC0415
-
-    with ModelServer(limit_in_flight=args.provider_limit) as model:
+    with (
+        ModelServer(limit_in_flight=args.provider_limit) as model,
+        fleet(
+            workflow,
+            workdir,
+            workers=args.workers,
+            worker_args=["--pool=threads", f"--concurrency={args.slots}"],
+            MODEL_URL=model.url,
+        ) as cairn,
+    ):
         model.responder = lambda _request: Reply(text="ok", delay_s=args.delay)
-        database, url = fresh_database("cairn_limits")
-        env = cairn_env(url, broker_db=12, leases_db=13, MODEL_URL=model.url)
-        settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
-        workers = [
-            spawn(
-                [sys.executable, "-m", "cairn.cli", "worker", "--pool=threads",
-                 f"--concurrency={args.slots}"],
-                env,
-                workdir / f"{workflow}-worker-{n}.log",
-            )
-            for n in range(args.workers)
-        ]  # fmt: skip
-        scheduler = spawn(
-            [sys.executable, "-m", "cairn.cli", "scheduler"], env, workdir / f"{workflow}-sch.log"
-        )
-        client = Client(settings)
-        try:
-            client.wait(client.submit(workflow, {"ask": "warm up"}), 60)
-            model.reset()
-            started = time.monotonic()
-            runs = [client.submit(workflow, {"ask": f"run {n}"}) for n in range(args.runs)]
-            failed = sum(client.wait(run_id, 600).status.value != "succeeded" for run_id in runs)
-            wall = time.monotonic() - started
-            return {
-                "wall_s": wall,
-                "peak": model.peak_in_flight,
-                "refused": model.over_limit,
-                "requests_per_run": model.count() / args.runs,
-                "failed": failed,
-            }
-        finally:
-            client.close()
-            stop(scheduler)
-            for worker in workers:
-                stop(worker)
-            with admin() as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        client = cairn.client
+        client.wait(client.submit(workflow, {"ask": "warm up"}), 60)
+        model.reset()
+        started = time.monotonic()
+        runs = [client.submit(workflow, {"ask": f"run {n}"}) for n in range(args.runs)]
+        failed = sum(client.wait(run_id, 600).status.value != "succeeded" for run_id in runs)
+        wall = time.monotonic() - started
+        return {
+            "wall_s": wall,
+            "peak": model.peak_in_flight,
+            "refused": model.over_limit,
+            "requests_per_run": model.count() / args.runs,
+            "failed": failed,
+        }
 
 
 def main() -> None:

@@ -23,14 +23,13 @@ import argparse
 import math
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench.chain import admin, cairn_env, fresh_database, spawn, stop, wait_finished
+from bench.chain import cairn_env, fleet, wait_finished
 
 BIG, SMALL = "big", "small"
 
@@ -41,25 +40,14 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _round(fairness: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    from cairn.client import Client  # noqa: PLC0415
-    from cairn.config import Settings  # noqa: PLC0415
-
-    database, url = fresh_database("cairn_fair")
-    env = cairn_env(url, broker_db=12, leases_db=13, CAIRN_FAIRNESS=fairness)
-    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
-    workers = [
-        spawn(
-            [sys.executable, "-m", "cairn.cli", "worker", "--concurrency=1"],
-            env,
-            workdir / f"{fairness}-worker-{n}.log",
-        )
-        for n in range(args.workers)
-    ]
-    scheduler = spawn(
-        [sys.executable, "-m", "cairn.cli", "scheduler"], env, workdir / f"{fairness}-sch.log"
-    )
-    client = Client(settings)
-    try:
+    with fleet(
+        f"fair-{fairness}",
+        workdir,
+        workers=args.workers,
+        worker_args=["--concurrency=1"],
+        CAIRN_FAIRNESS=fairness,
+    ) as cairn:
+        client, url = cairn.client, cairn.url
         for _ in range(args.workers * 2):  # every worker up and consuming
             client.wait(client.submit("bench_fair_step", {"work_s": 0}), 120)
         item = {"workflow": "bench_fair_step", "input": {"work_s": args.work}}
@@ -85,13 +73,6 @@ def _round(fairness: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
                 waits[namespace] = [float(seconds) for seconds, _ in rows]
         throughput = (args.big + args.small) / wall
         return {"wall_s": wall, "throughput": throughput, "waits": waits}
-    finally:
-        client.close()
-        stop(scheduler)
-        for worker in workers:
-            stop(worker)
-        with admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 def _probe(args: argparse.Namespace) -> dict[str, float]:

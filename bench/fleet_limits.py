@@ -24,11 +24,10 @@ import argparse
 import math
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
-from bench.chain import admin, cairn_env, fresh_database, spawn, stop
+from bench.chain import fleet
 from bench.workflows import LIMIT, PER_MINUTE
 from cairn.testing.model_server import ModelServer, Reply
 
@@ -44,70 +43,51 @@ def _bound(runs: int, delay: float) -> float:
 
 
 def _round(workflow: str, args: argparse.Namespace, workdir: Path, kill: bool) -> dict[str, float]:
-    from cairn.client import Client  # noqa: PLC0415
-    from cairn.config import Settings  # noqa: PLC0415
-
-    with ModelServer(limit_in_flight=LIMIT, limit_requests=(PER_MINUTE, 60.0)) as model:
-        model.responder = lambda _request: Reply(text="ok", delay_s=args.delay)
-        database, url = fresh_database("cairn_fleet")
-        env = cairn_env(
-            url,
-            broker_db=12,
-            leases_db=13,
+    with (
+        ModelServer(limit_in_flight=LIMIT, limit_requests=(PER_MINUTE, 60.0)) as model,
+        fleet(
+            workflow,
+            workdir,
+            workers=4,
+            worker_args=["--pool=threads", f"--concurrency={args.slots}"],
             MODEL_URL=model.url,
             CAIRN_LEASE_TTL=str(LEASE_TTL),
             CAIRN_HEARTBEAT_INTERVAL="1",
             CAIRN_RECOVERY_AFTER="10",
-        )
-        settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
-        workers = [
-            spawn(
-                [sys.executable, "-m", "cairn.cli", "worker", "--pool=threads",
-                 f"--concurrency={args.slots}"],
-                env,
-                workdir / f"{workflow}-worker-{n}.log",
-            )
-            for n in range(4)
-        ]  # fmt: skip
-        scheduler = spawn(
-            [sys.executable, "-m", "cairn.cli", "scheduler"], env, workdir / f"{workflow}-sch.log"
-        )
-        client = Client(settings)
+        ) as cairn,
+    ):
+        model.responder = lambda _request: Reply(text="ok", delay_s=args.delay)
+        client = cairn.client
+        client.wait(client.submit(workflow, {"ask": "warm up"}), 60)
+        time.sleep(0.5)
+        model.reset()
+        started = time.monotonic()
+        runs = [client.submit(workflow, {"ask": f"run {n}"}) for n in range(args.runs)]
         back_after = float("nan")
-        try:
-            client.wait(client.submit(workflow, {"ask": "warm up"}), 60)
+        if kill:
+            time.sleep(max(0.0, args.kill_at - (time.monotonic() - started)))
+            killed_at = time.monotonic()
+            for worker in cairn.workers[:2]:
+                os.killpg(worker.pid, signal.SIGKILL)
+            # The stand-in sees the killed calls' clients go; the pool is full again only
+            # once the dead leases' slots have expired and been taken.
             time.sleep(0.5)
-            model.reset()
-            started = time.monotonic()
-            runs = [client.submit(workflow, {"ask": f"run {n}"}) for n in range(args.runs)]
-            if kill:
-                time.sleep(max(0.0, args.kill_at - (time.monotonic() - started)))
-                killed_at = time.monotonic()
-                for worker in workers[:2]:
-                    os.killpg(worker.pid, signal.SIGKILL)
-                # The stand-in sees the killed calls' clients go; the pool is full again
-                # only once the dead leases' slots have expired and been taken.
-                time.sleep(0.5)
-                while model.in_flight < LIMIT and time.monotonic() - killed_at < 120:
-                    time.sleep(0.05)
+            while model.in_flight < LIMIT and time.monotonic() - killed_at < 120:
+                if model.count() >= args.runs:  # too little work left to fill the pool
+                    break
+                time.sleep(0.05)
+            else:
                 back_after = time.monotonic() - killed_at
-            ended = [client.wait(run_id, 900) for run_id in runs]
-            wall = time.monotonic() - started
-            return {
-                "wall_s": wall,
-                "succeeded": sum(view.status.value == "succeeded" for view in ended),
-                "peak": model.peak_in_flight,
-                "peak_minute": model.peak_in_window(60.0, refused=False),
-                "refused": model.over_limit + model.over_rate,
-                "back_s": back_after,
-            }
-        finally:
-            client.close()
-            stop(scheduler)
-            for worker in workers:
-                stop(worker)
-            with admin() as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        ended = [client.wait(run_id, 900) for run_id in runs]
+        wall = time.monotonic() - started
+        return {
+            "wall_s": wall,
+            "succeeded": sum(view.status.value == "succeeded" for view in ended),
+            "peak": model.peak_in_flight,
+            "peak_minute": model.peak_in_window(60.0, refused=False),
+            "refused": model.over_limit + model.over_rate,
+            "back_s": back_after,
+        }
 
 
 def main() -> None:
@@ -135,7 +115,7 @@ def main() -> None:
     )
     for label, workflow, kill in rounds:
         got = _round(workflow, args, workdir, kill)
-        back = f"{got['back_s']:.1f} s" if kill else "-"
+        back = "-" if math.isnan(got["back_s"]) else f"{got['back_s']:.1f} s"
         print(
             f"{label:<34} {got['wall_s']:>7.1f} {got['wall_s'] / bound:>8.2f} "
             f"{got['succeeded']:>5.0f} {got['peak']:>5.0f} {got['peak_minute']:>9.0f} "

@@ -18,63 +18,45 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
-from bench.chain import admin, cairn_env, fresh_database, spawn, stop
+from bench.chain import fleet
 from bench.workflows import RATE
 from cairn.testing.model_server import ModelServer, Reply
 
 
 def _round(workflow: str, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
-    from cairn.client import Client  # noqa: PLC0415
-    from cairn.config import Settings  # noqa: PLC0415
-
-    with ModelServer(limit_requests=(args.rate, 1.0)) as model:
+    with (
+        ModelServer(limit_requests=(args.rate, 1.0)) as model,
+        fleet(
+            workflow,
+            workdir,
+            workers=args.workers,
+            worker_args=["--pool=threads", f"--concurrency={args.slots}"],
+            MODEL_URL=model.url,
+        ) as cairn,
+    ):
         model.responder = lambda _request: Reply(text="ok", delay_s=args.delay)
-        database, url = fresh_database("cairn_rate")
-        env = cairn_env(url, broker_db=12, leases_db=13, MODEL_URL=model.url)
-        settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
-        workers = [
-            spawn(
-                [sys.executable, "-m", "cairn.cli", "worker", "--pool=threads",
-                 f"--concurrency={args.slots}"],
-                env,
-                workdir / f"{workflow}-worker-{n}.log",
-            )
-            for n in range(args.workers)
-        ]  # fmt: skip
-        scheduler = spawn(
-            [sys.executable, "-m", "cairn.cli", "scheduler"], env, workdir / f"{workflow}-sch.log"
-        )
-        client = Client(settings)
-        try:
-            client.wait(client.submit(workflow, {"ask": "warm up"}), 60)
-            time.sleep(1.1)  # the warm-up's request out of the window
-            model.reset()
-            started = time.monotonic()
-            runs = [client.submit(workflow, {"ask": f"run {n}"}) for n in range(args.runs)]
-            ended = [client.wait(run_id, 900) for run_id in runs]
-            wall = time.monotonic() - started
-            failed = sum(view.status.value != "succeeded" for view in ended)
-            return {
-                "wall_s": wall,
-                "rate": (args.runs - failed) / wall,
-                "peak_1s": model.peak_in_window(1.0),
-                "answered_1s": model.peak_in_window(1.0, refused=False),
-                "peak_6s": model.peak_in_window(6.0),
-                "refused": model.over_rate,
-                "requests_per_run": model.count() / args.runs,
-                "failed": failed,
-            }
-        finally:
-            client.close()
-            stop(scheduler)
-            for worker in workers:
-                stop(worker)
-            with admin() as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        client = cairn.client
+        client.wait(client.submit(workflow, {"ask": "warm up"}), 60)
+        time.sleep(1.1)  # the warm-up's request out of the window
+        model.reset()
+        started = time.monotonic()
+        runs = [client.submit(workflow, {"ask": f"run {n}"}) for n in range(args.runs)]
+        ended = [client.wait(run_id, 900) for run_id in runs]
+        wall = time.monotonic() - started
+        failed = sum(view.status.value != "succeeded" for view in ended)
+        return {
+            "wall_s": wall,
+            "rate": (args.runs - failed) / wall,
+            "peak_1s": model.peak_in_window(1.0),
+            "answered_1s": model.peak_in_window(1.0, refused=False),
+            "peak_6s": model.peak_in_window(6.0),
+            "refused": model.over_rate,
+            "requests_per_run": model.count() / args.runs,
+            "failed": failed,
+        }
 
 
 def main() -> None:

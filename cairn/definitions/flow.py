@@ -5,12 +5,14 @@ outside systems a task calls, each behind a circuit breaker."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from cairn.definitions import format as fmt
 from cairn.definitions.reader import Reader
 from cairn.model.definition import ConcurrencyLimit, Dependency, Rate, RateLimit
 
+T = TypeVar("T")
 PATH = re.compile(r"^(state|input)(\.[A-Za-z_][A-Za-z0-9_\-]*)+$")
 CONSTANT = re.compile(r"^[A-Za-z0-9_.:@/\-]{1,100}$")
 RATE = re.compile(r"^\s*([0-9]+)\s*/\s*([a-z]+)\s*$")
@@ -18,23 +20,35 @@ PERIODS = {"s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0, "h"
            "hour": 3600.0}  # fmt: skip
 
 
+def _each(
+    reader: Reader,
+    raw: object,
+    node_id: str | None,
+    what: str,
+    *,
+    read_one: Callable[[Reader, object, str | None], T | None],
+    name_of: Callable[[T], str],
+) -> tuple[T, ...]:
+    """One item or a list of them (each applies), no two of one name."""
+    if raw is None:
+        return ()
+    found: list[T] = []
+    for given in raw if isinstance(raw, list) else [raw]:
+        item = read_one(reader, given, node_id)
+        if item is None:
+            continue
+        if any(name_of(other) == name_of(item) for other in found):
+            reader.fault("bad_value", f"'{what}' names {name_of(item)!r} twice", node_id)
+            continue
+        found.append(item)
+    return tuple(found)
+
+
 def read_concurrency(
     reader: Reader, raw: object, node_id: str | None
 ) -> tuple[ConcurrencyLimit, ...]:
     """``{key: "state.tenant", limit: 10}``, or a list of such (each applies)."""
-    if raw is None:
-        return ()
-    given = raw if isinstance(raw, list) else [raw]
-    limits: list[ConcurrencyLimit] = []
-    for item in given:
-        limit = _limit(reader, item, node_id)
-        if limit is None:
-            continue
-        if any(other.key == limit.key for other in limits):
-            reader.fault("bad_value", f"'concurrency' names the key {limit.key!r} twice", node_id)
-            continue
-        limits.append(limit)
-    return tuple(limits)
+    return _each(reader, raw, node_id, "concurrency", read_one=_limit, name_of=lambda c: c.key)
 
 
 def _limit(reader: Reader, raw: object, node_id: str | None) -> ConcurrencyLimit | None:
@@ -81,19 +95,7 @@ def _key(reader: Reader, key: object, what: str, node_id: str | None) -> bool:
 def read_rate(reader: Reader, raw: object, node_id: str | None) -> tuple[RateLimit, ...]:
     """``{key: openai-prod, requests: 600/min, tokens: 200000/min}``, or a list of such
     (each applies)."""
-    if raw is None:
-        return ()
-    given = raw if isinstance(raw, list) else [raw]
-    limits: list[RateLimit] = []
-    for item in given:
-        limit = _rate_limit(reader, item, node_id)
-        if limit is None:
-            continue
-        if any(other.key == limit.key for other in limits):
-            reader.fault("bad_value", f"'rate' names the key {limit.key!r} twice", node_id)
-            continue
-        limits.append(limit)
-    return tuple(limits)
+    return _each(reader, raw, node_id, "rate", read_one=_rate_limit, name_of=lambda r: r.key)
 
 
 def _rate_limit(reader: Reader, raw: object, node_id: str | None) -> RateLimit | None:
@@ -142,22 +144,10 @@ def _rate(reader: Reader, raw: object, what: str, node_id: str | None) -> Rate |
 def read_dependencies(reader: Reader, raw: object, node_id: str) -> tuple[Dependency, ...]:
     """``payments``, ``{name: payments, failures: 5, window: 60s, open_for: 30s}``, or a
     list of such."""
-    if raw is None:
-        return ()
-    given = raw if isinstance(raw, list) else [raw]
-    found: list[Dependency] = []
-    for item in given:
-        dependency = _dependency(reader, item, node_id)
-        if dependency is None:
-            continue
-        if any(other.name == dependency.name for other in found):
-            reader.fault("bad_value", f"'dependency' names {dependency.name!r} twice", node_id)
-            continue
-        found.append(dependency)
-    return tuple(found)
+    return _each(reader, raw, node_id, "dependency", read_one=_dependency, name_of=lambda d: d.name)
 
 
-def _dependency(reader: Reader, raw: object, node_id: str) -> Dependency | None:
+def _dependency(reader: Reader, raw: object, node_id: str | None) -> Dependency | None:
     spec: Mapping[str, object] = {"name": raw} if isinstance(raw, str) else {}
     if isinstance(raw, Mapping):
         reader.closed(raw, fmt.DEPENDENCY, "dependency", node_id, where="dependency")

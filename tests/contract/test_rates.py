@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 
 from cairn.engine.rates import Rates
 from cairn.lease.rates import MemoryRates, RedisRates
 from cairn.testing.rates_contract import RatesContract
-from tests.contract.conftest import unavailable
 
 
 class TestMemoryRates(RatesContract):
@@ -21,12 +18,5 @@ class TestMemoryRates(RatesContract):
 
 class TestRedisRates(RatesContract):
     @pytest.fixture
-    def rates(self, request: pytest.FixtureRequest) -> Iterator[Rates]:
-        try:
-            redis.Redis.from_url("redis://127.0.0.1:6379/0").ping()
-        except redis.RedisError as error:
-            unavailable("Redis", error)
-        _broker, leases_url = request.getfixturevalue("redis_urls")
-        client = redis.Redis.from_url(leases_url)
-        yield RedisRates(client)
-        client.close()
+    def rates(self, leases_redis: redis.Redis) -> Rates:
+        return RedisRates(leases_redis)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 
@@ -14,7 +12,6 @@ from cairn.lease.redis import RedisLeases
 from cairn.lease.redis_slots import RedisSlots
 from cairn.lease.slots import MemorySlots
 from cairn.testing.slots_contract import SlotsContract
-from tests.contract.conftest import unavailable
 
 
 class TestMemorySlots(SlotsContract):
@@ -26,12 +23,5 @@ class TestMemorySlots(SlotsContract):
 
 class TestRedisSlots(SlotsContract):
     @pytest.fixture
-    def pair(self, request: pytest.FixtureRequest) -> Iterator[tuple[Leases, Slots]]:
-        try:
-            redis.Redis.from_url("redis://127.0.0.1:6379/0").ping()
-        except redis.RedisError as error:
-            unavailable("Redis", error)
-        _broker, leases_url = request.getfixturevalue("redis_urls")
-        client = redis.Redis.from_url(leases_url)
-        yield RedisLeases(client), RedisSlots(client)
-        client.close()
+    def pair(self, leases_redis: redis.Redis) -> tuple[Leases, Slots]:
+        return RedisLeases(leases_redis), RedisSlots(leases_redis)
