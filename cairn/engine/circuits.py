@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from cairn.model.circuits import Change, CircuitReport
+from cairn.model.circuits import Change, CircuitLook, CircuitReport
 from cairn.model.definition import Dependency
 
 CIRCUIT_POOL = "!circuit/"  # a circuit's pool: fleet-wide, named as no namespace is
@@ -35,6 +35,10 @@ WAKE_ALL = 100_000
 
 class Circuits(Protocol):
     """The fleet's circuits, one per dependency name."""
+
+    def look(self, names: Sequence[str]) -> Mapping[str, CircuitLook]:
+        """Each circuit now: its pool's limit, and whether a success would change it."""
+        ...
 
     def limits(self, names: Sequence[str]) -> Mapping[str, int | None]:
         """Each circuit's pool limit now: None closed, 0 open, 1 half-open."""
@@ -68,14 +72,13 @@ def dependency_of(pool: str) -> str | None:
     return pool.removeprefix(CIRCUIT_POOL) if pool.startswith(CIRCUIT_POOL) else None
 
 
-def circuit_pools(circuits: Circuits, dependencies: Sequence[Dependency]) -> list[tuple[str, int]]:
+def circuit_pools(
+    dependencies: Sequence[Dependency], looks: Mapping[str, CircuitLook]
+) -> list[tuple[str, int]]:
     """The pools of the circuits that are not closed, with their limits: an execution
     takes a slot of each before it runs (it parks on an open one)."""
-    if not dependencies:
-        return []
-    limits = circuits.limits([d.name for d in dependencies])
     return [
         (circuit_pool(d.name), limit)
         for d in dependencies
-        if (limit := limits.get(d.name)) is not None
+        if (look := looks.get(d.name)) is not None and (limit := look.limit) is not None
     ]

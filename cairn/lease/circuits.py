@@ -18,7 +18,7 @@ from importlib import resources
 
 import redis
 
-from cairn.model.circuits import Change, CircuitReport
+from cairn.model.circuits import Change, CircuitLook, CircuitReport
 from cairn.model.definition import Dependency
 
 CIRCUIT_PREFIX = "cairn:circuit:"
@@ -53,11 +53,18 @@ class RedisCircuits:
         self._limits = client.register_script(_script("circuit_limits.lua"))
         self._succeeded = client.register_script(SUCCEEDED)
 
-    def limits(self, names: Sequence[str]) -> Mapping[str, int | None]:
+    def look(self, names: Sequence[str]) -> Mapping[str, CircuitLook]:
         if not names:
             return {}
-        found = self._limits(keys=[CIRCUIT_PREFIX + name for name in names])
-        return {name: None if int(v) < 0 else int(v) for name, v in zip(names, found, strict=True)}
+        keys = [*(CIRCUIT_PREFIX + name for name in names), *(FAILURES_PREFIX + n for n in names)]
+        found = [int(v) for v in self._limits(keys=keys)]
+        return {
+            name: CircuitLook(None if v < 0 else v, counting=v != -1)
+            for name, v in zip(names, found, strict=True)
+        }
+
+    def limits(self, names: Sequence[str]) -> Mapping[str, int | None]:
+        return {name: look.limit for name, look in self.look(names).items()}
 
     def failed(self, dependency: Dependency, run_id: str) -> Change | None:
         answer = self._failed(
@@ -124,13 +131,20 @@ class MemoryCircuits:
         self._lock = threading.Lock()
         self._circuits: dict[str, _Circuit] = {}
 
-    def limits(self, names: Sequence[str]) -> Mapping[str, int | None]:
+    def look(self, names: Sequence[str]) -> Mapping[str, CircuitLook]:
         now = self._clock()
         with self._lock:
+            found = {name: self._circuits.get(name) for name in names}
             return {
-                name: _limit(c.open_until if (c := self._circuits.get(name)) else None, now)
-                for name in names
+                name: CircuitLook(
+                    _limit(c.open_until if c else None, now),
+                    counting=c is not None and (c.open_until is not None or bool(c.failures)),
+                )
+                for name, c in found.items()
             }
+
+    def limits(self, names: Sequence[str]) -> Mapping[str, int | None]:
+        return {name: look.limit for name, look in self.look(names).items()}
 
     def failed(self, dependency: Dependency, run_id: str) -> Change | None:
         now = self._clock()

@@ -31,3 +31,11 @@ class CircuitReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class CircuitLook:
+    """A circuit as an execution finds it before it runs."""
+
+    limit: int | None  # its pool's limit: None closed, 0 open, 1 half-open
+    counting: bool  # failures are counted, or it is open: a success has something to undo

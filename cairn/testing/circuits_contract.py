@@ -9,7 +9,7 @@ import time
 from datetime import timedelta
 
 from cairn.engine.circuits import Circuits
-from cairn.model.circuits import Change
+from cairn.model.circuits import Change, CircuitLook
 from cairn.model.definition import Dependency
 
 OPEN_FOR = 0.4
@@ -28,15 +28,20 @@ class CircuitsContract:
         assert (counting.dependency, counting.state, counting.failures) == ("payments", "closed", 2)
         assert circuits.failed(PAYMENTS, "run-3") is Change.OPENED
         assert circuits.limits(["payments", "search"]) == {"payments": 0, "search": None}
+        assert circuits.look(["payments"]) == {"payments": CircuitLook(0, counting=True)}
         (shown,) = circuits.reports()
         assert (shown.state, shown.failures, shown.opens) == ("open", 3, 1)
         assert shown.open_until is not None and shown.opened_at is not None
         assert 0 < shown.open_until - shown.opened_at <= OPEN_FOR + 0.01
 
     def test_a_success_between_failures_starts_the_count_again(self, circuits: Circuits) -> None:
+        clean = CircuitLook(None, counting=False)
+        assert circuits.look(["payments"]) == {"payments": clean}  # a success: nothing to tell
         assert circuits.failed(PAYMENTS, "run-1") is None
         assert circuits.failed(PAYMENTS, "run-2") is None
+        assert circuits.look(["payments"]) == {"payments": CircuitLook(None, counting=True)}
         assert circuits.succeeded("payments") is None  # it was closed: nothing to close
+        assert circuits.look(["payments"]) == {"payments": clean}
         assert circuits.reports() == []
         assert circuits.failed(PAYMENTS, "run-3") is None
         assert circuits.failed(PAYMENTS, "run-4") is None

@@ -27,27 +27,40 @@ from cairn.observe.sentry import report_circuit
 log = logging.getLogger("cairn.circuits")
 
 
+@dataclass(frozen=True)
+class Guarded:
+    """An execution's circuits, as it found them before it ran."""
+
+    dependencies: tuple[Dependency, ...]
+    pools: list[Pool]  # of those not closed: it takes a slot of each (parks on an open one)
+    counting: frozenset[str]  # those its success changes (the others it need not tell)
+
+
 @dataclass
 class CircuitWatch:
     circuits: Circuits
     orchestrator: Orchestrator
     count: Callable[[str], None] | None = None  # the fleet-wide counters (Leases.count)
 
-    def pools(self, dependencies: tuple[Dependency, ...]) -> list[Pool]:
-        return circuit_pools(self.circuits, dependencies)
+    def look(self, message: NodeMessage, dependencies: tuple[Dependency, ...]) -> Guarded | None:
+        """One read of every circuit of the execution (None: it has none to tell — no
+        dependency, or a compensation, which undoes work and tells nothing of it)."""
+        if message.phase is not Phase.RUN or not dependencies:
+            return None
+        looks = self.circuits.look([d.name for d in dependencies])
+        counting = frozenset(name for name, look in looks.items() if look.counting)
+        return Guarded(dependencies, circuit_pools(dependencies, looks), counting)
 
-    def report(
-        self, message: NodeMessage, dependencies: tuple[Dependency, ...], outcome: NodeOutcome
-    ) -> None:
+    def report(self, message: NodeMessage, guarded: Guarded, outcome: NodeOutcome) -> None:
         failed = (
             outcome.status is NodeStatus.FAILED
             and outcome.error_class == ErrorClass.TRANSIENT.value
         )
-        if message.phase is not Phase.RUN or not dependencies:
-            return  # a compensation undoes work: it tells nothing of the dependency
         if not (failed or outcome.status is NodeStatus.SUCCEEDED):
             return  # a permanent failure is the handler's, a cancel nobody's
-        for dependency in dependencies:
+        for dependency in guarded.dependencies:
+            if not failed and dependency.name not in guarded.counting:
+                continue  # closed with nothing counted: a success changes nothing
             try:
                 change = (
                     self.circuits.failed(dependency, message.run_id)

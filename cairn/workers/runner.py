@@ -168,8 +168,14 @@ class NodeRunner:
             return Handled.LEASE_HELD
         if lease.superseded:
             log.info("%s attempt %d supersedes an older attempt's lease", key, message.attempt)
-        dependencies = self._dependencies(definition, node, run, state)
-        pools = self._pools(definition, node, message, run, state, dependencies=dependencies)
+        guarded = (
+            self.circuits.look(message, self._dependencies(definition, node, run, state))
+            if self.circuits is not None
+            else None
+        )
+        pools = self._pools(definition, node, message, run, state)
+        if guarded is not None and self.gate is not None:
+            pools += guarded.pools
         holder = holder_of(lease.key, lease.token)
         # An irreversible node's first claim is its last: it waits for its slot before.
         if irreversible and not self._enter(message, pools, holder, run.namespace, lease):
@@ -219,8 +225,8 @@ class NodeRunner:
                 claimed, message, state, queued_s=current_wait(), recorders=recorders
             )
             outcome = self._outcome(claimed, message, state, ctx, ref.resolve())
-            if self.circuits is not None and isinstance(node, TaskNode):
-                self.circuits.report(message, dependencies, outcome)
+            if self.circuits is not None and guarded is not None:
+                self.circuits.report(message, guarded, outcome)
             if outcome.duration_s is not None:
                 timings["execution"] = outcome.duration_s
             fault_point("handler.after_return")
@@ -479,12 +485,10 @@ class NodeRunner:
         message: NodeMessage,
         run: RunRecord,
         state: RunState,
-        *,
-        dependencies: tuple[Dependency, ...],
     ) -> list[Pool]:
         if self.gate is None or message.phase is not Phase.RUN or not isinstance(node, TaskNode):
             return []
-        pools = pools_for(
+        return pools_for(
             definition,
             node,
             namespace=run.namespace,
@@ -492,9 +496,6 @@ class NodeRunner:
             run_input=run.input,
             namespace_limit=self.settings.namespace_concurrency,
         )
-        if self.circuits is not None and dependencies:
-            pools += self.circuits.pools(dependencies)
-        return pools
 
     def _dependencies(
         self, definition: WorkflowDefinition, node: AnyNode, run: RunRecord, state: RunState

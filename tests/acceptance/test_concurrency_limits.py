@@ -11,7 +11,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from cairn.model.statuses import RunStatus
 from cairn.observe.flow import pool_reports
 from cairn.testing.model_server import ModelServer, Reply
 from tests.support.cluster import Cluster
@@ -26,17 +25,6 @@ def provider(cluster: Cluster) -> Iterator[ModelServer]:
         yield server
 
 
-def _ended(cluster: Cluster, runs: list[str], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    for run_id in runs:
-        view = cluster.client.get_run(run_id)
-        while not view.status.terminal:
-            assert time.monotonic() < deadline, f"{run_id} did not end: {view.status}"
-            time.sleep(0.1)
-            view = cluster.client.get_run(run_id)
-        assert view.status is RunStatus.SUCCEEDED, view.reason
-
-
 def test_a_pool_never_has_more_calls_at_the_provider_than_its_limit(
     cluster: Cluster, provider: ModelServer
 ) -> None:
@@ -48,7 +36,7 @@ def test_a_pool_never_has_more_calls_at_the_provider_than_its_limit(
     cluster.consuming(cluster.worker(concurrency=4))
     cluster.scheduler()
     runs = [cluster.submit("limited_calls", {"tenant": "acme"}) for _ in range(12)]
-    _ended(cluster, runs, 90)
+    cluster.all_succeeded(runs, 90)
     assert provider.over_limit == 0  # no call past the limit reached the provider
     assert provider.peak_in_flight == LIMIT  # and the limit was used
     assert provider.count() == 12  # one request per run: a parked run is not retried
@@ -89,7 +77,7 @@ def test_a_worker_killed_holding_slots_does_not_leak_them(
     killed_at = time.monotonic()
     cluster.wait_for(lambda: provider.count() > LIMIT, 30, "a call after the kill")
     freed_after = time.monotonic() - killed_at
-    _ended(cluster, runs, 90)
+    cluster.all_succeeded(runs, 90)
     assert provider.over_limit == 0
     # The dead worker's slots came back with its leases (TTL 2 s), not later.
     assert freed_after < 2 * float(cluster.env["CAIRN_LEASE_TTL"]) + 2, freed_after

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 import pytest
 
 from cairn.model.keys import ExecutionKey
-from cairn.model.statuses import RunStatus
 from cairn.testing.model_server import Fault, ModelServer
 from tests.support.cluster import Cluster
 
@@ -29,17 +28,6 @@ def provider(cluster: Cluster) -> Iterator[ModelServer]:
         yield server
 
 
-def _ended(cluster: Cluster, runs: list[str], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    for run_id in runs:
-        view = cluster.client.get_run(run_id)
-        while not view.status.terminal:
-            assert time.monotonic() < deadline, f"{run_id} did not end: {view.status}"
-            time.sleep(0.1)
-            view = cluster.client.get_run(run_id)
-        assert view.status is RunStatus.SUCCEEDED, view.reason
-
-
 def test_no_window_of_a_second_has_more_requests_than_the_rate(
     cluster: Cluster, provider: ModelServer
 ) -> None:
@@ -51,12 +39,12 @@ def test_no_window_of_a_second_has_more_requests_than_the_rate(
     for _ in range(2):
         cluster.consuming(cluster.worker(concurrency=2, **STEADY))
     cluster.scheduler()
-    _ended(cluster, [cluster.submit("rated_calls", {}) for _ in range(8)], 60)
+    cluster.all_succeeded([cluster.submit("rated_calls", {}) for _ in range(8)], 60)
     time.sleep(1.5)  # the warm-up's requests out of the window
     provider.reset()
     runs = 25
     ids = [cluster.submit("rated_calls", {}) for _ in range(runs)]
-    _ended(cluster, ids, 60)
+    cluster.all_succeeded(ids, 60)
     arrivals = sorted(r.at for r in provider.requests)
     shown = [round(at - arrivals[0], 3) for at in arrivals]
     assert provider.count() == runs and provider.over_rate == 0, shown
@@ -78,7 +66,7 @@ def test_a_429_holds_every_caller_of_the_key_for_its_retry_after(
     recorded once."""
     cluster.consuming(cluster.worker(concurrency=4, **STEADY))
     cluster.scheduler()
-    _ended(cluster, [cluster.submit("rated_calls", {}) for _ in range(8)], 60)  # warm
+    cluster.all_succeeded([cluster.submit("rated_calls", {}) for _ in range(8)], 60)  # warm
     time.sleep(1.5)  # their requests out of the window
     provider.reset()
     provider.script(Fault(status=429, retry_after_s=5))
@@ -87,7 +75,7 @@ def test_a_429_holds_every_caller_of_the_key_for_its_retry_after(
     refused_at = provider.requests[0].at
     time.sleep(0.2)
     rest = [cluster.submit("rated_calls", {}) for _ in range(3)]
-    _ended(cluster, [first, *rest], 60)
+    cluster.all_succeeded([first, *rest], 60)
     later = [r.at - refused_at for r in provider.requests[1:]]
     assert len(later) == 4, later  # the refused one again, and the three others
     assert min(later) >= 4.95, later  # held, every one, for the Retry-After

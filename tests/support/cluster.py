@@ -22,6 +22,7 @@ import pytest
 from cairn.client import Client
 from cairn.config import Settings
 from cairn.engine.reads import RunView
+from cairn.model.statuses import RunStatus
 from tests.support.services import ROOT
 
 WORKFLOWS = ROOT / "tests" / "integration" / "workflows"
@@ -104,6 +105,17 @@ class Cluster:
 
     def wait(self, run_id: str, timeout_s: float = 60.0) -> RunView:
         return self.client.wait(run_id, timeout_s, poll_s=0.1)
+
+    def all_succeeded(self, run_ids: list[str], timeout_s: float) -> None:
+        """Every one of the runs ended, succeeded, within ``timeout_s`` in all."""
+        deadline = time.monotonic() + timeout_s
+        for run_id in run_ids:
+            view = self.client.get_run(run_id)
+            while not view.status.terminal:
+                assert time.monotonic() < deadline, f"{run_id} did not end: {view.status}"
+                time.sleep(0.1)
+                view = self.client.get_run(run_id)
+            assert view.status is RunStatus.SUCCEEDED, view.reason
 
     def executions(self) -> Counter[tuple[str, str, int]]:
         """How often each (run, node, iteration) ran, by the handlers' own ledger."""
