@@ -250,6 +250,19 @@ def settled(runtime: Runtime, run_id: str, status: RunStatus, timeout_s: float =
         time.sleep(0.02)
 
 
+def delivered(runtime: Runtime, timeout_s: float = 20.0) -> None:
+    """Waits until every outbox row is marked sent: the embedded queue can run a message,
+    and the steps after it, before its publisher marks the row — a later mark would read
+    as a write the replay made."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with runtime.store.reading() as tx:
+            if not tx.has_unsent(tx.now() + 1.0):
+                return
+        assert time.monotonic() < deadline, "an outbox row was never marked sent"
+        time.sleep(0.02)
+
+
 def rows(runtime: Runtime) -> dict[str, list[Any]]:
     with runtime.store.reading() as tx:
         return {
@@ -283,6 +296,7 @@ def shop(home: Path) -> Iterator[tuple[Runtime, dict[str, str]]]:
         }
         settled(runtime, made["order"], RunStatus.SUCCEEDED)
         settled(runtime, made["approval"], RunStatus.WAITING)
+        delivered(runtime)
         assert len(world_calls(world)) == 6
         yield runtime, made
     finally:
