@@ -14,7 +14,7 @@ from cairn.model.keys import ExecutionKey
 from cairn.store.base import TxBase
 from cairn.store.clauses import unfinished
 from cairn.store.records import ModelCallRecord
-from cairn.store.schema import executions, model_calls, model_messages
+from cairn.store.schema import events, executions, model_calls, model_messages
 
 CALL_COLUMNS = (
     "run_id",
@@ -35,6 +35,9 @@ CALL_COLUMNS = (
     "history",
     "recorded_at",  # last: stamped by the statement
 )
+
+# The events a worker reports an execution's end by, with what it spent.
+REPORTED_ENDS = ("node_succeeded", "node_failed", "node_cancelled")
 
 
 class ModelCallsTx(TxBase):
@@ -104,6 +107,24 @@ class ModelCallsTx(TxBase):
             .order_by(model_calls.c.call_index)
         )
         return _records(rows)
+
+    def charged_attempts(self, key: ExecutionKey) -> frozenset[int]:
+        """The attempts of execution ``key`` whose end a worker reported with charges: what
+        their calls used is counted already (a crashed attempt's charges were lost with it)."""
+        rows = self.connection.execute(
+            select(events.c.data).where(
+                events.c.run_id == key.run_id,
+                events.c.type.in_(REPORTED_ENDS),
+            )
+        ).scalars()
+        return frozenset(
+            int(data.get("attempt", 1))
+            for data in rows
+            if data.get("charges")
+            and data.get("node") == key.node
+            and data.get("iteration", 1) == key.iteration
+            and data.get("phase", "run") == key.phase
+        )
 
     def model_calls_of_run(self, run_id: str, node: str | None = None) -> list[ModelCallRecord]:
         """Every call the run's executions recorded (of ``node`` only, if given): each

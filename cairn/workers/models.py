@@ -212,6 +212,7 @@ class ModelCalls:
     next_index: int = 0  # the index of the execution's next call
     _compactor: Compactor | None = field(default=None, repr=False)
     _record: dict[int, ModelCallRecord] | None = field(default=None, repr=False)
+    _charged_attempts: frozenset[int] = field(default=frozenset(), repr=False)
 
     @property
     def compactor(self) -> Compactor | None:
@@ -249,6 +250,17 @@ class ModelCalls:
             )
         log.warning("%s %d asks something else now (%s): sent", call, index, changed)
         return None
+
+    def charged(self, index: int) -> bool:
+        """Whether what recorded call ``index`` used is counted already: an earlier attempt
+        made it and reported its end, charges included (a retry answered from the record
+        is not charged for it again; a re-execution after a crash is, once)."""
+        found = self._load().get(index)
+        return (
+            found is not None
+            and found.attempt < self.attempt
+            and found.attempt in self._charged_attempts
+        )
 
     def _stood_in(self, unanswered: Unanswered, refusal: str) -> dict[str, Any]:
         answer = self.stand_in(unanswered) if self.stand_in is not None else None
@@ -353,11 +365,12 @@ class ModelCalls:
                 self._record = {}
             else:
 
-                def read() -> list[ModelCallRecord]:
+                def read() -> tuple[list[ModelCallRecord], frozenset[int]]:
                     with self.store.reading() as tx:
-                        return tx.model_calls_of(self.key)
+                        found = tx.model_calls_of(self.key)
+                        return found, tx.charged_attempts(self.key) if found else frozenset()
 
-                found = store_through_outages(
+                found, self._charged_attempts = store_through_outages(
                     self.reconnect_within, f"{self.key}: reading its model calls", read
                 )
                 self._record = {call.call_index: call for call in found}
@@ -571,7 +584,7 @@ class _Create:
         index, request, answer = self._prepare(kwargs, history)
         streaming = bool(kwargs.get("stream"))
         if answer is not None:
-            return self._answered(answer, kwargs, streaming)
+            return self._answered(index, answer, kwargs, streaming)
         started = time.perf_counter()
         response, ticket = self._send(send, kwargs, request)
         if streaming:
@@ -587,7 +600,7 @@ class _Create:
         answer = self.encode(response)
         self._settle(ticket, answer)
         self.calls.record(index, request, answer, time.perf_counter() - started)
-        return self._answered(answer, kwargs, streaming)
+        return self._answered(index, answer, kwargs, streaming)
 
     def _send(
         self, send: Callable[..., Any], kwargs: dict[str, Any], request: ModelRequest
@@ -663,10 +676,10 @@ class _Create:
         streaming = bool(kwargs.get("stream"))
         if answer is not None:
             if streaming:
-                self._charge(answer.get("usage") or {}, kwargs.get("model"))
+                self._charge_answer(index, answer, kwargs)
                 chunks = replayed(self.provider, self.operation, answer, kwargs)
                 return RecordedAsyncStream(chunks, None, None, self._failure)
-            return self._answered(answer, kwargs, streaming)
+            return self._answered(index, answer, kwargs, streaming)
         started = time.perf_counter()
         response, ticket = await self._send_async(send, kwargs, request)
         if streaming:
@@ -684,10 +697,12 @@ class _Create:
         await asyncio.to_thread(self._settle, ticket, answer)
         latency = time.perf_counter() - started
         await asyncio.to_thread(self.calls.record, index, request, answer, latency)
-        return self._answered(answer, kwargs, streaming)
+        return self._answered(index, answer, kwargs, streaming)
 
-    def _answered(self, answer: dict[str, Any], kwargs: Mapping[str, Any], streaming: bool) -> Any:
-        self._charge(answer.get("usage") or {}, kwargs.get("model"))
+    def _answered(
+        self, index: int, answer: dict[str, Any], kwargs: Mapping[str, Any], streaming: bool
+    ) -> Any:
+        self._charge_answer(index, answer, kwargs)
         if streaming:  # a recorded streaming call: its message, streamed again
             return RecordedStream(
                 replayed(self.provider, self.operation, answer, kwargs), None, None, self._failure
@@ -724,6 +739,12 @@ class _Create:
                     f"({amount:g} {unit}) is over the {remaining:g} {unit} left in its "
                     "budget: not sent"
                 )
+
+    def _charge_answer(
+        self, index: int, answer: Mapping[str, Any], kwargs: Mapping[str, Any]
+    ) -> None:
+        if not self.calls.charged(index):
+            self._charge(answer.get("usage") or {}, kwargs.get("model"))
 
     def _charge(self, usage: Mapping[str, Any], model: str | None) -> None:
         spent_in, spent_out, cached = usage_counts(usage)

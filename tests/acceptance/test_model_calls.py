@@ -13,6 +13,7 @@ import pytest
 
 from cairn.model.keys import ExecutionKey
 from cairn.model.statuses import RunStatus
+from cairn.store.records import ModelCallRecord
 from cairn.testing.model_server import Fault, ModelServer, Reply, ToolCall
 from tests.support.cluster import Cluster
 
@@ -39,6 +40,19 @@ def _turns(cluster: Cluster, run_id: str) -> list[str]:
     ]
 
 
+def _charged_is_reported(cluster: Cluster, run_id: str, node: str) -> list[ModelCallRecord]:
+    """The node's recorded calls, having checked that its tokens are the usage the
+    stand-in reported for them: each answer counted once, however many executions were
+    answered it from the record."""
+    view = cluster.wait(run_id)
+    with cluster.client.runtime.store.reading() as tx:
+        calls = tx.model_calls_of(ExecutionKey(run_id, node, 1, "run"))
+    reported = sum(c.usage["total_tokens"] for c in calls if c.usage)
+    assert view.state is not None
+    assert (view.state.nodes[node].spent or {}).get("tokens") == reported > 0
+    return calls
+
+
 def test_an_agents_calls_are_made_once_and_replay_fork_and_bisect_make_none(
     cluster: Cluster, model: ModelServer
 ) -> None:
@@ -50,12 +64,7 @@ def test_an_agents_calls_are_made_once_and_replay_fork_and_bisect_make_none(
     assert view.status is RunStatus.SUCCEEDED, view.reason
     assert view.state is not None and view.state.vars["answer"] == "A cairn is a pile of stones."
     assert model.count() == 6  # one request per turn
-    # Tokens charged are the usage the stand-in reported, recorded with each call.
-    with cluster.client.runtime.store.reading() as tx:
-        calls = tx.model_calls_of(ExecutionKey(run_id, "think", 1, "run"))
-    assert [c.call_index for c in calls] == list(range(6))
-    reported = sum(c.usage["total_tokens"] for c in calls if c.usage)
-    assert (view.state.nodes["think"].spent or {})["tokens"] == reported > 0
+    assert [c.call_index for c in _charged_is_reported(cluster, run_id, "think")] == list(range(6))
 
     listed = cluster.cli("calls", run_id, "--json")
     assert listed.returncode == 0, listed.stdout + listed.stderr
@@ -130,17 +139,26 @@ def test_a_worker_killed_during_a_call_resends_only_that_call(
     sent = [len(r.body["messages"]) for r in model.requests]
     assert sent == [2, 4, 6, 6]
     assert view.state is not None and view.state.vars["turns"] == 3
+    _charged_is_reported(cluster, run_id, "think")  # the lost execution's charges, once
 
 
 def test_a_429_retry_after_is_the_retrys_delay(cluster: Cluster, model: ModelServer) -> None:
+    """The first turn is answered; the second is refused with Retry-After: 2. The retry
+    is answered the first turn from the record — not charged for it again: the failed
+    attempt's charges counted it — and sends the second once, 2 s later."""
     cluster.consuming(cluster.worker())
     cluster.scheduler()
-    model.script(Fault(status=429, retry_after_s=2), Reply(text="fine now"))
+    model.script(
+        Reply(tool_calls=(ToolCall("lookup", {"word": "cairn"}),)),
+        Fault(status=429, retry_after_s=2),
+        Reply(text="fine now"),
+    )
     run_id = cluster.submit("model_agent")
     view = cluster.wait(run_id)
     assert view.status is RunStatus.SUCCEEDED, view.reason
-    first, second = model.requests  # one request per attempt: the SDK does not retry
-    assert 1.8 <= second.at - first.at < 4.0, second.at - first.at  # not 100 ms of backoff
+    _first, refused, second = model.requests  # one request per attempt: the SDK does not retry
+    assert 1.8 <= second.at - refused.at < 4.0, second.at - refused.at  # not 100 ms of backoff
+    _charged_is_reported(cluster, run_id, "think")
 
 
 def test_a_call_past_the_budget_is_refused_before_it_is_sent(
