@@ -30,12 +30,14 @@ def test_a_pool_never_has_more_calls_at_the_provider_than_its_limit(
 ) -> None:
     """Two workers of four slots each (eight at once) and a limit of four: the
     provider never sees a fifth call (it would refuse it), yet sees four at a time."""
-    # Calls of a second: long enough that the first four overlap on a loaded machine.
-    provider.script(*(Reply(text="ok", delay_s=1.0) for _ in range(12)))
+    # Calls of a second and a half, every run queued before a worker starts: the first
+    # worker takes four at once and their calls overlap even on a loaded machine (submits
+    # spread over a second, as they were under load, left only three at a time).
+    provider.script(*(Reply(text="ok", delay_s=1.5) for _ in range(12)))
+    runs = [cluster.submit("limited_calls", {"tenant": "acme"}) for _ in range(12)]
     cluster.consuming(cluster.worker(concurrency=4))
     cluster.consuming(cluster.worker(concurrency=4))
     cluster.scheduler()
-    runs = [cluster.submit("limited_calls", {"tenant": "acme"}) for _ in range(12)]
     cluster.all_succeeded(runs, 90)
     assert provider.over_limit == 0  # no call past the limit reached the provider
     assert provider.peak_in_flight == LIMIT  # and the limit was used
