@@ -36,8 +36,9 @@ CALL_COLUMNS = (
     "recorded_at",  # last: stamped by the statement
 )
 
-# The events a worker reports an execution's end by, with what it spent.
-REPORTED_ENDS = ("node_succeeded", "node_failed", "node_cancelled")
+# The events a worker ends an attempt by, with what it spent, that another attempt of the
+# same execution may follow (a succeeded one is the execution's last).
+REPORTED_ENDS = ("node_failed", "node_cancelled")
 
 
 class ModelCallsTx(TxBase):

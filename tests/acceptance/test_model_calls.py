@@ -42,8 +42,8 @@ def _turns(cluster: Cluster, run_id: str) -> list[str]:
 
 def _charged_is_reported(cluster: Cluster, run_id: str, node: str) -> list[ModelCallRecord]:
     """The node's recorded calls, having checked that its tokens are the usage the
-    stand-in reported for them: each answer counted once, however many executions were
-    answered it from the record."""
+    stand-in reported for them: each answer counted once, however many executions read
+    it back from the record."""
     view = cluster.wait(run_id)
     with cluster.client.runtime.store.reading() as tx:
         calls = tx.model_calls_of(ExecutionKey(run_id, node, 1, "run"))

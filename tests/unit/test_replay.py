@@ -257,7 +257,7 @@ def delivered(runtime: Runtime, timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         with runtime.store.reading() as tx:
-            if not tx.has_unsent(tx.now() + 1.0):
+            if not tx.has_unsent(tx.now() + 1.0):  # any row, however new
                 return
         assert time.monotonic() < deadline, "an outbox row was never marked sent"
         time.sleep(0.02)
