@@ -30,14 +30,16 @@ def test_a_pool_never_has_more_calls_at_the_provider_than_its_limit(
 ) -> None:
     """Two workers of four slots each (eight at once) and a limit of four: the
     provider never sees a fifth call (it would refuse it), yet sees four at a time."""
-    # Calls of a second and a half, every run queued before a worker starts: the first
-    # worker takes four at once and their calls overlap even on a loaded machine (submits
-    # spread over a second, as they were under load, left only three at a time).
+    # Calls of a second and a half, the runs submitted in one batch once the workers
+    # are up: four calls overlap even on a loaded machine (one submit at a time spread
+    # over a second under load and left only three at a time; submitting before the
+    # workers started put the calls beside their start-up, which starved the 2 s leases).
     provider.script(*(Reply(text="ok", delay_s=1.5) for _ in range(12)))
-    runs = [cluster.submit("limited_calls", {"tenant": "acme"}) for _ in range(12)]
     cluster.consuming(cluster.worker(concurrency=4))
     cluster.consuming(cluster.worker(concurrency=4))
     cluster.scheduler()
+    item = {"workflow": "limited_calls", "input": {"ledger": str(cluster.ledger), "tenant": "acme"}}
+    runs = [str(answer.run_id) for answer in cluster.client.submit_batch([item] * 12)]
     cluster.all_succeeded(runs, 90)
     assert provider.over_limit == 0  # no call past the limit reached the provider
     assert provider.peak_in_flight == LIMIT  # and the limit was used
