@@ -87,12 +87,24 @@ class Notifier:
             rows = tx.claim_notifications(tx.now(), hold_s, BATCH)
         if not rows:
             return 0
-        attempts = list(self._pool.map(self.deliver, rows))
+        # One run's notifications go out one after another, in the order they were
+        # committed (the run's order); different runs' in parallel.
+        by_run: dict[str, list[Any]] = {}
+        for row in sorted(rows, key=lambda r: r.id):
+            by_run.setdefault(row.run_id, []).append(row)
+        delivered = [
+            pair
+            for pairs in self._pool.map(self._deliver_in_order, by_run.values())
+            for pair in pairs
+        ]
         with self.store.transaction() as tx:
             now = tx.now()
-            for row, attempt in zip(rows, attempts, strict=True):
+            for row, attempt in delivered:
                 self._settle(tx, row, attempt, now)
         return len(rows)
+
+    def _deliver_in_order(self, rows: list[Any]) -> list[tuple[Any, Attempt]]:
+        return [(row, self.deliver(row)) for row in rows]
 
     def deliver(self, row: Any) -> Attempt:
         secrets = self.secrets.of(row.namespace)
