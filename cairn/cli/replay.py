@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 from cairn.cli.render import change_lines
 
 EXIT_DIVERGED = 1  # replay: a step's result differs from the recorded one
-EXIT_INCOMPLETE = 1  # fork dry run: the step cap, or a child run it does not simulate
+# Fork dry run: the run ended other than succeeded, hit the step cap, or would start a
+# child run it does not simulate.
+EXIT_INCOMPLETE = 1
 EXIT_DECLINED = 1  # fork --live: not confirmed; nothing started
 EXIT_REFUSED = 3  # an effect with nothing recorded and no replay stub was refused
 
@@ -92,8 +94,9 @@ def fork(
     default (this process runs it forward, isolated as a replay is: nothing reaches the
     outside world, nothing is written; it stops at the end, at a wait, or at a refused
     effect), or with --live a real run in the same namespace, linked to its parent, whose
-    effects get fresh idempotency keys. Dry run: exit 3 if an effect was refused, 1 if it
-    hit the step cap or a child run."""
+    effects get fresh idempotency keys. Dry run: exit 0 if the run ended succeeded or
+    parked at a wait; 3 if an effect, a model call or an HTTP request was refused; 1 if
+    it ended otherwise (failed, cancelled, rolled back), hit the step cap or a child run."""
     from cairn.client import Client
     from cairn.timetravel.fork import (
         DEFAULT_MAX_STEPS,
@@ -148,7 +151,7 @@ def fork(
             out.print(line, markup=False, soft_wrap=True)
     if found.ending == Ending.REFUSED:
         raise typer.Exit(EXIT_REFUSED)
-    if found.ending in (Ending.STEP_CAP, Ending.CHILD_RUN):
+    if found.ending in (Ending.STEP_CAP, Ending.CHILD_RUN) or not found.went_well:
         raise typer.Exit(EXIT_INCOMPLETE)
 
 

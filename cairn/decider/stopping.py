@@ -234,9 +234,7 @@ class Stopping(Step):
                 "the run has already started",
             )
         target = RunState.from_dict(event.state)
-        in_progress = [
-            node for node in target.nodes.values() if node.dispatched and not node.status.terminal
-        ]
+        in_progress = restarted_by_fork(target)
         if (
             target.status not in (RunStatus.RUNNING, RunStatus.WAITING)
             or any(not join.done for join in target.joins.values())
@@ -382,3 +380,9 @@ class Stopping(Step):
             compensation, current=replace(current, status=status, attempt=attempt)
         )
         self.commands.append(Dispatch(current.node, current.iteration, attempt, Phase.COMPENSATE))
+
+
+def restarted_by_fork(state: RunState) -> list[NodeState]:
+    """What a fork from ``state`` starts again, each as a new visit: what was in
+    progress there (dispatched, not finished)."""
+    return [node for node in state.nodes.values() if node.dispatched and not node.status.terminal]

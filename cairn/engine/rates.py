@@ -13,6 +13,13 @@ that counts by window refuses). A caller that finds the bucket empty is given th
 earliest time its units are free and the units at that time, in the order callers came
 (FIFO, no polling); when its time comes it confirms them with one more call.
 
+A provider counts a call when it arrives, not when its units were taken: a unit comes
+back one period and a guard after it was taken, and a call must leave within half that
+guard of its units' time — it confirms them again at the moment its request leaves (the
+HTTP libraries' send), and one confirming later than that (a cold client building its
+machinery, a paused process) has its units taken again, in the order callers come. So a
+window at the provider never holds more than the limit, however late a call is sent.
+
 A provider's 429 pauses each of the call's buckets fleet-wide until its ``Retry-After``:
 a caller holding units for a time within the pause is given a later time when it
 confirms, and new callers queue after the pause.
@@ -38,8 +45,11 @@ class Rates(Protocol):
         """A request and ``tokens`` of each bucket for ``call`` (an id unique to the
         call's try). 0: taken, go now. Else the seconds to wait: the units are held for
         ``call`` at that time — take again with the same ``call`` then, to confirm them
-        (0), or be given a later time (a pause came meanwhile). A reservation over a
-        bucket's whole limit waits for an empty window and takes its limit."""
+        (0), or be given a later time (a pause came meanwhile). Taking again once the
+        units' time is past by more than half their guard (:func:`cairn.lease.rates.
+        leave_within_ms`) is too late to count for then: they are taken anew. A
+        reservation over a bucket's whole limit waits for an empty window and takes its
+        limit."""
         ...
 
     def settle(self, buckets: Sequence[str], call: str, tokens: int) -> None:

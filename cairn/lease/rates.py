@@ -27,16 +27,34 @@ TOKENS_PREFIX = "cairn:rate-t:"  # sorted set: call -> when its tokens were take
 AMOUNTS_PREFIX = "cairn:rate-a:"  # hash: call -> its tokens
 
 
-# A unit comes back this much after its period (a share of it, at most GUARD_MAX_MS):
-# calls leave their workers a few ms after they take their units, not all equally soon,
-# and a provider counts them as they arrive — it must never see the limit plus one
-# within a window.
+# A unit comes back this much after its period (a share of it, at most GUARD_MAX_MS): a
+# provider counts calls as they arrive, and they arrive after their units' time — it must
+# never see the limit plus one within a window. A call confirms its units again as its
+# request leaves (cairn.workers.departures); one confirming more than half the guard after
+# their time is too late for them (they are taken anew): the other half covers the way
+# from that confirmation to the provider.
 GUARD_SHARE, GUARD_MAX_MS = 0.1, 250
+
+
+def guard_ms(per_s: float) -> float:
+    return min(GUARD_MAX_MS, per_s * 1000 * GUARD_SHARE)
 
 
 def period_ms(per_s: float) -> int:
     """A declared period as kept, in ms: the period and its guard."""
-    return round(per_s * 1000 + min(GUARD_MAX_MS, per_s * 1000 * GUARD_SHARE))
+    return round(per_s * 1000 + guard_ms(per_s))
+
+
+def leave_within_ms(buckets: Sequence[Bucket]) -> int:
+    """How long after its units' time a call may still confirm them (ms): half the
+    smallest guard of its limits."""
+    guards = [
+        guard_ms(rate.per_s)
+        for bucket in buckets
+        for rate in (bucket.requests, bucket.tokens)
+        if rate is not None
+    ]
+    return int(min(guards, default=0) / 2)
 
 
 def _limits(bucket: Bucket) -> list[int]:
@@ -78,11 +96,13 @@ class MemoryRates:
                 None,
             )  # fmt: skip
             if at is not None:  # a confirmation
-                if at <= now and paused <= now:
-                    return 0.0
-                if paused <= at:
+                if at <= now:
+                    within = leave_within_ms(buckets) / 1000
+                    if paused <= now and now - at <= within:
+                        return 0.0
+                elif paused <= at:
                     return at - now
-                for b in held:  # a pause came after its time was given
+                for b in held:  # too late for its time, or a pause came after it was given
                     b.requests.pop(call, None)
                     b.tokens.pop(call, None)
                     b.amounts.pop(call, None)
@@ -239,7 +259,7 @@ class RedisRates:
         if not buckets:
             return 0.0
         keys = [key for bucket in buckets for key in self._keys(bucket.name)]
-        args: list[int | str] = [call, max(0, tokens)]
+        args: list[int | str] = [call, max(0, tokens), leave_within_ms(buckets)]
         for bucket in buckets:
             args += _limits(bucket)
         return max(0.0, int(self._take(keys=keys, args=args)) / 1000)

@@ -5,8 +5,10 @@ In order: what the exception declares (``error_class``, set by
 :class:`cairn.TransientError` and friends or by :func:`cairn.classified`); an outage of
 a database or cache driver (psycopg's ``OperationalError``/``InterfaceError``,
 SQLAlchemy's ``DBAPIError`` of one or of an invalidated connection, redis's
-``ConnectionError``/``TimeoutError``) is transient; an HTTP status it carries (429, 502,
-503, 504 and 408 are transient; any other 4xx is permanent); timeouts and connection
+``ConnectionError``/``TimeoutError``) is transient; an HTTP status it carries (408, 429
+and every 5xx but 501 and 505 are transient — the server's trouble, as a model
+provider's; any other 4xx, and 501 Not Implemented and 505 HTTP Version Not Supported,
+which no retry changes, are permanent); timeouts and connection
 failures, built-in or from an HTTP client library (urllib's ``URLError`` by the error it
 wraps), are transient; anything else — validation and permission errors included — is
 permanent.
@@ -33,7 +35,9 @@ TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
     socket.gaierror,  # a name that did not resolve (as httpx's and requests' errors say)
     StoreUnavailable,  # cairn's own outage, should a handler let it out wrapped or not
 )
-TRANSIENT_STATUS = frozenset({408, 429, 502, 503, 504})
+# 4xx: the request was at fault (but a timeout, or too many at once); 5xx: the server was,
+# and may not be on the next try — but for what it says it will never do.
+TRANSIENT_STATUS = frozenset({408, 429, *range(500, 600)}) - {501, 505}
 # HTTP client libraries (requests, httpx, urllib3, aiohttp) have timeout and connection
 # errors of their own, not all derived from the built-in ones; recognised by class name
 # so that cairn needs none of them installed.
@@ -62,7 +66,7 @@ def classify(error: BaseException) -> ErrorClass:
     if status is not None:
         if status in TRANSIENT_STATUS:
             return ErrorClass.TRANSIENT
-        if 400 <= status < 500:
+        if 400 <= status < 600:
             return ErrorClass.PERMANENT
     if isinstance(error, TRANSIENT_TYPES) or _named(error, TRANSIENT_NAME_SUFFIXES):
         return ErrorClass.TRANSIENT

@@ -32,6 +32,17 @@ class ExecutionKey:
         return f"{self.run_id}/{self.node}#{self.iteration}/{self.phase}"
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A worker's claim of an execution — its key, attempt and fencing token — as
+    PostgreSQL checks it: a write made under the claim goes in only while that execution
+    is unfinished at that attempt and no newer claim of it is on record."""
+
+    key: ExecutionKey
+    attempt: int
+    fence: int
+
+
 def lease_key(run_id: str, node: str, iteration: int, phase: str) -> str:
     return f"{LEASE_PREFIX}{run_id}:{node}:{iteration}:{phase}"
 

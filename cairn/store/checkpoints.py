@@ -8,24 +8,32 @@ from typing import Any
 
 from sqlalchemy import ClauseElement, delete, exists, literal, select
 
-from cairn.model.keys import ExecutionKey
+from cairn.model.keys import Claim, ExecutionKey
 from cairn.store.base import TxBase
-from cairn.store.clauses import unfinished
+from cairn.store.clauses import current
 from cairn.store.records import CheckpointRecord
-from cairn.store.schema import checkpoints, executions
+from cairn.store.schema import checkpoints
 
 
 class CheckpointsTx(TxBase):
     """The node_checkpoints table."""
 
     def save_checkpoint(
-        self, key: ExecutionKey, attempt: int, fence: int, context: Mapping[str, Any]
+        self,
+        key: ExecutionKey,
+        attempt: int,
+        fence: int,
+        context: Mapping[str, Any],
+        *,
+        claim: Claim | None = None,
     ) -> int | None:
         """Save execution ``key``'s working context, in one statement: only while the
         execution is unfinished at ``attempt`` and no claim newer than ``fence`` is on
-        record, and never over a checkpoint a newer claim saved. The checkpoint's number
-        (1, 2, ...), or None if it was refused."""
-        active = exists().where(unfinished(key, attempt), executions.c.fence <= fence)
+        record — or, ``claim`` given, while that claim is current (a node fused after an
+        ephemeral one has no row of its own yet: the chain's first claim fences it) — and
+        never over a checkpoint a newer claim saved. The checkpoint's number (1, 2, ...),
+        or None if it was refused."""
+        active = exists().where(current(claim or Claim(key, attempt, fence)))
         now = self.stamp()  # the database's clock: an SQL expression, or a value to bind
         if not isinstance(now, ClauseElement):
             now = literal(now, checkpoints.c.saved_at.type)

@@ -1,5 +1,5 @@
-"""WHERE clauses several tables' statements share: an execution's row, and that row while
-it has no result."""
+"""WHERE clauses several tables' statements share: an execution's row, that row while it
+has no result, and a claim of it that is still current."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import and_
 
-from cairn.model.keys import ExecutionKey
+from cairn.model.keys import Claim, ExecutionKey
 from cairn.model.statuses import EXECUTION_ACTIVE
 from cairn.store.schema import executions
 
@@ -31,3 +31,9 @@ def unfinished(key: ExecutionKey, attempt: int) -> Any:
         executions.c.attempt == attempt,
         executions.c.status.in_(ACTIVE_EXECUTION),
     )
+
+
+def current(claim: Claim) -> Any:
+    """``claim`` still holds: its execution unfinished at its attempt, and no newer claim
+    of it on record."""
+    return and_(unfinished(claim.key, claim.attempt), executions.c.fence <= claim.fence)

@@ -10,11 +10,11 @@ from typing import Any
 
 from sqlalchemy import ClauseElement, exists, literal, select
 
-from cairn.model.keys import ExecutionKey
+from cairn.model.keys import Claim, ExecutionKey
 from cairn.store.base import TxBase
-from cairn.store.clauses import unfinished
+from cairn.store.clauses import current
 from cairn.store.records import ModelCallRecord
-from cairn.store.schema import events, executions, model_calls, model_messages
+from cairn.store.schema import events, model_calls, model_messages
 
 CALL_COLUMNS = (
     "run_id",
@@ -51,12 +51,15 @@ class ModelCallsTx(TxBase):
         fence: int,
         call: Mapping[str, Any],
         messages: Mapping[str, Any],
+        *,
+        claim: Claim | None = None,
     ) -> bool:
         """Record ``call`` (its index, provider, operation, model, params, message digests,
         response, usage, latency) and the ``messages`` (digest -> body) not stored yet —
         only while the execution is unfinished at ``attempt`` with no claim newer than
-        ``fence``; a call recorded again at its index (a re-execution that sent something
-        else) replaces the earlier record. False if it was refused."""
+        ``fence`` (or, ``claim`` given, while that claim is current: see
+        ``save_checkpoint``); a call recorded again at its index (a re-execution that sent
+        something else) replaces the earlier record. False if it was refused."""
         now = self.stamp()
         if not isinstance(now, ClauseElement):
             now = literal(now, model_calls.c.recorded_at.type)
@@ -65,7 +68,7 @@ class ModelCallsTx(TxBase):
                 [{"digest": d, "body": body, "created_at": now} for d, body in messages.items()]
             )
             self.connection.execute(stored.on_conflict_do_nothing())
-        active = exists().where(unfinished(key, attempt), executions.c.fence <= fence)
+        active = exists().where(current(claim or Claim(key, attempt, fence)))
         values = {
             **{name: call[name] for name in CALL_COLUMNS if name in call},
             "run_id": key.run_id,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from cairn.engine.rates import Rates
-from cairn.lease.rates import period_ms
+from cairn.lease.rates import leave_within_ms, period_ms
 from cairn.model.definition import Rate
 from cairn.model.rates import Bucket
 
@@ -41,6 +41,22 @@ class RatesContract:
         assert report.requests_available == 0 and report.tokens_limit is None
         time.sleep(waits[0])
         assert rates.take(bucket, "c3", 0) == 0.0  # its time has come: confirmed
+
+    def test_a_confirmation_too_late_for_its_units_takes_them_anew(self, rates: Rates) -> None:
+        """A call that confirms its units more than half a guard after their time (it
+        was slow to leave) may not use them then: they are taken anew, at the time it
+        now leaves — and the next caller waits a period from that time, not the old."""
+        bucket = [Bucket("ns/late", requests=Rate(1, PERIOD))]
+        assert leave_within_ms(bucket) == 20  # half the guard of a 0.4 s period (40 ms)
+        assert rates.take(bucket, "a", 0) == 0.0
+        assert rates.take(bucket, "a", 0) == 0.0  # confirmed at once: still its time
+        time.sleep(0.1)  # past half the guard (0.02 s)
+        assert rates.take(bucket, "a", 0) == 0.0  # too late for its units: taken anew, now
+        wait = rates.take(bucket, "b", 0)
+        assert GUARDED - SLACK <= wait <= GUARDED, wait  # a period from a's new time
+        time.sleep(wait + 0.1)  # b oversleeps its turn: it is taken anew too
+        assert rates.take(bucket, "b", 0) == 0.0
+        assert GUARDED - SLACK <= rates.take(bucket, "c", 0) <= GUARDED
 
     def test_never_more_than_the_limit_in_any_window(self, rates: Rates) -> None:
         bucket = [Bucket("ns/k", requests=Rate(2, PERIOD))]

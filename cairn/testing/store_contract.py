@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cairn.errors import StaleTransition, StoreRefused
-from cairn.model.keys import ExecutionKey
+from cairn.model.keys import Claim, ExecutionKey
 from cairn.model.outcomes import StepWrites
 from cairn.model.statuses import ExecutionStatus, RunStatus
 from cairn.store.records import (
@@ -331,6 +331,35 @@ class StoreContract:
             assert tx.finish_and_lock(key, 1, 2, result())[0] is not None
         with store.statements(writes=True) as tx:
             assert tx.save_checkpoint(key, 1, 2, {"by": "too late"}) is None
+
+    def test_a_fused_nodes_records_are_fenced_by_its_chains_claim(self, store: Store) -> None:
+        """A node fused after an ephemeral one has no row of its own while it runs: its
+        checkpoints and model calls go in under the claim of the chain's first
+        execution — while that claim holds, and not once a newer claim took it over or
+        it finished."""
+        run_id, head, _at = started(store)
+        fused = ExecutionKey(run_id, "next", 1, "run")
+        claim = Claim(head, 1, 1)
+        call = {"call_index": 0, "provider": "p", "operation": "o", "model": None, "params": {},
+                "messages": [], "response": {"answer": 1}, "usage": None, "latency_s": 0.1,
+                "history": None}  # fmt: skip
+        with store.statements(writes=True) as tx:
+            assert tx.save_checkpoint(fused, 1, 0, {"turns": 1}, claim=claim) == 1
+            assert tx.save_checkpoint(fused, 1, 0, {"turns": 1}) is None  # no row: no claim
+        with store.transaction() as tx:
+            assert tx.record_model_call(fused, 1, 0, call, {}, claim=claim)
+        with store.transaction() as tx:
+            assert tx.claim_execution(head, 1, 2)  # another worker took the chain over
+        with store.statements(writes=True) as tx:
+            assert tx.save_checkpoint(fused, 1, 0, {"turns": 2}, claim=claim) is None
+        with store.transaction() as tx:
+            assert not tx.record_model_call(fused, 1, 0, {**call, "call_index": 1}, {}, claim=claim)
+            newer = Claim(head, 1, 2)
+            assert tx.record_model_call(fused, 1, 0, {**call, "call_index": 1}, {}, claim=newer)
+        with store.reading() as tx:
+            assert [c.call_index for c in tx.model_calls_of(fused)] == [0, 1]
+            saved = tx.checkpoint_of(fused)
+        assert saved is not None and saved.context == {"turns": 1}
 
     # -- guarded transitions: each states where it moves from, and refuses loudly --------
 

@@ -8,9 +8,11 @@ its vars patched, linked to it by lineage (parent run, fork seq).
 - A **dry run** (the default) goes forward from there in this process: the decider, and
   the handlers in a replay context (:class:`~cairn.timetravel.replay_space.ReplaySpace`) — no
   broker, no lease, no row written — until the run ends, parks at a wait (what it waits
-  for is reported), starts a child run (not simulated), hits an effect it may not answer
-  (refused), or the step cap. Its effects never reach the world: the parent's recorded
-  outcomes are returned again, anything else is a stub's fake result or refused. It is
+  for is reported), starts a child run (not simulated), hits an effect, a model call or
+  an HTTP request it may not answer (refused), or the step cap. Its effects never reach
+  the world: the parent's recorded outcomes are returned again, anything else is a stub's
+  fake result or refused; model calls and recorded HTTP are answered from the parent's
+  record of the same execution (its node, visit and phase). It is
   reported, not persisted (see ``docs/time-travel.md``: a parked never-dispatched run in
   the shared tables would be listed by ``cairn waiting`` and could be signalled into real
   work).
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cairn.decider.graph import Decision, decide
+from cairn.decider.stopping import restarted_by_fork
 from cairn.effects.ledger import effect_scope
 from cairn.engine.awaiting import Awaiting, awaiting
 from cairn.engine.orchestrator import Orchestrator
@@ -40,6 +43,7 @@ from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import Event, Phase, RunForked, TimerFired
 from cairn.model.payloads import storable_json
 from cairn.model.state import RunState, TimerKind
+from cairn.model.statuses import RunStatus
 from cairn.timetravel.diff import plain
 from cairn.timetravel.ledger import EffectUse
 from cairn.timetravel.replay_space import Executed, ReplaySpace
@@ -158,7 +162,9 @@ def fork_live(orchestrator: Orchestrator, point: ForkPoint, *, confirm: bool = F
 class Ending:
     ENDED = "ended"  # the run reached a terminal status
     PARKED = "parked"  # it waits for a signal or an operator (see ``awaiting``)
-    REFUSED = "refused"  # an effect with nothing recorded and no stub: not answered
+    # An effect, a model call or an HTTP request the record cannot answer and no stub
+    # does: not answered, never sent.
+    REFUSED = "refused"
     CHILD_RUN = "child_run"  # it would start a child run: not simulated
     STEP_CAP = "step_cap"  # it was still going after ``max_steps`` decisions
 
@@ -214,6 +220,13 @@ class DryRun:
     def effects(self) -> list[EffectUse]:
         return [use for step in self.steps for use in step.executed.effects]
 
+    @property
+    def went_well(self) -> bool:
+        """It ended succeeded, or parked at a wait (as a live run would wait there)."""
+        if self.ending == Ending.ENDED:
+            return self.state.status is RunStatus.SUCCEEDED
+        return self.ending == Ending.PARKED
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "dry_run": True,
@@ -255,6 +268,9 @@ def dry_run(
         point.scope,
         point.run_id,
         ArtifactSandbox(replay_namespace(point.namespace)),
+        # What the fork starts again is a new visit of it: the parent's record of the
+        # visit it repeats answers it (and each later visit of those nodes).
+        {node.node: 1 for node in restarted_by_fork(point.state)},
     )
     sandbox = _Sandbox(definition, RunState(run_id, definition.name, definition.version))
     clock = time.time()
@@ -296,9 +312,11 @@ def dry_run(
                 at=clock,
                 resumed=dispatch.resumed,
             )
-            # A refused effect stops the dry run before its result counts: what the handler
-            # made of the refusal is not what the fork would do.
-            moved = () if executed.refused else sandbox.apply(executed.event).transitions
+            # A refused effect, model call or HTTP request stops the dry run before its
+            # result counts: what the handler made of the refusal is not what the fork
+            # would do.
+            refusal = _refusal(executed)
+            moved = () if refusal else sandbox.apply(executed.event).transitions
             step = DryStep(
                 dispatch.node,
                 dispatch.iteration,
@@ -311,13 +329,9 @@ def dry_run(
             steps.append(step)
             if on_step is not None:
                 on_step(step)
-            if executed.refused:
-                use = executed.refused[0]
+            if refusal:
                 ending = Ending.REFUSED
-                detail = (
-                    f"{step.label}: effect {use.name} {use.key!r} {use.detail}: refused "
-                    "(its result not applied)"
-                )
+                detail = f"{step.label}: {refusal} (its result not applied)"
                 break
             continue
         timers = [t for t in state.timers.values() if t.kind is not TimerKind.WAIT]
@@ -352,6 +366,16 @@ def dry_run(
         tuple(steps),
         tuple(awaiting(definition, sandbox.state)) if ending == Ending.PARKED else (),
     )
+
+
+def _refusal(executed: Executed) -> str | None:
+    """What the execution was refused, in words (None: nothing)."""
+    if executed.refused:
+        use = executed.refused[0]
+        return f"effect {use.name} {use.key!r} {use.detail}: refused"
+    if executed.refused_calls:
+        return executed.refused_calls[0]
+    return None
 
 
 class _Sandbox:

@@ -37,7 +37,7 @@ class ModelStubRequest:
     model: str | None
     params: dict[str, Any]
     messages: list[Any]
-    call_index: int
+    call_index: int | None  # None: an HTTP request of a node that does not record its HTTP
     reason: str
     recorded: dict[str, Any] | None
     run_id: str

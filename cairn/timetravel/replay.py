@@ -213,8 +213,11 @@ class Replayer:
                 f"effect {use.name} {use.key!r} {use.detail}: refused" for use in refused
             )
             return StepReplay(step, Verdict.REFUSED, executed, tuple(changes), note)
-        if executed.stubbed_calls:  # a call asked what the record does not hold: diverged
-            note = "; ".join([*executed.stubbed_calls, *([note] if note else [])])
+        # A call the record could not answer — refused, or answered by a stub — is the
+        # step's divergence, whatever the handler made of it.
+        unanswered = [*executed.refused_calls, *executed.stubbed_calls]
+        if unanswered:
+            note = "; ".join([*unanswered, *([note] if note else [])])
         elif same:
             return StepReplay(step, Verdict.SAME, executed)
         moved = decider_check(definition, before, event_from_dict(recorded), executed.event)

@@ -1,15 +1,17 @@
 """Running a handler again in a replay context (:class:`ReplaySpace`): the state it was
 given, effects answered by a read-only :class:`~cairn.timetravel.ledger.ReplayLedger`,
-artifacts put into a :class:`~cairn.timetravel.sandbox.ArtifactSandbox`, no lease, no
-heartbeat, nothing written to the database — and its result as the event a worker
-would have reported (:class:`Executed`)."""
+model calls and recorded HTTP answered from the record of the execution it replays
+(the run's own, or a fork's parent's), every other HTTP request refused, artifacts put
+into a :class:`~cairn.timetravel.sandbox.ArtifactSandbox`, checkpoints kept in memory,
+no lease, no heartbeat, nothing written to the database — and its result as the event a
+worker would have reported (:class:`Executed`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from cairn.config import Settings
 from cairn.decider.budget import allowance
@@ -25,7 +27,12 @@ from cairn.store.records import RunRecord
 from cairn.store.sql import Store
 from cairn.timetravel.ledger import Answer, EffectUse, ReplayLedger
 from cairn.timetravel.model_stubs import model_stand_in
-from cairn.timetravel.sandbox import ArtifactSandbox, ReplayArtifacts, replay_namespace
+from cairn.timetravel.sandbox import (
+    ArtifactSandbox,
+    ReplayArtifacts,
+    ReplayCheckpoints,
+    replay_namespace,
+)
 from cairn.workers.context import StepContext
 from cairn.workers.execute import OUTPUT_HINT, call_handler, check_output
 from cairn.workers.models import ModelCalls
@@ -42,6 +49,9 @@ class Executed:
     puts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # Model calls (or recorded HTTP) the record could not answer, answered by a stub.
     stubbed_calls: tuple[str, ...] = ()
+    # Model calls and HTTP requests refused (never sent), whatever the handler made of it.
+    refused_calls: tuple[str, ...] = ()
+    checkpoints: int = 0  # checkpoints the handler saved (kept in memory, never written)
 
     @property
     def status(self) -> str:
@@ -72,6 +82,8 @@ class Executed:
             "progress": list(self.progress),
             "artifacts": {name: dict(ref) for name, ref in self.puts.items()},
             "stubbed_calls": list(self.stubbed_calls),
+            "refused_calls": list(self.refused_calls),
+            "checkpoints": self.checkpoints,
         }
 
 
@@ -80,8 +92,14 @@ class ReplaySpace:
     """Where one replay (or dry run) reads and where its writes go.
 
     ``namespace`` and ``scope`` locate the recorded effects (the real run's, or a fork's
-    parent's); ``source_run`` is the run whose artifacts stand for the replayed run's;
-    ``sandbox`` takes every artifact put. Nothing here writes the database."""
+    parent's); ``source_run`` is the run whose artifacts, model calls and recorded HTTP
+    stand for the replayed run's; ``sandbox`` takes every artifact put. Nothing here
+    writes the database.
+
+    ``restarted``: the nodes a fork started again as a new visit (what was in progress
+    at the fork point), by how many visits the fork's count of them runs ahead of the
+    parent's: the fork's visit ``n`` of such a node is answered from the parent's record
+    of visit ``n - 1``, the one it repeats."""
 
     store: Store
     settings: Settings
@@ -89,6 +107,7 @@ class ReplaySpace:
     scope: str | None
     source_run: str
     sandbox: ArtifactSandbox
+    restarted: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, store: Store, settings: Settings, run: RunRecord) -> ReplaySpace:
@@ -120,16 +139,13 @@ class ReplaySpace:
         declared = definition.nodes.get(node)
         if declared is None:
             raise UnknownNode(f"{definition.key} has no node {node!r}")
-        ref = (
-            declared.compensate
-            if phase is Phase.COMPENSATE
-            else (declared.handler if isinstance(declared, TaskNode) else None)
-        )
+        task = declared if isinstance(declared, TaskNode) else None
+        handler = task.handler if task is not None else None
+        ref = declared.compensate if phase is Phase.COMPENSATE else handler
         if ref is None:
             raise InvalidInput(f"{definition.key} node {node!r} has nothing to run in {phase}")
-        ephemeral = (
-            isinstance(declared, TaskNode) and declared.persist.kind is PersistKind.EPHEMERAL
-        )
+        execution = _Execution(run_id, node, iteration, attempt, phase)
+        ephemeral = task is not None and task.persist.kind is PersistKind.EPHEMERAL
         ledger = ReplayLedger(
             self.store,
             namespace=self.namespace,
@@ -142,19 +158,8 @@ class ReplaySpace:
             refusal=f"{node} is ephemeral: it cannot have external effects" if ephemeral else None,
             scope=self.scope,
         )
+        calls, checkpoints = self._recorders(task, execution)
         progress: list[dict[str, Any]] = []
-        artifacts = ReplayArtifacts(
-            self.store,
-            self.settings,
-            self.sandbox,
-            run_id=run_id,
-            source_run=self.source_run,
-            known=state.artifacts,
-            node=node,
-            iteration=iteration,
-            attempt=attempt,
-            phase=phase.value,
-        )
         ctx = StepContext(
             run_id=run_id,
             workflow=definition.name,
@@ -168,28 +173,80 @@ class ReplaySpace:
             ),
             resumed=resumed,
             allowance=allowance(definition, state, node) if phase is Phase.RUN else None,
-            artifacts=artifacts,
+            artifacts=self._artifacts(state, execution),
             effects=ledger,
-            # Model calls are answered from the record, in order, or refused: never sent.
-            model_calls=ModelCalls(
-                self.store,
-                ExecutionKey(run_id, node, iteration, phase.value),
-                attempt,
-                0,
-                max_bytes=self.settings.max_payload_bytes,
-                reconnect_within=0.0,
-                live=False,
-                may_have_record=True,
-                # Compacted as the live run was: its summaries are answered from the record.
-                context=declared.context if isinstance(declared, TaskNode) else None,
-                stand_in=model_stand_in(run_id, node, iteration, attempt),
-            ),
+            model_calls=calls,
+            checkpoints=checkpoints,
         )
-        records_http = isinstance(declared, TaskNode) and declared.record_http
-        with recording(ctx.model_calls if records_http else None):
+        # Every replay intercepts the handler's HTTP, whether or not its node records it:
+        # answered from the record, or refused — never sent (DESIGN.md, guarantee 3).
+        with recording(calls):
             event = _run(ref.resolve(), ctx, phase, at, self.settings.max_payload_bytes)
-        stubbed = tuple(ctx.model_calls.stood_in) if ctx.model_calls is not None else ()
-        return Executed(event, tuple(ledger.uses), tuple(progress), ctx.added_artifacts(), stubbed)
+        return Executed(
+            event,
+            tuple(ledger.uses),
+            tuple(progress),
+            ctx.added_artifacts(),
+            tuple(calls.stood_in),
+            tuple(calls.refused),
+            len(checkpoints.saved_contexts),
+        )
+
+    def _recorders(
+        self, task: TaskNode | None, execution: _Execution
+    ) -> tuple[ModelCalls, ReplayCheckpoints]:
+        """The execution's model calls — answered from the record, in order, or refused:
+        never sent — and its checkpoints, kept in memory. The record is that of the
+        execution replayed: the run's own, or (a fork's dry run goes on from the
+        parent's state) the parent's."""
+        recorded_visit = execution.iteration - self.restarted.get(execution.node, 0)
+        key = ExecutionKey(self.source_run, execution.node, recorded_visit, execution.phase.value)
+        limit = self.settings.max_payload_bytes
+        calls = ModelCalls(
+            self.store,
+            key,
+            execution.attempt,
+            0,
+            max_bytes=limit,
+            reconnect_within=0.0,
+            live=False,
+            may_have_record=True,
+            # Compacted as the live run was: its summaries are answered from the record.
+            context=task.context if task is not None else None,
+            stand_in=model_stand_in(
+                execution.run_id, execution.node, execution.iteration, execution.attempt
+            ),
+            records_http=task is not None and task.record_http,
+        )
+        policy = task.checkpoint if task is not None else None
+        checkpoints = ReplayCheckpoints(
+            self.store, key, execution.attempt, 0, limit, 0.0, policy=policy
+        )
+        return calls, checkpoints
+
+    def _artifacts(self, state: RunState, execution: _Execution) -> ReplayArtifacts:
+        return ReplayArtifacts(
+            self.store,
+            self.settings,
+            self.sandbox,
+            run_id=execution.run_id,
+            source_run=self.source_run,
+            known=state.artifacts,
+            node=execution.node,
+            iteration=execution.iteration,
+            attempt=execution.attempt,
+            phase=execution.phase.value,
+        )
+
+
+class _Execution(NamedTuple):
+    """The execution a replay runs (its run: the replay's, or a dry run's own id)."""
+
+    run_id: str
+    node: str
+    iteration: int
+    attempt: int
+    phase: Phase
 
 
 def _run(

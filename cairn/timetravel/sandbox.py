@@ -1,19 +1,23 @@
 """Where a replay's (or a fork's dry run's) writes go, never the run's own: a namespace
-of their own, and an in-memory sandbox for the artifacts a replayed handler puts while
-it still reads the real ones (``ctx.artifacts`` in a replay context)."""
+of their own, an in-memory sandbox for the artifacts a replayed handler puts while it
+still reads the real ones (``ctx.artifacts`` in a replay context), and the checkpoints it
+saves (``ctx.checkpoint()``), kept in memory."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.artifacts import Artifacts, _check_name, _content
 from cairn.artifacts.stores import MemoryStore, digest, open_store
 from cairn.config import Settings
 from cairn.store.artifacts import ArtifactInfo, ArtifactRegistry
+from cairn.store.records import CheckpointRecord
 from cairn.store.sql import Store
+from cairn.workers.checkpoints import Checkpoints
 
 REPLAY_TAG = "replay"
 
@@ -149,3 +153,31 @@ class ReplayArtifacts(Artifacts):
         found = self.registry.versions(self.source_run, name)
         found += [i for i in self.sandbox.infos() if name is None or i.name == name]
         return sorted(found, key=lambda info: (info.name, info.version))
+
+
+@dataclass
+class ReplayCheckpoints(Checkpoints):
+    """``ctx.checkpoint()`` in a replay: checked as a live save would be (JSON, its size)
+    and numbered, its working context kept in this process (``saved_contexts``) —
+    never written to the run. Nothing is restored: the checkpoint a live execution
+    resumed from was forgotten when its result was committed, and the replayed handler
+    starts from the input state, its model calls answered from the record from the
+    first on."""
+
+    saved_contexts: list[dict[str, Any]] = field(default_factory=list)
+
+    def save(self, context: Mapping[str, Any], turns: int) -> int:
+        self._check(context)
+        self.saved_contexts.append(dict(context))
+        self.saved, self._last_at, self._last_turns = (
+            len(self.saved_contexts),
+            time.monotonic(),
+            turns,
+        )
+        return self.saved
+
+    def load(self) -> CheckpointRecord | None:
+        return None
+
+    def forget(self) -> None:
+        return None

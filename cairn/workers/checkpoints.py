@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from cairn.errors import InvalidInput
 from cairn.model.definition import CheckpointPolicy
 from cairn.model.failures import PermanentError, StaleClaim
-from cairn.model.keys import ExecutionKey
+from cairn.model.keys import Claim, ExecutionKey
 from cairn.model.payloads import storable_json
 from cairn.reconnect import store_through_outages
 from cairn.store.records import CheckpointRecord
@@ -48,6 +48,9 @@ class Checkpoints:
     lease_trusted: Callable[[], bool] | None = None
     # When to save without being asked (the node's ``checkpoint:``); None: only when asked.
     policy: CheckpointPolicy | None = None
+    # The claim its saves are fenced by, when not its own (a node fused after an ephemeral
+    # one: the chain's first); None: its own (``key``, ``attempt``, ``fence``).
+    claim: Claim | None = None
     saved: int = 0  # the number of the last checkpoint saved or resumed from (0: none)
     _last_at: float = field(default_factory=time.monotonic)
     _last_turns: int = 0
@@ -99,20 +102,26 @@ class Checkpoints:
         worker's."""
         if self.lease_trusted is not None and not self.lease_trusted():
             raise self._stale("its lease is no longer trusted")
-        try:
-            storable_json(context, what="a checkpoint", limit_bytes=self.max_bytes)
-        except InvalidInput as exc:
-            raise PermanentError(f"{exc} (keep large content as an artifact)") from exc
+        self._check(context)
 
         def write() -> int | None:
             with self.store.statements(writes=True) as tx:
-                return tx.save_checkpoint(self.key, self.attempt, self.fence, context)
+                return tx.save_checkpoint(
+                    self.key, self.attempt, self.fence, context, claim=self.claim
+                )
 
         seq = self._through_outages("saving a checkpoint", write)
         if seq is None:
             raise self._stale("it finished, or a newer claim took it over")
         self.saved, self._last_at, self._last_turns = seq, time.monotonic(), turns
         return seq
+
+    def _check(self, context: Mapping[str, Any]) -> None:
+        """What a live save would refuse: not JSON, or larger than ``max_bytes``."""
+        try:
+            storable_json(context, what="a checkpoint", limit_bytes=self.max_bytes)
+        except InvalidInput as exc:
+            raise PermanentError(f"{exc} (keep large content as an artifact)") from exc
 
     def load(self) -> CheckpointRecord | None:
         """The checkpoint an earlier execution of this key left, if any."""

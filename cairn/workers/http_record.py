@@ -1,6 +1,7 @@
-"""``record: http``: a handler's own outbound HTTP — through httpx (sync and async),
-requests or urllib — recorded with its step, and answered from the record when the node
-runs again or is replayed.
+"""``record: http``: a handler's own outbound HTTP — through httpx (sync and async, and
+httpx2, the model SDKs' own), requests or urllib — recorded with its step, and answered
+from the record when the node runs again or is replayed; in a replay, any other request
+(a node without ``record: http``, aiohttp) is refused, never sent.
 
 While such a node's handler runs (:func:`recording`), each request it sends is one of the
 execution's recorded calls (:class:`~cairn.workers.models.ModelCalls`, in the same order
@@ -18,6 +19,7 @@ import asyncio
 import base64
 import hashlib
 import http.client
+import importlib
 import io
 import time
 import urllib.request
@@ -26,6 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cairn.workers.departures import leave, leave_async
 from cairn.workers.models import ModelRequest
 from cairn.workers.recording import current, suspended
 
@@ -75,6 +78,8 @@ def exchanged(
     if calls is None:
         return send()
     request = _request(method, url, headers, body)
+    if not calls.records_http:  # a replay of a node that records no HTTP: never sent
+        return Exchange.of(calls.unrecorded(request))
     index = calls.take_index()
     answer = calls.recorded(index, request)
     if answer is not None:
@@ -98,6 +103,8 @@ async def exchanged_async(
     if calls is None:
         return await send()
     request = _request(method, url, headers, body)
+    if not calls.records_http:  # a replay of a node that records no HTTP: never sent
+        return Exchange.of(calls.unrecorded(request))
     index = calls.take_index()
     answer = await asyncio.to_thread(calls.recorded, index, request)
     if answer is not None:
@@ -117,25 +124,30 @@ async def exchanged_async(
 
 
 def install() -> None:
-    """Patch httpx, requests and urllib (once per process)."""
+    """Patch httpx (and httpx2, the model SDKs' own), requests, urllib and aiohttp
+    (once per process). Each patched send also tells a rate-limited model call that its
+    request leaves (:mod:`cairn.workers.departures`)."""
     global _installed  # noqa: PLW0603 - patched once per process
     if _installed:
         return
     _installed = True
-    _patch_httpx()
+    for name in ("httpx", "httpx2"):
+        _patch_httpx(name)
     _patch_requests()
     _patch_urllib()
+    _patch_aiohttp()
 
 
-def _patch_httpx() -> None:
+def _patch_httpx(name: str) -> None:
     try:
-        import httpx  # noqa: PLC0415
+        httpx = importlib.import_module(name)
     except ImportError:
         return
     sync_send = httpx.HTTPTransport.handle_request
     async_send = httpx.AsyncHTTPTransport.handle_async_request
 
     def handle_request(self: Any, request: Any) -> Any:
+        leave()
         if current.get() is None:
             return sync_send(self, request)
         body = request.read()
@@ -152,6 +164,7 @@ def _patch_httpx() -> None:
         return httpx.Response(got.status, headers=got.headers, content=got.body, request=request)
 
     async def handle_async_request(self: Any, request: Any) -> Any:
+        await leave_async()
         if current.get() is None:
             return await async_send(self, request)
         body = await request.aread()
@@ -169,8 +182,8 @@ def _patch_httpx() -> None:
         )
         return httpx.Response(got.status, headers=got.headers, content=got.body, request=request)
 
-    httpx.HTTPTransport.handle_request = handle_request  # type: ignore[method-assign]
-    httpx.AsyncHTTPTransport.handle_async_request = handle_async_request  # type: ignore[method-assign]
+    httpx.HTTPTransport.handle_request = handle_request
+    httpx.AsyncHTTPTransport.handle_async_request = handle_async_request
 
 
 def _patch_requests() -> None:
@@ -184,6 +197,7 @@ def _patch_requests() -> None:
     original = HTTPAdapter.send
 
     def send_request(self: Any, request: Any, **kwargs: Any) -> Any:
+        leave()
         if current.get() is None:
             return original(self, request, **kwargs)
         body = request.body or b""
@@ -216,6 +230,7 @@ def _patch_urllib() -> None:
     original = urllib.request.AbstractHTTPHandler.do_open
 
     def do_open(self: Any, http_class: Any, req: Any, **http_conn_args: Any) -> Any:
+        leave()
         if current.get() is None:
             return original(self, http_class, req, **http_conn_args)
         body = req.data or b""
@@ -240,3 +255,22 @@ def _patch_urllib() -> None:
         return result
 
     urllib.request.AbstractHTTPHandler.do_open = do_open  # type: ignore[method-assign]
+
+
+def _patch_aiohttp() -> None:
+    """aiohttp's requests are not recorded (its responses cannot be built again from a
+    record): a live run sends them as ever; a replay refuses every one, never sent."""
+    try:
+        from aiohttp import ClientSession  # noqa: PLC0415
+    except ImportError:
+        return
+    original = ClientSession._request
+
+    async def request(self: Any, method: str, str_or_url: Any, **kwargs: Any) -> Any:
+        calls = current.get()
+        if calls is not None and not calls.live:
+            calls.refuse(_request(method, str(str_or_url), {}, b""), "aiohttp is not recorded")
+        await leave_async()
+        return await original(self, method, str_or_url, **kwargs)
+
+    ClientSession._request = request  # type: ignore[method-assign]

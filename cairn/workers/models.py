@@ -29,20 +29,21 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from cairn.artifacts import Artifacts
 from cairn.engine.rates import reservation
 from cairn.errors import ArtifactError, InvalidInput
 from cairn.model.definition import ContextPolicy
 from cairn.model.failures import BudgetExceeded, PermanentError, StaleClaim, TransientError
-from cairn.model.keys import ExecutionKey
+from cairn.model.keys import Claim, ExecutionKey
 from cairn.model.payloads import storable_json
 from cairn.model.usage import usage_counts
 from cairn.reconnect import store_through_outages
 from cairn.store.model_calls import messages_stored
 from cairn.store.records import ModelCallRecord, utcnow
 from cairn.store.sql import Store
+from cairn.workers.departures import departing
 from cairn.workers.model_context import Compactor, estimated_tokens
 from cairn.workers.model_streams import (
     ChunkPublisher,
@@ -170,7 +171,7 @@ class Unanswered:
     """A replayed call the record cannot answer: not in it, or asking something else
     than the recorded call (whose response is ``recorded``)."""
 
-    index: int
+    index: int | None  # None: an HTTP request its node does not record
     request: ModelRequest
     reason: str
     recorded: dict[str, Any] | None
@@ -207,8 +208,17 @@ class ModelCalls:
     # and what it answered, for the replay's report.
     stand_in: Callable[[Unanswered], dict[str, Any] | None] | None = None
     stood_in: list[str] = field(default_factory=list)
+    # In a replay: the calls refused (never sent), whatever the handler made of it.
+    refused: list[str] = field(default_factory=list)
+    # Whether the execution's own HTTP is in its record (its node declares record: http).
+    # A replay answers such HTTP from the record; any other HTTP it refuses (or a stub
+    # answers): never sent.
+    records_http: bool = True
     # The rate buckets its live calls take from (None: no rate limit applies).
     limiter: RateLimiter | None = None
+    # The claim its records are fenced by, when not its own (a node fused after an
+    # ephemeral one: the chain's first); None: its own (``key``, ``attempt``, ``fence``).
+    claim: Claim | None = None
     next_index: int = 0  # the index of the execution's next call
     _compactor: Compactor | None = field(default=None, repr=False)
     _record: dict[int, ModelCallRecord] | None = field(default=None, repr=False)
@@ -262,9 +272,30 @@ class ModelCalls:
             and found.attempt in self._charged_attempts
         )
 
+    def unrecorded(self, request: ModelRequest) -> dict[str, Any]:
+        """In a replay, the answer to an HTTP request of a node that does not record its
+        HTTP (no ``record: http``): its ``http`` replay stub's, or
+        :class:`ModelCallRefused` — never sent."""
+        unanswered = Unanswered(None, request, self._unrecorded(request, None), None)
+        return self._stood_in(unanswered, "a replay never sends it")
+
+    def refuse(self, request: ModelRequest, why: str) -> NoReturn:
+        """In a replay, refuse an HTTP request that cannot have been recorded (``why``):
+        :class:`ModelCallRefused`, noted in :attr:`refused`; no stub answers it."""
+        refusal = f"{self._unrecorded(request, why)}; a replay never sends it"
+        self.refused.append(refusal)
+        raise ModelCallRefused(refusal)
+
+    def _unrecorded(self, request: ModelRequest, why: str | None) -> str:
+        because = why or "its node does not declare record: http"
+        return (
+            f"{self.key} HTTP {request.operation} {request.model} is not in the record ({because})"
+        )
+
     def _stood_in(self, unanswered: Unanswered, refusal: str) -> dict[str, Any]:
         answer = self.stand_in(unanswered) if self.stand_in is not None else None
         if answer is None:
+            self.refused.append(f"{unanswered.reason}; {refusal}")
             raise ModelCallRefused(f"{unanswered.reason}; {refusal}")
         self.stood_in.append(f"{unanswered.reason}; answered by its replay stub")
         return answer
@@ -311,7 +342,9 @@ class ModelCalls:
 
         def write() -> bool:
             with self.store.transaction() as tx:
-                return tx.record_model_call(self.key, self.attempt, self.fence, call, bodies)
+                return tx.record_model_call(
+                    self.key, self.attempt, self.fence, call, bodies, claim=self.claim
+                )
 
         what = f"{self.key}: recording model call {index}"
         if not store_through_outages(self.reconnect_within, what, write):
@@ -616,7 +649,7 @@ class _Create:
         while True:
             ticket = limiter.admit(tokens)
             try:
-                with suspended():
+                with suspended(), departing(limiter.departure(ticket)):
                     return send(**kwargs), ticket
             except Exception as exc:
                 status = status_of(exc)
@@ -643,7 +676,7 @@ class _Create:
         while True:
             ticket = await limiter.admit_async(tokens)
             try:
-                with suspended():
+                with suspended(), departing(limiter.departure(ticket)):
                     return await send(**kwargs), ticket
             except Exception as exc:
                 status = status_of(exc)

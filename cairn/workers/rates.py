@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from cairn.engine.rates import Rates
@@ -21,6 +22,7 @@ from cairn.model.failures import Cancelled, StaleClaim
 from cairn.model.rates import Bucket
 from cairn.model.usage import usage_counts
 from cairn.reconnect import store_through_outages
+from cairn.workers.departures import Departure
 
 log = logging.getLogger(__name__)
 
@@ -80,23 +82,42 @@ class RateLimiter:
     def admit(self, tokens: int) -> Ticket:
         """Wait until the buckets allow a call of ``tokens``; its ticket."""
         call, began = uuid.uuid4().hex, time.monotonic()
+        self._turn(call, tokens)
+        return Ticket(call, tokens, time.monotonic() - began)
+
+    async def admit_async(self, tokens: int) -> Ticket:
+        call, began = uuid.uuid4().hex, time.monotonic()
+        await self._turn_async(call, tokens)
+        return Ticket(call, tokens, time.monotonic() - began)
+
+    def confirm(self, ticket: Ticket) -> None:
+        """The call's request leaves now: its units confirmed — or, their time too long
+        past (:func:`cairn.lease.rates.leave_within_ms`), taken anew, waiting its turn."""
+        self._turn(ticket.call, ticket.tokens)
+
+    async def confirm_async(self, ticket: Ticket) -> None:
+        await self._turn_async(ticket.call, ticket.tokens)
+
+    def departure(self, ticket: Ticket) -> Departure:
+        """What confirms ``ticket`` as its request leaves (:mod:`cairn.workers.departures`)."""
+        return Departure(partial(self.confirm, ticket), partial(self.confirm_async, ticket))
+
+    def _turn(self, call: str, tokens: int) -> None:
+        """Take (or confirm) ``call``'s units, sleeping until their time as told."""
         while (wait := self._take(call, tokens)) > 0:
             deadline = time.monotonic() + wait
             while (left := deadline - time.monotonic()) > 0:
                 self._stop(call)
                 time.sleep(min(left, LOOK_EVERY_S))
             self._stop(call)
-        return Ticket(call, tokens, time.monotonic() - began)
 
-    async def admit_async(self, tokens: int) -> Ticket:
-        call, began = uuid.uuid4().hex, time.monotonic()
+    async def _turn_async(self, call: str, tokens: int) -> None:
         while (wait := await asyncio.to_thread(self._take, call, tokens)) > 0:
             deadline = time.monotonic() + wait
             while (left := deadline - time.monotonic()) > 0:
                 self._stop(call)
                 await asyncio.sleep(min(left, LOOK_EVERY_S))
             self._stop(call)
-        return Ticket(call, tokens, time.monotonic() - began)
 
     def settle(self, ticket: Ticket, usage: Mapping[str, Any] | None) -> None:
         """Charge what the provider reported (no usage reported: the reservation stays)."""

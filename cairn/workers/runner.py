@@ -24,27 +24,21 @@ from enum import StrEnum
 from functools import partial
 from typing import Any, TypeVar
 
-from cairn.artifacts import Artifacts
 from cairn.config import Settings
-from cairn.decider.budget import allowance
 from cairn.decider.fusion import MAX_FUSED, fused_next
-from cairn.effects.ledger import EffectLedger, effect_scope
-from cairn.engine.circuits import rate_dependency
 from cairn.engine.orchestrator import Orchestrator
-from cairn.engine.rates import Rates, buckets_for
+from cairn.engine.rates import Rates
 from cairn.engine.reads import Restored, restore
 from cairn.engine.recovery import Outcome, RecoveryPolicy
-from cairn.engine.slots import Pool, SlotGate, holder_of, pools_for
+from cairn.engine.slots import Pool, SlotGate, holder_of
 from cairn.errors import UnknownNode
 from cairn.faults import fault_point
-from cairn.lease.heartbeat import Beat, Heartbeats
+from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.port import Lease, Leases
 from cairn.lease.waits import current_wait
 from cairn.model.definition import (
     AnyNode,
-    Dependency,
     ErrorClass,
-    PersistKind,
     TaskNode,
     WorkflowDefinition,
 )
@@ -52,7 +46,7 @@ from cairn.model.events import (
     NodeCancelled,
     Phase,
 )
-from cairn.model.keys import ExecutionKey, lease_key
+from cairn.model.keys import Claim, ExecutionKey, lease_key
 from cairn.model.messages import InvalidMessage, NodeMessage, message_namespace
 from cairn.model.outcomes import NodeOutcome
 from cairn.model.state import RunState
@@ -61,12 +55,10 @@ from cairn.observe.sentry import node_scope, report_failure
 from cairn.reconnect import is_outage, through_outages
 from cairn.store.records import ExecutionClaim, ExecutionHead, RunRecord
 from cairn.workers.cache import MemoryResultCache, ResultCache, invalidate, keep, node_entry
-from cairn.workers.checkpoints import Checkpoints
-from cairn.workers.circuits import CircuitWatch
+from cairn.workers.circuits import CircuitWatch, Guarded
 from cairn.workers.context import StepContext
 from cairn.workers.execute import execute, succeeded
-from cairn.workers.models import ModelCalls
-from cairn.workers.rates import RateLimiter
+from cairn.workers.setup import Claimed, Recorders, StepSetup
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +98,20 @@ class NodeRunner:
     rates: Rates | None = None
     heartbeats: Heartbeats = field(init=False)
     recovery: RecoveryPolicy = field(init=False)
+    setup: StepSetup = field(init=False)
 
     def __post_init__(self) -> None:
         self.heartbeats = Heartbeats(self.leases)
         self.recovery = RecoveryPolicy(self.orchestrator, self.settings)
+        self.setup = StepSetup(
+            self.orchestrator,
+            self.leases,
+            self.settings,
+            self.heartbeats,
+            self.gate,
+            self.circuits,
+            self.rates,
+        )
 
     def run(self, body: Any) -> Handled:
         try:
@@ -168,14 +170,7 @@ class NodeRunner:
             return Handled.LEASE_HELD
         if lease.superseded:
             log.info("%s attempt %d supersedes an older attempt's lease", key, message.attempt)
-        guarded = (
-            self.circuits.look(message, self._dependencies(definition, node, run, state))
-            if self.circuits is not None
-            else None
-        )
-        pools = self._pools(definition, node, message, run, state)
-        if guarded is not None and self.gate is not None:
-            pools += guarded.pools
+        pools, guarded = self.setup.admission(definition, node, message, run, state)
         holder = holder_of(lease.key, lease.token)
         # An irreversible node's first claim is its last: it waits for its slot before.
         if irreversible and not self._enter(message, pools, holder, run.namespace, lease):
@@ -216,13 +211,18 @@ class NodeRunner:
         )
         completion = None
         timings: dict[str, float] = {}  # the step's parts, for the fleet's histograms
-        recorders = self._recorders(message, node, lease.fence, beat)
-        if recorders is not None:
-            recorders[1].limiter = self._limiter(definition, node, run, state, beat)
+        claimed = Claimed(run, definition, known, lease.fence, beat)
+        chain = _Chain(holder, Claim(key, message.attempt, lease.fence), message.resumed)
+        recorders = self._equip(claimed, message, state, chain)
         try:
-            claimed = _Claimed(run, definition, known, lease.fence, beat)
-            ctx = self._context(
-                claimed, message, state, queued_s=current_wait(), recorders=recorders
+            # Only a re-execution can find a checkpoint: a first attempt spends no read on it.
+            ctx = self.setup.context(
+                claimed,
+                message,
+                state,
+                queued_s=current_wait(),
+                recorders=recorders,
+                restore=message.resumed or message.attempt > 1,
             )
             outcome = self._outcome(claimed, message, state, ctx, ref.resolve())
             if self.circuits is not None and guarded is not None:
@@ -233,7 +233,7 @@ class NodeRunner:
             if not self.heartbeats.confirm(beat):
                 self._stale(message, lease.fence, caught_by="lease")
                 return Handled.LEASE_LOST
-            steps = [(message, outcome), *self._run_on(claimed, message, outcome)]
+            steps = [(message, outcome), *self._run_on(claimed, message, outcome, chain)]
             committing = time.perf_counter()
             # The result exists only here: ride out a database restart rather than lose it.
             completion = self._through_outages(
@@ -258,11 +258,11 @@ class NodeRunner:
                 )
             except Exception:  # the lease expires on its own
                 log.warning("releasing %s failed", lease.key, exc_info=True)
-            self._leave(pools, holder)
+            self._leave([*pools, *chain.pools], holder)
         if completion.recorded:
             invalidate(self.cache, run.namespace, definition, state.vars, steps)
-            if recorders is not None:
-                recorders[0].forget()  # the checkpoint: its result is committed
+            for kept in chain.recorders:
+                kept.checkpoints.forget()  # their results are committed
         if not completion.recorded:
             if orchestrator.fenced_out(key, lease.fence):
                 self._stale(message, lease.fence, caught_by="fence")
@@ -271,134 +271,33 @@ class NodeRunner:
             return Handled.DISCARDED
         return Handled.COMMITTED
 
-    def _limiter(
-        self,
-        definition: WorkflowDefinition,
-        node: AnyNode,
-        run: RunRecord,
-        state: RunState,
-        beat: Beat,
-    ) -> RateLimiter | None:
-        """The rate buckets of the execution's model calls (None: no limit applies)."""
-        if self.rates is None or not isinstance(node, TaskNode):
-            return None
-        if not node.rate and not definition.rate:
-            return None
-        buckets = buckets_for(
-            definition, node, namespace=run.namespace, state=state.vars, run_input=run.input
+    def _equip(
+        self, claimed: Claimed, message: NodeMessage, state: RunState, chain: _Chain
+    ) -> Recorders | None:
+        """The execution's recorders, fenced by the chain's claim (its own, for the
+        chain's first), its model calls under its rate limits; kept with the chain, to
+        forget their checkpoints once the results are committed."""
+        node = claimed.definition.nodes[message.node]
+        own = chain.claim.key == message.key
+        recorders = self.setup.recorders(
+            message,
+            node,
+            chain.claim,
+            claimed.beat,
+            # A re-execution may find calls an interrupted one made; so may a node run
+            # on in a chain that runs again (the chain before it may have got that far).
+            may_have_record=chain.resumed or (own and message.attempt > 1),
         )
-        settings = self.settings
-        return RateLimiter(
-            self.rates,
-            buckets,
-            default_output_tokens=settings.rate_output_tokens,
-            max_refusals=settings.rate_max_refusals,
-            default_pause_s=settings.rate_pause,
-            reconnect_within=settings.reconnect_within,
-            cancelled=beat.cancelled.is_set,
-            lease_lost=lambda: not self.heartbeats.confirm(beat),
-        )
-
-    def _recorders(
-        self, message: NodeMessage, node: AnyNode, fence: int, beat: Beat
-    ) -> tuple[Checkpoints, ModelCalls] | None:
-        """What the execution records as it runs — its checkpoints and its model calls —
-        each write fenced by its claim (none for an ephemeral node: it has no row to fence
-        them by)."""
-        if not isinstance(node, TaskNode) or node.persist.kind is PersistKind.EPHEMERAL:
-            return None
-        common: dict[str, Any] = {
-            "max_bytes": self.settings.max_payload_bytes,
-            "reconnect_within": self.settings.reconnect_within,
-            "lease_trusted": partial(self.heartbeats.confirm, beat),
-        }
-        store, key, attempt = self.orchestrator.store, message.key, message.attempt
-        return (
-            Checkpoints(store, key, attempt, fence, policy=node.checkpoint, **common),
-            ModelCalls(
-                store,
-                key,
-                attempt,
-                fence,
-                may_have_record=message.resumed or attempt > 1,
-                prices=self.settings.model_prices,
-                publish_chunks=partial(self.leases.append_chunks, message.run_id),
-                context=node.context,
-                inline_bytes=self.settings.model_inline_bytes,
-                **common,
-            ),
-        )
-
-    def _context(
-        self,
-        claimed: _Claimed,
-        message: NodeMessage,
-        state: RunState,
-        *,
-        queued_s: float | None,
-        recorders: tuple[Checkpoints, ModelCalls] | None,
-    ) -> StepContext:
-        definition, beat = claimed.definition, claimed.beat
-        node = definition.nodes[message.node]
-        ephemeral = isinstance(node, TaskNode) and node.persist.kind is PersistKind.EPHEMERAL
-        return StepContext(
-            run_id=message.run_id,
-            workflow=message.workflow,
-            node=message.node,
-            iteration=message.iteration,
-            attempt=message.attempt,
-            phase=message.phase.value,
-            state=state,
-            lease_valid=lambda: beat.valid,
-            cancel_requested=beat.cancelled.is_set,
-            resumed=message.resumed,
-            allowance=allowance(definition, state, message.node)
-            if message.phase is Phase.RUN
-            else None,
-            effects=EffectLedger(
-                self.orchestrator.store,
-                namespace=claimed.run.namespace,
-                run_id=message.run_id,
-                node=message.node,
-                iteration=message.iteration,
-                attempt=message.attempt,
-                fence=claimed.fence,
-                max_payload_bytes=self.settings.max_payload_bytes,
-                scope=effect_scope(claimed.run),  # a live fork's keys are its own
-                phase=message.phase.value,  # with the key: whose PostgreSQL fence counts
-                reconnect_within=self.settings.reconnect_within,
-                # Past its own lease deadline this worker asks Redis before any call.
-                lease_trusted=partial(self.heartbeats.confirm, beat),
-                cancel_timeout_s=claimed.definition.cancel_timeout.total_seconds(),
-                refusal=f"{message.node} is ephemeral: it may run again after a crash "
-                "without a record, so it cannot have external effects"
-                if ephemeral
-                else None,
-            ),
-            on_progress=lambda p: self.heartbeats.progress(
-                beat, done=p.done, total=p.total, message=p.message
-            ),
-            artifacts=Artifacts.for_step(
-                self.orchestrator.store,
-                self.settings,
-                run_id=message.run_id,
-                node=message.node,
-                iteration=message.iteration,
-                attempt=message.attempt,
-                phase=message.phase.value,
-            ),
-            queued_s=queued_s,
-            checkpoints=recorders[0] if recorders is not None else None,
-            model_calls=recorders[1] if recorders is not None else None,
-            # Only a re-execution can find one: a first attempt spends no read on it.
-            restored=recorders[0].load()
-            if recorders is not None and (message.resumed or message.attempt > 1)
-            else None,
-        )
+        if recorders is not None:
+            recorders.calls.limiter = self.setup.limiter(
+                claimed.definition, node, claimed.run, state, claimed.beat
+            )
+            chain.recorders.append(recorders)
+        return recorders
 
     def _outcome(
         self,
-        claimed: _Claimed,
+        claimed: Claimed,
         message: NodeMessage,
         state: RunState,
         ctx: StepContext,
@@ -432,11 +331,15 @@ class NodeRunner:
         return outcome
 
     def _run_on(
-        self, claimed: _Claimed, message: NodeMessage, outcome: NodeOutcome
+        self, claimed: Claimed, message: NodeMessage, outcome: NodeOutcome, chain: _Chain
     ) -> list[tuple[NodeMessage, NodeOutcome]]:
         """After an ephemeral node: run what it leads to here and now, so that both
         results are committed together (one commit, no broker round trip) — as long as
-        the decision is simply "run that task next" (see persist: ephemeral)."""
+        the decision is simply "run that task next" (see persist: ephemeral). Each node
+        run on is set up as its own message would have it: admitted to its own pools and
+        circuits (one full or open ends the chain before it: its message goes out with
+        the commit, and waits there), its checkpoints and model calls recorded under the
+        chain's claim, its calls under its rate limits, its HTTP recorded if it says so."""
         definition = claimed.definition
         steps: list[tuple[NodeMessage, NodeOutcome]] = []
         state = claimed.known.state
@@ -444,14 +347,46 @@ class NodeRunner:
             following = fused_next(definition, state, message, outcome, claimed.known.now())
             if following is None:
                 break
-            state, message = following
-            node = definition.nodes[message.node]
+            node = definition.nodes[following[1].node]
             assert isinstance(node, TaskNode) and node.handler is not None
+            admitted, guarded = self._admit_on(claimed, following[1], node, following[0], chain)
+            if not admitted:
+                break
+            state, message = following
+            recorders = self._equip(claimed, message, state, chain)
             # Run here and now, right after the step before it: it never waited in a queue.
-            ctx = self._context(claimed, message, state, queued_s=0.0, recorders=None)
+            ctx = self.setup.context(
+                claimed, message, state, queued_s=0.0, recorders=recorders, restore=chain.resumed
+            )
             outcome = self._outcome(claimed, message, state, ctx, node.handler.resolve())
+            if self.circuits is not None and guarded is not None:
+                self.circuits.report(message, guarded, outcome)
             steps.append((message, outcome))
         return steps
+
+    def _admit_on(
+        self,
+        claimed: Claimed,
+        message: NodeMessage,
+        node: TaskNode,
+        state: RunState,
+        chain: _Chain,
+    ) -> tuple[bool, Guarded | None]:
+        """A node to run on in the chain: a slot of each of its pools (and of its
+        circuits' that are not closed) for the chain's holder — those it holds count
+        already — or False, taking none: one is full (or a circuit open)."""
+        pools, guarded = self.setup.admission(claimed.definition, node, message, claimed.run, state)
+        if not pools or self.gate is None:
+            return True, guarded
+        slots = self.gate.slots
+        full = self._through_outages(
+            f"taking slots for {message.key}", lambda: slots.take(pools, chain.holder)
+        )
+        if full is not None:
+            log.info("%s not run on: its pool %s is full; it waits for a slot", message.key, full)
+            return False, None
+        chain.pools += pools
+        return True, guarded
 
     def _cancel_unstarted(self, message: NodeMessage, fence_floor: int) -> Handled:
         """The run is being cancelled and this node has not started here: acknowledge
@@ -478,39 +413,6 @@ class NodeRunner:
             self.leases.release(lease, finished=completion is not None and completion.recorded)
         return Handled.CANCELLED
 
-    def _pools(
-        self,
-        definition: WorkflowDefinition,
-        node: AnyNode,
-        message: NodeMessage,
-        run: RunRecord,
-        state: RunState,
-    ) -> list[Pool]:
-        if self.gate is None or message.phase is not Phase.RUN or not isinstance(node, TaskNode):
-            return []
-        return pools_for(
-            definition,
-            node,
-            namespace=run.namespace,
-            state=state.vars,
-            run_input=run.input,
-            namespace_limit=self.settings.namespace_concurrency,
-        )
-
-    def _dependencies(
-        self, definition: WorkflowDefinition, node: AnyNode, run: RunRecord, state: RunState
-    ) -> tuple[Dependency, ...]:
-        """What the execution's circuits guard: the dependencies its node declares, and
-        each rate limit's key (its provider), with the default thresholds."""
-        if self.circuits is None or not isinstance(node, TaskNode):
-            return ()
-        if not node.rate and not definition.rate:
-            return node.dependencies
-        buckets = buckets_for(
-            definition, node, namespace=run.namespace, state=state.vars, run_input=run.input
-        )
-        return (*node.dependencies, *(rate_dependency(bucket.name) for bucket in buckets))
-
     def _enter(
         self, message: NodeMessage, pools: list[Pool], holder: str, namespace: str, lease: Lease
     ) -> bool:
@@ -534,7 +436,7 @@ class NodeRunner:
         if not pools or self.gate is None:
             return
         try:
-            self.gate.leave(pools, holder)
+            self.gate.leave(sorted(set(pools)), holder)
         except Exception:  # the slot goes with the lease; the scheduler wakes the waiters
             log.warning("giving back the slots of %s failed", holder, exc_info=True)
 
@@ -676,16 +578,18 @@ class NodeRunner:
             log.warning("could not record the stale write of %s", message.key, exc_info=True)
 
 
-@dataclass(frozen=True)
-class _Claimed:
-    """What one message's execution holds: its run as read, the definition, the state as
-    the decider last left it, its claim's fencing token and heartbeat."""
+@dataclass
+class _Chain:
+    """What a message's execution and the nodes it runs on after an ephemeral one share:
+    the holder of their slots, the claim their records are fenced by (the first's), and
+    whether that one runs again (a chain cut short may have run some of them before);
+    the pools they took and their recorders, to give back and forget at the end."""
 
-    run: RunRecord
-    definition: WorkflowDefinition
-    known: Restored
-    fence: int
-    beat: Beat
+    holder: str
+    claim: Claim
+    resumed: bool
+    pools: list[Pool] = field(default_factory=list)
+    recorders: list[Recorders] = field(default_factory=list)
 
 
 def _short(body: Any) -> str:

@@ -72,3 +72,33 @@ def test_an_outage_opens_the_circuit_attempts_stay_flat_and_a_probe_closes_it(
     assert "audit.circuit_reopened" in told  # the probes that failed
     # Each run reached the service a handful of times, not its 20 attempts.
     assert payments.count() < RUNS * 4, payments.count()
+
+
+def test_a_500_is_retried_by_default_and_an_outage_of_them_opens_the_circuit(
+    cluster: Cluster, payments: DependencyServer
+) -> None:
+    """A handler's own HTTP call (requests, ``raise_for_status``) answered 500: nothing
+    but the status says what it is, and a server's 500 is transient — the default retry
+    runs it again (500 twice, then 200: it succeeds at attempt 3), and an outage of 500s
+    opens the dependency's circuit, which a probe closes once the service is back."""
+    payments.status = 500
+    payments.fail_next = 2
+    cluster.consuming(cluster.worker(concurrency=2))
+    cluster.scheduler()
+    first = cluster.submit("service_call", {})
+    view = cluster.wait(first, timeout_s=30)
+    assert view.status is RunStatus.SUCCEEDED, view.reason
+    assert view.state is not None and view.state.vars["attempt"] == 3
+    assert payments.count() == 3
+
+    payments.down.set()
+    runs = [cluster.submit("service_call", {}) for _ in range(4)]
+    circuits = cluster.client.runtime.circuits
+    assert circuits is not None
+    cluster.wait_for(
+        lambda: any(c.dependency == "service" and c.state != "closed" for c in circuits.reports()),
+        30,
+        "the circuit to open on 500s",
+    )
+    payments.down.clear()
+    cluster.all_succeeded(runs, 30)

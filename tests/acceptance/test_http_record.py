@@ -6,50 +6,21 @@ that changed is reported, never sent."""
 from __future__ import annotations
 
 import json
-import threading
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
 
 import pytest
 
 from cairn.model.statuses import RunStatus
 from tests.support.cluster import Cluster
-
-
-class _Tools(BaseHTTPRequestHandler):
-    asked: ClassVar[Counter[str]] = Counter()
-
-    def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length)) if length else None
-        path = self.path.partition("?")[0]
-        _Tools.asked[path] += 1
-        data = json.dumps({"path": path, "n": _Tools.asked[path], "body": body}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = _answer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+from tests.support.tools import tools_server
 
 
 @pytest.fixture
 def tools(cluster: Cluster) -> Iterator[Counter[str]]:
-    _Tools.asked = Counter()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Tools)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    cluster.env["TOOLS_URL"] = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        yield _Tools.asked
-    finally:
-        server.shutdown()
-        server.server_close()
+    with tools_server() as (url, asked):
+        cluster.env["TOOLS_URL"] = url
+        yield asked
 
 
 def test_a_nodes_own_http_is_recorded_and_replay_and_fork_send_none(
@@ -79,3 +50,38 @@ def test_a_nodes_own_http_is_recorded_and_replay_and_fork_send_none(
     error = report["first_divergence"]["replayed"]["error"]
     assert "HTTP request 0 diverged" in error, error
     assert sum(tools.values()) == 4
+
+
+def test_a_handlers_plain_http_is_never_sent_again_by_replay_fork_or_bisect(
+    cluster: Cluster, tools: Counter[str]
+) -> None:
+    """A node without ``record: http`` whose handler posts to a chat service with
+    requests (and swallows what goes wrong): a replay, a fork's dry run and bisect send
+    nothing; the replay reports the refused request as the step's divergence and the
+    dry run stops at it."""
+    cluster.consuming(cluster.worker())
+    cluster.scheduler()
+    run_id = cluster.submit("plain_http", {"text": "hello"})
+    view = cluster.wait(run_id)
+    assert view.status is RunStatus.SUCCEEDED, view.reason
+    assert dict(tools) == {"/chat": 1}
+    chat = f"HTTP POST {cluster.env['TOOLS_URL']}/chat"
+
+    replayed = cluster.cli("replay", run_id, "--json")
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr  # diverged
+    first = json.loads(replayed.stdout)["first_divergence"]
+    assert first["node"] == "post" and chat in first["note"], first
+    assert "record: http" in first["note"] and "never sends it" in first["note"], first
+    assert first["replayed"]["refused_calls"] and first["replayed"]["output"] == {"posted": None}
+
+    seq = min(e["seq"] for e in cluster.client.events(run_id))
+    forked = cluster.cli("fork", run_id, "--at", str(seq), "--json")
+    assert forked.returncode == 3, forked.stdout + forked.stderr  # refused
+    dry = json.loads(forked.stdout)
+    assert dry["ending"] == "refused" and chat in dry["detail"], dry
+
+    bisected = cluster.cli(
+        "bisect", run_id, "--check", "tests.integration.http_handlers:posted", "--json"
+    )
+    assert json.loads(bisected.stdout)["verdict"] == "found", bisected.stdout
+    assert dict(tools) == {"/chat": 1}  # not one more request from any of the three

@@ -82,6 +82,8 @@ def test_an_agents_calls_are_made_once_and_replay_fork_and_bisect_make_none(
     seq = max(e["seq"] for e in cluster.client.events(run_id) if e["type"] == "run_started")
     forked = cluster.cli("fork", run_id, "--at", str(seq), "--json")
     assert forked.returncode == 0, forked.stdout + forked.stderr
+    dry = json.loads(forked.stdout)
+    assert (dry["ending"], dry["status"]) == ("ended", "succeeded"), dry
     bisected = cluster.cli(
         "bisect", run_id, "--check", "tests.integration.model_handlers:unanswered", "--json"
     )
@@ -115,6 +117,52 @@ def test_an_agents_calls_are_made_once_and_replay_fork_and_bisect_make_none(
     assert first["replayed"]["status"] == "succeeded"
     assert first["replayed"]["output"]["answer"] == "A cairn is a pile of stones."
     assert model.count() == 6
+
+
+def test_a_checkpointing_agent_replays_the_same_and_forks_without_a_request(
+    cluster: Cluster, model: ModelServer
+) -> None:
+    """An async agent node that checkpoints after each of its four model calls, then a
+    sync node that checkpoints: its replay finds every step the same; a dry-run fork
+    from before the agent (which starts it again, a new visit) answers every call from
+    the parent's record and ends succeeded, like the run; one from before the second
+    node too; one made to fail exits non-zero; bisect finds the answer's step. None of
+    them sends a request."""
+    cluster.consuming(cluster.worker())
+    cluster.scheduler()
+    model.script(
+        *(Reply(tool_calls=(ToolCall("lookup", {"word": f"w{turn}"}),)) for turn in range(3)),
+        Reply(text="A cairn is a pile of stones."),
+    )
+    run_id = cluster.submit("checkpoint_agent")
+    view = cluster.wait(run_id)
+    assert view.status is RunStatus.SUCCEEDED, view.reason
+    assert view.state is not None and view.state.vars["checkpoints"] == 4
+    assert model.count() == 4
+
+    replayed = cluster.cli("replay", run_id, "--json")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    report = json.loads(replayed.stdout)
+    assert report["counts"] == {"same": 2, "diverged": 0, "refused": 0, "skipped": 0}, report
+    assert [s["replayed"]["checkpoints"] for s in report["steps"]] == [4, 1]
+
+    events = cluster.client.events(run_id)
+    started = max(e["seq"] for e in events if e["type"] == "run_started")
+    thought = min(e["seq"] for e in events if e["type"] == "node_succeeded")
+    for seq in (started, thought):
+        forked = cluster.cli("fork", run_id, "--at", str(seq), "--json")
+        assert forked.returncode == 0, forked.stdout + forked.stderr
+        dry = json.loads(forked.stdout)
+        assert (dry["ending"], dry["status"]) == ("ended", "succeeded"), dry
+        assert dry["vars"]["wrapped"] == view.state.vars["wrapped"], dry
+    failing = cluster.cli("fork", run_id, "--at", str(started), "--patch", '{"fail": true}')
+    assert failing.returncode == 1, failing.stdout + failing.stderr
+    assert "the run failed" in failing.stdout
+    bisected = cluster.cli(
+        "bisect", run_id, "--check", "tests.integration.model_handlers:unanswered", "--json"
+    )
+    assert json.loads(bisected.stdout)["verdict"] == "found", bisected.stdout + bisected.stderr
+    assert model.count() == 4  # not one request from the replay, the forks or bisect
 
 
 def test_a_worker_killed_during_a_call_resends_only_that_call(

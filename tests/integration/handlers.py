@@ -219,6 +219,17 @@ def stuck_once(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     return {"answered_on_attempt": ctx.attempt}
 
 
+def post_service(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """One request to the service stand-in (``PAYMENTS_URL``) with requests, its error
+    status raised as requests raises it (``raise_for_status``): nothing says it is
+    transient but the status it carries."""
+    import requests  # noqa: PLC0415
+
+    answer = requests.post(f"{os.environ['PAYMENTS_URL']}/charge", timeout=10)
+    answer.raise_for_status()
+    return {"charged": True, "attempt": ctx.attempt}
+
+
 def charge_payments(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     """One request to the payments stand-in (``PAYMENTS_URL``): its 503 is a transient
     failure (urllib's HTTPError carries the status)."""

@@ -29,3 +29,19 @@ async def async_fetch(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     async with httpx.AsyncClient() as client:
         got = (await client.get(_url("/news"))).json()
     return {"news": got}
+
+
+def post_chat(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """Post to a chat service with requests — no ``record: http``, no ``ctx.effect``:
+    what a replay must never send again. A failure to post is logged, not raised."""
+    try:
+        answer = requests.post(_url("/chat"), json={"text": state.get("text", "hi")}, timeout=10)
+    except Exception as exc:  # a handler that swallows what goes wrong
+        ctx.log.warning("could not post: %s", exc)
+        return {"posted": None}
+    return {"posted": answer.json()["n"]}
+
+
+def posted(state: dict[str, Any]) -> bool:
+    """A bisect predicate: good while nothing was posted."""
+    return "posted" not in state.get("vars", state)

@@ -4,8 +4,10 @@ project's model stand-in (``MODEL_URL``): a tool-using agent loop, a few plain t
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
+from cairn import PermanentError
 from tests.integration.handlers import _record
 
 TOOLS = [
@@ -114,3 +116,92 @@ def one_call(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
         model="gpt-stand-in", messages=[{"role": "user", "content": f"run {ctx.run_id}"}]
     )
     return {"said": reply.choices[0].message.content}
+
+
+def _async_client() -> Any:
+    # The async client is bound to the loop it first runs on: the worker process's one.
+    if "async" not in _clients:
+        from openai import AsyncOpenAI  # noqa: PLC0415
+
+        _clients["async"] = AsyncOpenAI(base_url=os.environ["MODEL_URL"] + "/v1", api_key="t")
+    return _clients["async"]
+
+
+async def checkpointing_agent(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """A tool-using agent through the async client, checkpointed after each turn
+    (``await ctx.checkpoint_async()``); told to ``fail``, it gives up before its first."""
+    if state.get("fail"):
+        raise PermanentError("told to fail")
+    model = ctx.model(_async_client())
+    if not ctx.messages:
+        ctx.messages.append({"role": "user", "content": state.get("question", "What is a cairn?")})
+    for _turn in range(10):
+        reply = await model.chat.completions.create(
+            model="gpt-stand-in", messages=ctx.messages, tools=TOOLS
+        )
+        message = reply.choices[0].message
+        ctx.messages.append(message.model_dump(mode="json", exclude_none=True))
+        for call in message.tool_calls or ():
+            ctx.messages.append(
+                {"role": "tool", "tool_call_id": call.id, "content": f"found {call.id}"}
+            )
+        saved = await ctx.checkpoint_async()
+        if not message.tool_calls:
+            return {"answer": message.content, "turns": ctx.turns, "checkpoints": saved}
+    return {"answer": None, "turns": ctx.turns}
+
+
+def checkpointed_wrap(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """A sync node that checkpoints (``ctx.checkpoint()``) before it answers."""
+    ctx.scratch["answer"] = state["answer"]
+    saved = ctx.checkpoint()
+    return {"wrapped": f"{state['answer']} ({state['turns']} turns)", "wrap_checkpoints": saved}
+
+
+def _cold_client() -> Any:
+    """A client whose process's first request leaves half a second after it is sent —
+    as a cold client's does while it builds its machinery (on a loaded machine)."""
+    if "cold" not in _clients:
+        import httpx2  # noqa: PLC0415
+        from openai import OpenAI  # noqa: PLC0415
+
+        first = [True]
+
+        def slow_first(_request: Any) -> None:
+            if first[0]:
+                first[0] = False
+                time.sleep(0.5)
+
+        _clients["cold"] = OpenAI(
+            base_url=os.environ["MODEL_URL"] + "/v1",
+            api_key="test",
+            http_client=httpx2.Client(event_hooks={"request": [slow_first]}),
+        )
+    return _clients["cold"]
+
+
+def one_cold_call(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """One model call through :func:`_cold_client`."""
+    reply = ctx.model(_cold_client()).chat.completions.create(
+        model="gpt-stand-in", messages=[{"role": "user", "content": f"run {ctx.run_id}"}]
+    )
+    return {"said": reply.choices[0].message.content}
+
+
+def prepare_question(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """A pure query (an ephemeral node): the question to ask."""
+    return {"question": f"What is run {ctx.run_id}?"}
+
+
+def fused_think(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """A model call, a checkpoint, and a tool looked up over plain HTTP (its node records
+    it): what a durable node run on after an ephemeral one must be able to do."""
+    import httpx  # noqa: PLC0415
+
+    reply = ctx.model(_client()).chat.completions.create(
+        model="gpt-stand-in", messages=[{"role": "user", "content": state["question"]}]
+    )
+    saved = ctx.checkpoint()
+    with httpx.Client() as client:
+        looked = client.get(os.environ["TOOLS_URL"] + "/lookup").json()
+    return {"answer": reply.choices[0].message.content, "checkpoint": saved, "looked": looked}

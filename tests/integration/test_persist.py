@@ -4,8 +4,11 @@ invalidates them."""
 
 from __future__ import annotations
 
+from cairn.model.keys import ExecutionKey
 from cairn.model.statuses import RunStatus
+from cairn.testing.model_server import ModelServer, Reply
 from tests.support.cluster import Cluster
+from tests.support.tools import tools_server
 
 
 def part_executions(cluster: Cluster) -> int:
@@ -101,3 +104,40 @@ def test_a_crash_before_the_commit_recomputes_the_ephemeral_nodes(cluster: Clust
     assert [counts[(run_id, node, 1)] for node in ("fetch", "shape", "store")] == [2, 2, 2]
     node_results = [e for e in cluster.client.events(run_id) if e["type"] == "node_succeeded"]
     assert [e["data"]["node"] for e in node_results] == ["fetch", "shape", "store"]
+
+
+def test_a_durable_node_run_on_after_an_ephemeral_one_keeps_its_set_up(
+    cluster: Cluster,
+) -> None:
+    """Three runs of a query (ephemeral) then an agent step allowed one at a time: the
+    worker that runs the query runs the step on in the same go when its slot is free —
+    and the step's model call is recorded (under the chain's claim: fence 0), its
+    checkpoint saved, its HTTP recorded; when the slot is taken, the chain ends before
+    the step, which waits for it. Never two steps at the model at once; a replay of each
+    run sends nothing."""
+    with ModelServer() as model, tools_server() as (tools_url, tools):
+        model.script(*(Reply(text="stones", delay_s=0.5) for _ in range(3)))
+        cluster.env.update(MODEL_URL=model.url, TOOLS_URL=tools_url)
+        worker = cluster.worker(concurrency=3)
+        cluster.consuming(worker)
+        cluster.scheduler()
+        runs = [cluster.submit("fused_agent") for _ in range(3)]
+        cluster.all_succeeded(runs, 60)
+        assert model.count() == 3 and model.peak_in_flight == 1  # waited for its slot
+        assert tools["/lookup"] == 3
+        fences = []
+        for run_id in runs:
+            view = cluster.wait(run_id)
+            assert view.state is not None
+            assert view.state.vars["checkpoint"] == 1 and view.state.vars["answer"] == "stones"
+            with cluster.client.runtime.store.reading() as tx:
+                calls = tx.model_calls_of(ExecutionKey(run_id, "think", 1, "run"))
+            assert [(c.call_index, c.provider) for c in calls] == [(0, "openai"), (1, "http")]
+            fences.append(calls[0].fence)
+        # At least one ran on after its query, in one go; one that found the slot taken
+        # ran from its own message, under its own claim.
+        assert 0 in fences and any(fence > 0 for fence in fences), fences
+        for run_id in runs:
+            replayed = cluster.cli("replay", run_id, "--json")
+            assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        assert model.count() == 3 and tools["/lookup"] == 3

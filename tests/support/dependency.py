@@ -1,6 +1,7 @@
 """A stand-in for an outside system a workflow depends on (a payment service): it answers
-503 while it is down, 200 when up, and counts every request it gets — the external side's
-count of attempts, which a circuit breaker must keep flat during an outage."""
+503 (or ``status``) while it is down, or to the next ``fail_next`` requests, 200 when
+up, and counts every request it gets — the external side's count of attempts, which a
+circuit breaker must keep flat during an outage."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from typing import Any
 class DependencyServer:
     def __init__(self) -> None:
         self.down = threading.Event()
+        self.status = 503  # what it answers while down
+        self.fail_next = 0  # requests still to answer with ``status``, down or not
         self._lock = threading.Lock()
         self.requests: list[tuple[float, bool]] = []  # (when, answered while down)
         server = self
@@ -22,10 +25,11 @@ class DependencyServer:
             def do_POST(self) -> None:
                 import time  # noqa: PLC0415
 
-                down = server.down.is_set()
                 with server._lock:
+                    down = server.down.is_set() or server.fail_next > 0
+                    server.fail_next = max(0, server.fail_next - 1)
                     server.requests.append((time.time(), down))
-                self.send_response(503 if down else 200)
+                self.send_response(server.status if down else 200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

@@ -68,10 +68,15 @@ class ReadTimeout(Exception):  # a client library's timeout, not derived from Ti
         (HTTPStatusError(502), ErrorClass.TRANSIENT),
         (HTTPStatusError(503), ErrorClass.TRANSIENT),
         (HTTPStatusError(504), ErrorClass.TRANSIENT),
+        (HTTPStatusError(500), ErrorClass.TRANSIENT),  # the server's trouble: may pass
+        (HTTPStatusError(507), ErrorClass.TRANSIENT),
+        (HTTPStatusError(501), ErrorClass.PERMANENT),  # "not implemented": no retry helps
+        (HTTPStatusError(505), ErrorClass.PERMANENT),
         (HTTPStatusError(400), ErrorClass.PERMANENT),
         (HTTPStatusError(404), ErrorClass.PERMANENT),
         (urllib.error.HTTPError("http://x", 503, "busy", {}, None), ErrorClass.TRANSIENT),  # type: ignore[arg-type]
         (urllib.error.HTTPError("http://x", 403, "no", {}, None), ErrorClass.PERMANENT),  # type: ignore[arg-type]
+        (urllib.error.HTTPError("http://x", 500, "oops", {}, None), ErrorClass.TRANSIENT),  # type: ignore[arg-type]
         (PermissionError(), ErrorClass.PERMANENT),
         (ValueError("bad argument"), ErrorClass.PERMANENT),
         (RuntimeError("unknown"), ErrorClass.PERMANENT),
@@ -212,7 +217,7 @@ DISCONNECTED = urllib3.exceptions.ProtocolError(
         (requests.ConnectionError(DISCONNECTED), True),
         (DISCONNECTED, True),  # permanent by its class, and still unknown
         (urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out"), True),  # type: ignore[arg-type]
-        (_http_error(500), True),  # permanent by its class: a 500 may have applied
+        (_http_error(500), True),  # a 500 may have applied
         (_http_error(502), True),
         (HTTPStatusError(503), True),
         (_raised_from(cairn.TransientError("HTTP 500"), _http_error(500)), True),

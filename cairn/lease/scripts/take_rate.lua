@@ -1,17 +1,19 @@
 -- KEYS: for each bucket, four keys: its hash (paused, the limits last declared), the
 -- sorted set of its requests and that of its token reservations (member: the call,
 -- score: when its units were taken, ms by this server's clock), the hash of each
--- reservation's tokens. ARGV: the call, its tokens, then per bucket: requests limit,
--- period (ms), tokens limit, period (ms) (0: no such limit).
+-- reservation's tokens. ARGV: the call, its tokens, how long after its units' time a
+-- call may confirm them (ms), then per bucket: requests limit, period (ms), tokens
+-- limit, period (ms) (0: no such limit).
 -- Returns 0: taken (or confirmed), go. Else the ms to wait: the units are the call's
--- at that time; the caller takes again then, to confirm them.
+-- at that time; the caller takes again then, to confirm them. A confirmation later than
+-- that (or after a pause came) is too late for those units: the call takes anew.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local call, want = ARGV[1], tonumber(ARGV[2])
+local call, want, within = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = #KEYS / 4
 
 local function limits(i)
-  local base = 2 + (i - 1) * 4
+  local base = 3 + (i - 1) * 4
   return tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
          tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
 end
@@ -40,9 +42,12 @@ for i = 1, n do
 end
 
 if at ~= nil then  -- a confirmation
-  if at <= now and paused <= now then return 0 end
-  if paused <= at then return at - now end
-  for i = 1, n do  -- a pause came after its time was given: it queues after the pause
+  if at <= now then
+    if paused <= now and now - at <= within then return 0 end
+  elseif paused <= at then
+    return at - now
+  end
+  for i = 1, n do  -- too late for its time, or a pause came after it: it queues anew
     redis.call('zrem', KEYS[4 * i - 2], call)
     redis.call('zrem', KEYS[4 * i - 1], call)
     redis.call('hdel', KEYS[4 * i], call)
