@@ -6,16 +6,25 @@
 
 The module-level functions use a default :class:`Client` built from ``CAIRN_*`` on first
 use; build your own ``Client(settings)`` to talk to several deployments or in tests.
+
+This client writes to the database directly: its writes are made as the principal
+``db:<user>`` (the operating system's user), recorded in each run's events and in the
+audit log as such. A service that should not hold database credentials uses the HTTP
+API and an API key instead (docs/access.md).
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cairn.access.audit import Audit, Entry
+from cairn.access.local import ANY_NAMESPACE, db_principal
 from cairn.config import Settings
 from cairn.definitions.catalog import load_all
 from cairn.engine.awaiting import Awaiting
@@ -38,6 +47,27 @@ class Client:
         self.settings = settings or Settings.from_env()
         self._runtime: Runtime | None = None
         self._lock = threading.Lock()
+        self.principal = db_principal()
+        self.actor = self.principal.actor
+
+    @contextmanager
+    def audited(self, action: str, namespace: str, target: str | None = None) -> Iterator[None]:
+        """Write the audit entry of a write this client makes (``failed`` if it raises)."""
+        outcome = "failed"
+        try:
+            yield
+            outcome = "ok"
+        finally:
+            Audit(self.runtime.store).record(
+                Entry.by(
+                    self.principal,
+                    action,
+                    outcome,
+                    namespace=namespace,
+                    target=target,
+                    source=f"cli@{socket.gethostname()}",
+                )
+            )
 
     @property
     def runtime(self) -> Runtime:
@@ -57,9 +87,11 @@ class Client:
             [source] if isinstance(source, WorkflowDefinition) else load_all([str(source)])
         )
         orchestrator = self.runtime.orchestrator
-        orchestrator.registry.register_all(definitions)
-        for definition in definitions:
-            orchestrator.schedules.declare(namespace, definition)
+        names = ", ".join(definition.key for definition in definitions)
+        with self.audited("definitions.register", namespace, names[:300]):
+            orchestrator.registry.register_all(definitions)
+            for definition in definitions:
+                orchestrator.schedules.declare(namespace, definition)
         return definitions
 
     @property
@@ -97,6 +129,7 @@ class Client:
             debounce=None if debounce is None else Debounce.of(debounce),
             singleton=None if singleton is None else Singleton.of(singleton),
             priority=priority,
+            actor=self.actor,
         )
 
     def submit_batch(
@@ -106,7 +139,7 @@ class Client:
         "request_id"?, "version"?, "webhook"?, "priority"?}`` each); every item is answered
         on its own."""
         items = [r if isinstance(r, SubmitItem) else SubmitItem.from_dict(r) for r in runs]
-        return self.runtime.orchestrator.submit_batch(items, namespace=namespace)
+        return self.runtime.orchestrator.submit_batch(items, namespace=namespace, actor=self.actor)
 
     def get_run(self, run_id: str) -> RunView:
         return self.runtime.orchestrator.get_run(run_id)
@@ -117,30 +150,39 @@ class Client:
         name: str,
         payload: Mapping[str, Any] | None = None,
         *,
-        actor: str | None = None,
         signal_id: str | None = None,
         node: str | None = None,
+        comment: str | None = None,
     ) -> bool:
         """Send a signal to a waiting run (a wait node's signal, or ``recovery.retry``,
         ``recovery.complete`` with ``{"output": {...}}``, ``recovery.fail`` for a node
-        held for an operator). True if applied; False if ``signal_id`` was applied
-        before. A signal the run cannot take raises a :class:`CairnError`."""
-        decision = self.runtime.orchestrator.signal(
-            run_id, name, payload, actor=actor, signal_id=signal_id, node=node
-        )
+        held for an operator), as this client's principal, ``comment`` beside it. True if
+        applied; False if ``signal_id`` was applied before. A signal the run cannot take
+        raises a :class:`CairnError`."""
+        with self.audited("run.signal", self._namespace_of(run_id), run_id):
+            decision = self.runtime.orchestrator.signal(
+                run_id,
+                name,
+                payload,
+                actor=self.actor,
+                signal_id=signal_id,
+                node=node,
+                comment=comment,
+            )
         return decision.ignored is None
 
-    def cancel(self, run_id: str, reason: str, *, actor: str | None = None) -> bool:
+    def cancel(self, run_id: str, reason: str) -> bool:
         """Cancel a run (see :meth:`Orchestrator.cancel`): False if it was already being
         cancelled. A finished run raises :class:`~cairn.errors.IllegalTransition`."""
-        return self.runtime.orchestrator.cancel(run_id, reason, actor=actor).ignored is None
+        with self.audited("run.cancel", self._namespace_of(run_id), run_id):
+            decision = self.runtime.orchestrator.cancel(run_id, reason, actor=self.actor)
+        return decision.ignored is None
 
     def rollback(
         self,
         run_id: str,
         reason: str,
         *,
-        actor: str | None = None,
         confirm: bool = False,
         to_seq: int | None = None,
         step: str | None = None,
@@ -148,15 +190,21 @@ class Client:
     ) -> None:
         """Undo a started run, compensating every applied step — or only those after event
         ``to_seq``, or only ``step``'s, then resume. Needs ``confirm=True``."""
-        self.runtime.orchestrator.rollback(
-            run_id,
-            reason,
-            actor=actor,
-            confirm=confirm,
-            to_seq=to_seq,
-            step=step,
-            step_iteration=step_iteration,
-        )
+        with self.audited("run.rollback", self._namespace_of(run_id), run_id):
+            self.runtime.orchestrator.rollback(
+                run_id,
+                reason,
+                actor=self.actor,
+                confirm=confirm,
+                to_seq=to_seq,
+                step=step,
+                step_iteration=step_iteration,
+            )
+
+    def _namespace_of(self, run_id: str) -> str:
+        with self.runtime.store.reading() as tx:
+            head = tx.run_head(run_id)
+        return head.namespace if head is not None else ANY_NAMESPACE
 
     def waiting(self, namespace: str | None = None, limit: int = 100) -> list[Awaiting]:
         """Runs waiting for a person — a wait node's signal, an operator's decision about a

@@ -18,9 +18,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from cairn.api import errors, model_calls, runs, schedules, stream
-from cairn.api.auth import ApiKeys
-from cairn.api.deps import Namespace, runtime_of
+from cairn.access import Audit, Authenticator
+from cairn.access.authenticate import ConfigKeys
+from cairn.api import admin, errors, model_calls, runs, schedules, stream
+from cairn.api.access import AuditMiddleware, Reader
+from cairn.api.deps import runtime_of
 from cairn.api.limits import BodyLimitMiddleware
 from cairn.api.models import CircuitList, PoolList, RateList, WorkflowInfo, WorkflowList
 from cairn.config import Settings
@@ -42,7 +44,7 @@ def app_from_env() -> FastAPI:
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     """The app. ``runtime``: use this one (tests, embedding) instead of building one at
     startup; the caller then closes it."""
-    keys = ApiKeys.from_settings(settings)  # a bad key file fails here, before serving
+    keys = ConfigKeys.from_settings(settings)  # a bad key file fails here, before serving
     metrics = ApiMetrics()
 
     @asynccontextmanager
@@ -54,8 +56,14 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         if owned and app.state.runtime.broker is not None:
             app.state.runtime.start_workers()
             app.state.runtime.start_scheduler()
+        store = app.state.runtime.store
+        app.state.authenticator = Authenticator(store, keys, cache_s=settings.api_key_cache_s)
+        app.state.audit = Audit(store)
         if not len(keys):
-            log.warning("no API keys configured (CAIRN_API_KEYS): every request is refused")
+            log.warning(
+                "no bootstrap API keys (CAIRN_API_KEYS): only keys minted with "
+                "`cairn keys create` are accepted"
+            )
         try:
             yield
         finally:
@@ -68,16 +76,17 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         description="Submit, follow, signal and cancel durable workflow runs. See docs/api.md.",
         lifespan=lifespan,
     )
-    app.state.keys = keys
     app.state.metrics = metrics
     errors.install(app)
     app.include_router(runs.router)
+    app.include_router(admin.router)
     app.include_router(stream.router)
     app.include_router(model_calls.router)
     app.include_router(schedules.router)
     app.include_router(_operations())
     # The last added is the outermost: metrics see what the body limit refuses too.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
+    app.add_middleware(AuditMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
 
@@ -86,20 +95,16 @@ def _operations() -> APIRouter:
     router = APIRouter()
 
     @router.get("/v1/fleet/concurrency", response_model=PoolList, responses=runs.ERRORS)
-    def concurrency(
-        runtime: Annotated[Runtime, Depends(runtime_of)], namespace: Namespace
-    ) -> PoolList:
+    def concurrency(runtime: Annotated[Runtime, Depends(runtime_of)], who: Reader) -> PoolList:
         """The namespace's concurrency pools: per pool, how many executions hold a slot,
         how many wait for one, and how long the oldest has waited."""
         slots = runtime.slots
         reports = pool_reports(runtime.store, slots) if slots is not None else []
-        mine = [r.to_dict() for r in reports if r.pool.startswith(f"{namespace}/")]
+        mine = [r.to_dict() for r in reports if r.pool.startswith(f"{who.namespace}/")]
         return PoolList(pools=mine)
 
     @router.get("/v1/fleet/circuits", response_model=CircuitList, responses=runs.ERRORS)
-    def circuits(
-        runtime: Annotated[Runtime, Depends(runtime_of)], _namespace: Namespace
-    ) -> CircuitList:
+    def circuits(runtime: Annotated[Runtime, Depends(runtime_of)], _who: Reader) -> CircuitList:
         """The dependencies' circuits (fleet-wide, shared by every namespace): each one
         open, half-open, or counting failures, and how many executions wait for it."""
         slots, breakers = runtime.slots, runtime.circuits
@@ -108,17 +113,17 @@ def _operations() -> APIRouter:
         return CircuitList(circuits=[view.to_dict() for view in views])
 
     @router.get("/v1/fleet/rates", response_model=RateList, responses=runs.ERRORS)
-    def rates(runtime: Annotated[Runtime, Depends(runtime_of)], namespace: Namespace) -> RateList:
+    def rates(runtime: Annotated[Runtime, Depends(runtime_of)], who: Reader) -> RateList:
         """The namespace's rate buckets: per key, the requests and tokens used within
         its period and still available, how many calls wait for their turn, and how
         long a provider's 429 still pauses it."""
         buckets = runtime.rates.report() if runtime.rates is not None else []
-        mine = [b.to_dict() for b in buckets if b.bucket.startswith(f"{namespace}/")]
+        mine = [b.to_dict() for b in buckets if b.bucket.startswith(f"{who.namespace}/")]
         return RateList(buckets=mine)
 
     @router.get("/v1/workflows", response_model=WorkflowList, responses=runs.ERRORS)
     def list_workflows(
-        runtime: Annotated[Runtime, Depends(runtime_of)], _namespace: Namespace
+        runtime: Annotated[Runtime, Depends(runtime_of)], _who: Reader
     ) -> WorkflowList:
         """Registered workflows, every version (definitions are shared by all namespaces)."""
         with runtime.store.reading() as tx:

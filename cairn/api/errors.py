@@ -14,7 +14,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cairn.api.auth import Unauthorized
+from cairn.access import Forbidden, Unauthorized
+from cairn.access.keys import KeyNotFound, PrincipalExists, PrincipalNotFound
 from cairn.errors import (
     ArtifactNotFound,
     CairnError,
@@ -53,10 +54,14 @@ class UnsupportedMediaType(CairnError):
 # Most specific first: the first isinstance match decides.
 STATUS_BY_ERROR: tuple[tuple[type[CairnError], int], ...] = (
     (Unauthorized, 401),
+    (Forbidden, 403),
     (RunNotFound, 404),
     (UnknownWorkflow, 404),
     (ArtifactNotFound, 404),
     (ScheduleNotFound, 404),
+    (KeyNotFound, 404),
+    (PrincipalNotFound, 404),
+    (PrincipalExists, 409),
     (PayloadTooLarge, 413),
     (UnsupportedMediaType, 415),
     (InvalidInput, 422),

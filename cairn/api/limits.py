@@ -1,15 +1,20 @@
-"""Request bodies: JSON only, and no larger than ``CAIRN_API_MAX_BODY_BYTES``.
+"""Request bodies: JSON only, well-formed, every object's keys once, and no larger than
+``CAIRN_API_MAX_BODY_BYTES``.
 
 Checked before the app sees the body: a declared ``Content-Length`` over the limit is
 refused at once, unread, and a body without one (chunked) is counted as it arrives and
 refused as soon as it passes the limit, so no more than the limit is ever held. A body
 within the limit is read here and handed on whole, which is cheap at this size and makes
-the limit hold whatever the endpoint does with its body.
+the limit hold whatever the endpoint does with its body. A body that is not JSON, or
+that names a key twice in one object (``{"payload": 1, "payload": 2}``: which one
+counts is the parser's whim, and two parsers may disagree), is refused with 400 and
+nothing written.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -60,6 +65,10 @@ class BodyLimitMiddleware:
                 "request bodies are JSON: send Content-Type: application/json",
             )
             return
+        malformed = _malformed(body) if body else None
+        if malformed is not None:
+            await _refuse(send, 400, "bad_request", malformed)
+            return
         replayed = False
 
         async def replay() -> Message:
@@ -94,3 +103,27 @@ async def _refuse(send: Send, status: int, code: str, message: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+class _Duplicated(ValueError):
+    pass
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _Duplicated(key)
+        found[key] = value
+    return found
+
+
+def _malformed(body: bytes) -> str | None:
+    """Why ``body`` is not a JSON document with each object's keys once (None: it is)."""
+    try:
+        json.loads(body, object_pairs_hook=_once)
+    except _Duplicated as twice:
+        return f"the body names the key {str(twice)!r} twice in one object"
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        return f"the body is not JSON: {exc}"
+    return None

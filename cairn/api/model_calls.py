@@ -5,14 +5,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
-from cairn.api.deps import Namespace
-from cairn.api.runs import ERRORS, RunId, Runtime_, head_in
+from cairn.api.access import allowed
+from cairn.api.deps import Runtime_
+from cairn.api.runs import ERRORS, RunId, head_in
+from cairn.model.principals import Permission, Principal
 from cairn.observe.model_calls import model_calls_view
 
 router = APIRouter(prefix="/v1")
+# Model messages are payloads: reading them needs the permission, and is audited.
+PayloadReader = Annotated[
+    Principal, Depends(allowed(Permission.READ, Permission.PAYLOADS, action="run.model_calls"))
+]
 
 
 class ModelCallList(BaseModel):
@@ -24,7 +30,7 @@ class ModelCallList(BaseModel):
 def run_model_calls(
     run_id: RunId,
     runtime: Runtime_,
-    namespace: Namespace,
+    who: PayloadReader,
     node: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> ModelCallList:
     """Every model call the run's executions recorded (of ``node`` only, if given), in
@@ -32,5 +38,5 @@ def run_model_calls(
     sent and — when a context budget compacted them — of the whole conversation the
     handler passed (``history``), the response and its text, usage, latency. Each
     message's content is in ``messages``, once."""
-    head_in(runtime, run_id, namespace)
+    head_in(runtime, run_id, who.namespace)
     return ModelCallList(**model_calls_view(runtime.store, run_id, node))

@@ -104,8 +104,12 @@ class BatchRequest(Request):
 
 
 class SignalRequest(Request):
+    """Who decides is the request's principal (its API key), never a field of the body."""
+
     payload: dict[str, Any] | None = None
-    actor: Short | None = Field(default=None, description="Who decides (kept in the log).")
+    comment: Reason | None = Field(
+        default=None, description="What the decider says beside it (kept in the log)."
+    )
     signal_id: RequestId | None = Field(
         default=None, description="Idempotency: the same signal id is applied once."
     )
@@ -116,7 +120,6 @@ class SignalRequest(Request):
 
 class CancelRequest(Request):
     reason: Reason = "cancelled through the API"
-    actor: Short | None = None
 
 
 class ForkRequest(Request):
@@ -207,8 +210,12 @@ class RunDetail(RunSummary):
         "no_progress_s since the last progress, and stalled (past its node's stall_after)."
     )
     last_event: dict[str, Any] | None
-    vars: dict[str, Any]
-    result: dict[str, Any] | None = Field(description="The final state, once succeeded.")
+    vars: dict[str, Any] | None = Field(
+        description="The run's state (null without the payloads permission)."
+    )
+    result: dict[str, Any] | None = Field(
+        description="The final state, once succeeded (null without the payloads permission)."
+    )
     waiting: list[dict[str, Any]] = Field(description="What would answer each wait.")
     explain: list[str]
     links: dict[str, str]
@@ -301,7 +308,9 @@ class ScheduleView(BaseModel):
     version: int | None
     cron: str
     timezone: str
-    input: dict[str, Any]
+    input: dict[str, Any] | None = Field(
+        description="What its runs start with (null without the payloads permission)."
+    )
     overlap: str
     catch_up_s: float
     jitter_s: float
@@ -337,3 +346,68 @@ class BackfillResult(BaseModel):
     created: int = Field(description="Runs started now.")
     existing: int = Field(description="Ticks that had their run already.")
     run_ids: list[str]
+
+
+# -- principals, keys, the audit log ---------------------------------------------------
+
+RoleName = Literal["viewer", "approver", "operator", "admin"]
+
+
+class PrincipalRequest(Request):
+    name: Annotated[
+        str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")
+    ]
+    role: RoleName
+    payloads: bool = Field(
+        default=False, description="May it read payloads (inputs, state, messages)?"
+    )
+
+
+class PrincipalView(BaseModel):
+    name: str
+    role: str
+    payloads: bool
+    kind: str
+    created_at: float
+    created_by: str
+
+
+class MintRequest(Request):
+    expires_in_s: Annotated[float, Field(gt=0, le=10 * 365 * 86400)] | None = Field(
+        default=None, description="It stops working this long from now (default: never)."
+    )
+
+
+class MintedKeyView(BaseModel):
+    key_id: str
+    key: str = Field(description="The whole key: shown this once, stored nowhere.")
+    principal: str
+    namespace: str
+    role: str
+    expires_at: float | None
+
+
+class RotateRequest(Request):
+    grace_s: Annotated[float, Field(ge=0, le=30 * 86400)] = Field(
+        default=0.0, description="How long the old key keeps working."
+    )
+
+
+class KeyView(BaseModel):
+    key_id: str
+    principal: str
+    role: str
+    payloads: bool
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+
+
+class KeyList(BaseModel):
+    principals: list[PrincipalView]
+    keys: list[KeyView]
+
+
+class AuditPage(BaseModel):
+    entries: list[dict[str, Any]]
+    next_after: int = Field(description="Ask with after= this for the next page.")

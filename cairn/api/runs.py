@@ -3,7 +3,9 @@
 Endpoints are plain ``def``: FastAPI runs them on its thread pool, so the synchronous
 orchestrator never blocks the event loop. Every run is looked up within the caller's
 namespace; a run of another namespace is "not found", exactly like a missing one, so a
-key cannot even learn that another tenant's run exists.
+key cannot even learn that another tenant's run exists. Each endpoint names the
+permission it needs (docs/access.md); what it writes carries the caller's principal as
+its actor, and a caller that may not read payloads gets a run without them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
-from cairn.api.deps import Namespace, runtime_of, storable
+from cairn.api.access import Anyone, Reader, allowed, draft_of, permit
+from cairn.api.deps import Runtime_, storable
 from cairn.api.errors import IdempotencyConflict
 from cairn.api.models import (
     MAX_INT,
@@ -41,12 +44,15 @@ from cairn.api.models import (
     SubmitRequest,
     Submitted,
 )
+from cairn.api.redact import event_for, reason_for
+from cairn.decider.step import RECOVERY_SIGNALS
 from cairn.engine.awaiting import awaiting
 from cairn.engine.batches import SubmitItem
 from cairn.errors import InvalidInput, RunNotFound
 from cairn.lease.heartbeat import beat_view, run_beats
 from cairn.model.definition import TaskNode
 from cairn.model.flow import Debounce, Singleton
+from cairn.model.principals import Permission, Principal
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.observe.explain import context_lines, waiting_lines
 from cairn.runtime import Runtime
@@ -81,11 +87,17 @@ IdempotencyKey = Annotated[
         "the same key with another body is refused (409).",
     ),
 ]
-Runtime_ = Annotated[Runtime, Depends(runtime_of)]
+Submitter = Annotated[Principal, Depends(allowed(Permission.SUBMIT, action="run.submit"))]
+BatchSubmitter = Annotated[
+    Principal, Depends(allowed(Permission.SUBMIT, action="run.submit_batch"))
+]
+Canceller = Annotated[Principal, Depends(allowed(Permission.CANCEL, action="run.cancel"))]
+Forker = Annotated[Principal, Depends(allowed(Permission.FORK, action="run.fork"))]
 EVENTS_PAGE_MAX = 1000
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "No API key, or a wrong one."},
+    403: {"description": "The key's role may not do this (docs/access.md)."},
     404: {"description": "No such run in this key's namespace."},
     422: {"description": "A field is missing, unknown or of the wrong type (named)."},
 }
@@ -114,11 +126,12 @@ def submit_run(
     request: Request,
     response: Response,
     runtime: Runtime_,
-    namespace: Namespace,
+    who: Submitter,
     idempotency_key: IdempotencyKey = None,
 ) -> Submitted:
     """Start a run; 202 with its id at once (the run goes on in the background)."""
     metrics = request.app.state.metrics
+    namespace = who.namespace
     key = storable(idempotency_key, "Idempotency-Key")
     if key is not None:
         existing = _by_request(runtime, namespace, key)
@@ -126,7 +139,7 @@ def submit_run(
             _same_request(existing, body, key)
             metrics.submitted.labels("single", "existing").inc()
             response.status_code = 200
-            return _submitted(response, str(existing.id))
+            return _submitted(request, response, str(existing.id))
     try:
         run_id = runtime.orchestrator.submit(
             body.workflow,
@@ -138,6 +151,7 @@ def submit_run(
             debounce=None if body.debounce is None else Debounce.of(body.debounce.model_dump()),
             singleton=None if body.singleton is None else Singleton.of(body.singleton.model_dump()),
             priority=body.priority,
+            actor=who.actor,
         )
     except Exception:
         metrics.submitted.labels("single", "refused").inc()
@@ -149,7 +163,7 @@ def submit_run(
         assert winner is not None
         _same_request(winner, body, key)
     metrics.submitted.labels("single", "created").inc()
-    return _submitted(response, run_id)
+    return _submitted(request, response, run_id)
 
 
 @router.post(
@@ -158,7 +172,7 @@ def submit_run(
     responses={413: {"description": "The body is over CAIRN_API_MAX_BODY_BYTES."}, **ERRORS},
 )
 def submit_batch(
-    body: BatchRequest, request: Request, runtime: Runtime_, namespace: Namespace
+    body: BatchRequest, request: Request, runtime: Runtime_, who: BatchSubmitter
 ) -> BatchResponse:
     """Start up to 1,000 runs in one transaction. Each item is answered on its own (by
     index): the run it started, the run its ``request_id`` already had (``created``
@@ -169,6 +183,7 @@ def submit_batch(
     # answered here — a taken id with another workflow or input is a conflict, which
     # only the row can tell — and only fresh items go to the orchestrator, which answers
     # an id taken meanwhile (a concurrent submit) with the run that took it.
+    namespace = who.namespace
     request_ids = [item.request_id for item in body.runs if item.request_id is not None]
     with runtime.store.reading() as tx:
         taken = {row.request_id: row for row in tx.runs_by_requests(namespace, request_ids)}
@@ -191,7 +206,11 @@ def submit_batch(
         )
         for item in (body.runs[index] for index in fresh)
     ]
-    submitted = runtime.orchestrator.submit_batch(items, namespace=namespace) if items else []
+    submitted = (
+        runtime.orchestrator.submit_batch(items, namespace=namespace, actor=who.actor)
+        if items
+        else []
+    )
     for answer in submitted:
         index = fresh[answer.index]
         if answer.run_id is None:
@@ -227,6 +246,9 @@ def submit_batch(
     for outcome, count in (("created", created), ("existing", existing), ("refused", refused)):
         if count:
             metrics.submitted.labels("batch", outcome).inc(count)
+    draft = draft_of(request)
+    if draft is not None:
+        draft.detail.update(created=created, existing=existing, refused=refused)
     return BatchResponse(created=created, existing=existing, refused=refused, results=results)
 
 
@@ -248,8 +270,11 @@ def _conflict(index: int, request_id: str | None, run_id: str) -> BatchResult:
     return BatchResult(index=index, error={"code": conflict.code, "message": str(conflict)})
 
 
-def _submitted(response: Response, run_id: str) -> Submitted:
+def _submitted(request: Request, response: Response, run_id: str) -> Submitted:
     response.headers["Location"] = status_url(run_id)
+    draft = draft_of(request)
+    if draft is not None:
+        draft.target = run_id
     return Submitted(run_id=run_id, status_url=status_url(run_id))
 
 
@@ -304,13 +329,15 @@ def _canonical(value: Mapping[str, Any]) -> str:
 
 
 @router.get("/runs/{run_id}", response_model=RunDetail, responses=ERRORS)
-def get_run(run_id: RunId, runtime: Runtime_, namespace: Namespace) -> RunDetail:
+def get_run(run_id: RunId, runtime: Runtime_, who: Reader) -> RunDetail:
     """A run: status, where it is, progress, liveness of its running nodes, its last
-    event, its state, and in words why it waits."""
+    event, its state, and in words why it waits. Without the payloads permission: no
+    vars, no result, no error or progress messages."""
     orchestrator = runtime.orchestrator
     view = orchestrator.get_run(run_id)
-    if view.namespace != namespace:
+    if view.namespace != who.namespace:
         raise RunNotFound(f"no run {run_id}")
+    payloads = who.may(Permission.PAYLOADS)
     state = view.state
     assert state is not None  # get_run always restores it
     definition = orchestrator.registry.get(view.workflow, view.version)
@@ -329,7 +356,7 @@ def get_run(run_id: RunId, runtime: Runtime_, namespace: Namespace) -> RunDetail
         status=view.status.value,
         request_id=view.request_id,
         current=view.current,
-        reason=view.reason,
+        reason=reason_for(view.reason, payloads),
         last_seq=view.last_seq,
         created_at=view.created_at,
         updated_at=view.updated_at,
@@ -340,14 +367,15 @@ def get_run(run_id: RunId, runtime: Runtime_, namespace: Namespace) -> RunDetail
         visits=dict(state.visits),
         progress=Progress(steps=state.steps, done=len(done & tasks), total=len(tasks)),
         heartbeats={
-            execution: beat_view(beat) if beat is not None else None
+            execution: _beat(beat, payloads) if beat is not None else None
             for execution, beat in beats.items()
         },
         last_event=({"seq": last[0].seq, "type": last[0].type, "at": last[0].at} if last else None),
-        vars=state.vars,
-        result=state.vars if view.status is RunStatus.SUCCEEDED else None,
+        vars=state.vars if payloads else None,
+        result=state.vars if payloads and view.status is RunStatus.SUCCEEDED else None,
         waiting=[entry.to_dict() for entry in awaiting(definition, state)],
-        explain=waiting_lines(definition, state, time.time()) + context_lines(definition, state),
+        explain=waiting_lines(definition, state, time.time(), payloads=payloads)
+        + context_lines(definition, state, payloads=payloads),
         links={
             "self": status_url(run_id),
             "events": f"{status_url(run_id)}/events",
@@ -355,6 +383,13 @@ def get_run(run_id: RunId, runtime: Runtime_, namespace: Namespace) -> RunDetail
             "artifacts": f"{status_url(run_id)}/artifacts",
         },
     )
+
+
+def _beat(beat: Mapping[str, Any], payloads: bool) -> dict[str, Any]:
+    shown = beat_view(beat)
+    if not payloads:
+        shown["message"] = None  # the handler's words: they may quote what it works on
+    return shown
 
 
 def _delivery(row: Any) -> dict[str, Any]:
@@ -376,7 +411,7 @@ def _delivery(row: Any) -> dict[str, Any]:
 def list_runs(
     *,
     runtime: Runtime_,
-    namespace: Namespace,
+    who: Reader,
     status: Annotated[RunStatus | None, Query(description="Only runs in this status.")] = None,
     workflow: Annotated[
         str | None, Query(min_length=1, max_length=200, description="Only this workflow.")
@@ -390,7 +425,7 @@ def list_runs(
     before = _decode_cursor(cursor) if cursor else None
     with runtime.store.reading() as tx:
         rows = tx.runs_page(
-            namespace,
+            who.namespace,
             status=status.value if status else None,
             workflow=storable(workflow, "workflow"),
             limit=limit + 1,  # one more tells whether there is a next page
@@ -398,10 +433,11 @@ def list_runs(
         )
     page = rows[:limit]
     next_cursor = _encode_cursor(page[-1]) if len(rows) > limit else None
-    return RunPage(runs=[_summary(row) for row in page], next_cursor=next_cursor)
+    payloads = who.may(Permission.PAYLOADS)
+    return RunPage(runs=[_summary(row, payloads) for row in page], next_cursor=next_cursor)
 
 
-def _summary(row: ListedRun) -> RunSummary:
+def _summary(row: ListedRun, payloads: bool) -> RunSummary:
     return RunSummary(
         id=row.id,
         workflow=row.workflow,
@@ -409,7 +445,7 @@ def _summary(row: ListedRun) -> RunSummary:
         status=row.status,
         request_id=row.request_id,
         current=list(row.current or []),
-        reason=row.reason,
+        reason=reason_for(row.reason, payloads),
         last_seq=row.last_seq,
         created_at=to_epoch(row.created_at),
         updated_at=to_epoch(row.updated_at),
@@ -434,16 +470,18 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 def run_events(
     run_id: RunId,
     runtime: Runtime_,
-    namespace: Namespace,
+    who: Reader,
     after: Annotated[int, Query(ge=0, le=MAX_INT, description="Only events after this seq.")] = 0,
     limit: Annotated[int, Query(ge=1, le=EVENTS_PAGE_MAX)] = EVENTS_PAGE_MAX,
 ) -> EventPage:
     """The run's event log after ``after``, oldest first (the history is append-only:
-    a page once read never changes)."""
+    a page once read never changes). Without the payloads permission, each event without
+    its payload fields (docs/access.md)."""
     with runtime.store.reading() as tx:
-        _check(tx.run_head(run_id), run_id, namespace)
+        _check(tx.run_head(run_id), run_id, who.namespace)
         rows = tx.events_after(run_id, after, upto=after + limit)
-    events = [event_dict(row) for row in rows]
+    payloads = who.may(Permission.PAYLOADS)
+    events = [event_for(event_dict(row), payloads) for row in rows]
     return EventPage(events=events, next_after=events[-1]["seq"] if events else after)
 
 
@@ -481,24 +519,33 @@ def send_signal(
     *,
     run_id: RunId,
     name: Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")],
+    request: Request,
     runtime: Runtime_,
-    namespace: Namespace,
+    caller: Anyone,
     body: SignalRequest | None = None,
     idempotency_key: IdempotencyKey = None,
 ) -> SignalResult:
-    """Send a signal to a waiting run (a wait's signal; ``recovery.retry``,
-    ``recovery.complete``, ``recovery.fail`` for a held node). Applied at once; the same
+    """Send a signal to a waiting run (a wait's signal — the approve permission;
+    ``recovery.retry``, ``recovery.complete``, ``recovery.fail`` for a held node — the
+    recover permission). Applied at once, its actor the caller's principal; the same
     ``signal_id`` (or Idempotency-Key) twice is applied once. A signal the run cannot
     take (not waiting, not declared, already decided) is refused with 409 and its code."""
-    head_in(runtime, run_id, namespace)
+    settles = name in RECOVERY_SIGNALS
+    need = Permission.RECOVER if settles else Permission.APPROVE
+    who = permit(request, caller, need, action="run.recover" if settles else "run.signal")
+    draft = draft_of(request)
+    if draft is not None:
+        draft.detail["signal"] = name
+    head_in(runtime, run_id, who.namespace)
     body = body or SignalRequest()
     decision = runtime.orchestrator.signal(
         run_id,
         name,
         body.payload,
-        actor=body.actor,
+        actor=who.actor,
         signal_id=body.signal_id or storable(idempotency_key, "Idempotency-Key"),
         node=body.node,
+        comment=body.comment,
     )
     return SignalResult(
         run_id=run_id, applied=decision.ignored is None, status=decision.state.status.value
@@ -512,13 +559,13 @@ def send_signal(
     responses={409: {"description": "The run has finished already."}, **ERRORS},
 )
 def cancel_run(
-    run_id: RunId, runtime: Runtime_, namespace: Namespace, body: CancelRequest | None = None
+    run_id: RunId, runtime: Runtime_, who: Canceller, body: CancelRequest | None = None
 ) -> CancelResult:
     """Cancel a run: it moves to ``cancelling`` at once and ends ``cancelled`` once its
     running nodes have stopped (see docs/failures.md). 409 for a finished run."""
-    head_in(runtime, run_id, namespace)
+    head_in(runtime, run_id, who.namespace)
     body = body or CancelRequest()
-    decision = runtime.orchestrator.cancel(run_id, body.reason, actor=body.actor)
+    decision = runtime.orchestrator.cancel(run_id, body.reason, actor=who.actor)
     return CancelResult(
         run_id=run_id, changed=decision.ignored is None, status=decision.state.status.value
     )
@@ -531,16 +578,25 @@ def cancel_run(
     responses={409: {"description": "Not confirmed."}, **ERRORS},
 )
 def fork_run(
-    run_id: RunId, body: ForkRequest, response: Response, runtime: Runtime_, namespace: Namespace
+    *,
+    run_id: RunId,
+    body: ForkRequest,
+    request: Request,
+    response: Response,
+    runtime: Runtime_,
+    who: Forker,
 ) -> Forked:
     """Start a live fork: a new run of this namespace from the run's checkpoint after
     ``at_seq``, its vars patched, linked to it (``parent_run_id``, ``fork_seq``); its
     effects get fresh keys (docs/time-travel.md). 409 unless ``confirm`` is true; 422 if
     ``at_seq`` is not a checkpoint."""
-    head_in(runtime, run_id, namespace)
+    head_in(runtime, run_id, who.namespace)
     point = fork_point(runtime.orchestrator, run_id, body.at_seq, body.patch)
-    fork_id = fork_live(runtime.orchestrator, point, confirm=body.confirm)
+    fork_id = fork_live(runtime.orchestrator, point, confirm=body.confirm, actor=who.actor)
     response.headers["Location"] = status_url(fork_id)
+    draft = draft_of(request)
+    if draft is not None:
+        draft.detail.update(fork=fork_id, at_seq=body.at_seq)
     return Forked(
         run_id=fork_id, status_url=status_url(fork_id), parent_run_id=run_id, fork_seq=body.at_seq
     )
@@ -550,11 +606,11 @@ def fork_run(
 def run_artifacts(
     run_id: RunId,
     runtime: Runtime_,
-    namespace: Namespace,
+    who: Reader,
     name: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> ArtifactList:
     """Every registered artifact version of the run (of ``name`` only, if given), with
     its reference and provenance. The content stays in the object store."""
-    head_in(runtime, run_id, namespace)
+    head_in(runtime, run_id, who.namespace)
     found = ArtifactRegistry(runtime.store).versions(run_id, storable(name, "name"))
     return ArtifactList(artifacts=[info.to_dict() for info in found])

@@ -29,14 +29,17 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+import anyio
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from cairn.api.deps import Namespace
+from cairn.api.access import Reader
 from cairn.api.models import MAX_INT
+from cairn.api.redact import event_for
 from cairn.api.runs import ERRORS, RunId, event_dict, head_in
 from cairn.lease.heartbeat import beat_view, run_beats
+from cairn.model.principals import Permission
 from cairn.runtime import Runtime
 
 router = APIRouter(prefix="/v1")
@@ -61,7 +64,7 @@ RETRY_MS = 1000  # how soon an EventSource reconnects after a drop
 async def stream_run(
     run_id: RunId,
     request: Request,
-    namespace: Namespace,
+    who: Reader,
     after: Annotated[
         int | None, Query(ge=0, le=MAX_INT, description="Start after this seq.")
     ] = None,
@@ -74,29 +77,39 @@ async def stream_run(
     ] = None,
 ) -> StreamingResponse:
     runtime: Runtime = request.app.state.runtime
-    await run_in_threadpool(head_in, runtime, run_id, namespace)  # 404 before any byte
+    await run_in_threadpool(head_in, runtime, run_id, who.namespace)  # 404 before any byte
     seq_text, _, chunk_after = (last_event_id or "").partition(":")
     start = int(seq_text) if seq_text else (after or 0)
+    payloads = who.may(Permission.PAYLOADS)
     return StreamingResponse(
-        _events(runtime, run_id, min(start, MAX_INT), request, chunk_after or "0"),
+        _events(runtime, run_id, min(start, MAX_INT), request, chunk_after or "0", payloads),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
-async def _events(
-    runtime: Runtime, run_id: str, seq: int, request: Request, chunk_after: str = "0"
+async def _events(  # noqa: PLR0917 - the stream's parameters, as the endpoint read them
+    runtime: Runtime,
+    run_id: str,
+    seq: int,
+    request: Request,
+    chunk_after: str = "0",
+    payloads: bool = True,
 ) -> AsyncIterator[str]:
+    """The stream; ``payloads`` False: events without their payload fields, progress
+    without its messages, and none of the model's streamed text."""
     yield f"retry: {RETRY_MS}\n\n"
     quiet_since = time.monotonic()
     reported: dict[str, Any] | None = None
-    feed = _ChunkFeed(runtime, run_id, chunk_after)
+    feed = _ChunkFeed(runtime, run_id, chunk_after, payloads)
     while True:
         polled = time.monotonic()
         head, rows, running = await run_in_threadpool(_read, runtime, run_id, seq)
+        if not payloads:
+            running = {label: {**beat, "message": None} for label, beat in running.items()}
         for row in rows:
             seq = row.seq
-            yield _format(_id(seq, feed.after), row.type, event_dict(row))
+            yield _format(_id(seq, feed.after), row.type, event_for(event_dict(row), payloads))
         progress = {  # what changes it, not the beat's age
             execution: {k: v for k, v in beat.items() if k not in ("age_s", "eta_s")}
             for execution, beat in running.items()
@@ -132,12 +145,17 @@ class _ChunkFeed:
     """The run's chunk log as the stream reads it: where it is, and the newest attempt it
     has seen of each node (to mark an older attempt's chunks superseded)."""
 
-    def __init__(self, runtime: Runtime, run_id: str, after: str) -> None:
+    def __init__(self, runtime: Runtime, run_id: str, after: str, payloads: bool = True) -> None:
         self.runtime, self.run_id, self.after = runtime, run_id, after
         self.newest: dict[tuple[str, int], int] = {}
+        self.payloads = payloads
 
     async def read(self, seq: int, wait_s: float) -> list[str]:
-        """The chunks after the last one sent, formatted (waiting up to ``wait_s``)."""
+        """The chunks after the last one sent, formatted (waiting up to ``wait_s``); none
+        for a reader that may not read payloads (it waits as long all the same)."""
+        if not self.payloads:
+            await anyio.sleep(wait_s)
+            return []
         leases = self.runtime.leases
         chunks = await run_in_threadpool(leases.read_chunks, self.run_id, self.after, wait_s)
         for _chunk_id, chunk in chunks:  # the newest attempt of each node, first

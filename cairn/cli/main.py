@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from cairn.cli import (  # noqa: F401 - each module registers its commands
+    access,
     api,
     artifacts,
     definitions,

@@ -124,7 +124,8 @@ def fork(
             ):
                 err.print("not confirmed: nothing started", markup=False)
                 raise typer.Exit(EXIT_DECLINED)
-            fork_id = fork_live(orchestrator, point, confirm=True)
+            with client.audited("run.fork", point.namespace, run_id):
+                fork_id = fork_live(orchestrator, point, confirm=True, actor=client.actor)
             view = orchestrator.get_run(fork_id)
         else:
             found = dry_run(

@@ -213,7 +213,10 @@ def signal(
             '{"reason": "..."}).',
         ),
     ] = None,
-    actor: Annotated[str | None, typer.Option(help="Who decides (kept in the log).")] = None,
+    comment: Annotated[
+        str | None,
+        typer.Option(help="What you say beside it (kept in the log; who decides is you)."),
+    ] = None,
     signal_id: Annotated[
         str | None, typer.Option("--id", help="Idempotency: the same id is applied once.")
     ] = None,
@@ -222,13 +225,15 @@ def signal(
     ] = None,
 ) -> None:
     """Send a signal to a waiting run; refused (exit 2, nothing written) if it cannot
-    take it."""
+    take it. Its actor is db:<your user> (this command writes to the database)."""
     from cairn.client import Client
 
     payload = json_object(payload_json, "--payload") if payload_json is not None else None
     client = Client()
     try:
-        applied = client.signal(run_id, name, payload, actor=actor, signal_id=signal_id, node=node)
+        applied = client.signal(
+            run_id, name, payload, signal_id=signal_id, node=node, comment=comment
+        )
         view = client.get_run(run_id)
     finally:
         client.close()
@@ -266,8 +271,9 @@ def waiting(
 @app.command()
 def cancel(
     run_id: Annotated[str, typer.Argument()],
-    reason: Annotated[str, typer.Option(help="Why (kept in the log and on the run).")],
-    actor: Annotated[str | None, typer.Option(help="Who cancels.")] = None,
+    reason: Annotated[
+        str, typer.Option(help="Why (kept in the log and on the run).")
+    ] = "cancelled from the command line",
 ) -> None:
     """Cancel a run: nothing new starts, running nodes stop at their next safe point (or
     are detached after the workflow's cancel_timeout), then it ends cancelled."""
@@ -275,7 +281,7 @@ def cancel(
 
     client = Client()
     try:
-        changed = client.cancel(run_id, reason, actor=actor)
+        changed = client.cancel(run_id, reason)
         view = client.get_run(run_id)
     finally:
         client.close()
@@ -289,7 +295,6 @@ def rollback(
     run_id: Annotated[str, typer.Argument()],
     *,
     reason: Annotated[str, typer.Option(help="Why (kept in the log and on the run).")],
-    actor: Annotated[str | None, typer.Option(help="Who rolls back.")] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm: this undoes applied steps.")] = False,
     to_seq: Annotated[
         int | None,
@@ -314,7 +319,6 @@ def rollback(
         client.rollback(
             run_id,
             reason,
-            actor=actor,
             confirm=yes,
             to_seq=to_seq,
             step=node,

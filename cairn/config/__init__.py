@@ -281,12 +281,25 @@ class Settings(BaseModel):
     )
     api_keys: SecretStr | None = Field(
         default=None,
-        description="API keys of `cairn api`: comma-separated 'namespace:key'; each key sees "
-        "only its namespace's runs.",
+        description="Bootstrap API keys of `cairn api`: comma-separated 'namespace:key'; each "
+        "an admin of its namespace that may read payloads (docs/access.md). Other keys are "
+        "minted with `cairn keys create`.",
     )
     api_keys_file: Path | None = Field(
         default=None,
-        description="A file of further API keys, one 'namespace:key' a line (# comments).",
+        description="A file of further bootstrap keys, one 'namespace:key' a line (# comments).",
+    )
+    api_key_cache_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="How long an API process keeps a minted key's row before reading it "
+        "again, seconds: a revoked key stops working within this long.",
+    )
+    broker_submit: str | None = Field(
+        default=None,
+        description="Runs submitted through the broker's submit tasks are accepted as the "
+        "principal 'broker:NAME' into NAMESPACE ('NAME@NAMESPACE'); unset, such submissions "
+        "are refused (logged, acknowledged). The message cannot say who it is.",
     )
     api_max_body_bytes: int = Field(
         default=1_048_576, ge=1024, description="Largest request body `cairn api` accepts."

@@ -484,7 +484,13 @@ class Steps:
             definition.key,
             command.correlation_id,
         )
-        started = RunStarted(at=at, input=payload, parent=link, budget=command.budget)
+        started = RunStarted(
+            at=at,
+            input=payload,
+            parent=link,
+            budget=command.budget,
+            actor=f"system:run/{parent.id}",
+        )
         state = RunState(command.run_id, definition.name, definition.version)
         child = self.advance(
             tx, tx.inserted_run(command.run_id), definition, state, started, last=False

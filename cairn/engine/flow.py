@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 # Attempts at joining or opening a window while a scheduler takes it from under us.
 WINDOW_ATTEMPTS = 5
+# The actors of what flow control does by itself.
+DEBOUNCE = "system:debounce"
+SINGLETON = "system:singleton"
 
 
 class _Taken(Exception):  # control flow: rolls the transaction back
@@ -58,7 +61,12 @@ class FlowControl:
     # -- the moves, inside a caller's transaction ---------------------------------------
 
     def start_in(
-        self, tx: Tx, definition: WorkflowDefinition, values: Mapping[str, Any], now: float
+        self,
+        tx: Tx,
+        definition: WorkflowDefinition,
+        values: Mapping[str, Any],
+        now: float,
+        actor: str | None = None,
     ) -> tuple[str, Advanced | None]:
         """Insert the run ``values`` describes and write its first step, in ``tx``;
         publish with :meth:`after_commit` once it commits. A request id already taken
@@ -71,7 +79,7 @@ class FlowControl:
             return existing.id, None
         row = tx.inserted_run(values["id"])
         state = RunState(row.id, definition.name, definition.version)
-        started = RunStarted(at=now, input=values["input"])
+        started = RunStarted(at=now, input=values["input"], actor=actor)
         return row.id, self.steps.advance(tx, row, definition, state, started, last=False)
 
     def cancel_in(self, tx: Tx, run_id: str, reason: str, actor: str) -> Advanced | None:
@@ -103,6 +111,7 @@ class FlowControl:
         version: int | None,
         webhook: str | None,
         priority: int = 0,
+        actor: str | None = None,
     ) -> str:
         """Start a run unless the key's last run is unfinished: then ``skip`` returns that
         run, ``cancel`` cancels it and starts this one (in one transaction)."""
@@ -128,7 +137,7 @@ class FlowControl:
                             tx,
                             holder.id,
                             f"singleton {singleton.key!r}: replaced by run {run_id}",
-                            actor=f"run {run_id}",
+                            actor=actor or SINGLETON,
                         )
                     tx.hand_singleton(namespace, singleton.key, run_id)
                 values = new_run(
@@ -141,7 +150,7 @@ class FlowControl:
                     webhook=webhook,
                     priority=priority,
                 )
-                started_id, started = self.start_in(tx, definition, values, now)
+                started_id, started = self.start_in(tx, definition, values, now, actor)
                 if started is None:  # a concurrent submit took the request id: its run
                     raise _Taken(started_id)
         except _Taken as taken:
@@ -161,6 +170,7 @@ class FlowControl:
         version: int | None,
         webhook: str | None,
         priority: int = 0,
+        actor: str | None = None,
     ) -> str:
         """The key's pending run, given this input and started ``wait`` from now (never
         past its first submission plus ``max_wait``); a new pending run if the key has
@@ -195,7 +205,7 @@ class FlowControl:
                 )
                 if tx.claim_debounce(window):
                     tx.insert_run(values)
-                    log.info("run %s pending for debounce key %r", run_id, debounce.key)
+                    log.info("run %s pending for debounce key %r (%s)", run_id, debounce.key, actor)
                     return run_id
                 held = tx.lock_debounce(namespace, debounce.key)
                 if held is None:  # started by a scheduler just now: open a new window
@@ -241,7 +251,8 @@ class FlowControl:
                     continue  # cancelled while pending: nothing to start
                 definition = self.registry.get(row.workflow, row.version, tx)
                 state = RunState(row.id, definition.name, definition.version)
-                event = RunStarted(at=at, input=row.input)
+                # Its submitters were many: the window started it, when it closed.
+                event = RunStarted(at=at, input=row.input, actor=DEBOUNCE)
                 advanced = self.steps.advance(tx, row, definition, state, event, last=False)
             log.info(
                 "run %s started after debounce key %r (%d submissions)",

@@ -39,6 +39,7 @@ class Requests:
         signal_id: str | None = None,
         node: str | None = None,
         iteration: int | None = None,
+        comment: str | None = None,
     ) -> Decision:
         """Deliver a decision from outside: a wait's signal, or an operator's recovery
         decision about a held node (``recovery.retry|complete|fail``). The same
@@ -56,6 +57,7 @@ class Requests:
             actor=actor,
             wait=node,
             iteration=iteration,
+            comment=comment,
         )
         return self._apply_now(run_id, received)
 

@@ -52,6 +52,11 @@ CHANGEABLE = frozenset(
 )
 
 
+def schedule_actor(name: str) -> str:
+    """The actor of what a schedule does by the clock (its ticks, their cancels)."""
+    return f"system:schedule/{name}"
+
+
 @dataclass(frozen=True)
 class Ticked:
     """What one look at a schedule did."""
@@ -255,7 +260,9 @@ class Schedules:
                 raise ScheduleNotFound(f"no schedule {name!r} in namespace {namespace!r}")
         log.info("schedule %s/%s deleted", namespace, name)
 
-    def backfill(self, namespace: str, name: str, start: float, end: float) -> Backfilled:
+    def backfill(
+        self, namespace: str, name: str, start: float, end: float, *, actor: str | None = None
+    ) -> Backfilled:
         """Start a run for every tick in ``[start, end)`` (epoch seconds), now, whatever
         the overlap policy says (the ticks were asked for). Each is keyed like the tick
         itself: a tick that ran, or a backfill done twice, starts nothing new."""
@@ -270,7 +277,9 @@ class Schedules:
                 SubmitItem(row.workflow, row.input, tick_request_id(name, tick), row.version)
                 for tick in ticks[first : first + MAX_BATCH]
             ]
-            for answer in self.submissions.submit_batch(items, namespace=namespace):
+            for answer in self.submissions.submit_batch(
+                items, namespace=namespace, actor=actor or schedule_actor(name)
+            ):
                 if answer.run_id is None:  # the workflow or its input refused it
                     raise InvalidInput(
                         f"backfill of {name!r} refused at tick "
@@ -332,7 +341,7 @@ class Schedules:
                     continue
                 if decision.action is TickAction.CANCEL_AND_START and last_run is not None:
                     reason = f"schedule {name!r}: tick {label} (overlap: cancel_running)"
-                    advanced.append(self.flow.cancel_in(tx, last_run, reason, f"schedule {name}"))
+                    advanced.append(self.flow.cancel_in(tx, last_run, reason, schedule_actor(name)))
                 run_id, refused = self._start_tick(tx, row, decision.tick, now, advanced)
                 if refused is not None:
                     skipped += 1
@@ -381,6 +390,6 @@ class Schedules:
             request_id=tick_request_id(row.name, tick),
             at=now,
         )
-        run_id, step = self.flow.start_in(tx, definition, values, now)
+        run_id, step = self.flow.start_in(tx, definition, values, now, schedule_actor(row.name))
         advanced.append(step)
         return run_id, None

@@ -61,12 +61,14 @@ class Submissions:
         debounce: Debounce | None = None,
         singleton: Singleton | None = None,
         priority: int | None = None,
+        actor: str | None = None,
     ) -> str:
         """Start a run; the same (namespace, request id) returns the same run. Its end
         and milestones are announced to ``webhook``, if given (see docs/webhooks.md).
         ``debounce`` collapses rapid submissions with its key into one run, started once
         they pause; ``singleton`` keeps one unfinished run per key; ``priority`` (-5..5,
-        default 0) puts it ahead of lower ones for slots and workers (docs/flow-control.md)."""
+        default 0) puts it ahead of lower ones for slots and workers (docs/flow-control.md).
+        ``actor``: who starts it (the principal, ``<kind>:<name>``), in its first event."""
         level = check_priority(priority)
         if debounce is not None or singleton is not None:
             return self._submit_controlled(
@@ -79,6 +81,7 @@ class Submissions:
                 debounce=debounce,
                 singleton=singleton,
                 priority=level,
+                actor=actor,
             )
         webhook = self.webhooks.check(webhook, namespace)
         with self.store.statements() as tx:
@@ -98,10 +101,10 @@ class Submissions:
             webhook=webhook,
             priority=level,
         )
-        run_id = self._submit_in_one_statement(values, definition, now)
+        run_id = self._submit_in_one_statement(values, definition, now, actor)
         if run_id is not None:
             return run_id
-        return self._submit_in_transaction(values, definition)
+        return self._submit_in_transaction(values, definition, actor)
 
     def _submit_controlled(
         self,
@@ -115,6 +118,7 @@ class Submissions:
         debounce: Debounce | None,
         singleton: Singleton | None,
         priority: int = 0,
+        actor: str | None = None,
     ) -> str:
         if debounce is not None and singleton is not None:
             raise InvalidInput("a submission is debounced or a singleton, not both")
@@ -130,6 +134,7 @@ class Submissions:
                 version=version,
                 webhook=webhook,
                 priority=priority,
+                actor=actor,
             )
         assert singleton is not None
         return self.flow.submit_singleton(
@@ -141,10 +146,11 @@ class Submissions:
             version=version,
             webhook=webhook,
             priority=priority,
+            actor=actor,
         )
 
     def submit_batch(
-        self, items: Sequence[SubmitItem], *, namespace: str = "default"
+        self, items: Sequence[SubmitItem], *, namespace: str = "default", actor: str | None = None
     ) -> list[Submitted]:
         """Start up to MAX_BATCH runs in one transaction; each item is answered on its
         own. An item that names an unknown workflow, or whose input does not match, is
@@ -189,7 +195,7 @@ class Submissions:
             for index, values, definition in accepted:
                 values.update(created_at=stamp, updated_at=stamp)
                 state = RunState(values["id"], definition.name, definition.version)
-                event = RunStarted(at=now, input=values["input"])
+                event = RunStarted(at=now, input=values["input"], actor=actor)
                 _decision, plan = planner.plan(FreshRun.of(values), definition, state, event)
                 if plan is not None and not plan.writes_other_rows:
                     pipelined.append((index, values, plan, event))
@@ -225,6 +231,7 @@ class Submissions:
         *,
         patch: Mapping[str, Any] | None = None,
         confirm: bool = False,
+        actor: str | None = None,
     ) -> str:
         """Start a live fork of ``run_id``: a new run in its namespace, linked to it
         (``parent_run_id``, ``fork_seq``), that starts from ``state`` — the parent's
@@ -260,6 +267,7 @@ class Submissions:
                 fork_seq=at_seq,
                 state=state.to_dict(),
                 patch=dict(patch) if patch is not None else None,
+                actor=actor,
             )
             fresh = RunState(fork_id, definition.name, definition.version)
             advanced = self.steps.advance(tx, tx.inserted_run(fork_id), definition, fresh, forked)
@@ -268,13 +276,13 @@ class Submissions:
         return fork_id
 
     def _submit_in_one_statement(
-        self, values: dict[str, Any], definition: WorkflowDefinition, now: float
+        self, values: dict[str, Any], definition: WorkflowDefinition, now: float, actor: str | None
     ) -> str | None:
         """The run and its first step as one statement, when the first decision only
         dispatches (no other rows to write); None otherwise."""
         run_id = values["id"]
         state = RunState(run_id, definition.name, definition.version)
-        event = RunStarted(at=now, input=values["input"])
+        event = RunStarted(at=now, input=values["input"], actor=actor)
         planner = self.steps.planner
         _decision, plan = planner.plan(FreshRun.of(values), definition, state, event)
         if plan is None or plan.writes_other_rows:
@@ -288,7 +296,9 @@ class Submissions:
         self.steps.committed_plan(run_id, plan, ids)
         return str(run_id)
 
-    def _submit_in_transaction(self, values: dict[str, Any], definition: WorkflowDefinition) -> str:
+    def _submit_in_transaction(
+        self, values: dict[str, Any], definition: WorkflowDefinition, actor: str | None
+    ) -> str:
         run_id = values["id"]
         with self.store.transaction() as tx:
             if not tx.insert_run(values):  # the request id is taken
@@ -296,7 +306,7 @@ class Submissions:
             now = tx.now()
             state = RunState(run_id, definition.name, definition.version)
             row = tx.inserted_run(run_id)
-            started = RunStarted(at=now, input=values["input"])
+            started = RunStarted(at=now, input=values["input"], actor=actor)
             advanced = self.steps.advance(tx, row, definition, state, started)
         self.steps.after_commit(advanced)
         return str(run_id)

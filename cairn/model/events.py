@@ -36,6 +36,8 @@ class RunStarted(Event):
     # attempt, correlation_id, depth) and, if the parent's node has a budget, its part.
     parent: Mapping[str, Any] | None = None
     budget: Mapping[str, float] | None = None
+    # Who started it (``<kind>:<name>``, the authenticated principal); None before 0019.
+    actor: str | None = None
     type: ClassVar[str] = "run_started"
 
 
@@ -144,9 +146,10 @@ class SignalReceived(Event):
     name: str = ""
     signal_id: str = ""
     payload: Mapping[str, Any] | None = None
-    actor: str | None = None
+    actor: str | None = None  # who decided: the authenticated principal, never the body
     wait: str | None = None
     iteration: int | None = None
+    comment: str | None = None  # what the decider wrote beside it (kept, never read)
     type: ClassVar[str] = "signal_received"
 
 
@@ -192,6 +195,7 @@ class RunForked(Event):
     fork_seq: int = 0
     state: Mapping[str, Any] = field(default_factory=dict)
     patch: Mapping[str, Any] | None = None
+    actor: str | None = None  # who forked it
     type: ClassVar[str] = "run_forked"
 
 
@@ -225,7 +229,9 @@ def stamped(event: _E, at: float) -> _E:
 _ENUM_FIELDS: dict[str, type[StrEnum]] = {"phase": Phase, "error_class": ErrorClass}
 # Fields added after events were first logged, written only when set: an event without
 # them reads the same in code from before they existed (a rolling upgrade's old workers).
-_OMITTED_WHEN_UNSET = frozenset({"timings", "retry_after_s"})
+# Fields added since logs were first written: left out while unset, so that an event
+# without them is written as it always was (the golden logs hold them to that).
+_OMITTED_WHEN_UNSET = frozenset({"timings", "retry_after_s", "actor", "comment"})
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

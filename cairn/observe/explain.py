@@ -15,17 +15,21 @@ from cairn.model.state import RunState, TimerKind
 from cairn.model.statuses import NodeStatus, RunStatus
 
 
-def waiting_lines(definition: WorkflowDefinition, state: RunState, now: float) -> list[str]:
+def waiting_lines(
+    definition: WorkflowDefinition, state: RunState, now: float, *, payloads: bool = True
+) -> list[str]:
+    """``payloads`` False: without the errors' messages (they quote what failed)."""
     lines = []
     for current in state.nodes.values():
         if current.status is NodeStatus.RETRYING:
             attempts = definition.nodes[current.node].retry.attempts
             due = due_at(state, TimerKind.RETRY, current.node)
             when = "" if due is None else f", next in {_seconds(due - now)}"
+            error = f": {current.error}" if payloads else ""
             lines.append(
                 f"{current.node}#{current.iteration}: retrying (attempt "
                 f"{current.attempt + 1}/{attempts}{when}) after {current.error_class} "
-                f"error: {current.error}"
+                f"error{error}"
             )
         elif current.child is not None and current.active:
             lines.append(
@@ -42,8 +46,11 @@ def waiting_lines(definition: WorkflowDefinition, state: RunState, now: float) -
     return lines
 
 
-def context_lines(definition: WorkflowDefinition, state: RunState) -> list[str]:
-    """The run's spending against its budget, and its parent run if it is a child."""
+def context_lines(
+    definition: WorkflowDefinition, state: RunState, *, payloads: bool = True
+) -> list[str]:
+    """The run's spending against its budget, its parent run if it is a child, and its
+    anomalies (``payloads`` False: without their scenes and details)."""
     lines = []
     limits = run_limits(definition, state)
     units = sorted(set(state.spent) | set(limits))
@@ -61,22 +68,23 @@ def context_lines(definition: WorkflowDefinition, state: RunState) -> list[str]:
             f"child of run {parent['run_id']} (node {parent['node']}#{parent['iteration']}, "
             f"correlation {parent['correlation_id']})"
         )
-    lines.extend(anomaly_lines(state))
+    lines.extend(anomaly_lines(state, payloads=payloads))
     return lines
 
 
-def anomaly_lines(state: RunState) -> list[str]:
+def anomaly_lines(state: RunState, *, payloads: bool = True) -> list[str]:
     """Each anomaly the run was caught in, what was done, and (for the one that stopped
     it) the scene: the last moves with their state fingerprints, tool calls, and the
-    changes of the watched fields."""
+    changes of the watched fields (``payloads`` False: neither the detail nor the scene)."""
     lines = []
     for record in state.anomalies:
+        detail = f": {record['detail']}" if payloads else ""
         lines.append(
             f"anomaly {record['kind']} at {record['node']}#{record['iteration']}: "
-            f"{record['action']}: {record['detail']}"
+            f"{record['action']}{detail}"
         )
     stopped = [r for r in state.anomalies if r["action"] != "intervened"]
-    if stopped:
+    if stopped and payloads:
         scene = stopped[-1].get("scene") or {}
         moves = " -> ".join(f"{node}@{fp[:8]}" for node, fp in scene.get("moves", []))
         if moves:

@@ -31,12 +31,15 @@ from celery.worker.strategy import default as default_strategy
 from kombu.exceptions import ChannelError
 
 from cairn import clock
+from cairn.access.audit import Audit, Entry
+from cairn.access.local import broker_principal
 from cairn.config import Settings
 from cairn.engine.batches import SubmitItem, Submitted
 from cairn.errors import CairnError
 from cairn.lease.waits import delivered
 from cairn.model.flow import Debounce, Singleton
 from cairn.model.messages import NodeMessage
+from cairn.model.principals import Principal, PrincipalKind, Role
 from cairn.reconnect import is_outage
 from cairn.workers import deadlines
 from cairn.workers.fairness import FAIR_HEADER, PRIORITY_STEPS, Fairness
@@ -125,41 +128,48 @@ def make_celery(
         workflow: str,
         input: dict[str, Any] | None = None,
         request_id: str | None = None,
-        namespace: str = "default",
+        namespace: str | None = None,
         version: int | None = None,
         webhook: str | None = None,
         priority: int | None = None,
         debounce: dict[str, Any] | None = None,
         singleton: dict[str, Any] | None = None,
     ) -> str | None:
-        """Start a run from any Celery/kombu client (JSON). There is no result backend:
-        give a request id to find the run again (and to make a resent message one run).
-        ``priority``: -5..5, higher first (a bad one is refused, logged, nothing started).
-        ``debounce`` ``{key, wait, max_wait?}`` and ``singleton`` ``{key, mode?}`` as on
-        ``POST /v1/runs`` (docs/flow-control.md)."""
+        """Start a run from any Celery/kombu client (JSON), as the principal an admin
+        configured (CAIRN_BROKER_SUBMIT), into its namespace (a message naming another is
+        refused). There is no result backend: give a request id to find the run again
+        (and to make a resent message one run). ``priority``: -5..5, higher first (a bad
+        one is refused, logged, nothing started). ``debounce`` ``{key, wait, max_wait?}``
+        and ``singleton`` ``{key, mode?}`` as on ``POST /v1/runs`` (docs/flow-control.md)."""
+        runtime = _process_runtime(app)
+        who = _submitter(app, runtime, namespace, f"a run of {workflow}")
+        if who is None:
+            return None
         if debounce is not None or singleton is not None:
             return _submitted_controlled(
-                _process_runtime(app),
+                runtime,
                 workflow,
                 input or {},
-                namespace=namespace,
+                who,
                 version=version,
                 webhook=webhook,
                 priority=priority,
                 debounce=debounce,
                 singleton=singleton,
             )
-        return _submitted(
-            _process_runtime(app),
-            [SubmitItem(workflow, input or {}, request_id, version, webhook, priority)],
-            namespace,
-        )[0].run_id
+        item = SubmitItem(workflow, input or {}, request_id, version, webhook, priority)
+        return _submitted(runtime, [item], who)[0].run_id
 
     @app.task(name=SUBMIT_BATCH_TASK, ignore_result=True)
-    def submit_batch(runs: list[dict[str, Any]], namespace: str = "default") -> int:
-        """Start up to 1,000 runs in one transaction; returns how many were accepted."""
+    def submit_batch(runs: list[dict[str, Any]], namespace: str | None = None) -> int:
+        """Start up to 1,000 runs in one transaction (as :func:`submit`); returns how many
+        were accepted."""
+        runtime = _process_runtime(app)
+        who = _submitter(app, runtime, namespace, f"a batch of {len(runs)} runs")
+        if who is None:
+            return 0
         items = [SubmitItem.from_dict(run) for run in runs]
-        return sum(answer.ok for answer in _submitted(_process_runtime(app), items, namespace))
+        return sum(answer.ok for answer in _submitted(runtime, items, who))
 
     @app.task(name=PING_TASK, ignore_result=True, Strategy="cairn.workers.liveness:ping_strategy")
     def ping(**_kwargs: Any) -> None:
@@ -168,11 +178,45 @@ def make_celery(
     return app
 
 
-def _submitted(runtime: Any, items: list[SubmitItem], namespace: str) -> list[Submitted]:
-    answers: list[Submitted] = runtime.orchestrator.submit_batch(items, namespace=namespace)
+def _submitter(app: Celery, runtime: Any, namespace: str | None, what: str) -> Principal | None:
+    """Who a broker submission is made by, as configured — or None (logged, audited,
+    acknowledged: sending it again would be refused again)."""
+    who = broker_principal(app.cairn_settings)
+    refusal = None
+    if who is None:
+        refusal = "broker submissions are off (set CAIRN_BROKER_SUBMIT=name@namespace)"
+    elif namespace is not None and namespace != who.namespace:
+        refusal = f"{who.actor} submits into namespace {who.namespace!r}, not {namespace!r}"
+    if refusal is None:
+        return who
+    log.error("submit refused: %s: %s", what, refusal)
+    refused_as = who or Principal(
+        "unconfigured", namespace or "*", Role.VIEWER, PrincipalKind.BROKER
+    )
+    Audit(runtime.store).record(
+        Entry.by(refused_as, "run.submit", "refused", source="broker", detail={"refused": refusal})
+    )
+    return None
+
+
+def _submitted(runtime: Any, items: list[SubmitItem], who: Principal) -> list[Submitted]:
+    answers: list[Submitted] = runtime.orchestrator.submit_batch(
+        items, namespace=who.namespace, actor=who.actor
+    )
     for answer in answers:
         if not answer.ok:  # acked anyway: sending it again would be refused again
             log.error("submit refused (item %d): %s", answer.index, answer.error)
+    accepted = sum(answer.ok for answer in answers)
+    Audit(runtime.store).record(
+        Entry.by(
+            who,
+            "run.submit" if len(items) == 1 else "run.submit_batch",
+            "ok" if accepted else "failed",
+            target=answers[0].run_id if len(answers) == 1 else None,
+            source="broker",
+            detail={"accepted": accepted, "refused": len(answers) - accepted},
+        )
+    )
     return answers
 
 
@@ -203,6 +247,7 @@ def _submitted_controlled(
     runtime: Any,
     workflow: str,
     run_input: dict[str, Any],
+    who: Principal,
     *,
     debounce: dict[str, Any] | None,
     singleton: dict[str, Any] | None,
@@ -210,19 +255,26 @@ def _submitted_controlled(
 ) -> str | None:
     """A debounced or singleton submission; a refused one is logged and acked (sending
     it again would be refused again)."""
+    run_id: str | None = None
     try:
-        return str(
+        run_id = str(
             runtime.orchestrator.submit(
                 workflow,
                 run_input,
                 debounce=None if debounce is None else Debounce.of(debounce),
                 singleton=None if singleton is None else Singleton.of(singleton),
+                namespace=who.namespace,
+                actor=who.actor,
                 **options,
             )
         )
     except (CairnError, TypeError, AttributeError) as error:  # not a mapping: refused too
         log.error("submit refused: %s", error)
-        return None
+    outcome = "ok" if run_id is not None else "failed"
+    Audit(runtime.store).record(
+        Entry.by(who, "run.submit", outcome, target=run_id, source="broker")
+    )
+    return run_id
 
 
 def _published_at(request: Any) -> float | None:

@@ -102,7 +102,7 @@ def test_a_cancel_stops_an_async_handler_at_its_await_and_keeps_its_partial_outp
     run_id = cluster.submit("async_listen", {"silent_url": silent.url})
     cluster.wait_for(lambda: silent.open_now == 1, 30, "the handler's stream open")
     asked = time.monotonic()
-    assert cluster.client.cancel(run_id, "the user closed the tab", actor="user")
+    assert cluster.client.cancel(run_id, "the user closed the tab")
     cluster.wait_for(lambda: silent.open_now == 0, 10, "the stream closed")
     closed_after = time.monotonic() - asked
     view = cluster.wait(run_id, timeout_s=30)
@@ -132,7 +132,7 @@ def test_a_cancel_waits_for_an_awaited_charge_still_out_and_records_it(
     service.fault("slow", delay_s=3)
     run_id = shop.submit("async_pay", {"order": "p-1"})
     shop.wait_for(lambda: _charge_out(service, "p-1:charge"), 30, "the charge on its way")
-    assert shop.client.cancel(run_id, "changed my mind", actor="user")
+    assert shop.client.cancel(run_id, "changed my mind")
     assert shop.wait(run_id).status is RunStatus.CANCELLED
     charge = effects_of(shop, run_id)["p-1:charge"]
     assert (charge.status, charge.calls) == ("applied", 1)
@@ -152,7 +152,7 @@ def test_a_charge_still_out_at_the_cancel_timeout_is_detached_and_reconciled(
     service.fault("slow", delay_s=5)
     run_id = shop.submit("async_pay_hasty", {"order": "p-2"})
     shop.wait_for(lambda: _charge_out(service, "p-2:charge"), 30, "the charge on its way")
-    assert shop.client.cancel(run_id, "changed my mind", actor="user")
+    assert shop.client.cancel(run_id, "changed my mind")
     assert shop.wait(run_id).status is RunStatus.CANCELLED
     shop.wait_for(
         lambda: effects_of(shop, run_id)["p-2:charge"].status == "unknown", 10, "detached"

@@ -45,7 +45,7 @@ def test_workers_five_minutes_fast_and_slow_neither_steal_nor_lose_a_lease(
     )
     time.sleep(2.0)  # a wait timer armed five minutes early would have fired by now
     for run_id in run_ids:
-        assert cluster.client.signal(run_id, "go", actor="test")
+        assert cluster.client.signal(run_id, "go")
     for run_id in run_ids:
         view = cluster.wait(run_id, timeout_s=60)
         assert view.status is RunStatus.SUCCEEDED, (run_id, view.reason)

@@ -8,7 +8,6 @@ the tests): every test works on runs of its own, in one of two namespaces.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import threading
 import time
@@ -24,95 +23,42 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from cairn.config import Settings
+from cairn.access.authenticate import config_key_name
 from cairn.webhooks import WebhookSignatureError, verify
-from tests.integration.test_lease_metrics import free_ports
-from tests.support.cluster import FAST, WORKFLOWS, Cluster
-from tests.support.services import ROOT, admin, db_url, drop, redis_pair
+from tests.support.api_server import Deployment, api_deployment
 
 KEY_A = "alpha-key-0123456789abcdef"
 KEY_B = "beta-key-0123456789abcdef0"
 A = {"Authorization": f"Bearer {KEY_A}"}
+ALPHA = f"key:{config_key_name(KEY_A)}"  # the actor of what A's requests write
 B = {"Authorization": f"Bearer {KEY_B}"}
 MAX_BODY = 65_536
 WEBHOOK_SECRET = "whsec-alpha-0123456789abcdef"
 
 
-@dataclass
-class Deployment:
-    cluster: Cluster
-    base_url: str
-
-    @property
-    def ledger(self) -> Path:
-        return self.cluster.ledger
-
-
 @pytest.fixture(scope="module")
 def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """Database, Redis, worker, scheduler and the API server for this module."""
-    name = f"cairn_t_{uuid.uuid4().hex[:12]}"
-    with admin() as connection:
-        connection.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
-    try:
-        with redis_pair() as (broker, leases):
-            yield from _deployment(name, broker, leases, tmp_path_factory)
-    finally:
-        drop(name)
-
-
-def _deployment(
-    name: str, broker: str, leases: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
     tmp = tmp_path_factory.mktemp("api")
-    env = {key: value for key, value in os.environ.items() if not key.startswith("CAIRN_")}
-    env.update(FAST)
-    env.update(
-        {
-            "CAIRN_DATABASE_URL": db_url(name),
-            "CAIRN_BROKER_URL": broker,
-            "CAIRN_REDIS_URL": leases,
-            "CAIRN_WORKFLOWS": str(WORKFLOWS),
-            "CAIRN_HOME": str(tmp / "home"),
-            "PYTHONPATH": str(ROOT),
-            # Only alpha may name webhooks, and only on loopback (schemathesis's random
-            # URLs are refused, never called).
+    keys_file = tmp / "keys"
+    keys_file.write_text(f"# the second namespace's key comes from a file\nbeta:{KEY_B}\n")
+    with api_deployment(
+        pg_template,
+        tmp,
+        # Only alpha may name webhooks, and only on loopback (schemathesis's random URLs
+        # are refused, never called).
+        env={
             "CAIRN_WEBHOOK_SECRETS": f"alpha:{WEBHOOK_SECRET}",
             "CAIRN_WEBHOOK_HOSTS": "127.0.0.1",
             "CAIRN_WEBHOOK_RETRY_BASE_S": "0.2",
-        }
-    )
-    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
-    logs = tmp / "logs"
-    logs.mkdir()
-    cluster = Cluster(settings, env, logs, tmp / "ledger.txt")
-    (port,) = free_ports(1)
-    keys_file = tmp / "keys"
-    keys_file.write_text(f"# the second namespace's key comes from a file\nbeta:{KEY_B}\n")
-    try:
-        cluster.worker(concurrency=2)
-        cluster.scheduler()
-        cluster.spawn(
-            "api",
-            f"--port={port}",
-            env={
-                "CAIRN_API_KEYS": f"alpha:{KEY_A}",
-                "CAIRN_API_KEYS_FILE": str(keys_file),
-                "CAIRN_API_MAX_BODY_BYTES": str(MAX_BODY),
-            },
-        )
-        base_url = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            try:
-                return httpx.get(f"{base_url}/readyz", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        cluster.wait_for(ready, timeout_s=30, what="the API to be ready")
-        yield Deployment(cluster, base_url)
-    finally:
-        cluster.stop()
+        },
+        api_env={
+            "CAIRN_API_KEYS": f"alpha:{KEY_A}",
+            "CAIRN_API_KEYS_FILE": str(keys_file),
+            "CAIRN_API_MAX_BODY_BYTES": str(MAX_BODY),
+        },
+    ) as deployed:
+        yield deployed
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +184,7 @@ def test_submit_signal_and_read(http: httpx.Client, deployment: Deployment) -> N
     assert refused.status_code == 409
     assert error_code(refused) == "unknown_signal"
 
-    body = {"payload": {"note": "ship it"}, "actor": "alice", "signal_id": "sig-1"}
+    body = {"payload": {"note": "ship it"}, "comment": "as agreed", "signal_id": "sig-1"}
     applied = http.post(f"/v1/runs/{run_id}/signals/approve", json=body, headers=A)
     assert applied.status_code == 200, applied.text
     assert applied.json()["applied"] is True
@@ -247,7 +193,7 @@ def test_submit_signal_and_read(http: httpx.Client, deployment: Deployment) -> N
     assert again.json()["applied"] is False  # the same signal id is applied once
 
     run = wait_status(http, run_id, "succeeded")
-    assert run["result"]["decisions"]["review"]["actor"] == "alice"
+    assert run["result"]["decisions"]["review"]["actor"] == ALPHA
     assert run["progress"]["done"] == 2
 
     late = http.post(f"/v1/runs/{run_id}/signals/approve", json={}, headers=A)
@@ -440,7 +386,7 @@ def test_unknown_fields_and_wrong_types_are_named(http: httpx.Client) -> None:
     not_json = http.post(
         "/v1/runs", content=b"{oops", headers={**A, "Content-Type": "application/json"}
     )
-    assert not_json.status_code == 422
+    assert not_json.status_code == 400 and error_code(not_json) == "bad_request"
     unknown = http.post("/v1/runs", json={"workflow": "nope"}, headers=A)
     assert unknown.status_code == 404
     assert error_code(unknown) == "unknown_workflow"
@@ -481,9 +427,7 @@ def test_a_runs_priority_is_taken_shown_and_checked(
 def test_cancel(http: httpx.Client, deployment: Deployment) -> None:
     run_id = submit(http, deployment.ledger)
     wait_status(http, run_id, "waiting")
-    response = http.post(
-        f"/v1/runs/{run_id}/cancel", json={"reason": "changed my mind", "actor": "bob"}, headers=A
-    )
+    response = http.post(f"/v1/runs/{run_id}/cancel", json={"reason": "changed my mind"}, headers=A)
     assert response.status_code == 202, response.text
     assert response.json()["changed"] is True
     run = wait_status(http, run_id, "cancelled")
@@ -791,7 +735,7 @@ def test_signed_webhooks_are_delivered_and_retried_after_a_500(
 ) -> None:
     run_id = submit(http, deployment.ledger, webhook=receiver.url)
     wait_status(http, run_id, "waiting")
-    signal = {"payload": {"note": "ok"}, "actor": "alice"}
+    signal = {"payload": {"note": "ok"}}
     assert http.post(f"/v1/runs/{run_id}/signals/approve", json=signal, headers=A).is_success
     wait_status(http, run_id, "succeeded")
     deadline = time.monotonic() + 30
@@ -822,7 +766,7 @@ def test_signed_webhooks_are_delivered_and_retried_after_a_500(
     assert waiting["run"]["waiting_for"] == ["review"]
     assert succeeded["id"] == f"{run_id}.{succeeded['run']['seq']}"
     assert succeeded["run"]["status"] == "succeeded"
-    assert succeeded["run"]["result"]["decisions"]["review"]["actor"] == "alice"
+    assert succeeded["run"]["result"]["decisions"]["review"]["actor"] == ALPHA
     # The run's owner sees the deliveries: each taken at the second attempt, after a 500
     # (recorded once the receiver's answer is back: a moment after it got the request).
     deadline = time.monotonic() + 10

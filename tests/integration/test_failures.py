@@ -136,7 +136,7 @@ def test_cancel_stops_a_handler_at_its_next_safe_point(cluster: Cluster) -> None
     run_id = cluster.submit("agent", {"mode": "think", "turns": 600})  # 30 s of thinking
     cluster.wait_for(lambda: bool(_ledger(cluster, run_id)), 30, "thinking to start")
     asked = time.monotonic()
-    assert cluster.client.cancel(run_id, "the user closed the chat", actor="alice")
+    assert cluster.client.cancel(run_id, "the user closed the chat")
     assert cluster.client.get_run(run_id).status is RunStatus.CANCELLING
     view = cluster.wait(run_id, timeout_s=20)
     stopped_within = time.monotonic() - asked
@@ -147,10 +147,10 @@ def test_cancel_stops_a_handler_at_its_next_safe_point(cluster: Cluster) -> None
     assert view.state.nodes["think"].status is NodeStatus.CANCELLED
     history = _history(cluster, run_id)
     (requested,) = [e for e in history if e["type"] == "cancel_requested"]
-    assert requested["data"]["actor"] == "alice"
+    assert requested["data"]["actor"] == cluster.client.actor  # db:<user>
     assert history[-1]["type"] == "node_cancelled"  # the worker's own acknowledgement
     with pytest.raises(IllegalTransition):  # a finished run cannot be cancelled
-        cluster.client.cancel(run_id, "again", actor="bob")
+        cluster.client.cancel(run_id, "again")
     assert _history(cluster, run_id) == history  # and nothing was written
 
 
@@ -161,7 +161,7 @@ def test_cancel_detaches_a_call_that_cannot_stop_after_the_cancel_timeout(
     cluster.scheduler()
     run_id = cluster.submit("agent", {"mode": "stubborn", "call_s": 12})
     cluster.wait_for(lambda: bool(_ledger(cluster, run_id)), 30, "the call to start")
-    cluster.client.cancel(run_id, "too slow", actor="alice")
+    cluster.client.cancel(run_id, "too slow")
     view = cluster.wait(run_id, timeout_s=10)  # cancel_timeout is 2 s
     assert view.status is RunStatus.CANCELLED, cluster.log_tails()
     assert view.state is not None
@@ -187,15 +187,15 @@ def test_rollback_compensates_every_applied_step_and_needs_confirmation(
     )
     seq = cluster.client.get_run(run_id).last_seq
     with pytest.raises(ConfirmationRequired):
-        cluster.client.rollback(run_id, "customer changed their mind", actor="alice")
+        cluster.client.rollback(run_id, "customer changed their mind")
     assert cluster.client.get_run(run_id).last_seq == seq  # nothing changed
-    cluster.client.rollback(run_id, "customer changed their mind", actor="alice", confirm=True)
+    cluster.client.rollback(run_id, "customer changed their mind", confirm=True)
     view = cluster.wait(run_id, timeout_s=30)
     assert view.status is RunStatus.ROLLED_BACK, cluster.log_tails()
     undone = [node for node, _i, _a, what in _ledger(cluster, run_id) if what == "undo"]
     assert undone == ["charge", "reserve"]
     (requested,) = [e for e in _history(cluster, run_id) if e["type"] == "rollback_requested"]
-    assert requested["data"]["actor"] == "alice"
+    assert requested["data"]["actor"] == cluster.client.actor  # db:<user>
     with pytest.raises(IllegalTransition):
         cluster.client.rollback(run_id, "again", confirm=True)
 
@@ -216,9 +216,7 @@ def test_rollback_to_a_checkpoint_undoes_later_steps_and_resumes(cluster: Cluste
         cluster.client.rollback(run_id, "typo", confirm=True, to_seq=999)
     assert cluster.client.get_run(run_id).last_seq == last_seq  # nothing changed
 
-    cluster.client.rollback(
-        run_id, "charged the wrong card", actor="alice", confirm=True, to_seq=reserved["seq"]
-    )
+    cluster.client.rollback(run_id, "charged the wrong card", confirm=True, to_seq=reserved["seq"])
     # charge is undone and runs again (visit 2); reserve is kept; the run waits again.
     cluster.wait_for(
         lambda: ["charge", "2", "1", "start"] in _ledger(cluster, run_id), 30, "charge again"
@@ -233,7 +231,7 @@ def test_rollback_to_a_checkpoint_undoes_later_steps_and_resumes(cluster: Cluste
         ("charge", "1", "start"),
         ("charge", "2", "start"),
     ]
-    cluster.client.signal(run_id, "confirmed", actor="customer")
+    cluster.client.signal(run_id, "confirmed")
     assert cluster.wait(run_id, timeout_s=30).status is RunStatus.SUCCEEDED
 
 
@@ -244,7 +242,7 @@ def test_rollback_of_one_step_runs_only_its_compensation(cluster: Cluster) -> No
     cluster.wait_for(
         lambda: cluster.client.get_run(run_id).status is RunStatus.WAITING, 30, "the wait"
     )
-    cluster.client.rollback(run_id, "seat released", actor="alice", confirm=True, step="reserve")
+    cluster.client.rollback(run_id, "seat released", confirm=True, step="reserve")
     cluster.wait_for(
         lambda: ["reserve", "1", "1", "undo"] in _ledger(cluster, run_id), 30, "the undo"
     )
@@ -253,7 +251,7 @@ def test_rollback_of_one_step_runs_only_its_compensation(cluster: Cluster) -> No
     )
     undone = [node for node, _i, _a, what in _ledger(cluster, run_id) if what == "undo"]
     assert undone == ["reserve"]  # charge untouched
-    cluster.client.signal(run_id, "confirmed", actor="customer")
+    cluster.client.signal(run_id, "confirmed")
     view = cluster.wait(run_id, timeout_s=30)
     assert view.status is RunStatus.SUCCEEDED
     assert [(s.node, s.iteration) for s in view.state.compensable] == [("charge", 1)]  # type: ignore[union-attr]

@@ -422,10 +422,8 @@ def test_kill_9_mid_irreversible_node_holds_until_the_operator_decides(cluster: 
     for run_id in (vouched, retried):
         cluster.wait_for(lambda run_id=run_id: _held(cluster, run_id), 30, "the hold")
         assert cluster.client.get_run(run_id).status is RunStatus.WAITING
-    assert cluster.client.signal(
-        vouched, "recovery.complete", {"output": {"charge_id": "ch_1"}}, actor="alice"
-    )
-    assert cluster.client.signal(retried, "recovery.retry", actor="alice")
+    assert cluster.client.signal(vouched, "recovery.complete", {"output": {"charge_id": "ch_1"}})
+    assert cluster.client.signal(retried, "recovery.retry")
     for run_id in (vouched, retried):
         assert cluster.wait(run_id, timeout_s=30).status is RunStatus.SUCCEEDED
     counts = cluster.executions()
@@ -446,7 +444,7 @@ def test_a_crash_looping_node_waits_for_an_operator_with_on_max_recoveries_hold(
     view = cluster.client.get_run(run_id)
     assert view.state is not None
     assert "died while running it 2 times" in (view.state.held[0][0].error or "")
-    cluster.client.signal(run_id, "recovery.fail", {"reason": "bug #1234"}, actor="alice")
+    cluster.client.signal(run_id, "recovery.fail", {"reason": "bug #1234"})
     view = cluster.wait(run_id, timeout_s=10)
     assert view.status is RunStatus.FAILED and "bug #1234" in (view.reason or "")
     assert cluster.executions()[(run_id, "die", 1)] == 2

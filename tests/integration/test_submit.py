@@ -36,7 +36,9 @@ def test_a_batch_starts_its_good_items_and_answers_each(cluster: Cluster) -> Non
 
 
 def test_other_services_enqueue_through_celery_tasks(cluster: Cluster) -> None:
-    worker = cluster.worker()
+    """As the principal an admin configured (broker:orders, into default): a message
+    naming another namespace is refused, whatever it says."""
+    worker = cluster.worker(CAIRN_BROKER_SUBMIT="orders@default")
     cluster.scheduler()
     sender = Celery("another_service", broker=cluster.settings.broker_url, set_as_current=False)
     sender.conf.task_serializer = "json"
@@ -56,8 +58,12 @@ def test_other_services_enqueue_through_celery_tasks(cluster: Cluster) -> None:
                     for n in range(3)
                 ]
                 + [{"workflow": "chain10", "input": {"ledger": 5}}],  # refused: no effect
-                "namespace": "team-b",
             },
+            queue=queue,
+        )
+        sender.send_task(  # refused: its principal submits into default only
+            "cairn.submit_batch",
+            kwargs={"runs": [{"workflow": "chain10", "request_id": "x"}], "namespace": "team-b"},
             queue=queue,
         )
         sender.send_task("cairn.submit", kwargs={"workflow": 42}, queue=queue)  # nonsense
@@ -86,13 +92,15 @@ def test_other_services_enqueue_through_celery_tasks(cluster: Cluster) -> None:
         return str(row.id) if row is not None else None
 
     cluster.wait_for(lambda: run_of("default", "svc-1") is not None, 30, "the submitted run")
-    cluster.wait_for(lambda: run_of("team-b", "svc-b2") is not None, 30, "the batch")
+    cluster.wait_for(lambda: run_of("default", "svc-b2") is not None, 30, "the batch")
     for namespace, request_id in [("default", "svc-1")] + [
-        ("team-b", f"svc-b{n}") for n in range(3)
+        ("default", f"svc-b{n}") for n in range(3)
     ]:
         run_id = run_of(namespace, request_id)
         assert run_id is not None
         assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
+        started = cluster.client.events(run_id)[0]
+        assert started["data"]["actor"] == "broker:orders"
     assert worker.poll() is None  # the nonsense message did not hurt the worker
     cluster.wait_for(lambda: run_of("default", "svc-p") is not None, 30, "the prioritized run")
     assert cluster.client.get_run(str(run_of("default", "svc-p"))).priority == 2
@@ -114,3 +122,10 @@ def test_other_services_enqueue_through_celery_tasks(cluster: Cluster) -> None:
         assert tx.lock_singleton("default", "svc-account-7") is not None
     with cluster.client.runtime.store.reading() as tx:
         assert len(tx.list_runs(workflow="approval")) == 1  # the singleton's one run
+        assert run_of("team-b", "x") is None
+        entries = tx.audit_entries("default", limit=1000)
+    assert {(e.actor, e.action, e.source) for e in entries if e.outcome == "ok"} >= {
+        ("broker:orders", "run.submit", "broker"),
+        ("broker:orders", "run.submit_batch", "broker"),
+    }
+    assert any(e.outcome == "refused" and "not 'team-b'" in str(e.detail) for e in entries), entries

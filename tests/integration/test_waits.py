@@ -38,24 +38,22 @@ def test_approve_with_actor_and_payload_and_the_signals_that_are_refused(
 
     last_seq = cluster.client.get_run(run_id).last_seq
     with pytest.raises(UnknownSignal):
-        cluster.client.signal(run_id, "maybe", actor="alice")
+        cluster.client.signal(run_id, "maybe")
     assert cluster.client.get_run(run_id).last_seq == last_seq  # refused: nothing written
 
-    assert cluster.client.signal(
-        run_id, "approve", {"note": "ship it"}, actor="alice", signal_id="ticket-9"
-    )
-    assert not cluster.client.signal(run_id, "approve", actor="alice", signal_id="ticket-9")
+    assert cluster.client.signal(run_id, "approve", {"note": "ship it"}, signal_id="ticket-9")
+    assert not cluster.client.signal(run_id, "approve", signal_id="ticket-9")
     view = cluster.wait(run_id, timeout_s=30)
     assert view.status is RunStatus.SUCCEEDED, cluster.log_tails()
     assert view.state is not None
     decision = view.state.vars["decisions"]["review"]
     assert (decision["signal"], decision["actor"], decision["payload"]) == (
         "approve",
-        "alice",
+        cluster.client.actor,  # db:<user>: the CLI's and client's principal
         {"note": "ship it"},
     )
     with pytest.raises(NotWaiting):  # a second decision on a decided wait
-        cluster.client.signal(run_id, "reject", actor="bob", signal_id="ticket-10")
+        cluster.client.signal(run_id, "reject", signal_id="ticket-10")
     assert [e for e in cluster.client.waiting() if e.run_id == run_id] == []
 
 
@@ -64,7 +62,7 @@ def test_reject_ends_the_run_failed(cluster: Cluster) -> None:
     cluster.scheduler()
     run_id = cluster.submit("approval")
     cluster.wait_for(lambda: _waiting_at(cluster, run_id, 1), 30, "the review")
-    cluster.client.signal(run_id, "reject", actor="bob")
+    cluster.client.signal(run_id, "reject")
     view = cluster.wait(run_id, timeout_s=30)
     assert view.status is RunStatus.FAILED
     assert _ran(cluster, run_id, "publish") == 0
@@ -76,7 +74,7 @@ def test_timeout_escalates_then_an_approval_finishes_the_run(cluster: Cluster) -
     run_id = cluster.submit("escalation")
     cluster.wait_for(lambda: _waiting_at(cluster, run_id, 2), 30, "the second review")
     assert _ran(cluster, run_id, "escalate") == 1
-    cluster.client.signal(run_id, "approve", actor="manager")
+    cluster.client.signal(run_id, "approve")
     assert cluster.wait(run_id, timeout_s=30).status is RunStatus.SUCCEEDED
     timed_out = [
         e
@@ -107,10 +105,10 @@ def test_cancel_while_waiting_ends_the_run_at_once(cluster: Cluster) -> None:
     cluster.scheduler()
     run_id = cluster.submit("approval")
     cluster.wait_for(lambda: _waiting_at(cluster, run_id, 1), 30, "the review")
-    cluster.client.cancel(run_id, "withdrawn", actor="author")
+    cluster.client.cancel(run_id, "withdrawn")
     view = cluster.client.get_run(run_id)
     assert view.status is RunStatus.CANCELLED  # nothing was running: no draining
     assert view.reason == "withdrawn"
     with pytest.raises(NotWaiting):
-        cluster.client.signal(run_id, "approve", actor="alice")
+        cluster.client.signal(run_id, "approve")
     assert [e for e in cluster.client.waiting() if e.run_id == run_id] == []
