@@ -76,9 +76,11 @@ def _deployment(
             "CAIRN_HOME": str(tmp / "home"),
             "PYTHONPATH": str(ROOT),
             # Only alpha may name webhooks, and only on loopback (schemathesis's random
-            # URLs are refused, never called).
+            # URLs are refused, never called). The receiver listens on loopback, which
+            # webhooks may not call unless allowed: allowed here, 127.0.0.1 alone.
             "CAIRN_WEBHOOK_SECRETS": f"alpha:{WEBHOOK_SECRET}",
             "CAIRN_WEBHOOK_HOSTS": "127.0.0.1",
+            "CAIRN_WEBHOOK_ALLOW_NETWORKS": "127.0.0.1",
             "CAIRN_WEBHOOK_RETRY_BASE_S": "0.2",
         }
     )
