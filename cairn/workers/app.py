@@ -102,10 +102,13 @@ def make_celery(
     app.cairn_runtime = runtime
     app.steps["consumer"].add(Liveness)
 
+    # shared=False throughout: each app owns its tasks. Celery's shared tasks would be
+    # added to every app made later in the process, closing over the first one's app.
     @app.task(
         bind=True,
         name=NODE_TASK,
         ignore_result=True,
+        shared=False,
         Strategy="cairn.workers.app:checked_strategy",
     )
     def run_node(task: Any, message: dict[str, Any]) -> str:
@@ -120,7 +123,7 @@ def make_celery(
                     raise Reject(error, requeue=True) from error
                 raise
 
-    @app.task(name=SUBMIT_TASK, ignore_result=True)
+    @app.task(name=SUBMIT_TASK, ignore_result=True, shared=False)
     def submit(  # noqa: PLR0917 - the task's arguments are a wire format: args or kwargs
         workflow: str,
         input: dict[str, Any] | None = None,
@@ -155,13 +158,18 @@ def make_celery(
             namespace,
         )[0].run_id
 
-    @app.task(name=SUBMIT_BATCH_TASK, ignore_result=True)
+    @app.task(name=SUBMIT_BATCH_TASK, ignore_result=True, shared=False)
     def submit_batch(runs: list[dict[str, Any]], namespace: str = "default") -> int:
         """Start up to 1,000 runs in one transaction; returns how many were accepted."""
         items = [SubmitItem.from_dict(run) for run in runs]
         return sum(answer.ok for answer in _submitted(_process_runtime(app), items, namespace))
 
-    @app.task(name=PING_TASK, ignore_result=True, Strategy="cairn.workers.liveness:ping_strategy")
+    @app.task(
+        name=PING_TASK,
+        ignore_result=True,
+        shared=False,
+        Strategy="cairn.workers.liveness:ping_strategy",
+    )
     def ping(**_kwargs: Any) -> None:
         """Never runs: the consumer answers a ping itself (see its strategy)."""
 
