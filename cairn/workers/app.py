@@ -41,6 +41,7 @@ from cairn.reconnect import is_outage
 from cairn.workers import deadlines
 from cairn.workers.fairness import FAIR_HEADER, PRIORITY_STEPS, Fairness
 from cairn.workers.liveness import PING_TASK, Liveness
+from cairn.workers.task_events import NodeFailure, NodeRequest, task_result
 from cairn.workers.transport import TRANSPORT as REDIS_TRANSPORT
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,10 @@ def make_celery(
         ignore_result=True,
         shared=False,
         Strategy="cairn.workers.app:checked_strategy",
+        # Flower tells what became of the message (cairn.workers.task_events); a node's
+        # failure, raised, is logged as expected: its handler's error was logged already.
+        Request=NodeRequest,
+        throws=(NodeFailure,),
     )
     def run_node(task: Any, message: dict[str, Any]) -> str:
         fair = getattr(task.request, FAIR_HEADER, None)
@@ -117,11 +122,12 @@ def make_celery(
             _taken(app, fair)
         with delivered(_published_at(task.request)):
             try:
-                return str(_process_runtime(app).runner.run(message).value)
+                handled = _process_runtime(app).runner.run(message)
             except Exception as error:
                 if is_outage(error):  # outlasted the retries: give it back, never ack
                     raise Reject(error, requeue=True) from error
                 raise
+        return task_result(handled, getattr(task.request, "shadow", None) or NODE_TASK)
 
     @app.task(name=SUBMIT_TASK, ignore_result=True, shared=False)
     def submit(  # noqa: PLR0917 - the task's arguments are a wire format: args or kwargs
