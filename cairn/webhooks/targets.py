@@ -105,9 +105,8 @@ class WebhookTargets:
         kind = self.refusal(address)
         if kind is None:
             return
-        shown = str(address)
-        if embedded_ipv4(address) is not None:  # ::ffff:7f00:1 is 127.0.0.1: say so
-            shown = f"{address}, that is {embedded_ipv4(address)}"
+        ipv4 = embedded_ipv4(address)  # ::ffff:7f00:1 is 127.0.0.1: say so
+        shown = str(address) if ipv4 is None else f"{address}, that is {ipv4}"
         what = shown if host == str(address) else f"{host} (resolved to {shown})"
         raise WebhookTargetRefused(
             f"webhook: {what} is not an address webhooks may call ({kind}); an operator "

@@ -229,6 +229,15 @@ def test_a_host_resolving_to_a_refused_address_is_never_connected_to(
     assert resolver.lookups == ["hooks.test"]
 
 
+def test_the_system_resolver_is_judged_too() -> None:
+    # localhost is answered from the hosts file: no query leaves the machine.
+    spy = ConnectSpy()
+    client = webhook_client(Settings(), backend=spy)
+    with client, pytest.raises(WebhookTargetRefused, match=r"localhost \(resolved to "):
+        client.post("http://localhost:8080/x", content=b"{}")
+    assert spy.asked == []
+
+
 def test_one_refused_address_among_the_answers_refuses_the_host() -> None:
     spy = ConnectSpy()
     client = webhook_client(Settings(), Resolver([PUBLIC, "10.0.0.7"]), spy)
