@@ -32,6 +32,7 @@ FLOWER_ADDRESS ?= 127.0.0.1
 
 flower:  ## Flower on CAIRN_BROKER_URL at http://$(FLOWER_ADDRESS):$(FLOWER_PORT) (workers: --events)
 	@test -n "$$CAIRN_BROKER_URL" || { echo "make flower: set CAIRN_BROKER_URL" >&2; exit 2; }
+	@$(PYTHON) -c "import flower" 2>/dev/null || { echo 'make flower: Flower is not installed: pip install -e ".[flower]"' >&2; exit 2; }
 	$(PYTHON) -m celery -A cairn.runtime flower --port=$(FLOWER_PORT) --address=$(FLOWER_ADDRESS)
 
 format:

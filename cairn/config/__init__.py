@@ -11,6 +11,7 @@ in ``CAIRN_LEASE_TLL`` must not leave a fleet on a default nobody chose.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import math
 import os
 from collections.abc import Mapping
@@ -319,6 +320,13 @@ class Settings(BaseModel):
         description="Comma-separated host patterns a webhook URL may name (fnmatch: "
         "'*.example.com'); empty: any host.",
     )
+    webhook_allow_networks: list[str] = Field(
+        default_factory=list,
+        description="Comma-separated networks (CIDR, or single addresses) webhooks may "
+        "reach although they are not public — private, loopback, link-local, shared: "
+        "'10.20.0.0/16' for a receiver inside the cluster, '127.0.0.1' on a laptop; "
+        "empty: public addresses only.",
+    )
     webhook_timeout_s: float = Field(
         default=10.0, gt=0, description="How long one webhook delivery may take, seconds."
     )
@@ -338,13 +346,30 @@ class Settings(BaseModel):
     )
 
     @field_validator(
-        "workflows", "fault_points", "effect_adapters", "webhook_hosts", "queues", mode="before"
+        "workflows",
+        "fault_points",
+        "effect_adapters",
+        "webhook_hosts",
+        "webhook_allow_networks",
+        "queues",
+        mode="before",
     )
     @classmethod
     def _split_paths(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("webhook_allow_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        networks = []
+        for part in value:
+            try:
+                networks.append(str(ipaddress.ip_network(part)))
+            except ValueError as exc:  # host bits set, too: "10.0.0.1/8" means which?
+                raise ValueError(f"{part!r} is not a network (CIDR) or an address: {exc}") from exc
+        return networks
 
     @field_validator("queues")
     @classmethod

@@ -24,6 +24,7 @@ from cairn.model.commands import Command, HoldExecution
 from cairn.model.state import RunState
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.webhooks.signing import WebhookSecrets
+from cairn.webhooks.targets import WebhookTargets, address_literal
 
 MAX_URL_LENGTH = 2000
 # A result bigger than this is left out of the body (the receiver asks the API for it):
@@ -38,9 +39,12 @@ class Notice:
     body: dict[str, Any]
 
 
-def check_url(url: object, hosts: Sequence[str] = ()) -> str:
+def check_url(url: object, hosts: Sequence[str] = (), targets: WebhookTargets | None = None) -> str:
     """A webhook URL as it will be stored, or :class:`InvalidInput`: http(s), a host,
-    no credentials in it, and (if ``hosts`` is set) a host one of its patterns matches."""
+    no credentials in it, (if ``hosts`` is set) a host one of its patterns matches, and
+    not an address webhooks may not call (:class:`WebhookTargetRefused`). A host name's
+    addresses are checked when the notifier connects: resolving it now would prove
+    nothing about the answer then."""
     if not isinstance(url, str) or not url.strip():
         raise InvalidInput("webhook: a URL is required")
     url = url.strip()
@@ -59,6 +63,9 @@ def check_url(url: object, hosts: Sequence[str] = ()) -> str:
     host = parts.hostname.lower()
     if hosts and not any(fnmatch.fnmatchcase(host, pattern.lower()) for pattern in hosts):
         raise InvalidInput(f"webhook: host {host!r} is not one webhooks may call")
+    address = address_literal(host)
+    if address is not None:
+        (targets or WebhookTargets()).check(host, address)
     return url
 
 
@@ -68,13 +75,14 @@ class WebhookPolicy:
 
     def __init__(self, settings: Settings) -> None:
         self.hosts = settings.webhook_hosts
+        self.targets = WebhookTargets(settings.webhook_allow_networks)
         self.secrets = WebhookSecrets.from_settings(settings)
 
     def check(self, url: str | None, namespace: str) -> str | None:
         """A run's webhook URL as stored, or :class:`InvalidInput`."""
         if url is None:
             return None
-        checked = check_url(url, self.hosts)
+        checked = check_url(url, self.hosts, self.targets)
         if not self.secrets.of(namespace):
             raise InvalidInput(
                 f"webhook: namespace {namespace!r} has no signing secret "

@@ -5,7 +5,9 @@ Notifications are committed with the decision they report (see
 POSTs each — signed, with its event id — and records the outcome. A receiver that
 answers 2xx has it; anything else (an error status, a timeout, a refused connection) is
 retried with exponential backoff and jitter, until ``CAIRN_WEBHOOK_MAX_ATTEMPTS``; a
-``410 Gone`` stops at once (the receiver asks not to be called again). Redirects are not
+``410 Gone`` stops at once (the receiver asks not to be called again), and so does a
+host that resolves to an address webhooks may not call (:mod:`cairn.webhooks.targets`):
+that is the deployment's policy, which asking again will not change. Redirects are not
 followed: a webhook URL is fixed when the run is submitted, and a redirect could lead a
 signed body anywhere.
 
@@ -37,6 +39,8 @@ from cairn.webhooks.signing import (
     WebhookSecrets,
 )
 from cairn.webhooks.signing import sign as sign_body
+from cairn.webhooks.targets import WebhookTargetRefused
+from cairn.webhooks.transport import webhook_client
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +48,16 @@ BATCH = 32
 PARALLEL_DELIVERIES = 8
 GONE = 410
 MAX_ERROR_CHARS = 500
-USER_AGENT = "cairn-webhooks/1"
 
 
 @dataclass(frozen=True)
 class Attempt:
-    """One delivery's outcome: the receiver's status (None: no answer) and what failed."""
+    """One delivery's outcome: the receiver's status (None: no answer), what failed, and
+    whether trying again is pointless (a 410, a refused address)."""
 
     status: int | None
     error: str | None = None
+    final: bool = False
 
     @property
     def delivered(self) -> bool:
@@ -72,11 +77,7 @@ class Notifier:
         self.settings = settings
         self.metrics = metrics if metrics is not None else SchedulerMetrics()
         self.secrets = secrets if secrets is not None else WebhookSecrets.from_settings(settings)
-        self.client = client or httpx.Client(
-            timeout=settings.webhook_timeout_s,
-            follow_redirects=False,
-            headers={"User-Agent": USER_AGENT},
-        )
+        self.client = client or webhook_client(settings)
         self._pool = ThreadPoolExecutor(PARALLEL_DELIVERIES, thread_name_prefix="cairn-webhook")
 
     def run_once(self) -> int:
@@ -120,16 +121,19 @@ class Notifier:
         }
         try:
             response = self.client.post(row.url, content=body, headers=headers)
+        except WebhookTargetRefused as exc:  # nothing was sent
+            return Attempt(None, f"refused: {exc}"[:MAX_ERROR_CHARS], final=True)
         except httpx.HTTPError as exc:
             return Attempt(None, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS])
         if 200 <= response.status_code < 300:
             return Attempt(response.status_code)
-        return Attempt(response.status_code, response.text[:MAX_ERROR_CHARS] or None)
+        error = response.text[:MAX_ERROR_CHARS] or None
+        return Attempt(response.status_code, error, final=response.status_code == GONE)
 
     def _settle(self, tx: Any, row: Any, attempt: Attempt, now: float) -> None:
         settings = self.settings
         retry_at = None
-        retriable = not attempt.delivered and attempt.status != GONE
+        retriable = not attempt.delivered and not attempt.final
         if retriable and row.attempts < settings.webhook_max_attempts:
             retry_at = now + backoff_s(row.attempts, settings)
         recorded = tx.settle_notification(

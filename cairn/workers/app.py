@@ -44,6 +44,7 @@ from cairn.reconnect import is_outage
 from cairn.workers import deadlines
 from cairn.workers.fairness import FAIR_HEADER, PRIORITY_STEPS, Fairness
 from cairn.workers.liveness import PING_TASK, Liveness
+from cairn.workers.task_events import NodeFailure, NodeRequest, task_result
 from cairn.workers.transport import TRANSPORT as REDIS_TRANSPORT
 
 log = logging.getLogger(__name__)
@@ -105,11 +106,18 @@ def make_celery(
     app.cairn_runtime = runtime
     app.steps["consumer"].add(Liveness)
 
+    # shared=False throughout: each app owns its tasks. Celery's shared tasks would be
+    # added to every app made later in the process, closing over the first one's app.
     @app.task(
         bind=True,
         name=NODE_TASK,
         ignore_result=True,
+        shared=False,
         Strategy="cairn.workers.app:checked_strategy",
+        # Flower tells what became of the message (cairn.workers.task_events); a node's
+        # failure, raised, is logged as expected: its handler's error was logged already.
+        Request=NodeRequest,
+        throws=(NodeFailure,),
     )
     def run_node(task: Any, message: dict[str, Any]) -> str:
         fair = getattr(task.request, FAIR_HEADER, None)
@@ -117,13 +125,14 @@ def make_celery(
             _taken(app, fair)
         with delivered(_published_at(task.request)):
             try:
-                return str(_process_runtime(app).runner.run(message).value)
+                handled = _process_runtime(app).runner.run(message)
             except Exception as error:
                 if is_outage(error):  # outlasted the retries: give it back, never ack
                     raise Reject(error, requeue=True) from error
                 raise
+        return task_result(handled, getattr(task.request, "shadow", None) or NODE_TASK)
 
-    @app.task(name=SUBMIT_TASK, ignore_result=True)
+    @app.task(name=SUBMIT_TASK, ignore_result=True, shared=False)
     def submit(  # noqa: PLR0917 - the task's arguments are a wire format: args or kwargs
         workflow: str,
         input: dict[str, Any] | None = None,
@@ -160,7 +169,7 @@ def make_celery(
         item = SubmitItem(workflow, input or {}, request_id, version, webhook, priority)
         return _submitted(runtime, [item], who)[0].run_id
 
-    @app.task(name=SUBMIT_BATCH_TASK, ignore_result=True)
+    @app.task(name=SUBMIT_BATCH_TASK, ignore_result=True, shared=False)
     def submit_batch(runs: list[dict[str, Any]], namespace: str | None = None) -> int:
         """Start up to 1,000 runs in one transaction (as :func:`submit`); returns how many
         were accepted."""
@@ -171,7 +180,12 @@ def make_celery(
         items = [SubmitItem.from_dict(run) for run in runs]
         return sum(answer.ok for answer in _submitted(runtime, items, who))
 
-    @app.task(name=PING_TASK, ignore_result=True, Strategy="cairn.workers.liveness:ping_strategy")
+    @app.task(
+        name=PING_TASK,
+        ignore_result=True,
+        shared=False,
+        Strategy="cairn.workers.liveness:ping_strategy",
+    )
     def ping(**_kwargs: Any) -> None:
         """Never runs: the consumer answers a ping itself (see its strategy)."""
 

@@ -58,6 +58,7 @@ from cairn.workers.cache import MemoryResultCache, ResultCache, invalidate, keep
 from cairn.workers.circuits import CircuitWatch, Guarded
 from cairn.workers.context import StepContext
 from cairn.workers.execute import execute, succeeded
+from cairn.workers.failed import Failed, failure_of
 from cairn.workers.setup import Claimed, Recorders, StepSetup
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class NodeRunner:
             self.rates,
         )
 
-    def run(self, body: Any) -> Handled:
+    def run(self, body: Any) -> Handled | Failed:
         try:
             message = NodeMessage.from_dict(body)
             with node_scope(message):
@@ -128,7 +129,7 @@ class NodeRunner:
             log.error("rejected node message %s: %s", _short(body), exc)
             return Handled.REJECTED
 
-    def _run(self, message: NodeMessage) -> Handled:
+    def _run(self, message: NodeMessage) -> Handled | Failed:
         orchestrator = self.orchestrator
         key = message.key
         read = self._through_outages(f"reading {key}", lambda: self._read(message))
@@ -269,7 +270,7 @@ class NodeRunner:
                 return Handled.LEASE_LOST
             log.info("result of %s discarded: %s", key, completion.reason)
             return Handled.DISCARDED
-        return Handled.COMMITTED
+        return failure_of(steps) or Handled.COMMITTED
 
     def _equip(
         self, claimed: Claimed, message: NodeMessage, state: RunState, chain: _Chain

@@ -46,10 +46,12 @@ def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> It
         pg_template,
         tmp,
         # Only alpha may name webhooks, and only on loopback (schemathesis's random URLs
-        # are refused, never called).
+        # are refused, never called). The receiver listens on loopback, which webhooks may
+        # not call unless allowed: allowed here, 127.0.0.1 alone.
         env={
             "CAIRN_WEBHOOK_SECRETS": f"alpha:{WEBHOOK_SECRET}",
             "CAIRN_WEBHOOK_HOSTS": "127.0.0.1",
+            "CAIRN_WEBHOOK_ALLOW_NETWORKS": "127.0.0.1",
             "CAIRN_WEBHOOK_RETRY_BASE_S": "0.2",
         },
         api_env={

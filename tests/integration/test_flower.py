@@ -1,5 +1,7 @@
 """Flower watches a real fleet: `make flower` against the cluster's broker sees the node
-tasks of a real run by their workflow/node names, while the run is going and after it."""
+tasks of a real run by their workflow/node names, while the run is going and after it,
+and each task's state says what became of its message: a node that failed shows
+FAILURE, a duplicate delivery shows what it was, never SUCCESS."""
 
 from __future__ import annotations
 
@@ -13,7 +15,11 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import redis
+
 from cairn.model.statuses import RunStatus
+from cairn.workers.app import NODE_TASK
+from cairn.workers.fairness import PRIORITY_STEPS, list_name
 from tests.integration.test_lease_metrics import free_ports
 from tests.support.cluster import Cluster
 from tests.support.services import ROOT
@@ -71,6 +77,17 @@ def flower(cluster: Cluster, port: int) -> subprocess.Popen[bytes]:
     return process
 
 
+def wait_listening(cluster: Cluster, port: int) -> None:
+    """Task events are broadcast, not queued: Flower sees only what happens while it
+    listens. The worker's online/heartbeat events in Flower's metrics say it does."""
+
+    def listening() -> bool:
+        status, body = get(port, "/metrics")
+        return status == 200 and bool(re.search(rb'flower_worker_online\{worker="[^"]+"\} 1', body))
+
+    cluster.wait_for(listening, 30, "Flower to hear the worker's events")
+
+
 def test_flower_shows_the_node_tasks_of_a_running_workflow(cluster: Cluster) -> None:
     (port,) = free_ports(1)
     process = flower(cluster, port)
@@ -78,14 +95,7 @@ def test_flower_shows_the_node_tasks_of_a_running_workflow(cluster: Cluster) -> 
     # Relay and recovery at their patient pace: a node message published by the fast path
     # is then delivered once, and the slow node's task is the one Flower shows running.
     cluster.scheduler(CAIRN_OUTBOX_RELAY_AFTER="10", CAIRN_RECOVERY_AFTER="10")
-
-    # Task events are broadcast, not queued: Flower sees only what happens while it
-    # listens. The worker's online/heartbeat events in Flower's metrics say it does.
-    def listening() -> bool:
-        status, body = get(port, "/metrics")
-        return status == 200 and re.search(rb'flower_worker_online\{worker="[^"]+"\} 1', body)
-
-    cluster.wait_for(listening, 30, "Flower to hear the worker's events")
+    wait_listening(cluster, port)
     assert get(port, "/api/tasks")[0] == 200
     assert get(port, "/healthcheck") == (200, b"OK")
 
@@ -125,3 +135,72 @@ def test_flower_shows_the_node_tasks_of_a_running_workflow(cluster: Cluster) -> 
     process.wait(timeout=10)
     cluster.wait_for(lambda: get(port, "/healthcheck")[0] == 0, 5, "Flower to stop")
     assert worker.poll() is None
+
+
+# What a delivery of a node message that ran nothing (or nothing committed) may show.
+NOT_RUN = {"DUPLICATE", "LEASE_HELD", "DISCARDED"}
+
+
+def node_messages_pending(cluster: Cluster) -> int:
+    """Node messages queued, or taken by a worker and neither acknowledged nor rejected."""
+    broker = redis.Redis.from_url(cluster.settings.broker_url or "")
+    queue = cluster.settings.queue  # a list per priority level (cairn.workers.fairness)
+    queued = sum(int(broker.llen(list_name(queue, step))) for step in PRIORITY_STEPS)
+    taken = [json.loads(value)[0] for value in broker.hvals("unacked")]
+    return queued + sum(message["headers"].get("task") == NODE_TASK for message in taken)
+
+
+def test_flower_shows_a_failed_node_as_failed_and_a_duplicate_delivery_as_no_success(
+    cluster: Cluster,
+) -> None:
+    (port,) = free_ports(1)
+    flower(cluster, port)
+    # Task events on from the start (-E), and every node message a worker publishes
+    # published twice: each node but the first is delivered once more than it runs.
+    cluster.spawn("worker", "--concurrency=2", "-E", env={"CAIRN_DUPLICATE_DELIVERIES": "true"})
+    cluster.scheduler(CAIRN_OUTBOX_RELAY_AFTER="10", CAIRN_RECOVERY_AFTER="10")
+    wait_listening(cluster, port)
+
+    # flaky.call fails for good (PermanentError); its error edge runs flaky.fallback.
+    failing = cluster.submit("flaky", {"permanent": True})
+    chain = cluster.submit("chain10")
+    for run_id in (failing, chain):
+        assert cluster.wait(run_id, 30).status is RunStatus.SUCCEEDED
+    expected = {"flaky.call": 1, "flaky.fallback": 2, "chain10.n1": 1}
+    expected |= dict.fromkeys(NODES[1:], 2)
+
+    def settled() -> bool:
+        tasks = tasks_of(port, failing) | tasks_of(port, chain)
+        return {name: len(tasks.get(name, [])) for name in expected} == expected and not any(
+            task["state"] in {"RECEIVED", "STARTED"} for ts in tasks.values() for task in ts
+        )
+
+    cluster.wait_for(settled, 20, "Flower to show every delivery's outcome")
+    tasks = tasks_of(port, failing) | tasks_of(port, chain)
+
+    # The node that failed: FAILURE, with the node, its error class and its error.
+    (call,) = tasks["flaky.call"]
+    status, body = get(port, f"/api/task/info/{call['uuid']}")
+    assert status == 200
+    info = json.loads(body)
+    assert info["state"] == "FAILURE"
+    assert "NodeFailure" in info["exception"]
+    assert (
+        "flaky.call failed (permanent): PermanentError: the account does not exist"
+        in (info["exception"])
+    )
+
+    # Every other node ran once to success; its duplicate delivery shows what it was.
+    for name, count in expected.items():
+        if name == "flaky.call":
+            continue
+        found = sorted(task["state"] for task in tasks[name])
+        assert found.count("SUCCESS") == 1, (name, found)
+        assert set(found) - {"SUCCESS"} <= NOT_RUN, (name, found)
+        assert len(found) == count
+    duplicates = [t for ts in tasks.values() for t in ts if t["state"] in NOT_RUN]
+    assert len(duplicates) == 10
+    assert all(t["result"] in {"'duplicate'", "'lease_held'", "'discarded'"} for t in duplicates)
+
+    # Acknowledged as before, whatever Flower shows: no node message is left pending.
+    cluster.wait_for(lambda: node_messages_pending(cluster) == 0, 10, "every message acked")

@@ -177,9 +177,7 @@ def _runtime(tmp_path: Path, **overrides: Any) -> Runtime:
     return Runtime.build(
         embedded_settings(
             tmp_path,
-            webhook_secrets=f"default:{SECRET}",
-            webhook_retry_base_s=0.01,
-            **overrides,
+            **{"webhook_secrets": f"default:{SECRET}", "webhook_retry_base_s": 0.01, **overrides},
         )
     )
 

@@ -1,0 +1,74 @@
+"""What a node task's events tell Flower: what became of its message, truthfully.
+
+Flower builds its task list from the workers' task events, and Celery sends
+``task-succeeded`` whenever a task returns, so every node message read as a successful
+execution: a node whose handler failed, a duplicate delivery, a node parked for a
+concurrency slot. Now:
+
+- a node that ran and committed its result: ``task-succeeded`` — SUCCESS;
+- a node whose committed result is a failure (:class:`~cairn.workers.failed.Failed`), or
+  one failed without running again because its workers kept dying (``gave_up``): the
+  task raises :class:`NodeFailure` — ``task-failed``, FAILURE, with the node and error;
+- any other outcome (nothing ran, or what ran was not committed): the task returns the
+  outcome's name and the worker sends ``task-<state>`` instead of ``task-succeeded`` —
+  a state of its own in Flower (PARKED, DUPLICATE, LEASE_HELD, ...; ``docs/operations.md``).
+
+The message is acknowledged as before in every case. A task that returns is acked by
+Celery's ``on_success`` (late acks), and one that raises an ordinary exception by its
+``on_failure``, because ``task_acks_on_failure_or_timeout`` is set: the same ack, not a
+reject, a requeue or a retry. (``Ignore`` would ack too, but sends no event at all: the
+task would stay STARTED in Flower for ever.) The event's type is changed in the worker's
+main process, which keeps the switch Flower turns events on and off with: a worker whose
+events are off sends none of these either.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.worker.request import Request
+
+from cairn.errors import CairnError
+from cairn.workers.failed import Failed
+from cairn.workers.runner import Handled
+
+# Flower's state is the event's name in capitals. Two outcomes are renamed: Celery's own
+# REJECTED means a message given back to the broker, and its task-cancelled a task
+# stopped by a lost connection (redelivered) — neither is what these outcomes did.
+RENAMED = {Handled.REJECTED: "invalid", Handled.CANCELLED: "node_cancelled"}
+RAN = (Handled.COMMITTED, Handled.GAVE_UP)  # succeeded, failed: Celery's own events
+
+# What the worker's main process sees of the returned value is its repr.
+EVENT_BY_RESULT = {
+    repr(handled.value): f"task-{RENAMED.get(handled, handled.value)}"
+    for handled in Handled
+    if handled not in RAN
+}
+
+
+class NodeFailure(CairnError):
+    """A node task whose node failed: what Flower shows as the task's exception."""
+
+    code = "node_failed"
+
+
+def task_result(handled: Handled | Failed, task_name: str) -> str:
+    """The node task's return value, or :class:`NodeFailure` for a node that failed."""
+    if isinstance(handled, Failed):
+        raise NodeFailure(str(handled))
+    if handled is Handled.GAVE_UP:
+        raise NodeFailure(
+            f"{task_name} failed (gave up): its worker was lost too often "
+            "(CAIRN_MAX_RECOVERIES); not run again"
+        )
+    return handled.value
+
+
+class NodeRequest(Request):  # type: ignore[misc]  # celery is untyped
+    """Celery's request for a node task, sending the outcome's own event where Celery
+    would send ``task-succeeded`` for a message that did not run a node to success."""
+
+    def send_event(self, event: str, **fields: Any) -> None:
+        if event == "task-succeeded":
+            event = EVENT_BY_RESULT.get(str(fields.get("result")), event)
+        super().send_event(event, **fields)
