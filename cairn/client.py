@@ -168,6 +168,7 @@ class Client:
                 signal_id=signal_id,
                 node=node,
                 comment=comment,
+                role=self.principal.role.value,
             )
         return decision.ignored is None
 

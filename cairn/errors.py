@@ -132,6 +132,13 @@ class UnknownNode(EventRejected):
     code = "unknown_node"
 
 
+class Forbidden(CairnError):
+    """An authenticated principal asked for what its role — or a wait's approvers, or
+    its namespace — does not allow. Nothing is written."""
+
+    code = "forbidden"
+
+
 class StoreError(CairnError):
     """The database refused or could not do what was asked."""
 

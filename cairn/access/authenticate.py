@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from cairn.access.tokens import digest, split
 from cairn.config import Settings
 from cairn.config.secrets import namespaced, secret_lines
-from cairn.errors import CairnError, ConfigError
+from cairn.errors import CairnError, ConfigError, Forbidden
 from cairn.model.principals import Principal, PrincipalKind, Role
 from cairn.store.access import KeyRecord
 from cairn.store.sql import Store
@@ -39,13 +39,6 @@ MIN_KEY_LENGTH = 16
 
 class Unauthorized(CairnError):
     code = "unauthorized"
-
-
-class Forbidden(CairnError):
-    """An authenticated principal asked for what its role (or the wait's approvers, or
-    its namespace) does not allow."""
-
-    code = "forbidden"
 
 
 @dataclass(frozen=True)
@@ -172,3 +165,13 @@ class Authenticator:
         """Read the key again next time (this process revoked or rotated it)."""
         with self._lock:
             self._cache.pop(key_id, None)
+
+
+__all__ = [
+    "Authenticator",
+    "ConfigKeys",
+    "Forbidden",
+    "Unauthorized",
+    "bearer_token",
+    "config_key_name",
+]

@@ -45,8 +45,9 @@ from cairn.api.models import (
     Submitted,
 )
 from cairn.api.redact import event_for, reason_for
+from cairn.decider.signal_received import may_decide
 from cairn.decider.step import RECOVERY_SIGNALS
-from cairn.engine.awaiting import awaiting
+from cairn.engine.awaiting import Awaiting, awaiting
 from cairn.engine.batches import SubmitItem
 from cairn.errors import InvalidInput, RunNotFound
 from cairn.lease.heartbeat import beat_view, run_beats
@@ -373,7 +374,7 @@ def get_run(run_id: RunId, runtime: Runtime_, who: Reader) -> RunDetail:
         last_event=({"seq": last[0].seq, "type": last[0].type, "at": last[0].at} if last else None),
         vars=state.vars if payloads else None,
         result=state.vars if payloads and view.status is RunStatus.SUCCEEDED else None,
-        waiting=[entry.to_dict() for entry in awaiting(definition, state)],
+        waiting=[_waiting(entry, who, payloads) for entry in awaiting(definition, state)],
         explain=waiting_lines(definition, state, time.time(), payloads=payloads)
         + context_lines(definition, state, payloads=payloads),
         links={
@@ -383,6 +384,18 @@ def get_run(run_id: RunId, runtime: Runtime_, who: Reader) -> RunDetail:
             "artifacts": f"{status_url(run_id)}/artifacts",
         },
     )
+
+
+def _waiting(entry: Awaiting, who: Principal, payloads: bool) -> dict[str, Any]:
+    """A wait as ``who`` sees it: its context (what the author chose to show whoever
+    decides it) only to whoever may decide it, or may read payloads."""
+    shown = entry.to_dict()
+    decides = who.may(Permission.APPROVE) and (
+        not entry.approvers or may_decide(entry.approvers, who.actor, who.role.value)
+    )
+    if not (payloads or decides):
+        shown["context"] = None
+    return shown
 
 
 def _beat(beat: Mapping[str, Any], payloads: bool) -> dict[str, Any]:
@@ -546,6 +559,7 @@ def send_signal(
         signal_id=body.signal_id or storable(idempotency_key, "Idempotency-Key"),
         node=body.node,
         comment=body.comment,
+        role=who.role.value,
     )
     return SignalResult(
         run_id=run_id, applied=decision.ignored is None, status=decision.state.status.value

@@ -48,6 +48,7 @@ from cairn.model.events import (
     TimerFired,
 )
 from cairn.model.state import RunState
+from cairn.model.statuses import RunStatus
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ def decide(definition: WorkflowDefinition, state: RunState, event: Event) -> Dec
     ignored = handler(step, event)
     if ignored is not None:
         return Decision(state=state, ignored=ignored)
+    if step.state.waits and step.state.status in (RunStatus.RUNNING, RunStatus.WAITING):
+        step.settle_waiting()  # (runs only with a wait open: as before, for the rest)
     if step.state.status.terminal and not state.status.terminal and state.parent:
         step.notify_parent()
     step.state.steps += 1

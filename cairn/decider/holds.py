@@ -137,7 +137,5 @@ class Holds(Step):
     def resume_run(self) -> None:
         """A hold was decided: the run is running again unless something else still
         waits for a person."""
-        if self.state.status is RunStatus.WAITING and not (
-            self.state.waiting_on or self.state.held
-        ):
+        if self.state.status is RunStatus.WAITING and not (self.state.waits or self.state.held):
             self.set_run(RunStatus.RUNNING)

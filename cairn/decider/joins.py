@@ -117,7 +117,11 @@ class Joins(Step):
         """Stop a pending branch — if it started: a branch that fails as it is entered
         (a child nested too deep) can decide the join before its siblings start."""
         current = self.state.nodes.get(branch)
-        if current is not None:
+        if current is not None and current.status is NodeStatus.WAITING:
+            # A person's decision no longer awaited: the wait closes, its timer with it.
+            self.disarm(timer_id(TimerKind.WAIT, branch, current.iteration))
+            self.set_node(current, NodeStatus.CANCELLED)
+        elif current is not None:
             self.stop_execution(current, reason)
 
     # -- ending: success, failure, cancellation, compensation ---------------------------

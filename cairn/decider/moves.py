@@ -22,6 +22,7 @@ from cairn.decider.children import MAX_DEPTH, child_run_id, correlation_id, pick
 from cairn.decider.holds import Holds
 from cairn.decider.joins import Joins
 from cairn.decider.step import (
+    DECISIONS_KEY,
     START,
     Step,
     Transition,
@@ -49,6 +50,7 @@ from cairn.model.events import (
     NodeSucceeded,
     Phase,
     RunStarted,
+    SignalReceived,
     event_to_dict,
 )
 from cairn.model.state import (
@@ -223,6 +225,7 @@ class Moves(Watch, Holds, Stopping, Joins, Step):
                 )
             )
             self.set_run(RunStatus.WAITING)
+            self.open_wait(node, state.nodes[node_id])
         elif isinstance(node, ParallelNode):
             self.set_run(RunStatus.RUNNING)
             state.nodes[node_id] = NodeState(
@@ -248,6 +251,8 @@ class Moves(Watch, Holds, Stopping, Joins, Step):
                 if not self.moving:
                     break
                 self.enter(branch, node_id, "fan_out")
+            if self.moving:
+                self.settle_waiting()
         else:
             self.set_run(RunStatus.RUNNING)
             if node.handler is not None or node.child is not None:
@@ -256,6 +261,58 @@ class Moves(Watch, Holds, Stopping, Joins, Step):
                 current = NodeState(node_id, visits, NodeStatus.SCHEDULED, first_at=self.at)
                 state.nodes[node_id] = current
                 self.follow(node, current, {})
+
+    def open_wait(self, node: WaitNode, waiting: NodeState) -> None:
+        """A wait just opened: the signal kept for it (``accept_early``), if any, decides
+        it now."""
+        kept = self.state.early.pop(node.id, None)
+        if kept is not None:
+            event = SignalReceived(**{**kept, "wait": node.id, "iteration": waiting.iteration})
+            self.decide_wait(waiting, node, event, node.signals[event.name])
+
+    def decide_wait(
+        self, waiting: NodeState, node: WaitNode, event: SignalReceived, target: str
+    ) -> None:
+        """``event`` decides the wait: it goes on to ``target``, and the decision (signal,
+        payload, actor, its voters under a quorum, the decider's comment) lands in the
+        state's ``decisions``."""
+        state = self.state
+        self.disarm(timer_id(TimerKind.WAIT, node.id, waiting.iteration))
+        self.set_node(waiting, NodeStatus.SUCCEEDED)
+        decision: dict[str, Any] = {
+            "signal": event.name,
+            "payload": dict(event.payload or {}),
+            "actor": event.actor,
+            "at": event.at,
+        }
+        voters = (waiting.votes or {}).get(event.name)
+        if node.quorum > 1 and voters:
+            decision["votes"] = list(voters)
+        if event.comment:
+            decision["comment"] = event.comment
+        state.vars[DECISIONS_KEY] = {**(state.vars.get(DECISIONS_KEY) or {}), node.id: decision}
+        self.leave_wait(node, target, f"signal:{event.name}")
+
+    def leave_wait(self, node: WaitNode, target: str, label: str) -> None:
+        """A wait decided (or timed out) goes on to ``target`` — or, a parallel branch,
+        ends its branch as ``target`` says (succeeded or failed), for its join."""
+        parent = self.definition.branch_parents.get(node.id)
+        if parent is None:
+            self.enter(target, node.id, label)
+        else:
+            self.transitions.append(Transition(node.id, label, parent))
+            ended = BranchOutcome.SUCCEEDED if target == "succeeded" else BranchOutcome.FAILED
+            self.branch_finished(parent, node.id, ended, None)
+        self.settle_waiting()
+
+    def settle_waiting(self) -> None:
+        """Running while a worker may run something; waiting while only people are
+        awaited — with waits as parallel branches, a branch's end can leave either."""
+        state = self.state
+        if state.status is RunStatus.RUNNING and state.waits and not state.active_nodes:
+            self.set_run(RunStatus.WAITING)
+        elif state.status is RunStatus.WAITING and state.active_nodes and not state.held:
+            self.set_run(RunStatus.RUNNING)
 
     def follow(self, node: TaskNode, current: NodeState, output: Mapping[str, Any]) -> None:
         """A task succeeded: merge its output and take the edge its definition picks."""

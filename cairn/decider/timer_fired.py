@@ -37,7 +37,7 @@ def timer_fired(step: Moves, event: TimerFired) -> str | None:
     elif timer.kind is TimerKind.WAIT:
         assert isinstance(node, WaitNode)
         step.set_node(current, NodeStatus.TIMED_OUT)
-        step.enter(node.on_timeout, node.id, "timeout")
+        step.leave_wait(node, node.on_timeout, "timeout")
     elif timer.kind is TimerKind.NODE_TIMEOUT:
         assert node.timeout is not None
         step.commands.append(CancelNode(node.id, current.iteration, current.attempt, "timed out"))

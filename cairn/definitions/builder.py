@@ -72,16 +72,14 @@ class Workflow:
         signals: Mapping[str, str],
         timeout: str | float,
         on_timeout: str,
+        approval: Mapping[str, Any] | None = None,
         **common: Any,
     ) -> Workflow:
-        """Hold the run until one of ``signals`` arrives or ``timeout`` passes."""
-        return self._add(
-            node_id,
-            {
-                "wait": {"signals": dict(signals), "timeout": timeout, "on_timeout": on_timeout},
-                **common,
-            },
-        )
+        """Hold the run until one of ``signals`` arrives or ``timeout`` passes.
+        ``approval``: the wait's approvers, quorum, response, context, accept_early (as
+        in YAML: docs/definitions.md)."""
+        wait = {"signals": dict(signals), "timeout": timeout, "on_timeout": on_timeout}
+        return self._add(node_id, {"wait": {**wait, **(approval or {})}, **common})
 
     def parallel(
         self,

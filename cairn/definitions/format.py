@@ -85,7 +85,19 @@ NODE_KINDS: Mapping[str, frozenset[str]] = {
 
 RETRY = frozenset({"attempts", "backoff", "max_delay", "deadline", "jitter"})
 JOIN = frozenset({"policy", "k", "critical", "timeout", "rest"})
-WAIT = frozenset({"signals", "timeout", "on_timeout"})
+WAIT = frozenset(
+    {
+        "signals",
+        "timeout",
+        "on_timeout",
+        "approvers",
+        "quorum",
+        "response",
+        "context",
+        "accept_early",
+    }
+)
+WAIT_CONTEXT = frozenset({"fields", "messages", "budget"})
 ROUTE = frozenset({"key", "table", "default"})
 BRANCH = frozenset({"guard", "cases"})
 CHILD = frozenset({"workflow", "version", "input", "output"})
@@ -107,6 +119,11 @@ SCHEDULE = frozenset({"name", "cron", "input", "overlap", "catch_up", "jitter", 
 # The format version that introduced a key, by its path ("task.stall_after",
 # "retry.foo"); a key not listed has been in the format since version 1.
 SINCE: dict[str, int] = {
+    "wait.approvers": 2,
+    "wait.quorum": 2,
+    "wait.response": 2,
+    "wait.context": 2,
+    "wait.accept_early": 2,
     "task.stall_after": 2,
     "task.checkpoint": 2,
     "on_resume.after": 2,

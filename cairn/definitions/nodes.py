@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cairn.definitions import format as fmt
+from cairn.definitions.approvals import approval_keys
 from cairn.definitions.reader import Reader
 from cairn.definitions.tasks import task_node
 from cairn.model.definition import (
@@ -186,6 +187,7 @@ def _wait_node(
         signals=signals,
         on_timeout=reader.target(on_timeout, node_id, "on_timeout") if on_timeout else "",
         extra=extra,
+        **approval_keys(reader, node_id, spec, signals),
         **common,
     )
 

@@ -13,6 +13,7 @@ from cairn.decider.anomaly import watched
 from cairn.decider.step import RECOVERY_PREFIX
 from cairn.errors import DefinitionFault
 from cairn.model.definition import (
+    BRANCH_OUTCOMES,
     EndNode,
     ParallelNode,
     PersistKind,
@@ -106,7 +107,10 @@ def successors(definition: WorkflowDefinition) -> dict[str, list[str]]:
 
 def _unknown_targets(definition: WorkflowDefinition) -> Iterator[DefinitionFault]:
     for node_id, node in definition.nodes.items():
+        branch_wait = isinstance(node, WaitNode) and node_id in definition.branch_parents
         for label, target in node.targets():
+            if branch_wait and target in BRANCH_OUTCOMES:
+                continue  # how the branch ends (see _join_faults)
             if target and target not in definition.nodes:
                 yield DefinitionFault(
                     "unknown_target", f"{label} leads to {target!r}, which is not a node", node_id
@@ -166,7 +170,16 @@ def _join_faults(definition: WorkflowDefinition) -> Iterator[DefinitionFault]:
                     node_id,
                 )
             owners[branch] = node_id
-            if (
+            if isinstance(branch_node, WaitNode):
+                ends = {target for _label, target in branch_node.targets() if target}
+                if not ends <= BRANCH_OUTCOMES:
+                    yield DefinitionFault(
+                        "join_non_branch",
+                        f"branch {branch!r} is a wait: its signals and its timeout end the "
+                        f"branch (succeeded or failed), not {sorted(ends - BRANCH_OUTCOMES)}",
+                        node_id,
+                    )
+            elif (
                 not isinstance(branch_node, TaskNode)
                 or (branch_node.handler is None and branch_node.child is None)
                 or branch_node.next
@@ -176,7 +189,7 @@ def _join_faults(definition: WorkflowDefinition) -> Iterator[DefinitionFault]:
                 yield DefinitionFault(
                     "join_non_branch",
                     f"branch {branch!r} must be a task with a handler (or a child workflow) and "
-                    "no edges of its own (its continuation is the join)",
+                    "no edges of its own (its continuation is the join), or a wait ending it",
                     node_id,
                 )
     for node_id, node in definition.nodes.items():

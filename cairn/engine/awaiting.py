@@ -3,7 +3,7 @@ about a held execution — the read model behind ``cairn waiting`` and the API's
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cairn.decider.step import RECOVERY_SIGNALS
@@ -26,13 +26,25 @@ class Awaiting:
     since: float  # epoch seconds
     times_out_at: float | None = None
     reason: str | None = None  # why a held node is held
+    # Who may decide it, how many must agree, the votes so far (signal -> actors).
+    approvers: tuple[str, ...] = ()
+    quorum: int = 1
+    votes: dict[str, list[str]] = field(default_factory=dict)
+    # What the wait shows whoever decides it: the state fields it names, the last
+    # messages, the budget spent (see :func:`context_of`); None: it names none.
+    context: dict[str, Any] | None = None
 
     @property
     def held(self) -> bool:
         return self.signals == RECOVERY_SIGNALS
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "signals": list(self.signals), "held": self.held}
+        return {
+            **asdict(self),
+            "signals": list(self.signals),
+            "approvers": list(self.approvers),
+            "held": self.held,
+        }
 
 
 def awaiting(definition: WorkflowDefinition, state: RunState) -> list[Awaiting]:
@@ -49,6 +61,10 @@ def awaiting(definition: WorkflowDefinition, state: RunState) -> list[Awaiting]:
                     tuple(sorted(node.signals)),
                     current.first_at,
                     due_at(state, TimerKind.WAIT, current.node),
+                    approvers=node.approvers,
+                    quorum=node.quorum,
+                    votes={k: list(v) for k, v in (current.votes or {}).items()},
+                    context=context_of(node, state),
                 )
             )
     for current, phase in state.held:
@@ -64,6 +80,27 @@ def awaiting(definition: WorkflowDefinition, state: RunState) -> list[Awaiting]:
             )
         )
     return found
+
+
+def context_of(node: WaitNode, state: RunState) -> dict[str, Any] | None:
+    """What ``node`` shows whoever decides it (None: it declares no context): each
+    named state field (a dotted path; null where the state has none), the last messages,
+    what the run has spent."""
+    declared = node.context
+    if declared is None:
+        return None
+    shown: dict[str, Any] = {"fields": {path: _at(state.vars, path) for path in declared.fields}}
+    if declared.messages:
+        shown["messages"] = state.messages[-declared.messages :]
+    if declared.budget:
+        shown["spent"] = dict(state.spent)
+    return shown
+
+
+def _at(values: Any, path: str) -> Any:
+    for part in path.split("."):
+        values = values.get(part) if isinstance(values, dict) else None
+    return values
 
 
 def due_at(state: RunState, kind: TimerKind, node: str) -> float | None:

@@ -40,6 +40,7 @@ class Requests:
         node: str | None = None,
         iteration: int | None = None,
         comment: str | None = None,
+        role: str | None = None,
     ) -> Decision:
         """Deliver a decision from outside: a wait's signal, or an operator's recovery
         decision about a held node (``recovery.retry|complete|fail``). The same
@@ -58,6 +59,7 @@ class Requests:
             wait=node,
             iteration=iteration,
             comment=comment,
+            role=role,
         )
         return self._apply_now(run_id, received)
 

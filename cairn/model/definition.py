@@ -352,12 +352,41 @@ class TaskNode(Node):
         yield from super().targets()
 
 
+# A wait that is a parallel branch ends its branch: its signals and its timeout name how
+# the branch ended (``succeeded`` or ``failed``) instead of a node to go to; the join
+# decides what follows.
+BRANCH_OUTCOMES = frozenset({"succeeded", "failed"})
+
+
+@dataclass(frozen=True)
+class WaitContext:
+    """What a person deciding a wait is shown (docs/access.md#approvals): these fields of
+    the run's state, its last ``messages`` messages, what it has spent."""
+
+    fields: tuple[str, ...] = ()
+    messages: int = 0
+    budget: bool = False
+
+
 @dataclass(frozen=True)
 class WaitNode(Node):
-    """Holds the run (no worker, no lease, no message) until a signal or the timeout."""
+    """Holds the run (no worker, no lease, no message) until a signal or the timeout.
+
+    ``approvers``: who may decide it — ``role:<role>`` (that role or a higher one) or a
+    principal (``alice``, any kind; ``key:alice``, ``person:alice@x``); empty: anyone
+    whose role may approve. ``quorum``: a signal takes effect once that many distinct
+    principals sent it (each vote recorded). ``response``: a JSON Schema per signal for
+    its payload — the decider may edit the answer, within it. ``context``: what the
+    decider is shown. ``accept_early``: a signal that arrives before the wait opens is
+    kept (one per wait) and applied when it opens; never with ``approvers``."""
 
     signals: Mapping[str, str] = field(default_factory=dict)
     on_timeout: str = ""  # where the run goes when ``timeout`` passes with no decision
+    approvers: tuple[str, ...] = ()
+    quorum: int = 1
+    response: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    context: WaitContext | None = None
+    accept_early: bool = False
 
     kind = "wait"
 

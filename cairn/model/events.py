@@ -150,6 +150,8 @@ class SignalReceived(Event):
     wait: str | None = None
     iteration: int | None = None
     comment: str | None = None  # what the decider wrote beside it (kept, never read)
+    # The actor's role when it sent it: what a wait's ``approvers: role:...`` is held to.
+    role: str | None = None
     type: ClassVar[str] = "signal_received"
 
 
@@ -231,7 +233,7 @@ _ENUM_FIELDS: dict[str, type[StrEnum]] = {"phase": Phase, "error_class": ErrorCl
 # them reads the same in code from before they existed (a rolling upgrade's old workers).
 # Fields added since logs were first written: left out while unset, so that an event
 # without them is written as it always was (the golden logs hold them to that).
-_OMITTED_WHEN_UNSET = frozenset({"timings", "retry_after_s", "actor", "comment"})
+_OMITTED_WHEN_UNSET = frozenset({"timings", "retry_after_s", "actor", "comment", "role"})
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

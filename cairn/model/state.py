@@ -57,6 +57,8 @@ class NodeState:
     spent: Mapping[str, float] | None = None
     # The child run executing this node, for a task that runs a child workflow.
     child: str | None = None
+    # A wait's votes so far: per signal, the actors who sent it (towards its quorum).
+    votes: Mapping[str, list[str]] | None = None
 
     @property
     def active(self) -> bool:
@@ -197,6 +199,9 @@ class RunState:
     # and every anomaly detected, with what was done and the scene (JSON data).
     anomaly: AnomalyTrack | None = None
     anomalies: list[dict[str, Any]] = field(default_factory=list)
+    # Signals kept for waits that had not opened yet (accept_early): wait node -> the
+    # signal's event data, applied when the wait opens.
+    early: dict[str, dict[str, Any]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def copy(self) -> RunState:
@@ -215,6 +220,7 @@ class RunState:
             cancel=dict(self.cancel) if self.cancel is not None else None,
             spent=dict(self.spent),
             anomalies=list(self.anomalies),
+            early=dict(self.early),
         )
 
     @property
@@ -223,8 +229,14 @@ class RunState:
         return [state for state in self.nodes.values() if state.active]
 
     @property
+    def waits(self) -> list[NodeState]:
+        """The waits open now (two parallel branches may wait at once)."""
+        return [s for s in self.nodes.values() if s.status is NodeStatus.WAITING]
+
+    @property
     def waiting_on(self) -> NodeState | None:
-        return next((s for s in self.nodes.values() if s.status is NodeStatus.WAITING), None)
+        """The first wait open now (see :attr:`waits` for every one)."""
+        return next(iter(self.waits), None)
 
     @property
     def running(self) -> list[tuple[str, int, str]]:
@@ -256,6 +268,8 @@ class RunState:
             watch["anomaly"] = self.anomaly.to_dict()
         if self.anomalies:
             watch["anomalies"] = self.anomalies
+        if self.early:
+            watch["early"] = self.early
         return {
             **self.extra,
             "run_id": self.run_id,
@@ -344,6 +358,7 @@ class RunState:
                 AnomalyTrack.from_dict(data["anomaly"]) if data.get("anomaly") is not None else None
             ),
             anomalies=list(data.get("anomalies", [])),
+            early=dict(data.get("early", {})),
             extra={key: value for key, value in data.items() if key not in known},
         )
 
