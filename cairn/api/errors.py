@@ -22,6 +22,7 @@ from cairn.errors import (
     ConfirmationRequired,
     EventRejected,
     FlowConflict,
+    IdempotencyConflict,
     IllegalTransition,
     InvalidInput,
     RunNotFound,
@@ -34,12 +35,6 @@ from cairn.errors import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class IdempotencyConflict(CairnError):
-    """An Idempotency-Key reused with a different request."""
-
-    code = "idempotency_conflict"
 
 
 class PayloadTooLarge(CairnError):

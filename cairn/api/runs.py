@@ -19,31 +19,32 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from cairn.api.deps import Namespace, runtime_of, storable
-from cairn.api.errors import IdempotencyConflict
 from cairn.api.models import (
     MAX_INT,
     ArtifactList,
     BatchItem,
     BatchRequest,
-    BatchResponse,
-    BatchResult,
     CancelRequest,
-    CancelResult,
-    EventPage,
     Forked,
     ForkRequest,
+    SignalRequest,
+    SubmitRequest,
+)
+from cairn.engine.awaiting import awaiting
+from cairn.engine.batches import SubmitItem
+from cairn.errors import IdempotencyConflict, InvalidInput, RunNotFound
+from cairn.http.models import (
+    BatchResponse,
+    BatchResult,
+    CancelResult,
+    EventPage,
     Progress,
     RunDetail,
     RunPage,
     RunSummary,
-    SignalRequest,
     SignalResult,
-    SubmitRequest,
     Submitted,
 )
-from cairn.engine.awaiting import awaiting
-from cairn.engine.batches import SubmitItem
-from cairn.errors import InvalidInput, RunNotFound
 from cairn.lease.heartbeat import beat_view, run_beats
 from cairn.model.definition import TaskNode
 from cairn.model.flow import Debounce, Singleton
