@@ -28,6 +28,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Typer's plain help, not its rich panels: those label every flag <bool> (typer 0.29)
+    # and import markdown and syntax highlighting, 100 ms of every --help.
     rich_markup_mode=None,
 )
 

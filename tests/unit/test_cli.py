@@ -86,6 +86,26 @@ def clean_env() -> dict[str, str]:
 # -- validate ----------------------------------------------------------------------------
 
 
+def test_help_labels_only_options_that_take_a_value(runner: CliRunner) -> None:
+    """A flag takes no value: its help shows none (typer 0.29's rich panel showed every
+    option, --help included, as <bool>)."""
+    shown = runner.invoke(app, ["status", "--help"])
+    assert shown.exit_code == 0, shown.output
+    lines = {line.split()[0]: line for line in shown.output.splitlines() if "--" in line}
+    for flag in ("--json", "--fleet", "--help"):
+        assert "<" not in lines[flag], lines[flag]
+    shown = runner.invoke(app, ["wait", "--help"])
+    assert "--timeout <float>" in shown.output
+    assert "<bool>" not in runner.invoke(app, ["--help"]).output
+
+
+def test_version_is_the_installed_packages(runner: CliRunner) -> None:
+    from importlib.metadata import version  # noqa: PLC0415
+
+    shown = runner.invoke(app, ["--version"])
+    assert (shown.exit_code, shown.output) == (0, f"cairn {version('cairn')}\n")
+
+
 def test_validate_examples(runner: CliRunner) -> None:
     paths = example_paths()
     assert "examples/book_flight.yaml" in paths
