@@ -9,9 +9,10 @@ import no worker, no scheduler and no Celery (see :mod:`cairn.cli.deployment`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn import clock, faults
 from cairn.config import Settings
@@ -32,6 +33,9 @@ from cairn.lease.slots import MemorySlots
 from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.sql import Store
+
+if TYPE_CHECKING:
+    from cairn.decider import Decision
 
 
 @dataclass
@@ -106,7 +110,7 @@ def _beside_leases(settings: Settings) -> tuple[Leases, Slots, Circuits, Rates]:
     )
 
 
-def _report_anomalies(run_id: str, decision: Any, *, count: Any) -> None:
+def _report_anomalies(run_id: str, decision: Decision, *, count: Callable[[str], None]) -> None:
     # Imported at the first commit: the alerts pull in the error tracker and the
     # metrics, which a command that only reads runs never needs.
     from cairn.observe.alerts import report_anomalies  # noqa: PLC0415
