@@ -52,14 +52,14 @@ def validate(
 def _queues_checked(found: list[Found]) -> list[Found]:
     """``found``, each definition that names a queue outside CAIRN_QUEUES (when it is
     set) with the refusal registering it would meet."""
-    from cairn.config import ENV_PREFIX, Settings
+    # Only then are the settings read (and imported): validating a file needs no deployment.
+    if "CAIRN_QUEUES" not in os.environ:
+        return found
+    from cairn.config import Settings
     from cairn.definitions.catalog import Found
     from cairn.definitions.queues import check_queues
     from cairn.errors import UndeclaredQueue
 
-    # Only then are the settings read: validating a file needs no deployment.
-    if f"{ENV_PREFIX}QUEUES" not in os.environ:
-        return found
     settings = Settings.from_env()
     checked = []
     for item in found:
