@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
@@ -63,7 +63,7 @@ class ApiKey(httpx.Auth):
     def __init__(self, key: str) -> None:
         self._header = f"Bearer {key}"
 
-    def auth_flow(self, request: httpx.Request) -> Any:
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         request.headers["Authorization"] = self._header
         yield request
 
