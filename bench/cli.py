@@ -9,6 +9,10 @@ both alike). The figures are medians: the time to the command's first byte of ou
 to its exit, and the first output over the baseline's exit, against the budget of
 0.3 s: a command that imports no handler code answers before its user wonders.
 
+Every command runs once, untimed, before the timed rounds, with bytecode caching on
+(PYTHONDONTWRITEBYTECODE unset for them): what is measured is an installed cairn, not
+Python compiling its sources at every start.
+
 The commands that read or answer runs do so on a fresh, migrated PostgreSQL database,
 with Redis for the leases and the broker (CAIRN_TEST_POSTGRES, CAIRN_TEST_REDIS, as for
 the tests), holding runs of a wait-only workflow: no worker runs, nothing executes —
@@ -87,7 +91,10 @@ def measure(
     cairn = [sys.executable, "-m", "cairn.cli"]
     baseline: list[float] = []
     found: dict[str, list[Timing]] = {}
-    for runs in answering:  # one repetition per pair of fresh runs
+    warm, *rounds = answering  # one pair of fresh runs per round
+    for _label, args in commands(definition, reading, warm):
+        timed([*cairn, *args], env)
+    for runs in rounds:
         for label, args in commands(definition, reading, runs):
             baseline.append(timed([sys.executable, "-c", "pass"], env).exit_s)
             found.setdefault(label, []).append(timed([*cairn, *args], env))
@@ -125,12 +132,14 @@ def main() -> None:
         definition.write_text(WORKFLOW)
         database, url = fresh_database("cairn_bench_cli")
         env = cairn_env(url, broker_db=12, leases_db=13, CAIRN_WORKFLOWS=str(definition))
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
         client = Client(settings)
         try:
             reading = client.submit("bench_cli")
             answering = [
-                [client.submit("bench_cli"), client.submit("bench_cli")] for _ in range(args.repeat)
+                [client.submit("bench_cli"), client.submit("bench_cli")]
+                for _ in range(args.repeat + 1)  # the first pair for the warm-up
             ]
             baseline, found = measure(env, definition, reading, answering)
         finally:
