@@ -68,25 +68,19 @@ class ApiKey(httpx.Auth):
         yield request
 
 
-def connection(
-    base_url: str | None, api_key: str | None, timeout_s: float, environ: Mapping[str, str]
-) -> dict[str, Any]:
+def connection(base_url: str | None, api_key: str | None, timeout_s: float) -> dict[str, Any]:
     """The httpx client's options: the base URL and key given, else ``CAIRN_API_URL``
     and ``CAIRN_API_KEY``."""
-    url = base_url or environ.get(URL_VARIABLE)
+    url = base_url or os.environ.get(URL_VARIABLE)
     if not url:
         raise ConfigError(f"no API to talk to: give base_url, or set {URL_VARIABLE}")
-    key = api_key if api_key is not None else environ.get(KEY_VARIABLE)
+    key = api_key if api_key is not None else os.environ.get(KEY_VARIABLE)
     return {
         "base_url": url,
         "auth": ApiKey(key) if key else None,
         "timeout": timeout_s,
         "headers": {"User-Agent": f"cairn-http/{cairn.__version__}"},
     }
-
-
-def environment() -> Mapping[str, str]:
-    return os.environ
 
 
 # -- the calls ------------------------------------------------------------------------
@@ -118,7 +112,9 @@ def submit(
         singleton=singleton,
         priority=priority,
     )
-    key = None if debounce is not None else request_id or _made_up_id()
+    # A debounced submit takes no key (the API refuses one): its debounce key collapses
+    # the tries. A request id given with it is sent all the same, for the API to refuse.
+    key = request_id or (None if debounce is not None else _made_up_id())
     headers = {"Idempotency-Key": key} if key is not None else {}
     return Call("POST", "/v1/runs", Submitted.model_validate, body=body, headers=headers)
 

@@ -60,7 +60,7 @@ class Client:
         retry: RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        options = calls.connection(base_url, api_key, timeout_s, calls.environment())
+        options = calls.connection(base_url, api_key, timeout_s)
         self._http = httpx.Client(**options, transport=transport)
         self.retry = retry or RetryPolicy()
 
@@ -152,7 +152,7 @@ class AsyncClient:
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        options = calls.connection(base_url, api_key, timeout_s, calls.environment())
+        options = calls.connection(base_url, api_key, timeout_s)
         self._http = httpx.AsyncClient(**options, transport=transport)
         self.retry = retry or RetryPolicy()
 
