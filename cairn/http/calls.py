@@ -35,6 +35,7 @@ T = TypeVar("T")
 URL_VARIABLE = "CAIRN_API_URL"
 KEY_VARIABLE = "CAIRN_API_KEY"
 EVENTS_PAGE = 1000  # the API's largest page of events
+STREAM_READ_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,17 @@ class Call(Generic[T]):
     body: Mapping[str, Any] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
 
-    def request(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+    def request(
+        self, http: httpx.Client | httpx.AsyncClient, *, streamed: bool = False
+    ) -> httpx.Request:
         # Built once, sent as often as the tries need: a retry sends the same request
         # id, so the API answers it with the run the first try made.
-        return http.build_request(
+        request = http.build_request(
             self.method, self.path, params=self.params, json=self.body, headers=self.headers
         )
+        if streamed:  # quiet between events: the API sends a comment every 15 s
+            request.extensions["timeout"] = {**http.timeout.as_dict(), "read": STREAM_READ_S}
+        return request
 
 
 class ApiKey(httpx.Auth):

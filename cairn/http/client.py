@@ -24,8 +24,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 10.0
-# A run's stream is quiet between events; the API sends a comment every 15 s.
-STREAM_READ_TIMEOUT_S = 60.0
 
 
 def _blocking(factory: Callable[P, Call[T]]) -> Callable[Concatenate[Client, P], T]:
@@ -114,8 +112,7 @@ class Client:
         raise AssertionError("unreachable: the tries return or raise")
 
     def _opened(self, call: Call[Any]) -> httpx.Response:
-        request = call.request(self._http)
-        request.extensions["timeout"] = _stream_timeout(self._http.timeout)
+        request = call.request(self._http, streamed=True)
         with giving_up():
             for attempt in tenacity.Retrying(**self.retry.options()):
                 with attempt:
@@ -207,8 +204,7 @@ class AsyncClient:
         raise AssertionError("unreachable: the tries return or raise")
 
     async def _opened(self, call: Call[Any]) -> httpx.Response:
-        request = call.request(self._http)
-        request.extensions["timeout"] = _stream_timeout(self._http.timeout)
+        request = call.request(self._http, streamed=True)
         with giving_up():
             async for attempt in tenacity.AsyncRetrying(**self.retry.options()):
                 with attempt:
@@ -229,7 +225,3 @@ class AsyncClient:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-
-def _stream_timeout(timeout: httpx.Timeout) -> dict[str, float | None]:
-    return {**timeout.as_dict(), "read": STREAM_READ_TIMEOUT_S}
