@@ -122,3 +122,14 @@ def test_commands_that_read_or_answer_runs_import_no_broker_web_or_handler_code(
         # Validating a definition is checking that its handlers import: it must load them.
         never = NEVER_FOR_RUNS - {HANDLERS} if args[0] == "validate" else NEVER_FOR_RUNS
         assert loaded(imported(env, *args), never) == [], args
+
+
+def test_commands_that_only_read_the_log_need_no_redis(
+    deployment: tuple[dict[str, str], list[str]],
+) -> None:
+    """Leases live in Redis; the log and the state do not: with Redis configured and out
+    of reach, these answer all the same, without importing its client."""
+    env, (first, *_) = deployment
+    env = {**env, "CAIRN_REDIS_URL": "redis://127.0.0.1:9/1"}
+    for args in (["events", first], ["state", first], ["waiting"], ["calls", first]):
+        assert loaded(imported(env, *args), {"redis", "cairn.lease.redis"}) == [], args
