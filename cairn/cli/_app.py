@@ -33,7 +33,9 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+EXIT_FAILED = 1  # the run ended other than succeeded
 EXIT_INVALID = 2
+EXIT_TIMEOUT = 3
 
 
 class _LazyConsole:

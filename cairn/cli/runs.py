@@ -8,13 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
-from cairn.cli._app import app, cwd_importable, err, json_object, out
+from cairn.cli._app import EXIT_FAILED, EXIT_TIMEOUT, app, cwd_importable, err, json_object, out
 from cairn.cli.deployment import deployment
 from cairn.cli.liveness import heartbeats, liveness
 from cairn.errors import InvalidInput
-
-EXIT_FAILED = 1
-EXIT_TIMEOUT = 3
 
 
 @app.command()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cairn.cli._app import app, out
+from cairn.cli._app import EXIT_FAILED, EXIT_TIMEOUT, app, out
 from cairn.cli.deployment import deployment
 from cairn.cli.liveness import heartbeats, liveness
 
@@ -18,9 +18,6 @@ if TYPE_CHECKING:
 
     from cairn.lease.port import Leases
     from cairn.observe.streamed import Streamed
-
-EXIT_FAILED = 1
-EXIT_TIMEOUT = 3
 
 
 @app.command()
