@@ -15,7 +15,6 @@ API and an API key instead (docs/access.md).
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,8 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cairn.access.audit import Audit, Entry
-from cairn.access.local import ANY_NAMESPACE, db_principal
+from cairn.access.local import LocalWrites, db_principal
 from cairn.config import Settings
 from cairn.definitions.catalog import load_all
 from cairn.engine.awaiting import Awaiting
@@ -53,21 +51,8 @@ class Client:
     @contextmanager
     def audited(self, action: str, namespace: str, target: str | None = None) -> Iterator[None]:
         """Write the audit entry of a write this client makes (``failed`` if it raises)."""
-        outcome = "failed"
-        try:
+        with LocalWrites(self.runtime.store).audited(action, namespace, target):
             yield
-            outcome = "ok"
-        finally:
-            Audit(self.runtime.store).record(
-                Entry.by(
-                    self.principal,
-                    action,
-                    outcome,
-                    namespace=namespace,
-                    target=target,
-                    source=f"cli@{socket.gethostname()}",
-                )
-            )
 
     @property
     def runtime(self) -> Runtime:
@@ -159,7 +144,7 @@ class Client:
         held for an operator), as this client's principal, ``comment`` beside it. True if
         applied; False if ``signal_id`` was applied before. A signal the run cannot take
         raises a :class:`CairnError`."""
-        with self.audited("run.signal", self._namespace_of(run_id), run_id):
+        with LocalWrites(self.runtime.store).on_run("run.signal", run_id):
             decision = self.runtime.orchestrator.signal(
                 run_id,
                 name,
@@ -175,7 +160,7 @@ class Client:
     def cancel(self, run_id: str, reason: str) -> bool:
         """Cancel a run (see :meth:`Orchestrator.cancel`): False if it was already being
         cancelled. A finished run raises :class:`~cairn.errors.IllegalTransition`."""
-        with self.audited("run.cancel", self._namespace_of(run_id), run_id):
+        with LocalWrites(self.runtime.store).on_run("run.cancel", run_id):
             decision = self.runtime.orchestrator.cancel(run_id, reason, actor=self.actor)
         return decision.ignored is None
 
@@ -191,7 +176,7 @@ class Client:
     ) -> None:
         """Undo a started run, compensating every applied step — or only those after event
         ``to_seq``, or only ``step``'s, then resume. Needs ``confirm=True``."""
-        with self.audited("run.rollback", self._namespace_of(run_id), run_id):
+        with LocalWrites(self.runtime.store).on_run("run.rollback", run_id):
             self.runtime.orchestrator.rollback(
                 run_id,
                 reason,
@@ -201,11 +186,6 @@ class Client:
                 step=step,
                 step_iteration=step_iteration,
             )
-
-    def _namespace_of(self, run_id: str) -> str:
-        with self.runtime.store.reading() as tx:
-            head = tx.run_head(run_id)
-        return head.namespace if head is not None else ANY_NAMESPACE
 
     def waiting(self, namespace: str | None = None, limit: int = 100) -> list[Awaiting]:
         """Runs waiting for a person — a wait node's signal, an operator's decision about a

@@ -210,6 +210,13 @@ class FlowConflict(CairnError):
     code = "flow_conflict"
 
 
+class IdempotencyConflict(CairnError):
+    """A request id (an ``Idempotency-Key``) reused for a different request: another
+    workflow, version or input than the run it started."""
+
+    code = "idempotency_conflict"
+
+
 class ConfirmationRequired(CairnError):
     """A request that undoes work (a rollback) must be confirmed explicitly."""
 

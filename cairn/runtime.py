@@ -12,33 +12,23 @@ import os
 import socket
 import threading
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
-from cairn import clock, faults
 from cairn.config import Settings
 from cairn.definitions.catalog import load_all
 from cairn.effects.adapters import load_adapters
 from cairn.engine.circuits import Circuits
-from cairn.engine.hooks import stopped_leases
 from cairn.engine.orchestrator import Orchestrator
-from cairn.engine.outbox import Publisher
 from cairn.engine.rates import Rates
 from cairn.engine.registry import Registry
-from cairn.engine.slots import SlotGate, Slots
-from cairn.lease.circuits import MemoryCircuits, RedisCircuits
-from cairn.lease.memory import MemoryLeases
+from cairn.engine.slots import Slots
 from cairn.lease.port import Leases
-from cairn.lease.rates import MemoryRates, RedisRates
-from cairn.lease.redis import RedisLeases
-from cairn.lease.redis_slots import RedisSlots
-from cairn.lease.slots import MemorySlots
-from cairn.observe.alerts import report_anomalies
 from cairn.observe.sentry import init_sentry
+from cairn.parts import Parts, celery_publisher
 from cairn.scheduler.notifier import Notifier
 from cairn.scheduler.process import Scheduler
 from cairn.store.backends import store_for
-from cairn.store.database import make_engine, upgrade
+from cairn.store.database import make_engine
 from cairn.store.sql import Store
 from cairn.workers.cache import MemoryResultCache, RedisResultCache, ResultCache
 from cairn.workers.circuits import CircuitWatch
@@ -80,46 +70,12 @@ class Runtime:
         CAIRN_WORKFLOWS (a Celery worker's children leave it to their parent, which did
         so once before forking them). ``pre_ping``: the database pool tests connections
         as it hands them out (see :func:`~cairn.store.database.make_engine`)."""
-        faults.arm(settings.fault_points)
-        clock.skew(settings.clock_skew_s)
         load_adapters(settings.effect_adapters)
         init_sentry(settings)
-        engine = make_engine(settings.effective_database_url, pre_ping=pre_ping)
-        if migrate if migrate is not None else settings.database_url is None:
-            upgrade(engine)  # the embedded database migrates itself; servers use `cairn db`
-        store = store_for(engine)
-        publisher: Publisher
-        broker = None
-        if settings.broker_url is not None:
-            from cairn.workers.app import CeleryPublisher, make_celery  # noqa: PLC0415
-
-            publisher = CeleryPublisher(
-                celery_app or make_celery(settings),
-                settings.queue,
-                copies=2 if settings.duplicate_deliveries else 1,
-            )
-        else:
-            broker = InProcessBroker(concurrency)
-            publisher = broker
-        leases: Leases = (
-            RedisLeases.from_url(settings.redis_url) if settings.redis_url else MemoryLeases()
-        )
-        slots: Slots = (
-            RedisSlots(leases.client) if isinstance(leases, RedisLeases) else MemorySlots(leases)  # type: ignore[arg-type]
-        )
-        circuits: Circuits = (
-            RedisCircuits(leases.client) if isinstance(leases, RedisLeases) else MemoryCircuits()
-        )
-        rates: Rates = (
-            RedisRates(leases.client) if isinstance(leases, RedisLeases) else MemoryRates()
-        )
-        orchestrator = Orchestrator(store, publisher, settings)
-        gate = SlotGate(slots, store, publisher, grace_s=settings.recovery_after, circuits=circuits)
-        orchestrator.after_commit.append(gate.wake_stopped)
-        orchestrator.after_commit.append(partial(report_anomalies, count=leases.count))
-        orchestrator.after_commit.append(
-            lambda run_id, decision: leases.announce_stops(stopped_leases(run_id, decision))
-        )
+        broker = None if settings.broker_url is not None else InProcessBroker(concurrency)
+        publisher = broker or celery_publisher(settings, celery_app)
+        parts = Parts.build(settings, publisher, migrate=migrate, pre_ping=pre_ping)
+        store, orchestrator, leases = parts.store, parts.orchestrator, parts.leases
         cache: ResultCache = (
             RedisResultCache.from_url(settings.redis_url)
             if settings.redis_url
@@ -131,12 +87,14 @@ class Runtime:
             settings,
             worker or f"{socket.gethostname()}:{os.getpid()}",
             cache=cache,
-            gate=gate,
-            circuits=CircuitWatch(circuits, orchestrator, count=leases.count),
-            rates=rates,
+            gate=parts.gate,
+            circuits=CircuitWatch(parts.circuits, orchestrator, count=leases.count),
+            rates=parts.rates,
         )
         relay_after = EMBEDDED_RELAY_AFTER_S if broker is not None else None
-        scheduler = Scheduler(orchestrator, leases, settings, relay_after=relay_after, gate=gate)
+        scheduler = Scheduler(
+            orchestrator, leases, settings, relay_after=relay_after, gate=parts.gate
+        )
         runtime = cls(settings, store, orchestrator, leases, runner, scheduler, broker)
         if register:
             try:

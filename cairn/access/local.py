@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import getpass
 import re
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from cairn.access.audit import Audit, Entry
 from cairn.config import Settings
 from cairn.errors import ConfigError
 from cairn.model.principals import Principal, PrincipalKind, Role
+from cairn.store.sql import Store
 
 ANY_NAMESPACE = "*"
 _BROKER = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,99})@([A-Za-z0-9][A-Za-z0-9._-]{0,99})")
@@ -29,6 +34,48 @@ def db_principal() -> Principal:
     except Exception:  # no user database entry (a container's arbitrary uid)
         user = "unknown"
     return Principal(user, ANY_NAMESPACE, Role.ADMIN, PrincipalKind.DB, payloads=True)
+
+
+class LocalWrites:
+    """The ``db:<user>`` principal's writes through one store: each audited as made."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.principal = db_principal()
+
+    @property
+    def actor(self) -> str:
+        return self.principal.actor
+
+    @contextmanager
+    def audited(self, action: str, namespace: str, target: str | None = None) -> Iterator[None]:
+        """Write the audit entry of the write made inside (``failed`` if it raises)."""
+        outcome = "failed"
+        try:
+            yield
+            outcome = "ok"
+        finally:
+            Audit(self.store).record(
+                Entry.by(
+                    self.principal,
+                    action,
+                    outcome,
+                    namespace=namespace,
+                    target=target,
+                    source=f"cli@{socket.gethostname()}",
+                )
+            )
+
+    @contextmanager
+    def on_run(self, action: str, run_id: str) -> Iterator[None]:
+        """:meth:`audited`, in the namespace of run ``run_id``."""
+        with self.audited(action, self.namespace_of(run_id), run_id):
+            yield
+
+    def namespace_of(self, run_id: str) -> str:
+        with self.store.reading() as tx:
+            head = tx.run_head(run_id)
+        return head.namespace if head is not None else ANY_NAMESPACE
 
 
 def broker_principal(settings: Settings) -> Principal | None:

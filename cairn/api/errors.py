@@ -23,6 +23,7 @@ from cairn.errors import (
     ConfirmationRequired,
     EventRejected,
     FlowConflict,
+    IdempotencyConflict,
     IllegalTransition,
     InvalidInput,
     RunNotFound,
@@ -35,12 +36,6 @@ from cairn.errors import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class IdempotencyConflict(CairnError):
-    """An Idempotency-Key reused with a different request."""
-
-    code = "idempotency_conflict"
 
 
 class PayloadTooLarge(CairnError):

@@ -1,7 +1,9 @@
-"""Request and response bodies. Requests forbid unknown fields (a typo in ``"imput"``
-must not start a run with an empty input), and every string that reaches a column has
-the column's limit and must be storable text, so a bad value is a 422 naming the field,
-never a database error."""
+"""Request bodies, and the responses only the API needs (the run endpoints' responses
+are :mod:`cairn.http.models`, shared with the HTTP client).
+
+Requests forbid unknown fields (a typo in ``"imput"`` must not start a run with an empty
+input), and every string that reaches a column has the column's limit and must be
+storable text, so a bad value is a 422 naming the field, never a database error."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from cairn.engine.batches import MAX_BATCH
+from cairn.http.models import Submitted
 from cairn.model.payloads import storable_text
 from cairn.model.priority import MAX_PRIORITY, MIN_PRIORITY
 
@@ -136,106 +139,9 @@ class ForkRequest(Request):
     )
 
 
-class Submitted(BaseModel):
-    run_id: str
-    status_url: str
-
-
 class Forked(Submitted):
     parent_run_id: str
     fork_seq: int
-
-
-class BatchResult(BaseModel):
-    index: int
-    run_id: str | None = None
-    status_url: str | None = None
-    created: bool | None = None
-    error: dict[str, str] | None = None
-
-
-class BatchResponse(BaseModel):
-    created: int
-    existing: int
-    refused: int
-    results: list[BatchResult]
-
-
-class RunSummary(BaseModel):
-    id: str
-    workflow: str
-    version: int
-    status: str
-    request_id: str | None
-    current: list[str]
-    reason: str | None
-    last_seq: int
-    created_at: float = Field(description="Epoch seconds.")
-    updated_at: float = Field(description="Epoch seconds.")
-
-
-class RunPage(BaseModel):
-    runs: list[RunSummary]
-    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
-
-
-class Progress(BaseModel):
-    steps: int = Field(description="Decisions taken so far (events applied).")
-    done: int = Field(description="Distinct task nodes that have succeeded.")
-    total: int = Field(
-        description="Task nodes in the definition: an upper bound, since branches not "
-        "taken never run (and loops revisit nodes)."
-    )
-
-
-class RunDetail(RunSummary):
-    parent_run_id: str | None = Field(
-        default=None, description="A fork's parent run (POST /v1/runs/{id}/fork)."
-    )
-    fork_seq: int | None = Field(default=None, description="The parent's seq it forked at.")
-    webhooks: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="The run's webhook notifications: event_id, type, state (delivered, "
-        "pending, given_up), attempts, next_attempt_at, the receiver's last status/error.",
-    )
-    namespace: str
-    priority: int = Field(default=0, description="-5..5, higher first.")
-    nodes: dict[str, str]
-    visits: dict[str, int]
-    progress: Progress
-    heartbeats: dict[str, dict[str, Any] | None] = Field(
-        description="Each running execution's last heartbeat (None: none yet): worker, "
-        "done/total/message as the handler reports them, age_s since the beat, "
-        "eta_s, the seconds left at the rate of progress so far (None without a total), "
-        "no_progress_s since the last progress, and stalled (past its node's stall_after)."
-    )
-    last_event: dict[str, Any] | None
-    vars: dict[str, Any] | None = Field(
-        description="The run's state (null without the payloads permission)."
-    )
-    result: dict[str, Any] | None = Field(
-        description="The final state, once succeeded (null without the payloads permission)."
-    )
-    waiting: list[dict[str, Any]] = Field(description="What would answer each wait.")
-    explain: list[str]
-    links: dict[str, str]
-
-
-class EventPage(BaseModel):
-    events: list[dict[str, Any]]
-    next_after: int = Field(description="Pass as ?after= for the next page.")
-
-
-class SignalResult(BaseModel):
-    run_id: str
-    applied: bool = Field(description="False if this signal id was applied before.")
-    status: str
-
-
-class CancelResult(BaseModel):
-    run_id: str
-    changed: bool = Field(description="False if the run was already being cancelled.")
-    status: str
 
 
 class PoolList(BaseModel):

@@ -22,34 +22,35 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from cairn.api.access import Anyone, Reader, allowed, draft_of, permit
 from cairn.api.deps import Runtime_, storable
-from cairn.api.errors import IdempotencyConflict
 from cairn.api.models import (
     MAX_INT,
     ArtifactList,
     BatchItem,
     BatchRequest,
-    BatchResponse,
-    BatchResult,
     CancelRequest,
-    CancelResult,
-    EventPage,
     Forked,
     ForkRequest,
-    Progress,
-    RunDetail,
-    RunPage,
-    RunSummary,
     SignalRequest,
-    SignalResult,
     SubmitRequest,
-    Submitted,
 )
 from cairn.api.redact import event_for, reason_for
 from cairn.decider.signal_received import may_decide
 from cairn.decider.step import RECOVERY_SIGNALS
 from cairn.engine.awaiting import Awaiting, awaiting
 from cairn.engine.batches import SubmitItem
-from cairn.errors import InvalidInput, RunNotFound
+from cairn.errors import IdempotencyConflict, InvalidInput, RunNotFound
+from cairn.http.models import (
+    BatchResponse,
+    BatchResult,
+    CancelResult,
+    EventPage,
+    Progress,
+    RunDetail,
+    RunPage,
+    RunSummary,
+    SignalResult,
+    Submitted,
+)
 from cairn.lease.heartbeat import beat_view, run_beats
 from cairn.model.definition import TaskNode
 from cairn.model.flow import Debounce, Singleton

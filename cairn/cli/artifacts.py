@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from cairn.cli._app import app, out
 
@@ -28,6 +27,8 @@ def list_artifacts(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """List a run's artifacts, every version with its provenance; or write one out."""
+    from rich.table import Table
+
     from cairn.artifacts import ArtifactRegistry, open_store
     from cairn.client import Client
 

@@ -32,34 +32,37 @@ def validate(
     cwd_importable()
     found = _queues_checked(discover(paths))
     failures = 0
+    # typer's echo, not rich: the one command that imports neither the database nor the
+    # engine should not wait for a console library either (colour only on a terminal).
     for item in found:
         if item.definition is not None and item.error is None:
-            out.print(f"[green]ok[/green]   {item.definition.key}  ({item.source})")
+            ok = typer.style("ok", fg="green")
+            typer.echo(f"{ok}   {item.definition.key}  ({item.source})")
         else:
             failures += 1
-            err.print(f"[red]fail[/red] {item.source}")
+            typer.echo(f"{typer.style('fail', fg='red')} {item.source}", err=True)
             assert item.error is not None
             for fault in getattr(item.error, "faults", []):
-                err.print(f"       - {fault}", markup=False)
+                typer.echo(f"       - {fault}", err=True)
     if failures:
-        err.print(f"{failures} of {len(found)} definition(s) invalid")
+        typer.echo(f"{failures} of {len(found)} definition(s) invalid", err=True)
         raise typer.Exit(EXIT_INVALID)
     if not found:
-        err.print("no workflow definitions found")
+        typer.echo("no workflow definitions found", err=True)
         raise typer.Exit(EXIT_INVALID)
 
 
 def _queues_checked(found: list[Found]) -> list[Found]:
     """``found``, each definition that names a queue outside CAIRN_QUEUES (when it is
     set) with the refusal registering it would meet."""
-    from cairn.config import ENV_PREFIX, Settings
+    # Only then are the settings read (and imported): validating a file needs no deployment.
+    if "CAIRN_QUEUES" not in os.environ:
+        return found
+    from cairn.config import Settings
     from cairn.definitions.catalog import Found
     from cairn.definitions.queues import check_queues
     from cairn.errors import UndeclaredQueue
 
-    # Only then are the settings read: validating a file needs no deployment.
-    if f"{ENV_PREFIX}QUEUES" not in os.environ:
-        return found
     settings = Settings.from_env()
     checked = []
     for item in found:

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.live import Live
-from rich.table import Table
 
 from cairn.cli._app import app, out
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from cairn.client import Client
     from cairn.engine.reads import RunView
 
@@ -46,6 +46,8 @@ def demo(
     pace: Annotated[float, typer.Option(help="Scale every step's duration.")] = 1.0,
 ) -> None:
     """Run a research-brief agent skill, crash its worker mid-step, and resume it."""
+    from rich.live import Live
+
     from cairn.client import Client
     from cairn.config import Settings
     from cairn.demo.skill import STEPS
@@ -128,6 +130,8 @@ def _finished_steps(view: RunView) -> dict[str, int]:
 
 
 def _progress(view: RunView, killed_during: str | None) -> Table:
+    from rich.table import Table
+
     from cairn.demo.skill import STEPS
 
     nodes = view.state.nodes if view.state is not None else {}
@@ -152,6 +156,8 @@ def _summary(
     killed_during: str | None,
     finished_before_crash: dict[str, int],
 ) -> None:
+    from rich.table import Table
+
     from cairn.demo.skill import STEPS
 
     view = client.get_run(run_id)

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from cairn.cli._app import app, cwd_importable, out
 
@@ -20,6 +19,8 @@ def effects(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """The effects ledger of a run: each external side effect by its key, and its outcome."""
+    from rich.table import Table
+
     from cairn.client import Client
     from cairn.effects.adapters import Effect
 

@@ -19,6 +19,7 @@ from cairn.cli import (  # noqa: F401 - each module registers its commands
     schedules,
     sla,
     timeline,
+    watch,
 )
 from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err
 from cairn.errors import CairnError, WorkflowDefinitionError

@@ -6,10 +6,9 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from cairn.cli._app import app, out
+from cairn.cli.deployment import deployment
 
 
 @app.command("calls")
@@ -27,15 +26,13 @@ def calls(
 ) -> None:
     """List a run's recorded model calls: node, index, attempt, model, messages sent (and
     passed, when a context budget compacted them), tokens, latency and the answer."""
-    from cairn.client import Client
+    from rich.table import Table
+
     from cairn.observe.model_calls import model_calls_view
 
-    client = Client()
-    try:
-        client.runtime.orchestrator.get_run(run_id)  # an unknown run is an error, not []
-        view = model_calls_view(client.runtime.store, run_id, node)
-    finally:
-        client.close()
+    with deployment() as opened:
+        opened.orchestrator.get_run(run_id)  # an unknown run is an error, not []
+        view = model_calls_view(opened.store, run_id, node)
     if as_json:
         print(json.dumps(view, indent=2))
         return
@@ -62,6 +59,8 @@ def calls(
 
 
 def _show(view: dict[str, Any], number: int, history: bool) -> None:
+    from rich.text import Text
+
     listed = view["calls"]
     if not 0 <= number < len(listed):
         raise typer.BadParameter(f"the run has {len(listed)} recorded calls", param_hint="--show")

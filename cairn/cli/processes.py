@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from prometheus_client.registry import Collector
 
 from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, out
 
 if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
     from cairn.config import Settings
     from cairn.lease.port import Leases
     from cairn.runtime import Runtime

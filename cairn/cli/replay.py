@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from cairn.timetravel.fork import DryRun, DryStep
     from cairn.timetravel.ledger import EffectUse
     from cairn.timetravel.replay import ReplayReport, StepReplay
-from cairn.cli.render import change_lines
 
 EXIT_DIVERGED = 1  # replay: a step's result differs from the recorded one
 # Fork dry run: the run ended other than succeeded, hit the step cap, or would start a
@@ -165,6 +164,7 @@ def _print_replayed(step: StepReplay) -> None:
 
 
 def replayed_lines(replayed: StepReplay) -> list[str]:
+    from cairn.cli.render import change_lines
     from cairn.timetravel.replay import Verdict
 
     step = replayed.step

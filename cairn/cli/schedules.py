@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from cairn.cli._app import app, cwd_importable, json_object, out
 from cairn.errors import InvalidInput
@@ -86,6 +85,8 @@ def add(  # noqa: PLR0917 - typer passes options by name
 @schedule.command("list")
 def list_schedules(namespace: NamespaceOption = "default", as_json: JsonOption = False) -> None:
     """The namespace's schedules."""
+    from rich.table import Table
+
     client = _client()
     try:
         rows = client.schedules.of_namespace(namespace)

@@ -8,7 +8,6 @@ import json
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from cairn.cli._app import app, err, out
 
@@ -71,6 +70,8 @@ def sla_report(settings: Settings, window_s: float, workflow: str | None = None)
 
 
 def _show(report: SlaReport, window: str) -> None:
+    from rich.table import Table
+
     from cairn.observe.sla import STEP_PARTS
 
     if not report.workflows:

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cairn.cli._app import app, cwd_importable, out
+from cairn.cli.deployment import deployment
 
 if TYPE_CHECKING:
     from cairn.timetravel.bisection import Bisection, Check
     from cairn.timetravel.history import History
     from cairn.timetravel.steps import Step
-from cairn.cli.render import change_lines
 
 EXIT_NOT_FOUND = 1  # bisect: no step to blame (fails from the start, or never fails)
 SHORT_DIGEST = 12
@@ -28,13 +28,9 @@ def history(
     """Every step of a run: its seq, node, visit, attempt, phase, inputs and outputs
     digests, duration, and any retry, recovery, hold or compensation; the run's other
     events (signals, timers, cancel, rollback, recoveries) in between."""
-    from cairn.client import Client
 
-    client = Client()
-    try:
-        found = client.timeline(run_id).history()
-    finally:
-        client.close()
+    with deployment() as opened:
+        found = opened.timeline(run_id).history()
     if as_json:
         print(json.dumps(found.to_dict(), indent=2))
         return
@@ -52,14 +48,10 @@ def state(
 ) -> None:
     """The run's full state after event SEQ: the latest snapshot at or before it plus the
     events since, replayed through the decider (nothing runs again)."""
-    from cairn.client import Client
     from cairn.timetravel.diff import plain
 
-    client = Client()
-    try:
-        found = plain(client.timeline(run_id).state_at(at))
-    finally:
-        client.close()
+    with deployment() as opened:
+        found = plain(opened.timeline(run_id).state_at(at))
     if as_json:
         print(json.dumps(found, indent=2))
         return
@@ -91,13 +83,10 @@ def diff(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """What changed in the run's state from after event --from to after event --to."""
-    from cairn.client import Client
+    from cairn.cli.render import change_lines
 
-    client = Client()
-    try:
-        changes = client.timeline(run_id).diff(from_seq, to_seq)
-    finally:
-        client.close()
+    with deployment() as opened:
+        changes = opened.timeline(run_id).diff(from_seq, to_seq)
     if as_json:
         print(json.dumps([change.to_dict() for change in changes], indent=2))
         return
@@ -124,18 +113,14 @@ def bisect(
     must hold at the start and, once failed, stay failed); print each check and that
     step with its input and output. Exit 1 if no step is to blame: it fails from the
     start, or it never fails."""
-    from cairn.client import Client
     from cairn.timetravel.bisection import Verdict, load_predicate
 
     cwd_importable()
     predicate = load_predicate(check)
-    client = Client()
-    try:
-        found = client.timeline(run_id).bisect(
+    with deployment() as opened:
+        found = opened.timeline(run_id).bisect(
             predicate, on_check=None if as_json else _print_check
         )
-    finally:
-        client.close()
     if as_json:
         print(json.dumps(found.to_dict(), indent=2))
     else:
@@ -186,6 +171,7 @@ def _duration(seconds: float, measured_by: str | None) -> str:
 
 
 def bisection_lines(found: Bisection) -> list[str]:
+    from cairn.cli.render import change_lines
     from cairn.timetravel.bisection import Verdict
 
     checks = f"{len(found.checks)} check(s)"

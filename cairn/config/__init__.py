@@ -302,6 +302,14 @@ class Settings(BaseModel):
         "principal 'broker:NAME' into NAMESPACE ('NAME@NAMESPACE'); unset, such submissions "
         "are refused (logged, acknowledged). The message cannot say who it is.",
     )
+    api_url: str | None = Field(
+        default=None,
+        description="Where `cairn.http` clients find the API; read by the client itself "
+        "(a setting so that a process with it set, a handler calling the API, is not refused).",
+    )
+    api_key: SecretStr | None = Field(
+        default=None, description="The API key `cairn.http` clients send (read by the client)."
+    )
     api_max_body_bytes: int = Field(
         default=1_048_576, ge=1024, description="Largest request body `cairn api` accepts."
     )

@@ -10,9 +10,6 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from cairn.definitions import format as fmt
 from cairn.definitions.anomaly_block import read_anomaly
 from cairn.definitions.flow import read_concurrency, read_rate
@@ -140,6 +137,10 @@ def _input_schema(reader: Reader, raw: object) -> Mapping[str, Any] | None:
     if not isinstance(raw, Mapping):
         reader.fault("bad_input_schema", "'input' must be a JSON Schema (a mapping)")
         return None
+    # Imported for a definition that declares a schema, not for every one loaded.
+    from jsonschema import Draft202012Validator  # noqa: PLC0415
+    from jsonschema.exceptions import SchemaError  # noqa: PLC0415
+
     try:
         Draft202012Validator.check_schema(raw)
     except SchemaError as exc:

@@ -17,14 +17,22 @@ class Registry:
 
     ``queues``: the queues the deployment declares (CAIRN_QUEUES) besides
     ``default_queue``; when there are any, a definition sending a node elsewhere is
-    refused (:class:`~cairn.errors.UndeclaredQueue`)."""
+    refused (:class:`~cairn.errors.UndeclaredQueue`). ``resolve=False``: a registered
+    definition's handlers and guards are imported when first called, not when it is
+    loaded (for a process that only reads runs or answers them, not the user's code)."""
 
     def __init__(
-        self, store: Store, *, queues: Collection[str] = (), default_queue: str = "cairn"
+        self,
+        store: Store,
+        *,
+        queues: Collection[str] = (),
+        default_queue: str = "cairn",
+        resolve: bool = True,
     ) -> None:
         self.store = store
         self.queues = tuple(queues)
         self.default_queue = default_queue
+        self.resolve = resolve
         self._cache: dict[tuple[str, int], WorkflowDefinition] = {}
         self._lock = threading.Lock()
 
@@ -72,6 +80,7 @@ class Registry:
         definition = load_definition(
             spec,
             source=f"registered workflow {name}@{found_version}",
+            resolve=self.resolve,
             registered=True,
             implied_format=registered_format,
         )

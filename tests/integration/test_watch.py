@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cairn.cli import runs
+from cairn.cli import watch
 from cairn.cli.main import app
 from cairn.client import Client
 from cairn.lease.redis import RedisLeases
@@ -128,7 +128,7 @@ def test_watch_shows_a_streaming_calls_words_as_they_arrive(
     assert newest == sorted(newest)
     assert len(set(newest)) >= 3  # over several refreshes, as the words came
     for _attempt, frame in frames:
-        assert len([row for row in frame.splitlines() if "│" in row]) <= runs.TEXT_ROWS
+        assert len([row for row in frame.splitlines() if "│" in row]) <= watch.TEXT_ROWS
     finished = CliRunner().invoke(app, ["watch", run_id, "--interval", "0.05"])
     assert finished.exit_code == 0, finished.output
     assert "│" not in finished.output  # the node has ended: its text with it
@@ -138,14 +138,15 @@ def _frames(client: Client, run_id: str) -> list[tuple[int, str]]:
     """What ``cairn watch`` draws at each refresh until the run ends, with the attempt
     of ``talk`` the run's state says runs."""
     orchestrator = client.runtime.orchestrator
-    reports = runs._Reports(client, run_id, text=True)
+    reports = watch._Reports(client.runtime.leases, run_id, text=True)
     frames = []
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         view = orchestrator.get_run(run_id)
         definition = orchestrator.registry.get(view.workflow, view.version)
         beats = reports.read(view)
-        frame = runs._watch_view(view, definition, beats, [], client, said=reports.said)
+        interval_s = client.settings.heartbeat_interval
+        frame = watch._watch_view(view, definition, beats, [], interval_s, said=reports.said)
         drawn = io.StringIO()
         Console(file=drawn, width=100).print(frame)
         talk = view.state.nodes.get("talk") if view.state is not None else None

@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cairn.cli import runs  # registers the run commands
+from cairn.cli import watch
 from cairn.cli.main import app, main
 from cairn.client import Client
 from cairn.errors import CairnError, ConfigError
@@ -84,6 +84,26 @@ def clean_env() -> dict[str, str]:
 
 
 # -- validate ----------------------------------------------------------------------------
+
+
+def test_help_labels_only_options_that_take_a_value(runner: CliRunner) -> None:
+    """A flag takes no value: its help shows none (typer 0.29's rich panel showed every
+    option, --help included, as <bool>)."""
+    shown = runner.invoke(app, ["status", "--help"])
+    assert shown.exit_code == 0, shown.output
+    lines = {line.split()[0]: line for line in shown.output.splitlines() if "--" in line}
+    for flag in ("--json", "--fleet", "--help"):
+        assert "<" not in lines[flag], lines[flag]
+    shown = runner.invoke(app, ["wait", "--help"])
+    assert "--timeout <float>" in shown.output
+    assert "<bool>" not in runner.invoke(app, ["--help"]).output
+
+
+def test_version_is_the_installed_packages(runner: CliRunner) -> None:
+    from importlib.metadata import version  # noqa: PLC0415
+
+    shown = runner.invoke(app, ["--version"])
+    assert (shown.exit_code, shown.output) == (0, f"cairn {version('cairn')}\n")
 
 
 def test_validate_examples(runner: CliRunner) -> None:
@@ -532,11 +552,12 @@ def test_watch_shows_streamed_text_from_memory_leases_and_survives_redis_out_of_
         run_id = client.submit("paging", {"ledger": str(tmp_path / "ledger")})  # no worker
         said = {"node": "read", "iteration": 1, "attempt": 1, "call": 0, "offset": 0}
         client.runtime.leases.append_chunks(run_id, [{**said, "text": "reading page one"}])
-        reports = runs._Reports(client, run_id, text=True)
+        reports = watch._Reports(client.runtime.leases, run_id, text=True)
         view = client.get_run(run_id)
         definition = client.runtime.orchestrator.registry.get(view.workflow, view.version)
-        frame = runs._watch_view(
-            view, definition, reports.read(view), [], client, said=reports.said
+        interval_s = client.settings.heartbeat_interval
+        frame = watch._watch_view(
+            view, definition, reports.read(view), [], interval_s, said=reports.said
         )
         drawn = io.StringIO()
         Console(file=drawn, width=100).print(frame)

@@ -378,10 +378,10 @@ nodes:
 
 
 def test_status_prints_a_line_per_key() -> None:
-    from cairn.cli.runs import _rate_line  # noqa: PLC0415 - the CLI's own rendering
+    from cairn.cli.fleet import rate_line  # noqa: PLC0415 - the CLI's own rendering
 
     report = BucketReport("default/openai", 600, 60.25, 412, 200_000, 60.25, 151_234, 6, 4.2)
-    assert _rate_line(report) == (
+    assert rate_line(report) == (
         "rate default/openai: requests 412/600 per 60 s, tokens 151234/200000 per 60 s, "
         "6 waiting, paused 4.2s more (429)"
     )

@@ -1,0 +1,153 @@
+"""How soon each quick ``cairn`` command answers, against ``python -c pass``.
+
+    python -m bench.cli --repeat 5
+
+Every command runs as a whole process — ``python -m cairn.cli ARGS`` from the
+repository, as an operator's shell runs ``cairn`` — ``--repeat`` times, each time right
+after the baseline ``python -c pass`` (interleaved, so that the machine's load weighs on
+both alike). The figures are medians: the time to the command's first byte of output,
+to its exit, and the first output over the baseline's exit, against the budget of
+0.3 s: a command that imports no handler code answers before its user wonders.
+
+Every command runs once, untimed, before the timed rounds, with bytecode caching on
+(PYTHONDONTWRITEBYTECODE unset for them): what is measured is an installed cairn, not
+Python compiling its sources at every start.
+
+The commands that read or answer runs do so on a fresh, migrated PostgreSQL database,
+with Redis for the leases and the broker (CAIRN_TEST_POSTGRES, CAIRN_TEST_REDIS, as for
+the tests), holding runs of a wait-only workflow: no worker runs, nothing executes —
+what is measured is reading a run and answering it, not the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.chain import ROOT, admin, cairn_env, fresh_database
+
+BUDGET_S = 0.3
+WORKFLOW = """\
+name: bench_cli
+version: 1
+start: review
+nodes:
+  review:   {wait: {signals: {approve: done, reject: rejected}, timeout: 1h, on_timeout: rejected}}
+  done:     {end: succeeded}
+  rejected: {end: failed}
+"""
+
+
+@dataclass
+class Timing:
+    first_output_s: float
+    exit_s: float
+
+
+def timed(args: list[str], env: dict[str, str]) -> Timing:
+    """One process: seconds to its first byte on stdout (its exit, if it prints none),
+    and to its exit. It must succeed."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    first = os.read(process.stdout.fileno(), 1)
+    first_output = time.perf_counter()
+    _out, errors = process.communicate()
+    ended = time.perf_counter()
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed ({process.returncode}): {errors.decode()}")
+    return Timing((first_output if first else ended) - started, ended - started)
+
+
+def commands(definition: Path, reading: str, answering: list[str]) -> list[tuple[str, list[str]]]:
+    """(label, arguments) of each command, once per repetition: a signal and a cancel
+    each need a waiting run of their own."""
+    return [
+        ("--help", ["--help"]),
+        ("--version", ["--version"]),
+        ("validate FILE.yaml", ["validate", str(definition)]),
+        ("status RUN", ["status", reading]),
+        ("events RUN", ["events", reading]),
+        ("state RUN", ["state", reading]),
+        ("waiting", ["waiting"]),
+        ("calls RUN", ["calls", reading]),
+        ("signal RUN approve", ["signal", answering[0], "approve"]),
+        ("cancel RUN", ["cancel", answering[1], "--reason", "bench"]),
+    ]
+
+
+def measure(
+    env: dict[str, str], definition: Path, reading: str, answering: list[list[str]]
+) -> tuple[list[float], dict[str, list[Timing]]]:
+    cairn = [sys.executable, "-m", "cairn.cli"]
+    baseline: list[float] = []
+    found: dict[str, list[Timing]] = {}
+    warm, *rounds = answering  # one pair of fresh runs per round
+    for _label, args in commands(definition, reading, warm):
+        timed([*cairn, *args], env)
+    for runs in rounds:
+        for label, args in commands(definition, reading, runs):
+            baseline.append(timed([sys.executable, "-c", "pass"], env).exit_s)
+            found.setdefault(label, []).append(timed([*cairn, *args], env))
+    return baseline, found
+
+
+def report(baseline: list[float], found: dict[str, list[Timing]], repeat: int) -> None:
+    base = statistics.median(baseline)
+    ms = 1000.0
+    print(f"cairn commands, median of {repeat} processes each (budget: first output within")
+    print(f"{BUDGET_S * ms:.0f} ms of the baseline's exit)\n")
+    print(f"{'command':<22} {'first output':>12} {'exit':>8} {'over baseline':>14} {'x':>6}  ")
+    print(f"{'python -c pass':<22} {'':>12} {base * ms:>6.0f}ms {'(baseline)':>14}")
+    for label, timings in found.items():
+        first = statistics.median(t.first_output_s for t in timings)
+        ended = statistics.median(t.exit_s for t in timings)
+        over = first - base
+        verdict = "ok" if over <= BUDGET_S else "OVER"
+        print(
+            f"cairn {label:<16} {first * ms:>10.0f}ms {ended * ms:>6.0f}ms "
+            f"{over * ms:>+12.0f}ms {first / base:>5.1f}x  {verdict}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5, help="processes per command")
+    args = parser.parse_args()
+
+    from cairn.client import Client  # noqa: PLC0415
+    from cairn.config import Settings  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as tmp:
+        definition = Path(tmp) / "bench_cli.yaml"
+        definition.write_text(WORKFLOW)
+        database, url = fresh_database("cairn_bench_cli")
+        env = cairn_env(url, broker_db=12, leases_db=13, CAIRN_WORKFLOWS=str(definition))
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
+        client = Client(settings)
+        try:
+            reading = client.submit("bench_cli")
+            answering = [
+                [client.submit("bench_cli"), client.submit("bench_cli")]
+                for _ in range(args.repeat + 1)  # the first pair for the warm-up
+            ]
+            baseline, found = measure(env, definition, reading, answering)
+        finally:
+            client.close()
+            with admin() as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    report(baseline, found, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
