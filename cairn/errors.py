@@ -223,6 +223,28 @@ class ConfirmationRequired(CairnError):
     code = "confirmation_required"
 
 
+class EffectNotFound(CairnError):
+    code = "effect_not_found"
+
+
+class EffectNotOpen(CairnError):
+    """An effect a person would resolve is not flagged or of unknown outcome (any more)."""
+
+    code = "effect_not_open"
+
+
+class CodeUnavailable(CairnError):
+    """The handlers a replay or a dry run would run cannot be imported in this process."""
+
+    code = "code_unavailable"
+
+
+class SelectionChanged(CairnError):
+    """A bulk action's filter selects other runs than its dry run counted: nothing done."""
+
+    code = "selection_changed"
+
+
 class ConfigError(CairnError):
     """Settings that cannot be used (unknown ``CAIRN_*`` variables, bad values)."""
 

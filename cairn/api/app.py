@@ -20,11 +20,23 @@ from starlette.concurrency import run_in_threadpool
 
 from cairn.access import Audit, Authenticator
 from cairn.access.authenticate import ConfigKeys
-from cairn.api import admin, errors, model_calls, runs, schedules, stream
+from cairn.api import (
+    admin,
+    bulk,
+    errors,
+    model_calls,
+    repair,
+    run_views,
+    runs,
+    schedules,
+    stream,
+    timeline,
+)
 from cairn.api.access import AuditMiddleware, Reader
 from cairn.api.deps import runtime_of
 from cairn.api.limits import BodyLimitMiddleware
 from cairn.api.models import CircuitList, PoolList, RateList, WorkflowInfo, WorkflowList
+from cairn.api.scope import ERRORS
 from cairn.config import Settings
 from cairn.observe.flow import circuit_views, pool_reports
 from cairn.observe.metrics.api import CONTENT_TYPE_LATEST, ApiMetrics, MetricsMiddleware
@@ -79,6 +91,10 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.metrics = metrics
     errors.install(app)
     app.include_router(runs.router)
+    app.include_router(run_views.router)
+    app.include_router(timeline.router)
+    app.include_router(repair.router)
+    app.include_router(bulk.router)
     app.include_router(admin.router)
     app.include_router(stream.router)
     app.include_router(model_calls.router)
@@ -94,7 +110,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 def _operations() -> APIRouter:
     router = APIRouter()
 
-    @router.get("/v1/fleet/concurrency", response_model=PoolList, responses=runs.ERRORS)
+    @router.get("/v1/fleet/concurrency", response_model=PoolList, responses=ERRORS)
     def concurrency(runtime: Annotated[Runtime, Depends(runtime_of)], who: Reader) -> PoolList:
         """The namespace's concurrency pools: per pool, how many executions hold a slot,
         how many wait for one, and how long the oldest has waited."""
@@ -103,7 +119,7 @@ def _operations() -> APIRouter:
         mine = [r.to_dict() for r in reports if r.pool.startswith(f"{who.namespace}/")]
         return PoolList(pools=mine)
 
-    @router.get("/v1/fleet/circuits", response_model=CircuitList, responses=runs.ERRORS)
+    @router.get("/v1/fleet/circuits", response_model=CircuitList, responses=ERRORS)
     def circuits(runtime: Annotated[Runtime, Depends(runtime_of)], _who: Reader) -> CircuitList:
         """The dependencies' circuits (fleet-wide, shared by every namespace): each one
         open, half-open, or counting failures, and how many executions wait for it."""
@@ -112,7 +128,7 @@ def _operations() -> APIRouter:
         views = circuit_views(breakers, pools) if breakers is not None else []
         return CircuitList(circuits=[view.to_dict() for view in views])
 
-    @router.get("/v1/fleet/rates", response_model=RateList, responses=runs.ERRORS)
+    @router.get("/v1/fleet/rates", response_model=RateList, responses=ERRORS)
     def rates(runtime: Annotated[Runtime, Depends(runtime_of)], who: Reader) -> RateList:
         """The namespace's rate buckets: per key, the requests and tokens used within
         its period and still available, how many calls wait for their turn, and how
@@ -121,7 +137,7 @@ def _operations() -> APIRouter:
         mine = [b.to_dict() for b in buckets if b.bucket.startswith(f"{who.namespace}/")]
         return RateList(buckets=mine)
 
-    @router.get("/v1/workflows", response_model=WorkflowList, responses=runs.ERRORS)
+    @router.get("/v1/workflows", response_model=WorkflowList, responses=ERRORS)
     def list_workflows(
         runtime: Annotated[Runtime, Depends(runtime_of)], _who: Reader
     ) -> WorkflowList:

@@ -19,8 +19,11 @@ from cairn.access.keys import KeyNotFound, PrincipalExists, PrincipalNotFound
 from cairn.errors import (
     ArtifactNotFound,
     CairnError,
+    CodeUnavailable,
     ConfigError,
     ConfirmationRequired,
+    EffectNotFound,
+    EffectNotOpen,
     EventRejected,
     FlowConflict,
     IdempotencyConflict,
@@ -29,6 +32,7 @@ from cairn.errors import (
     RunNotFound,
     ScheduleExists,
     ScheduleNotFound,
+    SelectionChanged,
     StaleTransition,
     StoreRefused,
     StoreUnavailable,
@@ -53,6 +57,7 @@ STATUS_BY_ERROR: tuple[tuple[type[CairnError], int], ...] = (
     (RunNotFound, 404),
     (UnknownWorkflow, 404),
     (ArtifactNotFound, 404),
+    (EffectNotFound, 404),
     (ScheduleNotFound, 404),
     (KeyNotFound, 404),
     (PrincipalNotFound, 404),
@@ -70,6 +75,9 @@ STATUS_BY_ERROR: tuple[tuple[type[CairnError], int], ...] = (
     (EventRejected, 409),  # a signal the run cannot take: the run's state conflicts
     (IllegalTransition, 409),  # cancelling a finished run
     (ConfirmationRequired, 409),
+    (EffectNotOpen, 409),  # resolved already, or never flagged
+    (SelectionChanged, 409),  # a bulk action's runs are not those its dry run counted
+    (CodeUnavailable, 409),  # this process cannot import the handlers a replay runs
     # The run moved under the request (a guarded write found nothing to move): retry.
     (StaleTransition, 409),
     (ConfigError, 500),

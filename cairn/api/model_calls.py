@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from cairn.api.access import allowed
 from cairn.api.deps import Runtime_
-from cairn.api.runs import ERRORS, RunId, head_in
+from cairn.api.scope import ERRORS, RunId, head_in
 from cairn.model.principals import Permission, Principal
 from cairn.observe.model_calls import model_calls_view
 

@@ -139,6 +139,59 @@ class ForkRequest(Request):
     )
 
 
+Seq = Annotated[int, Field(ge=1, le=MAX_INT)]
+
+
+class ReplayRequest(Request):
+    from_seq: Seq = Field(default=1, description="Replay the steps from this seq on.")
+
+
+class DryRunRequest(Request):
+    at_seq: Seq = Field(description="Fork from the run's state after this event.")
+    patch: dict[str, Any] | None = Field(
+        default=None, description="A JSON merge patch (RFC 7386) of the run's vars."
+    )
+    max_steps: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=200, description="Stop after this many decisions."
+    )
+
+
+class RollbackRequest(Request):
+    reason: Reason
+    confirm: bool = Field(
+        default=False, description="Must be true: a rollback undoes steps that took effect."
+    )
+    to_seq: Seq | None = Field(
+        default=None, description="Undo only the steps after this event, then resume there."
+    )
+    step: Short | None = Field(
+        default=None, description="Undo only this node's change (its latest visit), then go on."
+    )
+    step_iteration: Annotated[int, Field(ge=1, le=MAX_INT)] | None = Field(
+        default=None, description="The visit of ``step`` to undo."
+    )
+
+
+class ResolveRequest(Request):
+    outcome: Literal["applied", "absent", "compensated"] = Field(
+        description="What really happened at the external system: it took effect, it never "
+        "did, or it took effect and was undone by hand."
+    )
+    note: Reason = Field(description="What you checked, and where (kept with the effect).")
+    record: dict[str, Any] | None = Field(
+        default=None, description="The external system's record of it, if you have it."
+    )
+
+
+class ReconcileRequest(Request):
+    grace_s: Annotated[float, Field(ge=0, le=30 * 86400)] | None = Field(
+        default=None, description="Seconds an intent may be in flight before it is checked."
+    )
+    limit: Annotated[int, Field(ge=1, le=5000)] = Field(
+        default=500, description="At most this many effects in this pass."
+    )
+
+
 class Forked(Submitted):
     parent_run_id: str
     fork_seq: int

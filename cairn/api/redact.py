@@ -32,6 +32,9 @@ PAYLOAD_KEYS = frozenset(
         "text",
         "delta",
         "answer",
+        "old",  # a diff's values
+        "new",
+        "record",  # an external system's record of an effect
     }
 )
 HIDDEN = "(hidden: reading payloads needs the payloads permission)"

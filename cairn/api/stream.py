@@ -37,7 +37,8 @@ from starlette.concurrency import run_in_threadpool
 from cairn.api.access import Reader
 from cairn.api.models import MAX_INT
 from cairn.api.redact import event_for
-from cairn.api.runs import ERRORS, RunId, event_dict, head_in
+from cairn.api.run_views import event_dict
+from cairn.api.scope import ERRORS, RunId, head_in
 from cairn.lease.heartbeat import beat_view, run_beats
 from cairn.model.principals import Permission
 from cairn.runtime import Runtime

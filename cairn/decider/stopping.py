@@ -4,6 +4,7 @@ back — the whole run, to a checkpoint, or one step."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,8 +29,40 @@ from cairn.model.events import (
     RollbackRequested,
     RunForked,
 )
-from cairn.model.state import Compensation, NodeState, RunState, TimerKind, TimerState
+from cairn.model.state import (
+    Compensation,
+    CompletedStep,
+    NodeState,
+    RunState,
+    TimerKind,
+    TimerState,
+)
 from cairn.model.statuses import NodeStatus, RunStatus, advance_node
+
+
+def undo_order(
+    compensable: Sequence[CompletedStep], kept: Collection[CompletedStep] = ()
+) -> tuple[CompletedStep, ...]:
+    """What compensating a run runs, in order — the last step that took effect first: every
+    step of ``compensable`` but those a checkpoint rolled back to had taken (``kept``)."""
+    return tuple(step for step in reversed(compensable) if step not in kept)
+
+
+def step_to_undo(
+    compensable: Sequence[CompletedStep], node: str, iteration: int | None
+) -> CompletedStep:
+    """The step a single-step rollback of ``node`` undoes: its latest visit unless named."""
+    steps = [
+        step
+        for step in compensable
+        if step.node == node and (iteration is None or step.iteration == iteration)
+    ]
+    if not steps:
+        raise EventRejected(
+            f"{node}{'' if iteration is None else f'#{iteration}'} has no change to undo: "
+            "it is not a succeeded step with a compensation, or it was undone already"
+        )
+    return steps[-1]
 
 
 class Stopping(Step):
@@ -93,17 +126,8 @@ class Stopping(Step):
 
     def compensable_step(self, node: str, iteration: int | None) -> dict[str, Any]:
         """The step a single-step rollback undoes (its latest visit unless named)."""
-        steps = [
-            step
-            for step in self.state.compensable
-            if step.node == node and (iteration is None or step.iteration == iteration)
-        ]
-        if not steps:
-            raise EventRejected(
-                f"{node}{'' if iteration is None else f'#{iteration}'} has no change to undo: "
-                "it is not a succeeded step with a compensation, or it was undone already"
-            )
-        return {"node": steps[-1].node, "iteration": steps[-1].iteration}
+        undone = step_to_undo(self.state.compensable, node, iteration)
+        return {"node": undone.node, "iteration": undone.iteration}
 
     def stop_for_cancel(self, reason: str) -> None:
         """Nothing new starts; running executions are asked to stop; the run ends once
@@ -170,7 +194,7 @@ class Stopping(Step):
 
     def start_compensation(self, final_status: RunStatus, reason: str) -> None:
         self.stop_all(reason)
-        pending = tuple(reversed(self.state.compensable))
+        pending = undo_order(self.state.compensable)
         self.state.compensable = []
         self.set_run(RunStatus.COMPENSATING)
         self.state.reason = reason
@@ -182,16 +206,12 @@ class Stopping(Step):
         effect after it (last first), then rewind."""
         state = self.state
         assert state.cancel is not None
-        kept = {
-            (s.node, s.iteration) for s in RunState.from_dict(state.cancel["rewind"]).compensable
-        }
-        undo = [s for s in state.compensable if (s.node, s.iteration) not in kept]
+        kept = RunState.from_dict(state.cancel["rewind"]).compensable
+        undo = undo_order(state.compensable, kept)
         self.stop_all(reason)
-        state.compensable = [s for s in state.compensable if (s.node, s.iteration) in kept]
+        state.compensable = [s for s in state.compensable if s in kept]
         self.set_run(RunStatus.COMPENSATING)  # even with nothing to undo: never un-cancel
-        state.compensation = Compensation(
-            tuple(reversed(undo)), RunStatus.RUNNING, reason, rewind=True
-        )
+        state.compensation = Compensation(undo, RunStatus.RUNNING, reason, rewind=True)
         self.dispatch_compensation()
 
     def rewind(self) -> None:

@@ -62,6 +62,7 @@ class Effect:
     compensate: str | None
     created_at: datetime
     applied_at: datetime | None
+    resolution: dict[str, Any] | None = None  # what a person recorded (resolution.py)
 
     @classmethod
     def from_row(cls, row: EffectRecord) -> Effect:

@@ -66,6 +66,7 @@ class Orchestrator:
         self.signal = requests.signal
         self.cancel = requests.cancel
         self.rollback = requests.rollback
+        self.rollback_plan = requests.rollback_plan
 
         self.load = reads.load
         self.get_run = reads.get_run

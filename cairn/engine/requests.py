@@ -10,9 +10,11 @@ from functools import partial
 from typing import Any
 
 from cairn.decider import Decision
+from cairn.decider.stopping import step_to_undo, undo_order
 from cairn.engine.advance import Steps
 from cairn.engine.reads import Reads
 from cairn.errors import ConfirmationRequired, InvalidInput
+from cairn.model.definition import Ref
 from cairn.model.events import (
     CancelRequested,
     Event,
@@ -112,8 +114,43 @@ class Requests:
         )
         return self._apply_now(run_id, requested)
 
+    def rollback_plan(
+        self,
+        run_id: str,
+        *,
+        to_seq: int | None = None,
+        step: str | None = None,
+        step_iteration: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """The compensations a rollback asked now would run, in order (each step's node,
+        visit and compensation), refused as the rollback itself would be. Steps still
+        running may yet take effect before they stop: they would be undone too."""
+        if to_seq is not None and step is not None:
+            raise InvalidInput("roll back to a seq or one step, not both")
+        _row, definition, state = self.reads.load(run_id)
+        compensable = state.compensable
+        if step is not None:
+            undone = undo_order([step_to_undo(compensable, step, step_iteration)])
+        elif to_seq is not None:
+            kept = self.reads.checkpoint(run_id, to_seq).compensable
+            undone = undo_order(compensable, kept)
+        else:
+            undone = undo_order(compensable)
+        return [
+            {
+                "node": done.node,
+                "iteration": done.iteration,
+                "compensation": _path(definition.node(done.node).compensate),
+            }
+            for done in undone
+        ]
+
     def _apply_now(self, run_id: str, event: Event) -> Decision:
         """Apply a request, stamped with the database's clock."""
         decision = self.steps.apply(run_id, partial(stamped, event))
         assert decision is not None  # no ``before`` that could decline
         return decision
+
+
+def _path(ref: Ref | None) -> str | None:
+    return ref.path if ref is not None else None

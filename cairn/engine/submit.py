@@ -232,13 +232,15 @@ class Submissions:
         patch: Mapping[str, Any] | None = None,
         confirm: bool = False,
         actor: str | None = None,
+        request_id: str | None = None,
     ) -> str:
         """Start a live fork of ``run_id``: a new run in its namespace, linked to it
         (``parent_run_id``, ``fork_seq``), that starts from ``state`` — the parent's
         checkpoint after event ``at_seq`` (:meth:`Reads.checkpoint`), with ``patch``
         applied — through a ``run_forked`` event, and is dispatched like any run. Its
         effects get keys of their own (:func:`cairn.effects.ledger.effect_scope`). It
-        must be ``confirm``-ed; returns the new run's id."""
+        must be ``confirm``-ed; returns the new run's id — or, asked again with the same
+        ``request_id``, the id of the fork that request started."""
         if not confirm:
             raise ConfirmationRequired(
                 f"a live fork of run {run_id} is a real run: its effects reach the outside "
@@ -248,6 +250,10 @@ class Submissions:
             parent = tx.run(run_id)
             if parent is None:
                 raise RunNotFound(f"no run {run_id}")
+            if request_id is not None:
+                started = tx.runs_by_requests(parent.namespace, [request_id])
+                if started:
+                    return started[0].id
             definition = self.registry.get(parent.workflow, parent.version, tx)
             now = tx.now()
             fork_id = str(uuid.uuid4())
@@ -256,7 +262,7 @@ class Submissions:
                 parent.namespace,
                 definition,
                 parent.input,
-                request_id=None,
+                request_id=request_id,
                 at=now,
                 priority=parent.priority,
             )

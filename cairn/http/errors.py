@@ -15,7 +15,10 @@ from typing import Any
 from cairn.errors import (
     ArtifactNotFound,
     CairnError,
+    CodeUnavailable,
     ConfirmationRequired,
+    EffectNotFound,
+    EffectNotOpen,
     EventRejected,
     FlowConflict,
     Forbidden,
@@ -27,6 +30,7 @@ from cairn.errors import (
     RunNotFound,
     ScheduleExists,
     ScheduleNotFound,
+    SelectionChanged,
     StaleTransition,
     StoreRefused,
     StoreUnavailable,
@@ -88,6 +92,10 @@ _CAIRN_ERRORS: tuple[type[CairnError], ...] = (
     ConfirmationRequired,
     StaleTransition,
     Forbidden,
+    EffectNotFound,
+    EffectNotOpen,
+    CodeUnavailable,
+    SelectionChanged,
 )
 
 ERROR_TYPES: dict[str, type[ApiError]] = {

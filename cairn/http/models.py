@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Submitted(BaseModel):
@@ -108,3 +108,103 @@ class CancelResult(BaseModel):
     run_id: str
     changed: bool = Field(description="False if the run was already being cancelled.")
     status: str
+
+
+# -- an operator's view of one run: its history, its state at a seq, what changed -------
+
+
+class Report(BaseModel):
+    """A report whose fields are the engine's (see each endpoint): read as a mapping."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class HistoryView(Report):
+    run_id: str
+    workflow: str
+    version: int
+    status: str
+    last_seq: int
+    steps: list[dict[str, Any]]
+    events: list[dict[str, Any]] = Field(description="The run's events that are not steps.")
+
+
+class StateView(BaseModel):
+    run_id: str
+    seq: int = Field(description="The state is the run's after this event.")
+    state: dict[str, Any]
+
+
+class DiffView(BaseModel):
+    run_id: str
+    from_seq: int
+    to_seq: int
+    changes: list[dict[str, Any]] = Field(description="Each changed path: old, new, change.")
+
+
+class ReplayView(Report):
+    run_id: str
+    diverged: bool
+    steps: list[dict[str, Any]]
+
+
+class DryRunView(Report):
+    run_id: str
+    ending: str = Field(description="ended, parked, refused, step_cap or child_run.")
+    status: str
+    went_well: bool = Field(description="It ended succeeded, or parked at a wait.")
+    steps: list[dict[str, Any]]
+
+
+# -- repairs: rollback, the effects ledger, reconciliation ------------------------------
+
+
+class Compensation(BaseModel):
+    node: str
+    iteration: int
+    compensation: str | None = Field(description="The handler it runs (module:function).")
+
+
+class RollbackPlan(BaseModel):
+    run_id: str
+    compensations: list[Compensation] = Field(
+        description="What the rollback runs, in order: the last step that took effect "
+        "first. Steps still running may yet take effect before they stop: undone too."
+    )
+
+
+class RolledBack(RollbackPlan):
+    status: str
+
+
+class EffectList(BaseModel):
+    effects: list[dict[str, Any]]
+
+
+class EffectView(BaseModel):
+    effect: dict[str, Any]
+
+
+class DriftView(Report):
+    checked: int
+    consistent: int
+    fixed: list[dict[str, Any]]
+    needs_human: list[dict[str, Any]]
+
+
+# -- bulk actions --------------------------------------------------------------------------
+
+
+class BulkResult(BaseModel):
+    action: str
+    dry_run: bool
+    matched: int = Field(description="How many runs the filter selects.")
+    selection: str = Field(
+        description="The selected runs' token: send it back as `selection` to act on exactly "
+        "these (409 selection_changed if the filter selects others by then)."
+    )
+    run_ids: list[str]
+    done: list[dict[str, Any]] = Field(description="Each run acted on, and how it ended up.")
+    refused: list[dict[str, Any]] = Field(
+        description="Each run that could not take the action: its run_id, code and message."
+    )

@@ -133,12 +133,13 @@ class DriftReport:
 class Reconciler:
     store: Store
     grace_s: float = 60.0
+    namespace: str | None = None  # one namespace's effects only (None: every one)
 
     def run_once(self, limit: int = BATCH) -> DriftReport:
         started = time.monotonic()
         report = DriftReport()
         with self.store.transaction() as tx:
-            candidates = tx.effects_to_check(tx.now() - self.grace_s, limit)
+            candidates = tx.effects_to_check(tx.now() - self.grace_s, limit, self.namespace)
         for effect_id in candidates:
             with self.store.transaction() as tx:
                 row = tx.claim_effect(effect_id)

@@ -88,10 +88,13 @@ class EffectsTx(TxBase):
         values = {**changes, "updated_at": self.stamp()}
         return bool(self.connection.execute(query.values(**values)).rowcount)
 
-    def effects_to_check(self, stale_before: float, limit: int) -> list[Any]:
-        """Ids of the effects the reconciler should look at: intents and unknown outcomes
-        older than ``stale_before`` (their caller may have died; their call's response was
-        lost), and applied effects never checked against the outside world."""
+    def effects_to_check(
+        self, stale_before: float, limit: int, namespace: str | None = None
+    ) -> list[Any]:
+        """Ids of the effects the reconciler should look at (of ``namespace`` only, if
+        given): intents and unknown outcomes older than ``stale_before`` (their caller may
+        have died; their call's response was lost), and applied effects never checked
+        against the outside world."""
         unsettled = effects.c.status.in_(["intent", "unknown"])
         query = (
             select(effects.c.id)
@@ -102,6 +105,8 @@ class EffectsTx(TxBase):
             .order_by(effects.c.id)
             .limit(limit)
         )
+        if namespace is not None:
+            query = query.where(effects.c.namespace == namespace)
         return [row.id for row in self.connection.execute(query)]
 
     def claim_effect(self, effect_id: int) -> EffectRecord | None:

@@ -320,6 +320,7 @@ class EffectRecord:
     updated_at: datetime
     applied_at: datetime | None
     checked_at: datetime | None
+    resolution: dict[str, Any] | None = None  # what a person recorded about it
 
     @classmethod
     def of(cls, row: Any) -> EffectRecord:
@@ -345,6 +346,7 @@ class EffectRecord:
             row.updated_at,
             row.applied_at,
             row.checked_at,
+            row.resolution,
         )
 
 

@@ -8,9 +8,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import ColumnElement, delete, func, select
 
 from cairn.errors import StoreError
+from cairn.model.selection import RunFilter
 from cairn.store.base import TxBase
 from cairn.store.records import (
     EventRecord,
@@ -144,15 +145,14 @@ class RunsTx(TxBase):
     def runs_page(
         self,
         namespace: str,
+        selection: RunFilter | None = None,
         *,
-        status: str | None = None,
-        workflow: str | None = None,
         limit: int = 50,
         before: tuple[datetime, str] | None = None,
     ) -> list[ListedRun]:
-        """A page of a namespace's runs, newest first, keyset-paginated on (created_at,
-        id): the page after ``before`` stays the same while new runs arrive (an offset
-        would shift)."""
+        """A page of a namespace's runs ``selection`` selects, newest first,
+        keyset-paginated on (created_at, id): the page after ``before`` stays the same
+        while new runs arrive (an offset would shift)."""
         query = select(
             runs.c.id,
             runs.c.workflow,
@@ -164,11 +164,7 @@ class RunsTx(TxBase):
             runs.c.last_seq,
             runs.c.created_at,
             runs.c.updated_at,
-        ).where(runs.c.namespace == namespace)
-        if status:
-            query = query.where(runs.c.status == status)
-        if workflow:
-            query = query.where(runs.c.workflow == workflow)
+        ).where(runs.c.namespace == namespace, *_selected(selection or RunFilter()))
         if before is not None:
             created, run_id = before
             query = query.where(
@@ -321,3 +317,20 @@ class RunsTx(TxBase):
         for table in kept:
             self.connection.execute(delete(table).where(table.c.run_id.in_(ids)))
         return int(self.connection.execute(delete(runs).where(runs.c.id.in_(ids))).rowcount)
+
+
+def _selected(selection: RunFilter) -> list[ColumnElement[bool]]:
+    clauses: list[ColumnElement[bool]] = []
+    if selection.statuses:
+        clauses.append(runs.c.status.in_([status.value for status in selection.statuses]))
+    if selection.workflow is not None:
+        clauses.append(runs.c.workflow == selection.workflow)
+    if selection.version is not None:
+        clauses.append(runs.c.version == selection.version)
+    if selection.created_after is not None:
+        clauses.append(runs.c.created_at > from_epoch(selection.created_after))
+    if selection.created_before is not None:
+        clauses.append(runs.c.created_at < from_epoch(selection.created_before))
+    if selection.ids:
+        clauses.append(runs.c.id.in_(selection.ids))
+    return clauses

@@ -347,6 +347,8 @@ class EffectRow(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # What a person recorded about it (migration 0020): outcome, note, by, at, was.
+    resolution: Mapped[Any | None] = mapped_column(Json)
 
 
 class TimerRow(Base):

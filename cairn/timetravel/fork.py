@@ -150,11 +150,22 @@ def fork_point(
 
 
 def fork_live(
-    orchestrator: Orchestrator, point: ForkPoint, *, confirm: bool = False, actor: str | None = None
+    orchestrator: Orchestrator,
+    point: ForkPoint,
+    *,
+    confirm: bool = False,
+    actor: str | None = None,
+    request_id: str | None = None,
 ) -> str:
     """Start the fork as a real run (see :meth:`Orchestrator.fork`); its id."""
     return orchestrator.fork(
-        point.run_id, point.seq, point.state, patch=point.patch, confirm=confirm, actor=actor
+        point.run_id,
+        point.seq,
+        point.state,
+        patch=point.patch,
+        confirm=confirm,
+        actor=actor,
+        request_id=request_id,
     )
 
 

@@ -41,6 +41,9 @@ TABLES = {
     "schedules",
     "debounces",
     "singletons",
+    "principals",
+    "api_keys",
+    "audit_log",
 }
 SCRIPTS = ScriptDirectory(str(MIGRATIONS))
 HEAD = SCRIPTS.get_current_head()

@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,9 @@ class Service:
         self.call("POST", "/faults", {"mode": mode, "times": times, **options})
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[Service]:
+@contextmanager
+def running_service() -> Iterator[Service]:
+    """The effect service as a subprocess on a free port, killed after."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -62,6 +64,12 @@ def service(tmp_path: Path) -> Iterator[Service]:
         process.wait(timeout=10)
         if process.stdout is not None:
             process.stdout.close()
+
+
+@pytest.fixture
+def service() -> Iterator[Service]:
+    with running_service() as running:
+        yield running
 
 
 @pytest.fixture

@@ -1,0 +1,226 @@
+"""``/v1/runs``, read: a run, the namespace's runs (filtered, a page at a time), a
+run's events and its artifacts. A caller that may not read payloads gets them without.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+
+from cairn.api.access import Reader
+from cairn.api.deps import Runtime_, storable
+from cairn.api.models import MAX_INT, ArtifactList
+from cairn.api.redact import event_for, reason_for
+from cairn.api.scope import ERRORS, RunId, head_in, status_url, visible
+from cairn.api.selection import run_filter
+from cairn.decider.signal_received import may_decide
+from cairn.engine.awaiting import Awaiting, awaiting
+from cairn.errors import InvalidInput, RunNotFound
+from cairn.http.models import EventPage, Progress, RunDetail, RunPage, RunSummary
+from cairn.lease.heartbeat import beat_view, run_beats
+from cairn.model.definition import TaskNode
+from cairn.model.principals import Permission, Principal
+from cairn.model.selection import RunFilter
+from cairn.model.statuses import NodeStatus, RunStatus
+from cairn.observe.explain import context_lines, waiting_lines
+from cairn.store.artifacts import ArtifactRegistry
+from cairn.store.records import EventRecord, ListedRun, to_epoch
+
+router = APIRouter(prefix="/v1")
+EVENTS_PAGE_MAX = 1000
+
+
+@router.get("/runs/{run_id}", response_model=RunDetail, responses=ERRORS)
+def get_run(run_id: RunId, runtime: Runtime_, who: Reader) -> RunDetail:
+    """A run: status, where it is, progress, liveness of its running nodes, its last
+    event, its state, and in words why it waits. Without the payloads permission: no
+    vars, no result, no error or progress messages."""
+    orchestrator = runtime.orchestrator
+    view = orchestrator.get_run(run_id)
+    if view.namespace != who.namespace:
+        raise RunNotFound(f"no run {run_id}")
+    payloads = who.may(Permission.PAYLOADS)
+    state = view.state
+    assert state is not None  # get_run always restores it
+    definition = orchestrator.registry.get(view.workflow, view.version)
+    beats = run_beats(runtime.leases, run_id, state.running)
+    with runtime.store.reading() as tx:
+        last = tx.events_after(run_id, view.last_seq - 1, upto=view.last_seq)
+        notifications = tx.notifications_of(run_id)
+    tasks = {name for name, node in definition.nodes.items() if isinstance(node, TaskNode)}
+    done = {n.node for n in state.nodes.values() if n.status is NodeStatus.SUCCEEDED}
+    return RunDetail(
+        id=view.id,
+        namespace=view.namespace,
+        priority=view.priority,
+        workflow=view.workflow,
+        version=view.version,
+        status=view.status.value,
+        request_id=view.request_id,
+        current=view.current,
+        reason=reason_for(view.reason, payloads),
+        last_seq=view.last_seq,
+        created_at=view.created_at,
+        updated_at=view.updated_at,
+        parent_run_id=view.parent_run_id,
+        fork_seq=view.fork_seq,
+        webhooks=[_delivery(row) for row in notifications],
+        nodes={name: node.status.value for name, node in state.nodes.items()},
+        visits=dict(state.visits),
+        progress=Progress(steps=state.steps, done=len(done & tasks), total=len(tasks)),
+        heartbeats={
+            execution: _beat(beat, payloads) if beat is not None else None
+            for execution, beat in beats.items()
+        },
+        last_event=({"seq": last[0].seq, "type": last[0].type, "at": last[0].at} if last else None),
+        vars=state.vars if payloads else None,
+        result=state.vars if payloads and view.status is RunStatus.SUCCEEDED else None,
+        waiting=[_waiting(entry, who, payloads) for entry in awaiting(definition, state)],
+        explain=waiting_lines(definition, state, time.time(), payloads=payloads)
+        + context_lines(definition, state, payloads=payloads),
+        links={
+            "self": status_url(run_id),
+            "events": f"{status_url(run_id)}/events",
+            "stream": f"{status_url(run_id)}/stream",
+            "artifacts": f"{status_url(run_id)}/artifacts",
+        },
+    )
+
+
+def _waiting(entry: Awaiting, who: Principal, payloads: bool) -> dict[str, Any]:
+    """A wait as ``who`` sees it: its context (what the author chose to show whoever
+    decides it) only to whoever may decide it, or may read payloads."""
+    shown = entry.to_dict()
+    decides = who.may(Permission.APPROVE) and (
+        not entry.approvers or may_decide(entry.approvers, who.actor, who.role.value)
+    )
+    if not (payloads or decides):
+        shown["context"] = None
+    return shown
+
+
+def _beat(beat: Mapping[str, Any], payloads: bool) -> dict[str, Any]:
+    shown = beat_view(beat)
+    if not payloads:
+        shown["message"] = None  # the handler's words: they may quote what it works on
+    return shown
+
+
+def _delivery(row: Any) -> dict[str, Any]:
+    """A webhook notification as the run's owner sees it: delivered, pending (when it is
+    tried next) or given up, with the receiver's last answer."""
+    state = "delivered" if row.delivered_at else "given_up" if row.given_up_at else "pending"
+    return {
+        "event_id": row.event_id,
+        "type": row.kind,
+        "state": state,
+        "attempts": row.attempts,
+        "next_attempt_at": to_epoch(row.due_at) if state == "pending" else None,
+        "last_status": row.last_status,
+        "last_error": row.last_error,
+    }
+
+
+@router.get("/runs", response_model=RunPage, responses=ERRORS)
+def list_runs(
+    *,
+    runtime: Runtime_,
+    who: Reader,
+    selection: Annotated[RunFilter, Depends(run_filter)],
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=200, description="next_cursor of the previous page.")
+    ] = None,
+) -> RunPage:
+    """The namespace's runs the filters select, newest first, a page at a time."""
+    before = _decode_cursor(cursor) if cursor else None
+    with runtime.store.reading() as tx:
+        rows = tx.runs_page(
+            who.namespace,
+            selection,
+            limit=limit + 1,  # one more tells whether there is a next page
+            before=before,
+        )
+    page = rows[:limit]
+    next_cursor = _encode_cursor(page[-1]) if len(rows) > limit else None
+    payloads = who.may(Permission.PAYLOADS)
+    return RunPage(runs=[_summary(row, payloads) for row in page], next_cursor=next_cursor)
+
+
+def _summary(row: ListedRun, payloads: bool) -> RunSummary:
+    return RunSummary(
+        id=row.id,
+        workflow=row.workflow,
+        version=row.version,
+        status=row.status,
+        request_id=row.request_id,
+        current=list(row.current or []),
+        reason=reason_for(row.reason, payloads),
+        last_seq=row.last_seq,
+        created_at=to_epoch(row.created_at),
+        updated_at=to_epoch(row.updated_at),
+    )
+
+
+def _encode_cursor(row: ListedRun) -> str:
+    raw = json.dumps([row.created_at.isoformat(), row.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, run_id = json.loads(raw)
+        return datetime.fromisoformat(created), str(run_id)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise InvalidInput("cursor: not a cursor this API returned") from exc
+
+
+@router.get("/runs/{run_id}/events", response_model=EventPage, responses=ERRORS)
+def run_events(
+    run_id: RunId,
+    runtime: Runtime_,
+    who: Reader,
+    after: Annotated[int, Query(ge=0, le=MAX_INT, description="Only events after this seq.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=EVENTS_PAGE_MAX)] = EVENTS_PAGE_MAX,
+) -> EventPage:
+    """The run's event log after ``after``, oldest first (the history is append-only:
+    a page once read never changes). Without the payloads permission, each event without
+    its payload fields (docs/access.md)."""
+    with runtime.store.reading() as tx:
+        visible(tx.run_head(run_id), run_id, who.namespace)
+        rows = tx.events_after(run_id, after, upto=after + limit)
+    payloads = who.may(Permission.PAYLOADS)
+    events = [event_for(event_dict(row), payloads) for row in rows]
+    return EventPage(events=events, next_after=events[-1]["seq"] if events else after)
+
+
+def event_dict(row: EventRecord) -> dict[str, Any]:
+    return {
+        "seq": row.seq,
+        "type": row.type,
+        "at": row.at,
+        "data": row.data,
+        "outcome": row.outcome,
+    }
+
+
+@router.get("/runs/{run_id}/artifacts", response_model=ArtifactList, responses=ERRORS)
+def run_artifacts(
+    run_id: RunId,
+    runtime: Runtime_,
+    who: Reader,
+    name: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+) -> ArtifactList:
+    """Every registered artifact version of the run (of ``name`` only, if given), with
+    its reference and provenance. The content stays in the object store."""
+    head_in(runtime, run_id, who.namespace)
+    found = ArtifactRegistry(runtime.store).versions(run_id, storable(name, "name"))
+    return ArtifactList(artifacts=[info.to_dict() for info in found])

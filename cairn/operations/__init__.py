@@ -1,0 +1,1 @@
+"""What operators do to many runs at once, shared by the API and the CLI."""
