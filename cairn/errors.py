@@ -239,6 +239,12 @@ class CodeUnavailable(CairnError):
     code = "code_unavailable"
 
 
+class NotPaused(CairnError):
+    """A workflow or queue to resume is not paused (in the caller's namespace)."""
+
+    code = "not_paused"
+
+
 class SelectionChanged(CairnError):
     """A bulk action's filter selects other runs than its dry run counted: nothing done."""
 

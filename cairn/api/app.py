@@ -25,6 +25,7 @@ from cairn.api import (
     bulk,
     errors,
     model_calls,
+    pauses,
     repair,
     run_views,
     runs,
@@ -99,6 +100,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(stream.router)
     app.include_router(model_calls.router)
     app.include_router(schedules.router)
+    app.include_router(pauses.router)
     app.include_router(_operations())
     # The last added is the outermost: metrics see what the body limit refuses too.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)

@@ -13,6 +13,7 @@ from cairn.cli import (  # noqa: F401 - each module registers its commands
     demo,
     effects,
     model_calls,
+    pauses,
     processes,
     replay,
     runs,

@@ -26,11 +26,13 @@ from typing import Any
 from cairn.engine.advance import Advanced, Steps
 from cairn.engine.inputs import check_input, new_run
 from cairn.engine.notices import WebhookPolicy
+from cairn.engine.pauses import PauseBook, hold_in
 from cairn.engine.reads import restore
 from cairn.errors import FlowConflict, StoreError
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import CancelRequested, RunStarted
 from cairn.model.flow import Debounce, Singleton, SingletonMode
+from cairn.model.pauses import HeldStart, PauseKind
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.store.records import DebounceRecord
@@ -51,8 +53,11 @@ class _Taken(Exception):  # control flow: rolls the transaction back
 
 
 class FlowControl:
-    def __init__(self, steps: Steps, webhooks: WebhookPolicy, *, limit_bytes: int) -> None:
+    def __init__(
+        self, steps: Steps, webhooks: WebhookPolicy, book: PauseBook, *, limit_bytes: int
+    ) -> None:
         self.steps = steps
+        self.book = book
         self.store = steps.store
         self.registry = steps.registry
         self.webhooks = webhooks
@@ -70,7 +75,13 @@ class FlowControl:
     ) -> tuple[str, Advanced | None]:
         """Insert the run ``values`` describes and write its first step, in ``tx``;
         publish with :meth:`after_commit` once it commits. A request id already taken
-        answers with the run that took it (and None: nothing was written)."""
+        answers with the run that took it (and None: nothing was written). A paused
+        workflow's run is written held: its id, and None (nothing to publish; see
+        docs/operations.md#pausing-starts-and-queues)."""
+        if self.book.workflow_paused(values["namespace"], definition.name):
+            held = hold_in(tx, values, definition.name, actor)
+            if held is not None:
+                return held, None
         if not tx.insert_run(values):
             request_id = values["request_id"]
             existing = tx.run_by_request(values["namespace"], request_id)
@@ -151,7 +162,7 @@ class FlowControl:
                     priority=priority,
                 )
                 started_id, started = self.start_in(tx, definition, values, now, actor)
-                if started is None:  # a concurrent submit took the request id: its run
+                if started_id != run_id:  # a concurrent submit took the request id: its run
                     raise _Taken(started_id)
         except _Taken as taken:
             return taken.run_id
@@ -234,6 +245,15 @@ class FlowControl:
                 "join it (use another key)"
             )
 
+    def _hold_debounced(self, tx: Tx, namespace: str, run_id: str, workflow: str) -> bool:
+        """A debounced run whose window closed while its workflow is paused: held, to
+        start when the pause is lifted."""
+        paused = self.book.workflow_paused(namespace, workflow)
+        if not paused or not tx.pause_holding(namespace, PauseKind.WORKFLOW, workflow):
+            return False
+        tx.hold_start(HeldStart(run_id, namespace, workflow, DEBOUNCE))
+        return True
+
     def start_due(self, due: Sequence[DebounceRecord], now: float) -> int:
         """Start the pending runs of the debounce windows ``due`` (read as due by ``now``,
         the database's clock); each window is taken in the transaction that starts its
@@ -249,6 +269,8 @@ class FlowControl:
                 row, at = tx.lock_run(held.run_id)
                 if row is None or row.status is not RunStatus.PENDING or row.last_seq != 0:
                     continue  # cancelled while pending: nothing to start
+                if self._hold_debounced(tx, row.namespace, row.id, row.workflow):
+                    continue
                 definition = self.registry.get(row.workflow, row.version, tx)
                 state = RunState(row.id, definition.name, definition.version)
                 # Its submitters were many: the window started it, when it closed.

@@ -15,6 +15,7 @@ from cairn.engine.advance import Steps
 from cairn.engine.hooks import AfterCommit
 from cairn.engine.notices import WebhookPolicy
 from cairn.engine.outbox import Outbox, Publisher
+from cairn.engine.pauses import PauseBook, Pauses
 from cairn.engine.plan import Planner
 from cairn.engine.reads import Reads
 from cairn.engine.registry import Registry
@@ -40,12 +41,14 @@ class Orchestrator:
         # Called with each decision once it is committed (never for one rolled back): the
         # composition root registers what the world hears of it (anomaly alerts, counts).
         self.after_commit: list[AfterCommit] = []
-        self.outbox = Outbox(store, publisher)
+        # What is paused, as this process sees it (cairn.engine.pauses).
+        self.pause_book = PauseBook(store, settings.queue)
+        self.outbox = Outbox(store, publisher, held=self.pause_book.holds)
         self.webhooks = WebhookPolicy(settings)
         limit = settings.max_payload_bytes
         reads = Reads(store, self.registry)
         steps = Steps(Planner(settings), self.outbox, reads, self.after_commit)
-        submissions = Submissions(steps, self.webhooks, limit_bytes=limit)
+        submissions = Submissions(steps, self.webhooks, self.pause_book, limit_bytes=limit)
         requests = Requests(steps, reads, limit_bytes=limit)
 
         self.submit = submissions.submit
@@ -55,6 +58,8 @@ class Orchestrator:
         # Schedules (kept, ticked, backfilled) and debounced runs due to start.
         self.schedules = Schedules(submissions)
         self.start_debounced = submissions.flow.start_due
+        # Pausing a workflow's new starts or a queue, and resuming them.
+        self.pauses = Pauses(steps, self.pause_book)
 
         self.apply = steps.apply
         self.complete = steps.complete

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -62,13 +62,25 @@ class SentMarks:
 class Outbox:
     """The committed messages' way to the broker, and the marks of those it took."""
 
-    def __init__(self, store: Store, publisher: Publisher) -> None:
+    def __init__(
+        self,
+        store: Store,
+        publisher: Publisher,
+        held: Callable[[NodeMessage], bool] = lambda _message: False,
+    ) -> None:
         self.store = store
         self.publisher = publisher
+        self.held = held
         self.sent = SentMarks()
 
     def publish(self, messages: Sequence[NodeMessage]) -> None:
-        """Publish messages whose rows are committed; a failure is the relay's to mend."""
+        """Publish messages whose rows are committed; a failure is the relay's to mend.
+        A message bound for a paused queue stays in the outbox, for the relay to publish
+        once the queue resumes."""
+        held = [m for m in messages if self.held(m)]
+        if held:
+            self._keep(held)
+            messages = [m for m in messages if m not in held]
         if not messages:
             return
         fault_point("publish.after_commit")
@@ -83,6 +95,16 @@ class Outbox:
             return
         if taken:
             self.sent.add(m.outbox_id for m in messages if m.outbox_id is not None)
+
+    def _keep(self, held: Sequence[NodeMessage]) -> None:
+        """Held messages with a row stay unsent in it; those without one (a recovery's,
+        a slot's release) get one, so the relay has them when the queue resumes."""
+        rowless = [m for m in held if m.outbox_id is None]
+        if rowless:
+            with self.store.transaction() as tx:
+                for message in rowless:
+                    tx.return_to_outbox(message.run_id, message.to_dict())
+        log.info("%d message(s) held in the outbox: their queue is paused", len(held))
 
     def flush(self) -> None:
         """Write the marks that found no transaction to ride along with."""

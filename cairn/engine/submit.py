@@ -15,6 +15,7 @@ from cairn.engine.flow import FlowControl
 from cairn.engine.inputs import FreshRun, check_input, new_run
 from cairn.engine.notices import WebhookPolicy
 from cairn.engine.outbox import with_outbox_ids
+from cairn.engine.pauses import PauseBook, hold_in
 from cairn.engine.plan import Plan
 from cairn.errors import (
     CairnError,
@@ -37,13 +38,16 @@ log = logging.getLogger(__name__)
 
 
 class Submissions:
-    def __init__(self, steps: Steps, webhooks: WebhookPolicy, *, limit_bytes: int) -> None:
+    def __init__(
+        self, steps: Steps, webhooks: WebhookPolicy, book: PauseBook, *, limit_bytes: int
+    ) -> None:
         self.steps = steps
         self.store = steps.store
         self.registry = steps.registry
         self.webhooks = webhooks
+        self.book = book
         self.limit_bytes = limit_bytes
-        self.flow = FlowControl(steps, webhooks, limit_bytes=limit_bytes)
+        self.flow = FlowControl(steps, webhooks, book, limit_bytes=limit_bytes)
 
     def check_input(self, definition: WorkflowDefinition, run_input: object) -> dict[str, Any]:
         """The input as it will be stored, or :class:`InvalidInput`."""
@@ -101,6 +105,11 @@ class Submissions:
             webhook=webhook,
             priority=level,
         )
+        if self.book.workflow_paused(namespace, definition.name):
+            with self.store.transaction() as tx:
+                held = hold_in(tx, values, definition.name, actor)
+            if held is not None:
+                return held
         run_id = self._submit_in_one_statement(values, definition, now, actor)
         if run_id is not None:
             return run_id
@@ -194,6 +203,11 @@ class Submissions:
             pipelined: list[tuple[int, dict[str, Any], Plan, RunStarted]] = []
             for index, values, definition in accepted:
                 values.update(created_at=stamp, updated_at=stamp)
+                if self.book.workflow_paused(namespace, definition.name):
+                    held = hold_in(tx, values, definition.name, actor)
+                    if held is not None:
+                        answers[index] = Submitted(index, held, created=held == values["id"])
+                        continue
                 state = RunState(values["id"], definition.name, definition.version)
                 event = RunStarted(at=now, input=values["input"], actor=actor)
                 _decision, plan = planner.plan(FreshRun.of(values), definition, state, event)

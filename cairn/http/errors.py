@@ -26,6 +26,7 @@ from cairn.errors import (
     IllegalTransition,
     InvalidInput,
     InvalidSchedule,
+    NotPaused,
     NotWaiting,
     RunNotFound,
     ScheduleExists,
@@ -96,6 +97,7 @@ _CAIRN_ERRORS: tuple[type[CairnError], ...] = (
     EffectNotOpen,
     CodeUnavailable,
     SelectionChanged,
+    NotPaused,
 )
 
 ERROR_TYPES: dict[str, type[ApiError]] = {

@@ -208,3 +208,31 @@ class BulkResult(BaseModel):
     refused: list[dict[str, Any]] = Field(
         description="Each run that could not take the action: its run_id, code and message."
     )
+
+
+# -- pauses --------------------------------------------------------------------------------
+
+
+class PauseView(BaseModel):
+    kind: str = Field(description="`workflow` (its new starts) or `queue` (its node messages).")
+    name: str
+    namespace: str
+    reason: str
+    paused_by: str
+    paused_at: float
+    held: int = Field(description="Runs a workflow's pause holds (0 for a queue).")
+
+
+class PauseList(BaseModel):
+    pauses: list[PauseView]
+
+
+class Paused(BaseModel):
+    pause: PauseView
+    created: bool = Field(description="False: it was paused already (that pause stands).")
+
+
+class Resumed(BaseModel):
+    kind: str
+    name: str
+    started: int = Field(description="Held runs started (a workflow's); 0 for a queue.")

@@ -52,6 +52,7 @@ class PassReport:
     compacted: int = 0
     expired: int = 0
     woken: int = 0  # executions parked for a slot, published again
+    unheld: int = 0  # runs held by a pause since lifted, started
 
     def __bool__(self) -> bool:
         return bool(
@@ -64,6 +65,7 @@ class PassReport:
             or self.recovered
             or self.compacted
             or self.expired
+            or self.unheld
         )
 
 
@@ -103,6 +105,8 @@ class Scheduler:
         if time.monotonic() >= self._next_stall_check:
             self._next_stall_check = time.monotonic() + STALL_CHECK_EVERY_S
             self.flag_stalls()
+            # Runs a lifted pause held, left by a resume that did not finish starting them.
+            report.unheld = self.orchestrator.pauses.start_orphans()
         if time.monotonic() >= self._next_queue_check:
             self._next_queue_check = time.monotonic() + QUEUE_CHECK_EVERY_S
             self.read_queues()

@@ -142,6 +142,8 @@ class Recovery:
             priority=run.priority,
             namespace=message_namespace(run.namespace),
         )
+        if not died and self.orchestrator.pause_book.holds(message):
+            return 0  # never claimed because its queue is paused: it is not lost
         node = definition.nodes.get(execution.node)
         outcome = self.policy.settle(
             message,

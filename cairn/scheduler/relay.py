@@ -36,11 +36,13 @@ class Relay:
             self.relay_after if self.relay_after is not None else self.settings.outbox_relay_after
         )
         store = self.orchestrator.store
+        # Messages of paused queues stay in the outbox until they resume.
+        held = self.orchestrator.pause_book.held_queues()
         with store.reading() as tx:  # an idle pass costs no commit
-            if not tx.has_unsent(tx.now() - relay_after):
+            if not tx.has_unsent(tx.now() - relay_after, held):
                 return 0
         with store.transaction() as tx:
-            rows = tx.claim_unsent(tx.now() - relay_after, BATCH)
+            rows = tx.claim_unsent(tx.now() - relay_after, BATCH, held)
             if not rows:
                 return 0
             messages = [

@@ -28,6 +28,12 @@ class TxBase:
         neither."""
         return query
 
+    def _share_locked(self, query: Select[Any]) -> Select[Any]:
+        """Lock the rows ``query`` selects against deletion and change until this
+        transaction ends, letting other readers lock them too; a database with one writer
+        needs nothing."""
+        return query
+
     def stamp(self) -> Any:
         """The time to write into a column something later compares with :meth:`now`
         (dispatch, outbox and ledger ages): the database's own clock, never this

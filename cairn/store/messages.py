@@ -4,10 +4,12 @@ that makes them, and taken by one relay, applier or notifier each."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy import Table, and_, delete, func, insert, not_, or_, select, update
 
+from cairn.model.messages import DEFAULT_NAMESPACE
 from cairn.model.statuses import ExecutionStatus
 from cairn.store.base import TxBase
 from cairn.store.records import (
@@ -29,30 +31,39 @@ from cairn.store.schema import (
 _HELD, _FAILED = ExecutionStatus.HELD.value, ExecutionStatus.FAILED.value
 
 
+@dataclass(frozen=True)
+class HeldQueues:
+    """The (namespace, queue) pairs whose messages stay in the outbox, and the queue a
+    message naming none goes to."""
+
+    pairs: frozenset[tuple[str, str]] = frozenset()
+    default_queue: str = "cairn"
+
+
+def _unsent(older_than: float, held: HeldQueues) -> list[Any]:
+    conditions = [outbox.c.sent_at.is_(None), outbox.c.created_at < from_epoch(older_than)]
+    if held.pairs:
+        namespace = func.coalesce(outbox.c.payload["namespace"].as_string(), DEFAULT_NAMESPACE)
+        queue = func.coalesce(outbox.c.payload["queue"].as_string(), held.default_queue)
+        conditions.append(
+            not_(or_(*(and_(namespace == ns, queue == name) for ns, name in held.pairs)))
+        )
+    return conditions
+
+
 class MessagesTx(TxBase):
     """Outbox, inbox and notifications, and the fleet's backlog gauges."""
 
-    def has_unsent(self, older_than: float) -> bool:
-        return (
-            self.connection.execute(
-                select(outbox.c.id)
-                .where(outbox.c.sent_at.is_(None), outbox.c.created_at < from_epoch(older_than))
-                .limit(1)
-            ).first()
-            is not None
-        )
+    def has_unsent(self, older_than: float, held: HeldQueues = HeldQueues()) -> bool:
+        query = select(outbox.c.id).where(*_unsent(older_than, held)).limit(1)
+        return self.connection.execute(query).first() is not None
 
-    def claim_unsent(self, older_than: float, limit: int) -> list[Any]:
-        """Unsent rows, locked; rows another relay holds are skipped, not waited for."""
-        query = (
-            select(outbox)
-            .where(
-                outbox.c.sent_at.is_(None),
-                outbox.c.created_at < from_epoch(older_than),
-            )
-            .order_by(outbox.c.id)
-            .limit(limit)
-        )
+    def claim_unsent(
+        self, older_than: float, limit: int, held: HeldQueues = HeldQueues()
+    ) -> list[Any]:
+        """Unsent rows, locked, but those of ``held`` (paused) queues; rows another relay
+        holds are skipped, not waited for."""
+        query = select(outbox).where(*_unsent(older_than, held)).order_by(outbox.c.id).limit(limit)
         return list(self.connection.execute(self._skip_locked(query)))
 
     def _mark_sent_statement(self, ids: Sequence[int]) -> Any:
@@ -65,6 +76,14 @@ class MessagesTx(TxBase):
             .where(chosen, outbox.c.sent_at.is_(None))
             .values(sent_at=self.stamp(), publishes=outbox.c.publishes + 1)
         )
+
+    def return_to_outbox(self, run_id: str, payload: Mapping[str, Any]) -> int:
+        """A node message a worker received for a paused queue, unsent again: the relay
+        publishes it once the queue resumes. Returns its new row's id."""
+        stmt = insert(outbox).values(
+            run_id=run_id, topic="node", payload=dict(payload), created_at=self.stamp()
+        )
+        return int(self.connection.execute(stmt.returning(outbox.c.id)).scalar_one())
 
     def mark_sent(self, ids: Sequence[int]) -> None:
         if ids:

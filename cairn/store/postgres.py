@@ -31,6 +31,9 @@ class PostgresTx(Tx):
     def _skip_locked(self, query: Select[Any]) -> Select[Any]:
         return query.with_for_update(skip_locked=True)
 
+    def _share_locked(self, query: Select[Any]) -> Select[Any]:
+        return query.with_for_update(read=True)
+
     def _driver(self) -> Any:
         """The psycopg connection under this transaction (see cairn.store.fastpath)."""
         return self.connection.connection.driver_connection

@@ -457,6 +457,35 @@ class DebounceRow(Base):
     submissions: Mapped[int] = mapped_column(Integer)
 
 
+class PauseRow(Base):
+    """A workflow whose new starts, or a queue whose node messages, one namespace holds
+    (migration 0021): until it is deleted (resumed), starts wait in ``held_starts`` and
+    messages in the outbox."""
+
+    __tablename__ = "pauses"
+
+    namespace: Mapped[str] = mapped_column(String(100), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)  # workflow | queue
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    reason: Mapped[str] = mapped_column(Text)
+    paused_by: Mapped[str] = mapped_column(String(200))
+    paused_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class HeldStartRow(Base):
+    """A run submitted while its workflow was paused (migration 0021): written ``pending``
+    with no event, and started — as its submitter — when the pause is lifted."""
+
+    __tablename__ = "held_starts"
+    __table_args__ = (Index("ix_held_starts_workflow", "namespace", "workflow", "held_at"),)
+
+    run_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(100))
+    workflow: Mapped[str] = mapped_column(String(200))
+    actor: Mapped[str | None] = mapped_column(String(200))
+    held_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class SingletonRow(Base):
     """The run a singleton key last started (migration 0016): the row submissions lock."""
 
@@ -549,6 +578,8 @@ workflows = cast(Table, WorkflowRow.__table__)
 schedules = cast(Table, ScheduleRow.__table__)
 debounces = cast(Table, DebounceRow.__table__)
 singletons = cast(Table, SingletonRow.__table__)
+pauses = cast(Table, PauseRow.__table__)
+held_starts = cast(Table, HeldStartRow.__table__)
 principals = cast(Table, PrincipalRow.__table__)
 api_keys = cast(Table, ApiKeyRow.__table__)
 audit_log = cast(Table, AuditRow.__table__)

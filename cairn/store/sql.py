@@ -28,12 +28,23 @@ from cairn.store.effects import EffectsTx
 from cairn.store.errors import translated
 from cairn.store.flow import FlowTx
 from cairn.store.model_calls import ModelCallsTx
+from cairn.store.pauses import PausesTx
 from cairn.store.schedules import SchedulesTx
 from cairn.store.slots import SlotsTx
 from cairn.store.steps import StepsTx
 
 
-class Tx(StepsTx, EffectsTx, CheckpointsTx, ModelCallsTx, SlotsTx, SchedulesTx, FlowTx, AccessTx):
+class Tx(
+    StepsTx,
+    EffectsTx,
+    CheckpointsTx,
+    ModelCallsTx,
+    SlotsTx,
+    SchedulesTx,
+    FlowTx,
+    AccessTx,
+    PausesTx,
+):
     """Every statement of the store, on one transaction."""
 
 

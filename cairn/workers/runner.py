@@ -82,6 +82,8 @@ class Handled(StrEnum):
     GAVE_UP = "gave_up"
     # A concurrency limit is full: it waits, parked, for a slot (no lease, no message).
     PARKED = "parked"
+    # Its queue is paused in its run's namespace: back in the outbox until it resumes.
+    PAUSED = "paused"
 
 
 @dataclass
@@ -140,6 +142,8 @@ class NodeRunner:
         message = replace(
             message, priority=run.priority, namespace=message_namespace(run.namespace)
         )
+        if orchestrator.pause_book.holds(message):
+            return self._hold_for_pause(message)
         db_time = execution.db_now
         if state is None and message.phase is Phase.RUN:
             return self._cancel_unstarted(message, execution.fence)
@@ -346,8 +350,8 @@ class NodeRunner:
         state = claimed.known.state
         while len(steps) < MAX_FUSED and claimed.beat.valid:
             following = fused_next(definition, state, message, outcome, claimed.known.now())
-            if following is None:
-                break
+            if following is None or self.orchestrator.pause_book.holds(following[1]):
+                break  # a paused queue's message goes out with the commit, and waits
             node = definition.nodes[following[1].node]
             assert isinstance(node, TaskNode) and node.handler is not None
             admitted, guarded = self._admit_on(claimed, following[1], node, following[0], chain)
@@ -388,6 +392,21 @@ class NodeRunner:
             return False, None
         chain.pools += pools
         return True, guarded
+
+    def _hold_for_pause(self, message: NodeMessage) -> Handled:
+        """Received for a paused queue: nothing claimed, the message goes back to the
+        outbox, and the relay publishes it once the queue resumes."""
+        payload = replace(message, outbox_id=None).to_dict()
+        self._through_outages(
+            f"holding {message.key}",
+            lambda: self._return_to_outbox(message.run_id, payload),
+        )
+        log.info("%s held: queue %s is paused", message.key, message.queue or "(default)")
+        return Handled.PAUSED
+
+    def _return_to_outbox(self, run_id: str, payload: dict[str, Any]) -> None:
+        with self.orchestrator.store.transaction() as tx:
+            tx.return_to_outbox(run_id, payload)
 
     def _cancel_unstarted(self, message: NodeMessage, fence_floor: int) -> Handled:
         """The run is being cancelled and this node has not started here: acknowledge

@@ -44,6 +44,8 @@ TABLES = {
     "principals",
     "api_keys",
     "audit_log",
+    "pauses",
+    "held_starts",
 }
 SCRIPTS = ScriptDirectory(str(MIGRATIONS))
 HEAD = SCRIPTS.get_current_head()

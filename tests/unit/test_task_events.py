@@ -97,6 +97,7 @@ EVENTS: dict[Handled | Failed, str] = {
     Handled.LEASE_LOST: "task-lease_lost",
     Handled.REJECTED: "task-invalid",
     Handled.PARKED: "task-parked",
+    Handled.PAUSED: "task-paused",
 }
 
 
