@@ -100,6 +100,7 @@ def resolve(
         f"effect {key} of run {run_id}: {effect['status']} (was {resolution.get('was')}), "
         f"resolved by {resolution.get('by')}",
         markup=False,
+        soft_wrap=True,
     )
 
 

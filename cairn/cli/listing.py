@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 PAGE_MAX = 500  # as GET /v1/runs
 REASON_WIDTH = 60
+RUN_ID_WIDTH = 36  # a UUID
 
 # A page of runs: each as GET /v1/runs shows it, and the cursor of the next page (None:
 # this was the last).
@@ -91,7 +92,11 @@ def _print_runs(runs: list[dict[str, Any]]) -> None:
     if not runs:
         out.print("no run matches", markup=False)
         return
-    table = Table("run", "workflow", "status", "created", "at / reason")
+    table = Table()
+    # The id whole, however narrow the terminal: it is copied from here.
+    table.add_column("run", no_wrap=True, min_width=RUN_ID_WIDTH)
+    for header in ("workflow", "status", "created", "at / reason"):
+        table.add_column(header)
     for run in runs:
         reason = run["reason"] or ""
         where = ", ".join(run["current"]) or (
