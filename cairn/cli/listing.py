@@ -92,11 +92,13 @@ def _print_runs(runs: list[dict[str, Any]]) -> None:
     if not runs:
         out.print("no run matches", markup=False)
         return
-    table = Table()
-    # The id whole, however narrow the terminal: it is copied from here.
+    # Plain columns, as ``kubectl get`` lists: the run id whole, however narrow the
+    # terminal (it is copied from here); only the last column folds.
+    table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("run", no_wrap=True, min_width=RUN_ID_WIDTH)
-    for header in ("workflow", "status", "created", "at / reason"):
-        table.add_column(header)
+    for header in ("workflow", "status", "created"):
+        table.add_column(header, no_wrap=True)
+    table.add_column("at / reason", overflow="fold")
     for run in runs:
         reason = run["reason"] or ""
         where = ", ".join(run["current"]) or (
@@ -106,7 +108,7 @@ def _print_runs(runs: list[dict[str, Any]]) -> None:
             run["id"],
             f"{run['workflow']}@{run['version']}",
             run["status"],
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["created_at"])),
+            time.strftime("%m-%d %H:%M:%S", time.localtime(run["created_at"])),
             where,
         )
     out.print(table)
