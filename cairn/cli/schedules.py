@@ -68,16 +68,9 @@ def add(  # noqa: PLR0917 - typer passes options by name
     if remote.active():
         remote.key_namespace(namespace)
         asked = {
-            "name": name,
-            "workflow": workflow or name,
-            "cron": cron,
-            "version": version,
-            "timezone": timezone,
-            "input": json_object(input_json, "--input"),
-            "overlap": overlap,
-            "catch_up": catch_up,
-            "jitter": jitter,
-            "paused": paused,
+            **{"name": name, "workflow": workflow or name, "cron": cron, "version": version},
+            **{"timezone": timezone, "input": json_object(input_json, "--input")},
+            **{"overlap": overlap, "catch_up": catch_up, "jitter": jitter, "paused": paused},
         }
         with remote.api() as api:
             added = api.add_schedule({k: v for k, v in asked.items() if v is not None})
