@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,10 @@ from cairn.engine.schedules import Schedules
 from cairn.errors import CairnError
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.flow import Debounce, Singleton
+from cairn.model.selection import RunFilter
+from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
+from cairn.store.records import ListedRun
 from cairn.timetravel.timeline import Timeline
 
 
@@ -191,6 +195,39 @@ class Client:
         """Runs waiting for a person — a wait node's signal, an operator's decision about a
         held node — longest waiting first."""
         return self.runtime.orchestrator.waiting(namespace, limit)
+
+    def runs(
+        self,
+        *,
+        namespace: str = "default",
+        status: str | Sequence[str] | None = None,
+        workflow: str | None = None,
+        version: int | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        page_size: int = 50,
+    ) -> Iterator[ListedRun]:
+        """The namespace's runs the filters select, newest first, read a page at a time
+        as you iterate (keyset-paged: runs created meanwhile shift nothing) — the filters
+        of ``cairn.http.Client.runs``; ``status`` one or several, ``created_after`` and
+        ``created_before`` epoch seconds (exclusive). ``run.to_summary()`` is the API's
+        form of each."""
+        statuses = [status] if isinstance(status, str) else list(status or ())
+        selection = RunFilter(
+            statuses=tuple(RunStatus(value) for value in statuses),
+            workflow=workflow,
+            version=version,
+            created_after=created_after,
+            created_before=created_before,
+        )
+        before: tuple[datetime, str] | None = None
+        while True:
+            with self.runtime.store.reading() as tx:
+                page = tx.runs_page(namespace, selection, limit=page_size, before=before)
+            yield from page
+            if len(page) < page_size:
+                return
+            before = (page[-1].created_at, page[-1].id)
 
     def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
         return self.runtime.orchestrator.events(run_id, after)

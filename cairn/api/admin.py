@@ -16,16 +16,8 @@ from cairn.access import Authenticator, KeyManager
 from cairn.access.keys import NAME
 from cairn.api.access import allowed, draft_of
 from cairn.api.deps import Runtime_
-from cairn.api.models import (
-    AuditPage,
-    KeyList,
-    KeyView,
-    MintedKeyView,
-    MintRequest,
-    PrincipalRequest,
-    PrincipalView,
-    RotateRequest,
-)
+from cairn.api.models import MintRequest, PrincipalRequest, RotateRequest
+from cairn.http.models import AuditPage, KeyList, KeyView, MintedKeyView, PrincipalView
 from cairn.model.principals import Permission, Principal, Role
 from cairn.store.access import AuditRecord, KeyRecord, PrincipalRecord
 

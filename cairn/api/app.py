@@ -36,9 +36,10 @@ from cairn.api import (
 from cairn.api.access import AuditMiddleware, Reader
 from cairn.api.deps import runtime_of
 from cairn.api.limits import BodyLimitMiddleware
-from cairn.api.models import CircuitList, PoolList, RateList, WorkflowInfo, WorkflowList
+from cairn.api.models import CircuitList, PoolList, RateList
 from cairn.api.scope import ERRORS
 from cairn.config import Settings
+from cairn.http.models import WorkflowInfo, WorkflowList
 from cairn.observe.flow import circuit_views, pool_reports
 from cairn.observe.metrics.api import CONTENT_TYPE_LATEST, ApiMetrics, MetricsMiddleware
 from cairn.runtime import Runtime

@@ -3,14 +3,14 @@ for audit — each message once, by digest."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel
 
 from cairn.api.access import allowed
 from cairn.api.deps import Runtime_
 from cairn.api.scope import ERRORS, RunId, head_in
+from cairn.http.models import ModelCallList
 from cairn.model.principals import Permission, Principal
 from cairn.observe.model_calls import model_calls_view
 
@@ -19,11 +19,6 @@ router = APIRouter(prefix="/v1")
 PayloadReader = Annotated[
     Principal, Depends(allowed(Permission.READ, Permission.PAYLOADS, action="run.model_calls"))
 ]
-
-
-class ModelCallList(BaseModel):
-    calls: list[dict[str, Any]]
-    messages: dict[str, Any]
 
 
 @router.get("/runs/{run_id}/model-calls", response_model=ModelCallList, responses=ERRORS)

@@ -12,7 +12,6 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from cairn.engine.batches import MAX_BATCH
-from cairn.http.models import Submitted
 from cairn.model.payloads import storable_text
 from cairn.model.priority import MAX_PRIORITY, MIN_PRIORITY
 
@@ -192,11 +191,6 @@ class ReconcileRequest(Request):
     )
 
 
-class Forked(Submitted):
-    parent_run_id: str
-    fork_seq: int
-
-
 class PoolList(BaseModel):
     pools: list[dict[str, Any]]
 
@@ -207,20 +201,6 @@ class CircuitList(BaseModel):
 
 class RateList(BaseModel):
     buckets: list[dict[str, Any]]
-
-
-class ArtifactList(BaseModel):
-    artifacts: list[dict[str, Any]]
-
-
-class WorkflowInfo(BaseModel):
-    name: str
-    version: int
-    registered_at: float
-
-
-class WorkflowList(BaseModel):
-    workflows: list[WorkflowInfo]
 
 
 # -- schedules --------------------------------------------------------------------------
@@ -261,36 +241,6 @@ class ScheduleChange(Request):
     jitter: Duration | None = None
 
 
-class ScheduleView(BaseModel):
-    name: str
-    workflow: str
-    version: int | None
-    cron: str
-    timezone: str
-    input: dict[str, Any] | None = Field(
-        description="What its runs start with (null without the payloads permission)."
-    )
-    overlap: str
-    catch_up_s: float
-    jitter_s: float
-    paused: bool
-    next_at: float | None = Field(description="When the next tick is due (epoch seconds).")
-    last_tick_at: float | None = Field(description="The last tick that started a run.")
-    last_run_id: str | None
-    buffered_at: float | None = Field(description="A tick waiting for the last run to end.")
-    skipped: int = Field(description="Ticks skipped: too late to catch up, or by overlap.")
-    last_error: str | None
-    created_at: float
-    updated_at: float
-    runs: list[dict[str, str]] | None = Field(
-        default=None, description="The runs its ticks started lately (GET one schedule)."
-    )
-
-
-class ScheduleList(BaseModel):
-    schedules: list[ScheduleView]
-
-
 # Epoch seconds from 1970 to the end of 2999: what a timestamp column holds, with room.
 Instant = Annotated[float, Field(ge=0, le=32503680000)]
 
@@ -298,13 +248,6 @@ Instant = Annotated[float, Field(ge=0, le=32503680000)]
 class BackfillRequest(Request):
     start: Instant = Field(description="From this time (epoch seconds), included.")
     end: Instant = Field(description="To this time (epoch seconds), not included.")
-
-
-class BackfillResult(BaseModel):
-    ticks: int
-    created: int = Field(description="Runs started now.")
-    existing: int = Field(description="Ticks that had their run already.")
-    run_ids: list[str]
 
 
 # -- principals, keys, the audit log ---------------------------------------------------
@@ -322,51 +265,13 @@ class PrincipalRequest(Request):
     )
 
 
-class PrincipalView(BaseModel):
-    name: str
-    role: str
-    payloads: bool
-    kind: str
-    created_at: float
-    created_by: str
-
-
 class MintRequest(Request):
     expires_in_s: Annotated[float, Field(gt=0, le=10 * 365 * 86400)] | None = Field(
         default=None, description="It stops working this long from now (default: never)."
     )
 
 
-class MintedKeyView(BaseModel):
-    key_id: str
-    key: str = Field(description="The whole key: shown this once, stored nowhere.")
-    principal: str
-    namespace: str
-    role: str
-    expires_at: float | None
-
-
 class RotateRequest(Request):
     grace_s: Annotated[float, Field(ge=0, le=30 * 86400)] = Field(
         default=0.0, description="How long the old key keeps working."
     )
-
-
-class KeyView(BaseModel):
-    key_id: str
-    principal: str
-    role: str
-    payloads: bool
-    created_at: float
-    expires_at: float | None
-    revoked_at: float | None
-
-
-class KeyList(BaseModel):
-    principals: list[PrincipalView]
-    keys: list[KeyView]
-
-
-class AuditPage(BaseModel):
-    entries: list[dict[str, Any]]
-    next_after: int = Field(description="Ask with after= this for the next page.")

@@ -4,30 +4,34 @@ run's events and its artifacts. A caller that may not read payloads gets them wi
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import time
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
 from cairn.api.access import Reader
 from cairn.api.deps import Runtime_, storable
-from cairn.api.models import MAX_INT, ArtifactList
+from cairn.api.models import MAX_INT
 from cairn.api.redact import event_for, reason_for
 from cairn.api.scope import ERRORS, RunId, head_in, status_url, visible
 from cairn.api.selection import run_filter
 from cairn.decider.signal_received import may_decide
 from cairn.engine.awaiting import Awaiting, awaiting
-from cairn.errors import InvalidInput, RunNotFound
-from cairn.http.models import EventPage, Progress, RunDetail, RunPage, RunSummary
+from cairn.errors import RunNotFound
+from cairn.http.models import (
+    ArtifactList,
+    EventPage,
+    Progress,
+    RunDetail,
+    RunPage,
+    RunSummary,
+    WaitingList,
+)
 from cairn.lease.heartbeat import beat_view, run_beats
 from cairn.model.definition import TaskNode
 from cairn.model.principals import Permission, Principal
-from cairn.model.selection import RunFilter
+from cairn.model.selection import RunFilter, cursor_position, page_cursor
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.observe.explain import context_lines, waiting_lines
 from cairn.store.artifacts import ArtifactRegistry
@@ -43,7 +47,7 @@ def get_run(run_id: RunId, runtime: Runtime_, who: Reader) -> RunDetail:
     event, its state, and in words why it waits. Without the payloads permission: no
     vars, no result, no error or progress messages."""
     orchestrator = runtime.orchestrator
-    view = orchestrator.get_run(run_id)
+    view = orchestrator.get_run(run_id, with_executions=True)
     if view.namespace != who.namespace:
         raise RunNotFound(f"no run {run_id}")
     payloads = who.may(Permission.PAYLOADS)
@@ -85,6 +89,7 @@ def get_run(run_id: RunId, runtime: Runtime_, who: Reader) -> RunDetail:
         waiting=[_waiting(entry, who, payloads) for entry in awaiting(definition, state)],
         explain=waiting_lines(definition, state, time.time(), payloads=payloads)
         + context_lines(definition, state, payloads=payloads),
+        executions=[_execution(entry, payloads) for entry in view.executions],
         links={
             "self": status_url(run_id),
             "events": f"{status_url(run_id)}/events",
@@ -92,6 +97,27 @@ def get_run(run_id: RunId, runtime: Runtime_, who: Reader) -> RunDetail:
             "artifacts": f"{status_url(run_id)}/artifacts",
         },
     )
+
+
+def _execution(entry: Mapping[str, Any], payloads: bool) -> dict[str, Any]:
+    shown = dict(entry)
+    if not payloads:
+        shown["error"] = None  # the handler's words: they quote what it failed on
+    return shown
+
+
+@router.get("/waiting", response_model=WaitingList, responses=ERRORS)
+def list_waiting(
+    runtime: Runtime_,
+    who: Reader,
+    limit: Annotated[int, Query(ge=1, le=1000, description="At most this many runs.")] = 100,
+) -> WaitingList:
+    """The namespace's runs waiting for a person — a wait's signal, an operator's decision
+    about a held node — longest waiting first, with what would answer each (as ``cairn
+    waiting``). A wait's context only to whoever may decide it, or read payloads."""
+    found = runtime.orchestrator.waiting(who.namespace, limit)
+    payloads = who.may(Permission.PAYLOADS)
+    return WaitingList(waiting=[_waiting(entry, who, payloads) for entry in found])
 
 
 def _waiting(entry: Awaiting, who: Principal, payloads: bool) -> dict[str, Any]:
@@ -140,7 +166,7 @@ def list_runs(
     ] = None,
 ) -> RunPage:
     """The namespace's runs the filters select, newest first, a page at a time."""
-    before = _decode_cursor(cursor) if cursor else None
+    before = cursor_position(cursor) if cursor else None
     with runtime.store.reading() as tx:
         rows = tx.runs_page(
             who.namespace,
@@ -149,38 +175,16 @@ def list_runs(
             before=before,
         )
     page = rows[:limit]
-    next_cursor = _encode_cursor(page[-1]) if len(rows) > limit else None
+    last = page[-1] if page else None
+    next_cursor = page_cursor(last.created_at, last.id) if last and len(rows) > limit else None
     payloads = who.may(Permission.PAYLOADS)
     return RunPage(runs=[_summary(row, payloads) for row in page], next_cursor=next_cursor)
 
 
 def _summary(row: ListedRun, payloads: bool) -> RunSummary:
-    return RunSummary(
-        id=row.id,
-        workflow=row.workflow,
-        version=row.version,
-        status=row.status,
-        request_id=row.request_id,
-        current=list(row.current or []),
-        reason=reason_for(row.reason, payloads),
-        last_seq=row.last_seq,
-        created_at=to_epoch(row.created_at),
-        updated_at=to_epoch(row.updated_at),
-    )
-
-
-def _encode_cursor(row: ListedRun) -> str:
-    raw = json.dumps([row.created_at.isoformat(), row.id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created, run_id = json.loads(raw)
-        return datetime.fromisoformat(created), str(run_id)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise InvalidInput("cursor: not a cursor this API returned") from exc
+    shown = row.to_summary()
+    shown["reason"] = reason_for(row.reason, payloads)
+    return RunSummary(**shown)
 
 
 @router.get("/runs/{run_id}/events", response_model=EventPage, responses=ERRORS)

@@ -22,7 +22,6 @@ from cairn.api.models import (
     BatchItem,
     BatchRequest,
     CancelRequest,
-    Forked,
     ForkRequest,
     SignalRequest,
     SubmitRequest,
@@ -35,6 +34,7 @@ from cairn.http.models import (
     BatchResponse,
     BatchResult,
     CancelResult,
+    Forked,
     SignalResult,
     Submitted,
 )

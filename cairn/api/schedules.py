@@ -10,15 +10,9 @@ from fastapi import APIRouter, Depends, Path, Response
 
 from cairn.api.access import Reader, allowed
 from cairn.api.deps import Runtime_
-from cairn.api.models import (
-    BackfillRequest,
-    BackfillResult,
-    ScheduleChange,
-    ScheduleList,
-    ScheduleRequest,
-    ScheduleView,
-)
+from cairn.api.models import BackfillRequest, ScheduleChange, ScheduleRequest
 from cairn.engine.schedules import Schedules
+from cairn.http.models import BackfillResult, ScheduleList, ScheduleView
 from cairn.model.principals import Permission, Principal
 from cairn.model.schedules import OverlapPolicy, ScheduleSpec, seconds_of
 from cairn.runtime import Runtime
@@ -47,7 +41,6 @@ def _view(
     row: ScheduleRecord, runs: list[dict[str, str]] | None = None, *, payloads: bool = True
 ) -> ScheduleView:
     values = row.to_dict()
-    values.pop("namespace")
     values.pop("ticks_from")
     if not payloads:
         values["input"] = None  # what its runs start with: a payload

@@ -86,8 +86,23 @@ def _root(
             help="Print the installed cairn's version and exit.",
         ),
     ] = False,
+    api_url: Annotated[
+        str | None,
+        typer.Option(
+            "--api-url",
+            help="Remote mode: talk to the HTTP API at this URL with the key in "
+            "CAIRN_API_KEY (as CAIRN_API_URL does), not to the database.",
+        ),
+    ] = None,
 ) -> None:
-    """cairn: a durable workflow engine for long-running, multi-step work."""
+    """cairn: a durable workflow engine for long-running, multi-step work.
+
+    Remote mode: with CAIRN_API_URL set (or --api-url), operator commands go through the
+    HTTP API with the key in CAIRN_API_KEY; without it, they use the database directly."""
+    if api_url:
+        from cairn.cli.remote import use_url
+
+        use_url(api_url)
 
 
 def cwd_importable() -> None:

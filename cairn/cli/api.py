@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from cairn.cli import remote
 from cairn.cli._app import app, cwd_importable
 
 
@@ -19,6 +20,7 @@ def api(
     process keeps one database pool."""
     from cairn.config import Settings
 
+    remote.process_note("api")
     cwd_importable()  # the embedded mode runs handlers in this process
     import uvicorn
 

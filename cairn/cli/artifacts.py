@@ -6,10 +6,11 @@ import json
 import sys
 import time
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from cairn.cli import remote
 from cairn.cli._app import app, out
 
 
@@ -29,37 +30,58 @@ def list_artifacts(
     """List a run's artifacts, every version with its provenance; or write one out."""
     from rich.table import Table
 
+    if get is not None:
+        remote.direct_only("artifacts --get", "the content is read from the object store")
+        _write_out(run_id, get, version)
+        return
+    if remote.active():
+        with remote.api() as api:
+            found = api.artifacts(run_id, name).artifacts
+    else:
+        found = _versions(run_id, name)
+    if as_json:
+        print(json.dumps(found, indent=2))
+        return
+    table = Table("name", "version", "size", "sha256", "node", "attempt", "model/tool", "created")
+    for info in found:
+        table.add_row(
+            info["name"],
+            str(info["version"]),
+            str(info["size"]),
+            info["sha256"][:12],
+            f"{info['node']}#{info['iteration']}",
+            str(info["attempt"]),
+            " ".join(part for part in (info["model"], info["tool"]) if part),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info["created_at"])),
+        )
+    out.print(table)
+
+
+def _versions(run_id: str, name: str | None) -> list[dict[str, Any]]:
+    from cairn.artifacts import ArtifactRegistry
+    from cairn.client import Client
+
+    client = Client()
+    try:
+        return [
+            info.to_dict() for info in ArtifactRegistry(client.runtime.store).versions(run_id, name)
+        ]
+    finally:
+        client.close()
+
+
+def _write_out(run_id: str, name: str, version: int | None) -> None:
     from cairn.artifacts import ArtifactRegistry, open_store
     from cairn.client import Client
 
     client = Client()
     try:
-        registry = ArtifactRegistry(client.runtime.store)
-        if get is not None:
-            info = registry.get(run_id, get, version)
-            data = open_store(client.settings.effective_artifacts_url).read(info.sha256)
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
-            return
-        found = registry.versions(run_id, name)
+        info = ArtifactRegistry(client.runtime.store).get(run_id, name, version)
+        data = open_store(client.settings.effective_artifacts_url).read(info.sha256)
     finally:
         client.close()
-    if as_json:
-        print(json.dumps([info.to_dict() for info in found], indent=2))
-        return
-    table = Table("name", "version", "size", "sha256", "node", "attempt", "model/tool", "created")
-    for info in found:
-        table.add_row(
-            info.name,
-            str(info.version),
-            str(info.size),
-            info.sha256[:12],
-            f"{info.node}#{info.iteration}",
-            str(info.attempt),
-            " ".join(part for part in (info.model, info.tool) if part),
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.created_at)),
-        )
-    out.print(table)
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
 
 
 @app.command("artifacts-cleanup")
@@ -83,6 +105,7 @@ def artifacts_cleanup(
 ) -> None:
     """Delete orphan blobs and expired artifacts (for a Kubernetes CronJob); prints
     what was deleted as JSON. Safe to run from several processes at once."""
+    remote.direct_only("artifacts-cleanup", "it deletes from the object store and the database")
     from cairn.artifacts import ArtifactRegistry, open_store
     from cairn.artifacts.cleanup import clean
     from cairn.client import Client

@@ -27,15 +27,23 @@ def liveness(beat: dict[str, Any] | None, interval_s: float) -> str:
     where = f"on {beat.get('worker', '?')}"
     progress = ""
     if beat.get("done") is not None:
-        total = f"/{beat['total']}" if beat.get("total") not in (None, "None") else ""
+        total = f"/{_figure(beat['total'])}" if beat.get("total") not in (None, "None") else ""
         message = f" {beat['message']}" if beat.get("message") else ""
-        progress = f", {beat['done']}{total}{message}"
+        progress = f", {_figure(beat['done'])}{total}{message}"
     if age_s > 3 * interval_s:  # three missed beats
         return f"suspect: no heartbeat for {age(age_s)} (last {where}){progress}"
     if beat.get("stalled"):
-        idle = age(float(beat.get("progress_age_s", 0.0)))
+        # Redis's record says progress_age_s; the API's (cairn.lease.heartbeat.beat_view)
+        # no_progress_s.
+        idle = age(float(beat.get("progress_age_s", beat.get("no_progress_s")) or 0.0))
         return f"stalled {where}: beating, but no progress for {idle}{progress}"
     return f"working {where}, last beat {age(age_s)} ago{progress}"
+
+
+def _figure(value: object) -> str:
+    """A count as the handler reported it: Redis's text as it is, the API's number
+    without a needless ``.0``."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def age(seconds: float) -> str:

@@ -7,11 +7,14 @@ import sys
 
 from cairn.cli import (  # noqa: F401 - each module registers its commands
     access,
+    actions,
     api,
     artifacts,
+    bulk,
     definitions,
     demo,
     effects,
+    listing,
     model_calls,
     pauses,
     processes,
@@ -23,6 +26,7 @@ from cairn.cli import (  # noqa: F401 - each module registers its commands
     watch,
 )
 from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err
+from cairn.cli.remote import error_line
 from cairn.errors import CairnError, WorkflowDefinitionError
 
 __all__ = ["app", "main"]
@@ -36,5 +40,5 @@ def main() -> None:
         err.print(str(exc), markup=False)
         sys.exit(EXIT_INVALID)
     except CairnError as exc:
-        err.print(f"error: {exc}", markup=False)
+        err.print(f"error: {error_line(exc)}", markup=False)
         sys.exit(EXIT_INVALID)

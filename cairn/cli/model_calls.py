@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cairn.cli import remote
 from cairn.cli._app import app, out
 from cairn.cli.deployment import deployment
 
@@ -28,11 +29,15 @@ def calls(
     passed, when a context budget compacted them), tokens, latency and the answer."""
     from rich.table import Table
 
-    from cairn.observe.model_calls import model_calls_view
+    if remote.active():
+        with remote.api() as api:
+            view = api.model_calls(run_id, node).model_dump()
+    else:
+        from cairn.observe.model_calls import model_calls_view
 
-    with deployment() as opened:
-        opened.orchestrator.get_run(run_id)  # an unknown run is an error, not []
-        view = model_calls_view(opened.store, run_id, node)
+        with deployment() as opened:
+            opened.orchestrator.get_run(run_id)  # an unknown run is an error, not []
+            view = model_calls_view(opened.store, run_id, node)
     if as_json:
         print(json.dumps(view, indent=2))
         return

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from cairn.cli import remote
 from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err, out
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
     from cairn.config import Settings
     from cairn.store.database import current_revision, make_engine, upgrade
 
+    remote.process_note("db upgrade")
     settings = Settings.from_env()
     engine = make_engine(settings.effective_database_url)
     upgrade(engine, revision)
@@ -82,6 +84,7 @@ def worker(  # noqa: PLR0917 - typer passes options by name
     from cairn.lease.redis import RedisLeases
     from cairn.runtime import Runtime, register_definitions, worker_app
 
+    remote.process_note("worker")
     cwd_importable()
     settings = _with(Settings.from_env(), liveness_file=liveness_file, metrics_port=metrics_port)
     _logging(settings)
@@ -152,6 +155,7 @@ def scheduler(metrics_port: MetricsPort = None) -> None:
     from cairn.config import Settings
     from cairn.runtime import Runtime
 
+    remote.process_note("scheduler")
     cwd_importable()
     settings = _with(Settings.from_env(), metrics_port=metrics_port)
     _logging(settings)

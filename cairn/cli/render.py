@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.table import Table
 
@@ -17,9 +17,6 @@ from cairn.model.definition import (
     WorkflowDefinition,
 )
 from cairn.model.durations import format_duration
-
-if TYPE_CHECKING:
-    from cairn.timetravel.diff import Change
 
 
 def as_table(definition: WorkflowDefinition) -> Table:
@@ -136,15 +133,18 @@ def _escape(text: str) -> str:
     return text.replace('"', "#quot;")
 
 
-def change_lines(changes: list[Change]) -> list[str]:
+def change_lines(changes: list[dict[str, Any]]) -> list[str]:
+    """``Change.to_dict()``s as lines: ``+`` added, ``-`` removed, ``~`` changed (a
+    value the API hid without the payloads permission is left out)."""
     lines = []
     for change in changes:
-        if change.kind == "added":
-            lines.append(f"+ {change.path}: {_short(change.new)}")
-        elif change.kind == "removed":
-            lines.append(f"- {change.path}: {_short(change.old)}")
+        path, kind = change["path"], change["change"]
+        if kind == "added":
+            lines.append(f"+ {path}: {_short(change.get('new'))}")
+        elif kind == "removed":
+            lines.append(f"- {path}: {_short(change.get('old'))}")
         else:
-            lines.append(f"~ {change.path}: {_short(change.old)} -> {_short(change.new)}")
+            lines.append(f"~ {path}: {_short(change.get('old'))} -> {_short(change.get('new'))}")
     return lines
 
 

@@ -1,17 +1,22 @@
-"""Commands about runs: register, submit, status, events, wait."""
+"""Commands about runs: register, submit, status, events, wait — each through the HTTP
+API in remote mode (:mod:`cairn.cli.remote`), else the database."""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
 
+from cairn.cli import remote
 from cairn.cli._app import EXIT_FAILED, EXIT_TIMEOUT, app, cwd_importable, err, json_object, out
 from cairn.cli.deployment import deployment
 from cairn.cli.liveness import heartbeats, liveness
 from cairn.errors import InvalidInput
+
+WAIT_POLL_S = 0.2
 
 
 @app.command()
@@ -24,6 +29,7 @@ def register(
     """Register workflow definitions (a version, once registered, cannot change): all of
     them, or none if any is invalid (every fault of every file is listed). The schedules
     they declare are added, or brought up to date."""
+    remote.direct_only("register", "not yet: definitions are registered in the database")
     from cairn.client import Client
     from cairn.definitions.catalog import load_all
     from cairn.definitions.queues import check_queues
@@ -89,36 +95,69 @@ def submit(  # noqa: PLR0917 - typer passes options by name
 ) -> None:
     """Start a run; print its id (with --debounce-key or --singleton-key, the run that
     the key collapses into or keeps)."""
-    from cairn.client import Client
-    from cairn.model.flow import Debounce, Singleton
-
     payload = json_object(input_json, "--input")
     if (debounce_key is None) != (debounce is None):
         raise InvalidInput("--debounce-key and --debounce go together")
     if max_wait is not None and debounce_key is None:
         raise InvalidInput("--max-wait needs --debounce-key and --debounce")
     debounced = (
-        Debounce.of({"key": debounce_key, "wait": debounce, "max_wait": max_wait})
+        {"key": debounce_key, "wait": debounce, "max_wait": max_wait}
         if debounce_key is not None
         else None
     )
-    single = Singleton.of({"key": singleton_key, "mode": singleton}) if singleton_key else None
-    client = Client()
-    try:
-        print(
-            client.submit(
-                workflow,
-                payload,
-                request_id=request_id,
-                webhook=webhook,
+    single = {"key": singleton_key, "mode": singleton} if singleton_key else None
+    asked = Submission(workflow, payload, request_id, webhook, debounced, single, priority)
+    print(asked.over_http(namespace) if remote.active() else asked.direct(namespace))
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What ``cairn submit`` asks for, sent either way."""
+
+    workflow: str
+    payload: dict[str, Any]
+    request_id: str | None
+    webhook: str | None
+    debounce: dict[str, Any] | None
+    singleton: dict[str, Any] | None
+    priority: int | None
+
+    def direct(self, namespace: str) -> str:
+        from cairn.client import Client
+        from cairn.model.flow import Debounce, Singleton
+
+        debounced = Debounce.of(self.debounce) if self.debounce is not None else None
+        single = Singleton.of(self.singleton) if self.singleton is not None else None
+        client = Client()
+        try:
+            return client.submit(
+                self.workflow,
+                self.payload,
+                request_id=self.request_id,
+                webhook=self.webhook,
                 namespace=namespace,
                 debounce=debounced,
                 singleton=single,
-                priority=priority,
+                priority=self.priority,
             )
+        finally:
+            client.close()
+
+    def over_http(self, namespace: str) -> str:
+        remote.key_namespace(namespace)
+        debounced = (
+            {k: v for k, v in self.debounce.items() if v is not None} if self.debounce else None
         )
-    finally:
-        client.close()
+        with remote.api() as client:
+            return client.submit(
+                self.workflow,
+                self.payload,
+                request_id=self.request_id,
+                webhook=self.webhook,
+                debounce=debounced,
+                singleton=self.singleton,
+                priority=self.priority,
+            ).run_id
 
 
 @app.command()
@@ -128,15 +167,51 @@ def status(
     fleet: Annotated[bool, typer.Option("--fleet", help="The workers and their leases.")] = False,
 ) -> None:
     """Show a run (status, liveness of its running nodes, node results), or the fleet."""
-    from cairn.observe.explain import context_lines, waiting_lines
-
     if fleet:
+        remote.direct_only("status --fleet", "the leases and queues are read from Redis")
         from cairn.cli.fleet import fleet_status
 
         fleet_status(as_json)
         return
     if run_id is None:
         raise typer.BadParameter("give a RUN_ID, or --fleet")
+    shown = _over_http(run_id) if remote.active() else _from_database(run_id)
+    if as_json:
+        print(json.dumps({**shown.view, "heartbeats": shown.beats}, indent=2, default=str))
+        return
+    view = shown.view
+    out.print(
+        f"[bold]{view['id']}[/bold]  {view['workflow']}@{view['version']}  "
+        f"[bold]{view['status']}[/bold]"
+    )
+    for running, beat in shown.beats.items():
+        out.print(f"{running}: {liveness(beat, shown.interval_s)}", markup=False)
+    for line in shown.explained:
+        out.print(line, markup=False)
+    if view["priority"]:
+        out.print(f"priority: {view['priority']}", markup=False)
+    if view["parent_run_id"] is not None:
+        out.print(
+            f"forked from run {view['parent_run_id']} at seq {view['fork_seq']}", markup=False
+        )
+    if view["reason"]:
+        out.print(f"reason: {view['reason']}", markup=False)
+    _executions(view["executions"])
+
+
+@dataclass(frozen=True)
+class RunShown:
+    """What ``cairn status`` shows of a run, read either way."""
+
+    view: dict[str, Any]  # RunView.to_dict()
+    beats: dict[str, dict[str, Any] | None]
+    explained: list[str]
+    interval_s: float
+
+
+def _from_database(run_id: str) -> RunShown:
+    from cairn.observe.explain import context_lines, waiting_lines
+
     with deployment() as opened:
         orchestrator = opened.orchestrator
         view = orchestrator.get_run(run_id, with_executions=True)
@@ -148,23 +223,15 @@ def status(
             if view.state is not None
             else []
         )
-    if as_json:
-        print(json.dumps({**view.to_dict(), "heartbeats": beats}, indent=2, default=str))
-        return
-    out.print(
-        f"[bold]{view.id}[/bold]  {view.workflow}@{view.version}  [bold]{view.status.value}[/bold]"
-    )
-    for running, beat in beats.items():
-        out.print(f"{running}: {liveness(beat, opened.settings.heartbeat_interval)}", markup=False)
-    for line in explained:
-        out.print(line, markup=False)
-    if view.priority:
-        out.print(f"priority: {view.priority}", markup=False)
-    if view.parent_run_id is not None:
-        out.print(f"forked from run {view.parent_run_id} at seq {view.fork_seq}", markup=False)
-    if view.reason:
-        out.print(f"reason: {view.reason}", markup=False)
-    _executions(view.executions)
+    return RunShown(view.to_dict(), beats, explained, opened.settings.heartbeat_interval)
+
+
+def _over_http(run_id: str) -> RunShown:
+    from cairn.cli.views import heartbeat_interval_s, run_view
+
+    with remote.api() as client:
+        detail = client.get_run(run_id)
+    return RunShown(run_view(detail), detail.heartbeats, detail.explain, heartbeat_interval_s())
 
 
 def _executions(executions: list[dict[str, Any]]) -> None:
@@ -186,143 +253,20 @@ def _executions(executions: list[dict[str, Any]]) -> None:
 
 
 @app.command()
-def signal(
-    run_id: Annotated[str, typer.Argument()],
-    name: Annotated[
-        str,
-        typer.Argument(
-            help="A signal the run's wait declares, or an operator's decision about a held "
-            "node: recovery.retry, recovery.complete, recovery.fail."
-        ),
-    ],
-    *,
-    payload_json: Annotated[
-        str | None,
-        typer.Option(
-            "--payload",
-            help='A JSON object (recovery.complete: {"output": {...}}; recovery.fail: '
-            '{"reason": "..."}).',
-        ),
-    ] = None,
-    comment: Annotated[
-        str | None,
-        typer.Option(help="What you say beside it (kept in the log; who decides is you)."),
-    ] = None,
-    signal_id: Annotated[
-        str | None, typer.Option("--id", help="Idempotency: the same id is applied once.")
-    ] = None,
-    node: Annotated[
-        str | None, typer.Option(help="The wait or held node this answers (if several).")
-    ] = None,
-) -> None:
-    """Send a signal to a waiting run; refused (exit 2, nothing written) if it cannot
-    take it. Its actor is db:<your user> (this command writes to the database)."""
-    payload = json_object(payload_json, "--payload") if payload_json is not None else None
-    with deployment() as opened:  # what the signal dispatches is published after the answer
-        writes = opened.writes
-        with writes.on_run("run.signal", run_id):
-            decision = opened.orchestrator.signal(
-                run_id,
-                name,
-                payload,
-                actor=writes.actor,
-                signal_id=signal_id,
-                node=node,
-                comment=comment,
-                role=writes.principal.role.value,
-            )
-        if decision.ignored is not None:
-            out.print(f"signal {signal_id} was already applied; nothing changed", markup=False)
-        out.print(f"{run_id} {decision.state.status.value}", markup=False)
-
-
-@app.command()
-def waiting(
-    namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many runs.")] = 100,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
-) -> None:
-    """List runs waiting for a person, longest waiting first, with what would answer."""
-    from cairn.observe.explain import describe
-
-    with deployment() as opened:
-        found = opened.orchestrator.waiting(namespace, limit)
-    if as_json:
-        print(json.dumps([entry.to_dict() for entry in found], indent=2))
-        return
-    if not found:
-        out.print("no run is waiting for a person")
-        return
-    now = time.time()
-    for entry in found:
-        out.print(f"{entry.run_id}  {describe(entry, now)}", markup=False)
-
-
-@app.command()
-def cancel(
-    run_id: Annotated[str, typer.Argument()],
-    reason: Annotated[
-        str, typer.Option(help="Why (kept in the log and on the run).")
-    ] = "cancelled from the command line",
-) -> None:
-    """Cancel a run: nothing new starts, running nodes stop at their next safe point (or
-    are detached after the workflow's cancel_timeout), then it ends cancelled."""
-    with deployment() as opened:  # what the cancel stops is told after the answer
-        writes = opened.writes
-        with writes.on_run("run.cancel", run_id):
-            decision = opened.orchestrator.cancel(run_id, reason, actor=writes.actor)
-        if decision.ignored is not None:
-            out.print("the run was already being cancelled; nothing changed", markup=False)
-        out.print(f"{run_id} {decision.state.status.value}", markup=False)
-
-
-@app.command()
-def rollback(
-    run_id: Annotated[str, typer.Argument()],
-    *,
-    reason: Annotated[str, typer.Option(help="Why (kept in the log and on the run).")],
-    yes: Annotated[bool, typer.Option("--yes", help="Confirm: this undoes applied steps.")] = False,
-    to_seq: Annotated[
-        int | None,
-        typer.Option(
-            "--to-seq", help="Back to the checkpoint after this event (see cairn events)."
-        ),
-    ] = None,
-    step: Annotated[
-        str | None,
-        typer.Option("--step", help="Undo only this step's change: NODE or NODE#VISIT."),
-    ] = None,
-) -> None:
-    """Roll a run back: stop it, run the compensation of every step that took effect
-    (last first), end rolled_back; or, --to-seq S, undo only the steps after event S and
-    resume from the state the run had there; or, --step NODE, undo only that step and
-    go on. Refused without --yes."""
-    node, iteration = _step(step) if step is not None else (None, None)
-    with deployment() as opened:
-        writes = opened.writes
-        with writes.on_run("run.rollback", run_id):
-            opened.orchestrator.rollback(
-                run_id,
-                reason,
-                actor=writes.actor,
-                confirm=yes,
-                to_seq=to_seq,
-                step=node,
-                step_iteration=iteration,
-            )
-        view = opened.orchestrator.get_run(run_id)
-        out.print(f"{view.id} {view.status.value}", markup=False)
-
-
-@app.command()
 def events(
     run_id: Annotated[str, typer.Argument()],
     after: Annotated[int, typer.Option(help="Only events after this seq.")] = 0,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Print a run's event log."""
-    with deployment() as opened:
-        history = opened.orchestrator.events(run_id, after)
+    if remote.active():
+        from cairn.cli.views import all_events
+
+        with remote.api() as client:
+            history = all_events(client, run_id, after)
+    else:
+        with deployment() as opened:
+            history = opened.orchestrator.events(run_id, after)
     if as_json:
         print(json.dumps(history, indent=2))
         return
@@ -344,8 +288,16 @@ def wait(
     timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 60.0,
 ) -> None:
     """Wait for a run to finish: exit 0 if it succeeded, 1 if not, 3 on timeout."""
+    status_, reason = (
+        _waited_over_http(run_id, timeout) if remote.active() else _waited(run_id, timeout)
+    )
+    out.print(f"{run_id} {status_}" + (f": {reason}" if reason else ""), markup=False)
+    if status_ != "succeeded":
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _waited(run_id: str, timeout: float) -> tuple[str, str | None]:
     from cairn.client import Client, WaitTimeout
-    from cairn.model.statuses import RunStatus
 
     client = Client()
     try:
@@ -355,18 +307,24 @@ def wait(
         raise typer.Exit(EXIT_TIMEOUT) from exc
     finally:
         client.close()
-    out.print(
-        f"{view.id} {view.status.value}" + (f": {view.reason}" if view.reason else ""), markup=False
-    )
-    if view.status is not RunStatus.SUCCEEDED:
-        raise typer.Exit(EXIT_FAILED)
+    return view.status.value, view.reason
 
 
-def _step(text: str) -> tuple[str, int | None]:
-    node, _, visit = text.partition("#")
-    if not node or (visit and not visit.isdigit()):
-        raise InvalidInput(f"--step is NODE or NODE#VISIT, not {text!r}")
-    return node, int(visit) if visit else None
+def _waited_over_http(run_id: str, timeout: float) -> tuple[str, str | None]:
+    from cairn.model.statuses import RunStatus
+
+    deadline = time.monotonic() + timeout
+    with remote.api() as client:
+        while True:
+            detail = client.get_run(run_id)
+            if RunStatus(detail.status).terminal:
+                return detail.status, detail.reason
+            if time.monotonic() >= deadline:
+                err.print(
+                    f"run {run_id} is still {detail.status} after {timeout:g} s", markup=False
+                )
+                raise typer.Exit(EXIT_TIMEOUT)
+            time.sleep(WAIT_POLL_S)
 
 
 def _clock(at: float) -> str:

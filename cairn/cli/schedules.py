@@ -1,5 +1,7 @@
 """``cairn schedule``: cron schedules that start runs — add, list, show, pause, resume,
-delete, backfill (see docs/flow-control.md)."""
+delete, backfill (see docs/flow-control.md) — through the HTTP API in remote mode
+(:mod:`cairn.cli.remote`, the key's namespace), else on the database. Either way a
+schedule is printed from its JSON form (``ScheduleRecord.to_dict()``, as the API serves)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from cairn.cli import remote
 from cairn.cli._app import app, cwd_importable, json_object, out
 from cairn.errors import InvalidInput
 
 if TYPE_CHECKING:
     from cairn.client import Client
-    from cairn.store.records import ScheduleRecord
 
 schedule = typer.Typer(help="Cron schedules that start runs.", no_args_is_help=True)
 app.add_typer(schedule, name="schedule")
@@ -63,6 +65,17 @@ def add(  # noqa: PLR0917 - typer passes options by name
     """Add a schedule: a run of WORKFLOW at every tick of CRON."""
     from cairn.model.schedules import OverlapPolicy, ScheduleSpec, seconds_of
 
+    if remote.active():
+        remote.key_namespace(namespace)
+        asked = {
+            **{"name": name, "workflow": workflow or name, "cron": cron, "version": version},
+            **{"timezone": timezone, "input": json_object(input_json, "--input")},
+            **{"overlap": overlap, "catch_up": catch_up, "jitter": jitter, "paused": paused},
+        }
+        with remote.api() as api:
+            added = api.add_schedule({k: v for k, v in asked.items() if v is not None})
+        out.print(f"added schedule {added.name}: next tick {_when(added.next_at)}", markup=False)
+        return
     spec = ScheduleSpec(
         name=name,
         cron=cron,
@@ -87,24 +100,29 @@ def list_schedules(namespace: NamespaceOption = "default", as_json: JsonOption =
     """The namespace's schedules."""
     from rich.table import Table
 
-    client = _client()
-    try:
-        rows = client.schedules.of_namespace(namespace)
-    finally:
-        client.close()
+    if remote.active():
+        remote.key_namespace(namespace)
+        with remote.api() as api:
+            rows = [row.model_dump(exclude={"runs"}) for row in api.schedules().schedules]
+    else:
+        client = _client()
+        try:
+            rows = [row.to_dict() for row in client.schedules.of_namespace(namespace)]
+        finally:
+            client.close()
     if as_json:
-        print(json.dumps([row.to_dict() for row in rows], indent=2))
+        print(json.dumps(rows, indent=2))
         return
     table = Table("name", "workflow", "cron", "overlap", "state", "next tick", "last tick")
     for row in rows:
         table.add_row(
-            row.name,
-            row.workflow + (f"@{row.version}" if row.version else ""),
-            f"{row.cron} ({row.timezone})",
-            row.overlap,
-            "paused" if row.paused else "active",
-            "" if row.paused else _when(row.next_at),
-            _when(row.last_tick_at),
+            row["name"],
+            row["workflow"] + (f"@{row['version']}" if row["version"] else ""),
+            f"{row['cron']} ({row['timezone']})",
+            row["overlap"],
+            "paused" if row["paused"] else "active",
+            "" if row["paused"] else _when(row["next_at"]),
+            _when(row["last_tick_at"]),
         )
     out.print(table)
 
@@ -116,50 +134,70 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """A schedule, where its ticks stand, and the runs it started lately."""
-    client = _client()
-    try:
-        row = client.schedules.get(namespace, name)
-        runs = client.schedules.runs(namespace, name)
-    finally:
-        client.close()
+    if remote.active():
+        remote.key_namespace(namespace)
+        with remote.api() as api:
+            row = api.schedule(name).model_dump()
+    else:
+        client = _client()
+        try:
+            found = client.schedules.get(namespace, name)
+            row = {**found.to_dict(), "runs": _runs(client.schedules.runs(namespace, name))}
+        finally:
+            client.close()
     if as_json:
-        print(json.dumps({**row.to_dict(), "runs": _runs(runs)}, indent=2))
+        print(json.dumps(row, indent=2))
         return
     _print_schedule(row)
-    for run in _runs(runs):
+    for run in row["runs"] or []:
         out.print(f"  {run['tick']}  {run['run_id']}  {run['status']}", markup=False)
 
 
 @schedule.command("pause")
 def pause(name: Annotated[str, typer.Argument()], namespace: NamespaceOption = "default") -> None:
     """Stop ticking (ticks while paused are not started, then or later)."""
-    client = _client()
-    try:
-        client.schedules.pause(namespace, name)
-    finally:
-        client.close()
+    if remote.active():
+        remote.key_namespace(namespace)
+        with remote.api() as api:
+            api.pause_schedule(name)
+    else:
+        client = _client()
+        try:
+            client.schedules.pause(namespace, name)
+        finally:
+            client.close()
     out.print(f"paused schedule {name}", markup=False)
 
 
 @schedule.command("resume")
 def resume(name: Annotated[str, typer.Argument()], namespace: NamespaceOption = "default") -> None:
     """Tick again, from now."""
-    client = _client()
-    try:
-        row = client.schedules.resume(namespace, name)
-    finally:
-        client.close()
-    out.print(f"resumed schedule {name}: next tick {_when(row.next_at)}", markup=False)
+    if remote.active():
+        remote.key_namespace(namespace)
+        with remote.api() as api:
+            next_at = api.resume_schedule(name).next_at
+    else:
+        client = _client()
+        try:
+            next_at = client.schedules.resume(namespace, name).next_at
+        finally:
+            client.close()
+    out.print(f"resumed schedule {name}: next tick {_when(next_at)}", markup=False)
 
 
 @schedule.command("delete")
 def delete(name: Annotated[str, typer.Argument()], namespace: NamespaceOption = "default") -> None:
     """Delete a schedule (the runs it started go on)."""
-    client = _client()
-    try:
-        client.schedules.delete(namespace, name)
-    finally:
-        client.close()
+    if remote.active():
+        remote.key_namespace(namespace)
+        with remote.api() as api:
+            api.delete_schedule(name)
+    else:
+        client = _client()
+        try:
+            client.schedules.delete(namespace, name)
+        finally:
+            client.close()
     out.print(f"deleted schedule {name}", markup=False)
 
 
@@ -173,47 +211,49 @@ def backfill(
 ) -> None:
     """Start a run for every tick in [START, END), now; a tick that has its run already
     (started by the schedule, or an earlier backfill) starts nothing new."""
-    client = _client()
-    try:
-        done = client.schedules.backfill(
-            namespace, name, _instant(start, "--start"), _instant(end, "--end")
-        )
-    finally:
-        client.close()
+    first, last = _instant(start, "--start"), _instant(end, "--end")
+    if remote.active():
+        remote.key_namespace(namespace)
+        with remote.api() as api:
+            done = api.backfill_schedule(name, first, last).model_dump()
+    else:
+        client = _client()
+        try:
+            found = client.schedules.backfill(namespace, name, first, last)
+        finally:
+            client.close()
+        done = {
+            "ticks": found.ticks,
+            "created": found.created,
+            "existing": found.existing,
+            "run_ids": found.run_ids,
+        }
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "ticks": done.ticks,
-                    "created": done.created,
-                    "existing": done.existing,
-                    "run_ids": done.run_ids,
-                }
-            )
-        )
+        print(json.dumps(done))
         return
     out.print(
-        f"{done.ticks} ticks: {done.created} runs started, {done.existing} had theirs",
+        f"{done['ticks']} ticks: {done['created']} runs started, {done['existing']} had theirs",
         markup=False,
     )
 
 
-def _print_schedule(row: ScheduleRecord) -> None:
-    pinned = f"@{row.version}" if row.version else " (newest version)"
+def _print_schedule(row: dict[str, Any]) -> None:
+    pinned = f"@{row['version']}" if row["version"] else " (newest version)"
     lines = [
-        f"schedule {row.namespace}/{row.name}: {row.workflow}{pinned}",
-        f"  cron      {row.cron} ({row.timezone})",
-        f"  overlap   {row.overlap}; catch-up {row.catch_up_s:g} s; jitter {row.jitter_s:g} s",
-        f"  input     {json.dumps(row.input)}",
-        f"  state     {'paused' if row.paused else 'active'}; next tick {_when(row.next_at)}",
-        f"  last tick {_when(row.last_tick_at)}"
-        + (f" -> run {row.last_run_id}" if row.last_run_id else ""),
-        f"  skipped   {row.skipped} tick(s)",
+        f"schedule {row['namespace']}/{row['name']}: {row['workflow']}{pinned}",
+        f"  cron      {row['cron']} ({row['timezone']})",
+        f"  overlap   {row['overlap']}; catch-up {row['catch_up_s']:g} s; "
+        f"jitter {row['jitter_s']:g} s",
+        f"  input     {json.dumps(row['input'])}",
+        f"  state     {'paused' if row['paused'] else 'active'}; next tick {_when(row['next_at'])}",
+        f"  last tick {_when(row['last_tick_at'])}"
+        + (f" -> run {row['last_run_id']}" if row["last_run_id"] else ""),
+        f"  skipped   {row['skipped']} tick(s)",
     ]
-    if row.buffered_at is not None:
-        lines.append(f"  buffered  {_when(row.buffered_at)} (waits for the last run to end)")
-    if row.last_error:
-        lines.append(f"  error     {row.last_error}")
+    if row["buffered_at"] is not None:
+        lines.append(f"  buffered  {_when(row['buffered_at'])} (waits for the last run to end)")
+    if row["last_error"]:
+        lines.append(f"  error     {row['last_error']}")
     for line in lines:
         out.print(line, markup=False)
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cairn.cli import remote
 from cairn.cli._app import app, err, out
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ def sla(
     CAIRN_SLO_* checked, exit 1 if any is violated."""
     from cairn.config import Settings
 
+    remote.direct_only("sla", "the report reads the database's facts directly")
     try:
         window = parse_duration(since)
     except ValueError as exc:

@@ -1,4 +1,7 @@
-"""Commands that travel a run's timeline, read-only: history, state, diff, bisect."""
+"""Commands that travel a run's timeline, read-only: history, state, diff, bisect —
+through the HTTP API in remote mode (:mod:`cairn.cli.remote`), else from the database.
+Either way the renderers below get the engine's JSON forms (``History.to_dict()``,
+``plain(state)``, ``Change.to_dict()``, ``Bisection.to_dict()``), which the API serves."""
 
 from __future__ import annotations
 
@@ -8,12 +11,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from cairn.cli import remote
 from cairn.cli._app import app, cwd_importable, out
 from cairn.cli.deployment import deployment
+from cairn.cli.views import step_of
 
 if TYPE_CHECKING:
-    from cairn.timetravel.bisection import Bisection, Check
-    from cairn.timetravel.history import History
+    from cairn.timetravel.bisection import Check
     from cairn.timetravel.steps import Step
 
 EXIT_NOT_FOUND = 1  # bisect: no step to blame (fails from the start, or never fails)
@@ -28,11 +32,14 @@ def history(
     """Every step of a run: its seq, node, visit, attempt, phase, inputs and outputs
     digests, duration, and any retry, recovery, hold or compensation; the run's other
     events (signals, timers, cancel, rollback, recoveries) in between."""
-
-    with deployment() as opened:
-        found = opened.timeline(run_id).history()
+    if remote.active():
+        with remote.api() as client:
+            found = client.history(run_id).model_dump()
+    else:
+        with deployment() as opened:
+            found = opened.timeline(run_id).history().to_dict()
     if as_json:
-        print(json.dumps(found.to_dict(), indent=2))
+        print(json.dumps(found, indent=2))
         return
     for line in history_lines(found):
         out.print(line, markup=False, soft_wrap=True)
@@ -48,10 +55,14 @@ def state(
 ) -> None:
     """The run's full state after event SEQ: the latest snapshot at or before it plus the
     events since, replayed through the decider (nothing runs again)."""
-    from cairn.timetravel.diff import plain
+    if remote.active():
+        with remote.api() as client:
+            found = client.state(run_id, at).state
+    else:
+        from cairn.timetravel.diff import plain
 
-    with deployment() as opened:
-        found = plain(opened.timeline(run_id).state_at(at))
+        with deployment() as opened:
+            found = plain(opened.timeline(run_id).state_at(at))
     if as_json:
         print(json.dumps(found, indent=2))
         return
@@ -85,10 +96,14 @@ def diff(
     """What changed in the run's state from after event --from to after event --to."""
     from cairn.cli.render import change_lines
 
-    with deployment() as opened:
-        changes = opened.timeline(run_id).diff(from_seq, to_seq)
+    if remote.active():
+        with remote.api() as client:
+            changes = client.diff(run_id, from_seq, to_seq).changes
+    else:
+        with deployment() as opened:
+            changes = [c.to_dict() for c in opened.timeline(run_id).diff(from_seq, to_seq)]
     if as_json:
-        print(json.dumps([change.to_dict() for change in changes], indent=2))
+        print(json.dumps(changes, indent=2))
         return
     if not changes:
         out.print(f"no change from seq {from_seq} to seq {to_seq}", markup=False)
@@ -117,31 +132,38 @@ def bisect(
 
     cwd_importable()
     predicate = load_predicate(check)
-    with deployment() as opened:
-        found = opened.timeline(run_id).bisect(
-            predicate, on_check=None if as_json else _print_check
-        )
+    on_check = None if as_json else _print_check
+    if remote.active():
+        from cairn.cli.remote_bisect import bisect_over_http
+
+        with remote.api() as client:
+            found = bisect_over_http(client, run_id, predicate, on_check)
+    else:
+        with deployment() as opened:
+            found = opened.timeline(run_id).bisect(predicate, on_check=on_check).to_dict()
     if as_json:
-        print(json.dumps(found.to_dict(), indent=2))
+        print(json.dumps(found, indent=2))
     else:
         for line in bisection_lines(found):
             out.print(line, markup=False, soft_wrap=True)
-    if found.verdict is not Verdict.FOUND:
+    if found["verdict"] != Verdict.FOUND:
         raise typer.Exit(EXIT_NOT_FOUND)
 
 
 # -- text forms -----------------------------------------------------------------------------
 
 
-def history_lines(found: History) -> list[str]:
+def history_lines(found: dict[str, Any]) -> list[str]:
+    """``History.to_dict()``, as lines."""
+    steps = [step_of(step) for step in found["steps"]]
     lines = [
-        f"{found.run_id}  {found.workflow}@{found.version}  {found.status}: "
-        f"{len(found.steps)} step(s) in {found.last_seq} event(s)",
+        f"{found['run_id']}  {found['workflow']}@{found['version']}  {found['status']}: "
+        f"{len(steps)} step(s) in {found['last_seq']} event(s)",
         f"{'seq':>5}  {'step':<22} {'status':<10} {'inputs':<12} {'outputs':<12} "
         f"{'duration':>9}  notes",
     ]
-    entries: list[tuple[int, str]] = [(step.seq, _step_line(step)) for step in found.steps]
-    entries += [(event.seq, f"{event.seq:>5}  · {event.summary}") for event in found.events]
+    entries: list[tuple[int, str]] = [(step.seq, _step_line(step)) for step in steps]
+    entries += [(e["seq"], f"{e['seq']:>5}  · {e['summary']}") for e in found["events"]]
     lines += [line for _seq, line in sorted(entries, key=lambda entry: entry[0])]
     return lines
 
@@ -170,29 +192,30 @@ def _duration(seconds: float, measured_by: str | None) -> str:
     return f"{approximate}{seconds:.2f} s"
 
 
-def bisection_lines(found: Bisection) -> list[str]:
+def bisection_lines(found: dict[str, Any]) -> list[str]:
+    """``Bisection.to_dict()``, as lines."""
     from cairn.cli.render import change_lines
     from cairn.timetravel.bisection import Verdict
 
-    checks = f"{len(found.checks)} check(s)"
-    if found.verdict is Verdict.NO_STEPS:
-        return [f"run {found.run_id} has no step yet: nothing to bisect"]
-    if found.verdict is Verdict.NEVER_FAILS:
+    checks = f"{len(found['checks'])} check(s)"
+    verdict = found["verdict"]
+    if verdict == Verdict.NO_STEPS:
+        return [f"run {found['run_id']} has no step yet: nothing to bisect"]
+    if verdict == Verdict.NEVER_FAILS:
         return [f"the predicate holds after every step ({checks}): no step to blame"]
-    if found.verdict is Verdict.FAILS_AT_START:
+    if verdict == Verdict.FAILS_AT_START:
         return [f"the predicate fails before the first step already ({checks}): no step to blame"]
-    step = found.step
-    assert step is not None and found.input_state is not None
+    step = step_of(found["step"])
     lines = [
         f"first bad step ({checks}): seq {step.seq} {step.label} {step.event} ({step.status})",
-        "input: " + json.dumps(found.input_state.vars, indent=2),
+        "input: " + json.dumps(found["input"]["vars"], indent=2),
     ]
     if step.error:
         lines.append(f"error: {step.error}")
     else:
-        lines.append("output: " + json.dumps(found.output, indent=2))
+        lines.append("output: " + json.dumps(found["output"], indent=2))
     lines.append("changed:")
-    lines += [f"  {line}" for line in change_lines(found.changes)]
+    lines += [f"  {line}" for line in change_lines(found["changes"])]
     return lines
 
 

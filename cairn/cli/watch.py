@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from cairn.cli import remote
 from cairn.cli._app import EXIT_FAILED, EXIT_TIMEOUT, app, out
 from cairn.cli.deployment import deployment
 from cairn.cli.liveness import heartbeats, liveness
@@ -32,6 +33,9 @@ def watch(
     """Follow a run live until it ends: a progress bar of its steps, what each running
     node is doing (heartbeats) and the last lines its model call is streaming, what it
     waits for, and every recovery. Exit 0 if it succeeded, 1 if not, 3 on timeout."""
+    if remote.active():
+        _watch_over_http(run_id, interval, timeout)
+        return
     from rich.live import Live
 
     from cairn.model.statuses import RunStatus
@@ -70,6 +74,55 @@ def watch(
                 time.sleep(interval)
     if view.status is not RunStatus.SUCCEEDED:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _watch_over_http(run_id: str, interval: float, timeout: float | None) -> None:
+    """``cairn watch`` in remote mode: the run as the API shows it (its progress counted
+    there), refreshed; what model calls stream is not shown."""
+    from rich.live import Live
+
+    from cairn.cli.views import all_events, heartbeat_interval_s
+    from cairn.model.statuses import RunStatus
+
+    recoveries: list[str] = []
+    seen = 0
+    deadline = None if timeout is None else time.monotonic() + timeout
+    interval_s = heartbeat_interval_s()
+    with remote.api() as client, Live(console=out, refresh_per_second=4) as live:
+        while True:
+            detail = client.get_run(run_id)
+            for event in all_events(client, run_id, seen):
+                seen = event["seq"]
+                if event["type"] == "audit.recovered":
+                    recoveries.append(_recovered_line(event["data"]))
+            head = f"{detail.id}  {detail.status}" + (f": {detail.reason}" if detail.reason else "")
+            lines = [head]
+            lines += [
+                f"{ran}: {liveness(beat, interval_s)}" for ran, beat in detail.heartbeats.items()
+            ]
+            lines += detail.explain + recoveries
+            title = f"{detail.workflow}@{detail.version}"
+            live.update(_frame(title, detail.progress.total, detail.progress.done, lines))
+            if RunStatus(detail.status).terminal:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise typer.Exit(EXIT_TIMEOUT)
+            time.sleep(interval)
+    if detail.status != RunStatus.SUCCEEDED:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _frame(title: str, total: int, done: int, lines: list[str]) -> Group:
+    """A frame: the steps as a progress bar, then the lines."""
+    from rich.console import Group
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.text import Text
+
+    bar = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), expand=False
+    )
+    bar.add_task(title, total=total or 1, completed=done)
+    return Group(bar, *(Text(line) for line in lines))
 
 
 TEXT_ROWS = 4  # rows of a model call's text under its node: a glimpse, not a transcript
@@ -121,10 +174,6 @@ def _watch_view(
     problem: str | None = None,
 ) -> Group:
     """One frame of ``cairn watch``."""
-    from rich.console import Group
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-    from rich.text import Text
-
     from cairn.observe.explain import context_lines, waiting_lines
 
     state = view.state
@@ -134,10 +183,6 @@ def _watch_view(
         if state is not None
         else 0
     )
-    bar = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), expand=False
-    )
-    bar.add_task(f"{view.workflow}@{view.version}", total=len(tasks) or 1, completed=done)
     lines = [f"{view.id}  {view.status.value}" + (f": {view.reason}" if view.reason else "")]
     streaming = _streaming(state, said)
     for running, beat in beats.items():
@@ -148,7 +193,7 @@ def _watch_view(
     if state is not None:
         lines += waiting_lines(definition, state, time.time()) + context_lines(definition, state)
     lines += recoveries
-    return Group(bar, *(Text(line) for line in lines))
+    return _frame(f"{view.workflow}@{view.version}", len(tasks), done, lines)
 
 
 def _streaming(state: Any, said: Streamed | None) -> dict[str, list[str]]:

@@ -109,7 +109,7 @@ def submit(
     submissions with one key into one run — it takes no request id, its key is the
     idempotency; ``singleton`` (``{"key", "mode": "skip"|"cancel"}``) keeps one
     unfinished run per key; ``priority`` -5..5, higher first. See docs/api.md."""
-    body = _present(
+    body = present(
         workflow=workflow,
         input=dict(run_input or {}),
         version=version,
@@ -135,27 +135,62 @@ def submit_batch(runs: Sequence[Mapping[str, Any]]) -> Call[BatchResponse]:
 
 def get_run(run_id: str) -> Call[RunDetail]:
     """The run: status, nodes, progress, heartbeats, state, what it waits for."""
-    return Call("GET", _run(run_id), RunDetail.model_validate)
+    return Call("GET", run_path(run_id), RunDetail.model_validate)
 
 
 def runs_page(
     *,
-    status: str | None = None,
+    status: str | Sequence[str] | None = None,
     workflow: str | None = None,
+    version: int | None = None,
+    created_after: float | None = None,
+    created_before: float | None = None,
     limit: int = 50,
     cursor: str | None = None,
 ) -> Call[RunPage]:
-    """One page of the namespace's runs, newest first; pass its ``next_cursor`` as
-    ``cursor`` for the next (``list_runs`` follows them for you)."""
-    params = _present(status=status, workflow=workflow, limit=limit, cursor=cursor)
+    """One page of the namespace's runs the filters select, newest first: ``status`` one
+    or several, ``created_after``/``created_before`` epoch seconds (exclusive). Pass its
+    ``next_cursor`` as ``cursor`` for the next (``runs`` follows them for you)."""
+    statuses = [status] if isinstance(status, str) else list(status or []) or None
+    params = present(
+        status=statuses,
+        workflow=workflow,
+        version=version,
+        created_after=created_after,
+        created_before=created_before,
+        limit=limit,
+        cursor=cursor,
+    )
     return Call("GET", "/v1/runs", RunPage.model_validate, params=params)
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """Which runs a listing shows, paged through by the clients' ``runs``."""
+
+    status: str | Sequence[str] | None = None
+    workflow: str | None = None
+    version: int | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+
+    def page(self, limit: int, cursor: str | None) -> Call[RunPage]:
+        return runs_page(
+            status=self.status,
+            workflow=self.workflow,
+            version=self.version,
+            created_after=self.created_after,
+            created_before=self.created_before,
+            limit=limit,
+            cursor=cursor,
+        )
 
 
 def events(run_id: str, after: int = 0, limit: int = EVENTS_PAGE) -> Call[EventPage]:
     """The run's event log after seq ``after``, oldest first, at most ``limit`` events;
     the page's ``next_after`` continues it."""
     params = {"after": after, "limit": limit}
-    return Call("GET", f"{_run(run_id)}/events", EventPage.model_validate, params=params)
+    return Call("GET", f"{run_path(run_id)}/events", EventPage.model_validate, params=params)
 
 
 def signal(
@@ -172,10 +207,10 @@ def signal(
     ``applied`` is False when it had been applied before — by an earlier call, or by
     this one's first try if its answer was lost. A signal the run cannot take raises
     (``NotWaiting``, ``UnknownSignal``, ...); one the key may not give, ``Forbidden``."""
-    body = _present(
+    body = present(
         payload=payload, signal_id=signal_id or _made_up_id(), node=node, comment=comment
     )
-    path = f"{_run(run_id)}/signals/{quote(name, safe='')}"
+    path = f"{run_path(run_id)}/signals/{quote(name, safe='')}"
     return Call("POST", path, SignalResult.model_validate, body=body)
 
 
@@ -183,21 +218,21 @@ def cancel(run_id: str, reason: str | None = None) -> Call[CancelResult]:
     """Cancel a run: ``cancelling`` at once, ``cancelled`` once its running nodes have
     stopped; ``changed`` is False if it was being cancelled already. A finished run
     raises ``IllegalTransition``."""
-    body = _present(reason=reason)
-    return Call("POST", f"{_run(run_id)}/cancel", CancelResult.model_validate, body=body)
+    body = present(reason=reason)
+    return Call("POST", f"{run_path(run_id)}/cancel", CancelResult.model_validate, body=body)
 
 
 def stream_call(position: RunStream) -> Call[None]:
     """Open (or reopen, after the last event seen) a run's event stream."""
-    path = f"{_run(position.run_id)}/stream"
+    path = f"{run_path(position.run_id)}/stream"
     return Call("GET", path, _nothing, params=position.params(), headers=position.headers())
 
 
-def _run(run_id: str) -> str:
+def run_path(run_id: str) -> str:
     return f"/v1/runs/{quote(run_id, safe='')}"
 
 
-def _present(**values: Any) -> dict[str, Any]:
+def present(**values: Any) -> dict[str, Any]:
     """The fields given: the API's defaults stand for the rest."""
     return {name: value for name, value in values.items() if value is not None}
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 import httpx
 import tenacity
 
-from cairn.http import calls
-from cairn.http.calls import Call
+from cairn.http import admin, calls, operations
+from cairn.http.calls import Call, RunFilters
 from cairn.http.models import RunSummary
 from cairn.http.retries import RetryPolicy, checked, giving_up
 from cairn.http.sse import RunStream, StreamEvent
@@ -44,6 +44,11 @@ def _awaiting(
     return method
 
 
+def _body(response: httpx.Response) -> Any:
+    """The answer's JSON; None for one without a body (``204 No Content``)."""
+    return response.json() if response.content else None
+
+
 class Client:
     """cairn's HTTP API, blocking. ``base_url`` and ``api_key`` default to
     ``CAIRN_API_URL`` and ``CAIRN_API_KEY``; ``transport`` is httpx's (tests, proxies).
@@ -69,17 +74,65 @@ class Client:
     events = _blocking(calls.events)
     signal = _blocking(calls.signal)
     cancel = _blocking(calls.cancel)
+    waiting = _blocking(operations.waiting)
+    artifacts = _blocking(operations.artifacts)
+    model_calls = _blocking(operations.model_calls)
+    history = _blocking(operations.history)
+    state = _blocking(operations.state)
+    diff = _blocking(operations.diff)
+    replay = _blocking(operations.replay)
+    dry_run = _blocking(operations.dry_run)
+    fork = _blocking(operations.fork)
+    rollback_plan = _blocking(operations.rollback_plan)
+    rollback = _blocking(operations.rollback)
+    effects = _blocking(operations.effects)
+    resolve = _blocking(operations.resolve)
+    reconcile = _blocking(operations.reconcile)
+    bulk_cancel = _blocking(operations.bulk_cancel)
+    bulk_signal = _blocking(operations.bulk_signal)
+    bulk_fork = _blocking(operations.bulk_fork)
+    add_schedule = _blocking(admin.add_schedule)
+    schedules = _blocking(admin.schedules)
+    schedule = _blocking(admin.schedule)
+    pause_schedule = _blocking(admin.pause_schedule)
+    resume_schedule = _blocking(admin.resume_schedule)
+    delete_schedule = _blocking(admin.delete_schedule)
+    backfill_schedule = _blocking(admin.backfill_schedule)
+    create_principal = _blocking(admin.create_principal)
+    mint_key = _blocking(admin.mint_key)
+    keys = _blocking(admin.keys)
+    rotate_key = _blocking(admin.rotate_key)
+    revoke_key = _blocking(admin.revoke_key)
+    audit_page = _blocking(admin.audit_page)
+    pause = _blocking(admin.pause)
+    resume = _blocking(admin.resume)
+    pauses = _blocking(admin.pauses)
+
+    def runs(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        workflow: str | None = None,
+        version: int | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        page_size: int = 50,
+    ) -> Iterator[RunSummary]:
+        """The namespace's runs the filters select (as :func:`~cairn.http.calls.runs_page`),
+        newest first, fetched a page at a time as you iterate."""
+        filters = RunFilters(status, workflow, version, created_after, created_before)
+        cursor: str | None = None
+        while True:
+            page = self.send(filters.page(page_size, cursor))
+            yield from page.runs
+            if (cursor := page.next_cursor) is None:
+                return
 
     def list_runs(
         self, *, status: str | None = None, workflow: str | None = None, page_size: int = 50
     ) -> Iterator[RunSummary]:
-        """The namespace's runs, newest first, fetched a page at a time as you iterate."""
-        cursor: str | None = None
-        while True:
-            page = self.runs_page(status=status, workflow=workflow, limit=page_size, cursor=cursor)
-            yield from page.runs
-            if (cursor := page.next_cursor) is None:
-                return
+        """:meth:`runs` by status and workflow (kept for the callers it had first)."""
+        return self.runs(status=status, workflow=workflow, page_size=page_size)
 
     def stream(self, run_id: str, *, after: int | None = None) -> Iterator[StreamEvent]:
         """The run's events as they are appended (``after`` seq ``after``), with progress
@@ -108,7 +161,7 @@ class Client:
         with giving_up():
             for attempt in tenacity.Retrying(**self.retry.options()):
                 with attempt:
-                    return call.parse(checked(self._http.send(request)).json())
+                    return call.parse(_body(checked(self._http.send(request))))
         raise AssertionError("unreachable: the tries return or raise")
 
     def _opened(self, call: Call[Any]) -> httpx.Response:
@@ -160,20 +213,65 @@ class AsyncClient:
     events = _awaiting(calls.events)
     signal = _awaiting(calls.signal)
     cancel = _awaiting(calls.cancel)
+    waiting = _awaiting(operations.waiting)
+    artifacts = _awaiting(operations.artifacts)
+    model_calls = _awaiting(operations.model_calls)
+    history = _awaiting(operations.history)
+    state = _awaiting(operations.state)
+    diff = _awaiting(operations.diff)
+    replay = _awaiting(operations.replay)
+    dry_run = _awaiting(operations.dry_run)
+    fork = _awaiting(operations.fork)
+    rollback_plan = _awaiting(operations.rollback_plan)
+    rollback = _awaiting(operations.rollback)
+    effects = _awaiting(operations.effects)
+    resolve = _awaiting(operations.resolve)
+    reconcile = _awaiting(operations.reconcile)
+    bulk_cancel = _awaiting(operations.bulk_cancel)
+    bulk_signal = _awaiting(operations.bulk_signal)
+    bulk_fork = _awaiting(operations.bulk_fork)
+    add_schedule = _awaiting(admin.add_schedule)
+    schedules = _awaiting(admin.schedules)
+    schedule = _awaiting(admin.schedule)
+    pause_schedule = _awaiting(admin.pause_schedule)
+    resume_schedule = _awaiting(admin.resume_schedule)
+    delete_schedule = _awaiting(admin.delete_schedule)
+    backfill_schedule = _awaiting(admin.backfill_schedule)
+    create_principal = _awaiting(admin.create_principal)
+    mint_key = _awaiting(admin.mint_key)
+    keys = _awaiting(admin.keys)
+    rotate_key = _awaiting(admin.rotate_key)
+    revoke_key = _awaiting(admin.revoke_key)
+    audit_page = _awaiting(admin.audit_page)
+    pause = _awaiting(admin.pause)
+    resume = _awaiting(admin.resume)
+    pauses = _awaiting(admin.pauses)
 
-    async def list_runs(
-        self, *, status: str | None = None, workflow: str | None = None, page_size: int = 50
+    async def runs(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        workflow: str | None = None,
+        version: int | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        page_size: int = 50,
     ) -> AsyncIterator[RunSummary]:
-        """The namespace's runs, newest first, fetched a page at a time as you iterate."""
+        """:meth:`Client.runs`, as an async iterator."""
+        filters = RunFilters(status, workflow, version, created_after, created_before)
         cursor: str | None = None
         while True:
-            page = await self.runs_page(
-                status=status, workflow=workflow, limit=page_size, cursor=cursor
-            )
+            page = await self.send(filters.page(page_size, cursor))
             for run in page.runs:
                 yield run
             if (cursor := page.next_cursor) is None:
                 return
+
+    def list_runs(
+        self, *, status: str | None = None, workflow: str | None = None, page_size: int = 50
+    ) -> AsyncIterator[RunSummary]:
+        """:meth:`runs` by status and workflow (kept for the callers it had first)."""
+        return self.runs(status=status, workflow=workflow, page_size=page_size)
 
     async def stream(self, run_id: str, *, after: int | None = None) -> AsyncIterator[StreamEvent]:
         """:meth:`Client.stream`, as an async iterator."""
@@ -200,7 +298,7 @@ class AsyncClient:
         with giving_up():
             async for attempt in tenacity.AsyncRetrying(**self.retry.options()):
                 with attempt:
-                    return call.parse(checked(await self._http.send(request)).json())
+                    return call.parse(_body(checked(await self._http.send(request))))
         raise AssertionError("unreachable: the tries return or raise")
 
     async def _opened(self, call: Call[Any]) -> httpx.Response:

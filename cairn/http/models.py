@@ -18,6 +18,11 @@ class Submitted(BaseModel):
     status_url: str
 
 
+class Forked(Submitted):
+    parent_run_id: str
+    fork_seq: int
+
+
 class BatchResult(BaseModel):
     index: int
     run_id: str | None = None
@@ -90,6 +95,11 @@ class RunDetail(RunSummary):
     )
     waiting: list[dict[str, Any]] = Field(description="What would answer each wait.")
     explain: list[str]
+    executions: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Every execution of its nodes: node, iteration, phase, status, attempt, "
+        "worker, duration_s, error (null without the payloads permission).",
+    )
     links: dict[str, str]
 
 
@@ -108,6 +118,33 @@ class CancelResult(BaseModel):
     run_id: str
     changed: bool = Field(description="False if the run was already being cancelled.")
     status: str
+
+
+class WaitingList(BaseModel):
+    waiting: list[dict[str, Any]] = Field(
+        description="Each execution waiting for a person, longest waiting first: run_id, "
+        "node, iteration, phase, signals, since, times_out_at, reason (a held node's), "
+        "approvers, quorum, votes, context (only to whoever may decide it, or read payloads)."
+    )
+
+
+class ArtifactList(BaseModel):
+    artifacts: list[dict[str, Any]]
+
+
+class ModelCallList(BaseModel):
+    calls: list[dict[str, Any]]
+    messages: dict[str, Any]
+
+
+class WorkflowInfo(BaseModel):
+    name: str
+    version: int
+    registered_at: float
+
+
+class WorkflowList(BaseModel):
+    workflows: list[WorkflowInfo]
 
 
 # -- an operator's view of one run: its history, its state at a seq, what changed -------
@@ -236,3 +273,85 @@ class Resumed(BaseModel):
     kind: str
     name: str
     started: int = Field(description="Held runs started (a workflow's); 0 for a queue.")
+
+
+# -- schedules ------------------------------------------------------------------------------
+
+
+class ScheduleView(BaseModel):
+    name: str
+    namespace: str | None = None
+    workflow: str
+    version: int | None
+    cron: str
+    timezone: str
+    input: dict[str, Any] | None = Field(
+        description="What its runs start with (null without the payloads permission)."
+    )
+    overlap: str
+    catch_up_s: float
+    jitter_s: float
+    paused: bool
+    next_at: float | None = Field(description="When the next tick is due (epoch seconds).")
+    last_tick_at: float | None = Field(description="The last tick that started a run.")
+    last_run_id: str | None
+    buffered_at: float | None = Field(description="A tick waiting for the last run to end.")
+    skipped: int = Field(description="Ticks skipped: too late to catch up, or by overlap.")
+    last_error: str | None
+    created_at: float
+    updated_at: float
+    runs: list[dict[str, str]] | None = Field(
+        default=None, description="The runs its ticks started lately (GET one schedule)."
+    )
+
+
+class ScheduleList(BaseModel):
+    schedules: list[ScheduleView]
+
+
+class BackfillResult(BaseModel):
+    ticks: int
+    created: int = Field(description="Runs started now.")
+    existing: int = Field(description="Ticks that had their run already.")
+    run_ids: list[str]
+
+
+# -- principals, keys, the audit log -------------------------------------------------------
+
+
+class PrincipalView(BaseModel):
+    name: str
+    role: str
+    payloads: bool
+    kind: str
+    created_at: float
+    created_by: str
+
+
+class MintedKeyView(BaseModel):
+    key_id: str
+    key: str = Field(description="The whole key: shown this once, stored nowhere.")
+    principal: str
+    namespace: str
+    role: str
+    expires_at: float | None
+
+
+class KeyView(BaseModel):
+    key_id: str
+    principal: str
+    role: str
+    payloads: bool
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+
+
+class KeyList(BaseModel):
+    principals: list[PrincipalView]
+    keys: list[KeyView]
+
+
+class AuditPage(BaseModel):
+    entries: list[dict[str, Any]]
+    next_after: int = Field(description="Ask with after= this for the next page.")

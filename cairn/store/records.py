@@ -169,6 +169,21 @@ class ListedRun:
             row.updated_at,
         )
 
+    def to_summary(self) -> dict[str, Any]:
+        """The listing's JSON form: ``GET /v1/runs``'s run (times as epoch seconds)."""
+        return {
+            "id": self.id,
+            "workflow": self.workflow,
+            "version": self.version,
+            "status": self.status.value,
+            "request_id": self.request_id,
+            "current": list(self.current or []),
+            "reason": self.reason,
+            "last_seq": self.last_seq,
+            "created_at": to_epoch(self.created_at),
+            "updated_at": to_epoch(self.updated_at),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class RunHead:

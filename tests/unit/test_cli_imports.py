@@ -113,6 +113,8 @@ def test_commands_that_read_or_answer_runs_import_no_broker_web_or_handler_code(
         ["events", first],
         ["state", first],
         ["waiting"],
+        ["runs"],
+        ["runs", "--status", "waiting", "--json"],
         ["calls", first],
         ["signal", second, "approve"],  # moves the run on: a node message is committed
         ["cancel", third, "--reason", "not needed"],

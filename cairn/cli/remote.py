@@ -1,0 +1,105 @@
+"""Which way a command reaches cairn — one rule — and what remote mode needs.
+
+**The rule.** With ``CAIRN_API_URL`` set (or ``cairn --api-url URL ...``), every operator
+command talks to the HTTP API, with the key in ``CAIRN_API_KEY``: it acts as that key's
+principal, in that key's namespace, and needs no database credentials. Without it, a
+command opens the database (``CAIRN_DATABASE_URL``, or the embedded default) and acts as
+``db:<user>``. Nothing else decides: a database URL set beside ``CAIRN_API_URL`` is not
+used by operator commands. A command with no remote form says so and stops (exit 2)
+instead of reaching for the database behind the user's back; the processes (worker,
+scheduler, api, db upgrade) use the database whatever this says, and say so once.
+
+Only the standard library is imported here: the HTTP client (httpx, pydantic) is
+imported when a command opens it, so direct mode never loads it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from cairn.errors import CairnError, InvalidInput
+
+if TYPE_CHECKING:
+    from cairn.http import Client
+
+URL_VARIABLE = "CAIRN_API_URL"
+KEY_VARIABLE = "CAIRN_API_KEY"
+# Replays and dry runs execute handlers in the API process: give them time.
+TIMEOUT_S = 120.0
+# A person is waiting: two tries, not the library's five with backoff.
+ATTEMPTS = 2
+DEFAULT_NAMESPACE = "default"
+
+
+class NoRemoteForm(CairnError):
+    """A command (or one of its options) that needs the database, asked in remote mode."""
+
+    code = "no_remote_form"
+
+
+def active() -> bool:
+    """Remote mode: ``CAIRN_API_URL`` is set (and not empty)."""
+    return bool(os.environ.get(URL_VARIABLE, "").strip())
+
+
+def use_url(url: str) -> None:
+    """``--api-url``: remote mode for this process, as if ``CAIRN_API_URL`` were set."""
+    os.environ[URL_VARIABLE] = url
+
+
+@contextmanager
+def api() -> Iterator[Client]:
+    """The API client of one command, closed after it."""
+    from cairn.http import Client, RetryPolicy
+
+    with Client(timeout_s=TIMEOUT_S, retry=RetryPolicy(attempts=ATTEMPTS)) as client:
+        yield client
+
+
+def direct_only(command: str, why: str) -> None:
+    """Stop with a clear line if remote mode is on: ``command`` needs the database."""
+    if active():
+        raise NoRemoteForm(
+            f"cairn {command} has no remote form ({why}); unset {URL_VARIABLE} to run it "
+            "against the database directly"
+        )
+
+
+def process_note(command: str) -> None:
+    """A process (worker, scheduler, api, db upgrade) runs on the database whatever the
+    mode: say so once when remote mode is on, so that nobody believes it went remote."""
+    if active():
+        sys.stderr.write(
+            f"note: {URL_VARIABLE} is set, but cairn {command} has no remote form: it uses "
+            "the database (CAIRN_DATABASE_URL) all the same\n"
+        )
+
+
+def key_namespace(namespace: str | None, option: str = "--namespace") -> None:
+    """Remote mode acts in the API key's namespace: an explicit other one is refused
+    rather than silently ignored."""
+    if active() and namespace not in (None, DEFAULT_NAMESPACE):
+        raise InvalidInput(
+            f"{option}: in remote mode a command acts in its API key's namespace; leave "
+            f"{option} out (or use a key of namespace {namespace!r})"
+        )
+
+
+def error_line(exc: CairnError) -> str:
+    """One line for a refusal: the API's message, its status and code, and what to do."""
+    status, code = getattr(exc, "status", None), getattr(exc, "code", None)
+    if code == "unreachable":
+        url = os.environ.get(URL_VARIABLE, "")
+        return f"{exc} — is {URL_VARIABLE} ({url}) right, and the API up?"
+    if status is None:
+        return str(exc)
+    hint = ""
+    if status == 401:
+        hint = f" — check {KEY_VARIABLE}"
+    elif status == 403:
+        hint = " — ask an admin for a key whose role may (docs/access.md)"
+    return f"{exc} (HTTP {status} {code}){hint}"

@@ -1,0 +1,138 @@
+"""The requests of a namespace's administration, written once as :mod:`cairn.http.calls`
+writes the others: its cron schedules, its pauses, its principals and API keys, its audit
+log.
+
+Each function is also a method of both clients, which bind them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from cairn.http.calls import Call, present
+from cairn.http.models import (
+    AuditPage,
+    BackfillResult,
+    KeyList,
+    MintedKeyView,
+    Paused,
+    PauseList,
+    PrincipalView,
+    Resumed,
+    ScheduleList,
+    ScheduleView,
+)
+
+
+def _schedule(name: str) -> str:
+    return f"/v1/schedules/{quote(name, safe='')}"
+
+
+def add_schedule(spec: Mapping[str, Any]) -> Call[ScheduleView]:
+    """Add a schedule: ``{"name", "workflow", "cron", "version"?, "timezone"?, "input"?,
+    "overlap"?, "catch_up"?, "jitter"?, "paused"?}``."""
+    return Call("POST", "/v1/schedules", ScheduleView.model_validate, body=dict(spec))
+
+
+def schedules() -> Call[ScheduleList]:
+    """The namespace's schedules, by name."""
+    return Call("GET", "/v1/schedules", ScheduleList.model_validate)
+
+
+def schedule(name: str) -> Call[ScheduleView]:
+    """A schedule, and the runs its ticks started lately."""
+    return Call("GET", _schedule(name), ScheduleView.model_validate)
+
+
+def pause_schedule(name: str) -> Call[ScheduleView]:
+    """Stop ticking (ticks while paused are not started, then or later)."""
+    return Call("POST", f"{_schedule(name)}/pause", ScheduleView.model_validate)
+
+
+def resume_schedule(name: str) -> Call[ScheduleView]:
+    """Tick again, from now."""
+    return Call("POST", f"{_schedule(name)}/resume", ScheduleView.model_validate)
+
+
+def delete_schedule(name: str) -> Call[None]:
+    """Delete a schedule; the runs it started go on."""
+    return Call("DELETE", _schedule(name), _nothing)
+
+
+def backfill_schedule(name: str, start: float, end: float) -> Call[BackfillResult]:
+    """Start a run for every tick in [start, end) (epoch seconds), now."""
+    body = {"start": start, "end": end}
+    return Call("POST", f"{_schedule(name)}/backfill", BackfillResult.model_validate, body=body)
+
+
+# -- principals and keys --------------------------------------------------------------------
+
+
+def _pause(kind: str, name: str) -> str:
+    return f"/v1/pauses/{quote(kind, safe='')}/{quote(name, safe='')}"
+
+
+def pause(kind: str, name: str, reason: str) -> Call[Paused]:
+    """Pause a workflow's new starts (``kind="workflow"``) or a queue (``"queue"``)."""
+    return Call("POST", _pause(kind, name), Paused.model_validate, body={"reason": reason})
+
+
+def resume(kind: str, name: str) -> Call[Resumed]:
+    """Lift a pause; a workflow's held runs start."""
+    return Call("POST", f"{_pause(kind, name)}/resume", Resumed.model_validate)
+
+
+def pauses() -> Call[PauseList]:
+    """What the namespace has paused, with the runs each workflow holds."""
+    return Call("GET", "/v1/pauses", PauseList.model_validate)
+
+
+def create_principal(name: str, role: str, payloads: bool = False) -> Call[PrincipalView]:
+    """A new principal of the key's namespace (409 ``principal_exists`` if taken)."""
+    body = {"name": name, "role": role, "payloads": payloads}
+    return Call("POST", "/v1/principals", PrincipalView.model_validate, body=body)
+
+
+def mint_key(principal: str, expires_in_s: float | None = None) -> Call[MintedKeyView]:
+    """A new API key for ``principal``: its whole text is in this answer only."""
+    path = f"/v1/principals/{quote(principal, safe='')}/keys"
+    body = present(expires_in_s=expires_in_s)
+    return Call("POST", path, MintedKeyView.model_validate, body=body)
+
+
+def keys() -> Call[KeyList]:
+    """The namespace's principals and their keys (ids, never secrets)."""
+    return Call("GET", "/v1/keys", KeyList.model_validate)
+
+
+def rotate_key(key_id: str, grace_s: float = 0.0) -> Call[MintedKeyView]:
+    """A new key for the key's principal; this one works ``grace_s`` more."""
+    path = f"/v1/keys/{quote(key_id, safe='')}/rotate"
+    return Call("POST", path, MintedKeyView.model_validate, body={"grace_s": grace_s})
+
+
+def revoke_key(key_id: str) -> Call[None]:
+    """The key stops working."""
+    return Call("DELETE", f"/v1/keys/{quote(key_id, safe='')}", _nothing)
+
+
+def audit_page(
+    *,
+    after: int = 0,
+    limit: int = 100,
+    since: str | None = None,
+    actor: str | None = None,
+    action: str | None = None,
+    outcome: str | None = None,
+) -> Call[AuditPage]:
+    """A page of the namespace's audit log, oldest first (``since``: ISO 8601)."""
+    params = present(
+        after=after, limit=limit, since=since, actor=actor, action=action, outcome=outcome
+    )
+    return Call("GET", "/v1/audit", AuditPage.model_validate, params=params)
+
+
+def _nothing(_body: Any) -> None:
+    return None
