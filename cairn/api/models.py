@@ -214,13 +214,53 @@ class ArtifactList(BaseModel):
 
 
 class WorkflowInfo(BaseModel):
+    namespace: str = Field(description="The namespace that owns it.")
     name: str
     version: int
     registered_at: float
+    shared: bool = Field(description="Another namespace's, shared with this one.")
 
 
 class WorkflowList(BaseModel):
     workflows: list[WorkflowInfo]
+
+
+class WorkflowDetail(BaseModel):
+    namespace: str = Field(description="The namespace that owns it.")
+    name: str
+    version: int
+    format: int = Field(description="The definition format it was registered under.")
+    shared: bool
+    spec: dict[str, Any] = Field(description="The definition, as registered.")
+
+
+class Registered(BaseModel):
+    namespace: str
+    name: str
+    version: int
+    created: bool = Field(description="False: registered already, identically.")
+
+
+class ShareRequest(Request):
+    namespace: Annotated[
+        str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    ] = Field(description="The namespace to share it with.")
+    version: Version | None = Field(
+        default=None, description="One version (default: every version, and those to come)."
+    )
+
+
+class ShareView(BaseModel):
+    namespace: str = Field(description="The owner's namespace.")
+    workflow: str
+    grantee: str = Field(description="The namespace it is shared with.")
+    version: int | None = Field(description="None: every version.")
+    created_at: float
+    created_by: str
+
+
+class ShareList(BaseModel):
+    shares: list[ShareView]
 
 
 # -- schedules --------------------------------------------------------------------------

@@ -18,12 +18,13 @@ from cairn.errors import InvalidInput
 def register(
     paths: Annotated[list[str], typer.Argument(help="Definition files, .py modules, dirs.")],
     namespace: Annotated[
-        str, typer.Option(help="Where the schedules the definitions declare are kept.")
+        str,
+        typer.Option(help="The namespace they (and the schedules they declare) belong to."),
     ] = "default",
 ) -> None:
-    """Register workflow definitions (a version, once registered, cannot change): all of
-    them, or none if any is invalid (every fault of every file is listed). The schedules
-    they declare are added, or brought up to date."""
+    """Register workflow definitions into a namespace (a version, once registered, cannot
+    change): all of them, or none if any is invalid (every fault of every file is
+    listed). The schedules they declare are added, or brought up to date."""
     from cairn.client import Client
     from cairn.definitions.catalog import load_all
     from cairn.definitions.queues import check_queues
@@ -36,7 +37,7 @@ def register(
         check_queues(definitions, client.settings.queues, client.settings.queue)
         for definition in definitions:
             client.register(definition, namespace=namespace)
-            out.print(f"registered {definition.key}")
+            out.print(f"registered {definition.key} in {namespace}")
             for schedule in definition.schedules:
                 out.print(f"  schedule {schedule.name}: {schedule.cron} ({schedule.timezone})")
     finally:
@@ -45,7 +46,13 @@ def register(
 
 @app.command()
 def submit(  # noqa: PLR0917 - typer passes options by name
-    workflow: Annotated[str, typer.Argument(help="Registered workflow name.")],
+    workflow: Annotated[
+        str,
+        typer.Argument(
+            help="A workflow: NAME, NAME@VERSION, or OWNER/NAME[@VERSION] for one another "
+            "namespace shares with --namespace."
+        ),
+    ],
     input_json: Annotated[
         str, typer.Option("--input", help="The run's input, a JSON object.")
     ] = "{}",
@@ -141,7 +148,7 @@ def status(
         orchestrator = opened.orchestrator
         view = orchestrator.get_run(run_id, with_executions=True)
         beats = heartbeats(opened.leases, view)
-        definition = orchestrator.registry.get(view.workflow, view.version)
+        definition = orchestrator.registry.get(view.workflow_ref, view.version)
         explained = (
             waiting_lines(definition, view.state, time.time())
             + context_lines(definition, view.state)

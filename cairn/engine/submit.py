@@ -22,7 +22,6 @@ from cairn.errors import (
     InvalidInput,
     RunNotFound,
     StoreError,
-    UnknownWorkflow,
 )
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import RunForked, RunStarted
@@ -84,12 +83,8 @@ class Submissions:
                 actor=actor,
             )
         webhook = self.webhooks.check(webhook, namespace)
-        with self.store.statements() as tx:
-            found, now = tx.workflow_version(workflow, version)
-        if found is None:
-            which = f"{workflow} version {version}" if version is not None else workflow
-            raise UnknownWorkflow(f"workflow {which} is not registered")
-        definition = self.registry.get(workflow, found)
+        # One read: what the name means to the namespace, and the database's clock.
+        definition, now = self.registry.visible(namespace, workflow, version)
         payload = self.check_input(definition, run_input)
         values = new_run(
             str(uuid.uuid4()),
@@ -166,7 +161,9 @@ class Submissions:
             try:
                 which = (item.workflow, item.version)
                 if which not in definitions:
-                    definitions[which] = self.registry.get(item.workflow, item.version)
+                    definitions[which] = self.registry.resolve_for(
+                        namespace, item.workflow, item.version
+                    )
                 definition = definitions[which]
                 payload = self.check_input(definition, item.input)
                 webhook = self.webhooks.check(item.webhook, namespace)

@@ -71,6 +71,11 @@ class RunDetail(RunSummary):
         "pending, given_up), attempts, next_attempt_at, the receiver's last status/error.",
     )
     namespace: str
+    workflow_namespace: str = Field(
+        default="default",
+        description="Whose definition it runs: its own namespace's, or the one that shared "
+        "the workflow with it.",
+    )
     priority: int = Field(default=0, description="-5..5, higher first.")
     nodes: dict[str, str]
     visits: dict[str, int]

@@ -24,6 +24,7 @@ from tests.support.services import ROOT
 
 TABLES = {
     "workflows",
+    "workflow_shares",
     "runs",
     "events",
     "snapshots",
