@@ -251,7 +251,7 @@ class Submissions:
                 started = tx.runs_by_requests(parent.namespace, [request_id])
                 if started:
                     return started[0].id
-            definition = self.registry.get(parent.workflow, parent.version, tx)
+            definition = self.registry.get(parent.workflow_ref, parent.version, tx)
             now = tx.now()
             fork_id = str(uuid.uuid4())
             values = new_run(

@@ -203,10 +203,19 @@ class RequestedRun:
     input: dict[str, Any]
     request_id: str
     webhook_url: str | None
+    workflow_namespace: str = DEFAULT_NAMESPACE
 
     @classmethod
     def of(cls, row: Any) -> RequestedRun:
-        return cls(row.id, row.workflow, row.version, row.input, row.request_id, row.webhook_url)
+        return cls(
+            row.id,
+            row.workflow,
+            row.version,
+            row.input,
+            row.request_id,
+            row.webhook_url,
+            row.workflow_namespace,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,6 +130,7 @@ class RunsTx(TxBase):
                 runs.c.input,
                 runs.c.request_id,
                 runs.c.webhook_url,
+                runs.c.workflow_namespace,
             ).where(runs.c.namespace == namespace, runs.c.request_id.in_(list(request_ids)))
         )
         return [RequestedRun.of(row) for row in found]
