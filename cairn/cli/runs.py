@@ -46,13 +46,7 @@ def register(
 
 @app.command()
 def submit(  # noqa: PLR0917 - typer passes options by name
-    workflow: Annotated[
-        str,
-        typer.Argument(
-            help="A workflow: NAME, NAME@VERSION, or OWNER/NAME[@VERSION] for one another "
-            "namespace shares with --namespace."
-        ),
-    ],
+    workflow: Annotated[str, typer.Argument(help="NAME, NAME@VERSION or OWNER/NAME@VERSION.")],
     input_json: Annotated[
         str, typer.Option("--input", help="The run's input, a JSON object.")
     ] = "{}",

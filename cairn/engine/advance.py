@@ -452,8 +452,7 @@ class Steps:
         }
         refused: str | None = None
         try:
-            # As its parent's definition names it: in the namespace that owns that
-            # definition (a shared workflow's children come with it).
+            # Named by the parent's definition: within the namespace that owns it.
             definition = self.registry.resolve_for(
                 parent.workflow_namespace, command.workflow, command.version, tx
             )

@@ -187,8 +187,7 @@ class FlowControl:
                     "namespace": namespace,
                     "key": debounce.key,
                     "run_id": run_id,
-                    # Qualified (acme/checkout): a key's window names one definition.
-                    "workflow": definition.qualified,
+                    "workflow": definition.qualified,  # acme/checkout: one definition
                     "version": definition.version,
                     "first_at": now,
                     "due_at": now + debounce.wait_s,
