@@ -46,7 +46,10 @@ class PostgresTx(Tx):
     def visible_workflow(
         self, caller: str, name: str, owner: str | None, version: int | None
     ) -> VisibleWorkflow:
-        row = fastpath.visible_workflow(self._driver(), caller, name, owner, version)
+        driver = self._driver()
+        if not driver.autocommit:  # inside a transaction (a child's start, a tick)
+            return super().visible_workflow(caller, name, owner, version)
+        row = fastpath.visible_workflow(driver, caller, name, owner, version)
         return VisibleWorkflow(row.owner, row.version, tuple(row.owners), float(row.db_now))
 
     def submit_run(

@@ -55,9 +55,14 @@ class DefinitionsContract:
         assert registry.register(definition("checkout", 1, "failed"), "beta")
         assert ends(registry, "alpha", "checkout") == "alpha/checkout@1:succeeded"
         assert ends(registry, "beta", "checkout") == "beta/checkout@1:failed"
-        # A fresh registry (another process) reads the same from the store.
+        # A fresh registry (another process) reads the same from the store — inside a
+        # transaction too (a child run's start, a schedule's tick).
         fresh = Registry(store)
         assert ends(fresh, "beta", "checkout@1") == "beta/checkout@1:failed"
+        with store.transaction() as tx:
+            assert fresh.resolve_for("alpha", "checkout", tx=tx).namespace == "alpha"
+            with pytest.raises(UnknownWorkflow):
+                fresh.resolve_for("gamma", "alpha/checkout", tx=tx)
         assert fresh.get("alpha/checkout", 1).namespace == "alpha"
 
     def test_registering_is_idempotent_and_a_version_immutable(self, store: Store) -> None:
