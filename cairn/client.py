@@ -78,7 +78,7 @@ class Client:
         orchestrator = self.runtime.orchestrator
         names = ", ".join(definition.key for definition in definitions)
         with self.audited("definitions.register", namespace, names[:300]):
-            orchestrator.registry.register_all(definitions)
+            definitions = orchestrator.registry.register_all(definitions, namespace)
             for definition in definitions:
                 orchestrator.schedules.declare(namespace, definition)
         return definitions

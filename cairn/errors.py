@@ -177,13 +177,36 @@ class RunNotFound(CairnError):
 
 
 class UnknownWorkflow(CairnError):
+    """No such workflow (or version) that the asking namespace may see: one another
+    namespace owns and did not share with it is unknown too (the 404 does not tell that
+    it exists)."""
+
     code = "unknown_workflow"
+
+
+class VersionConflict(CairnError):
+    """A changed definition registered under a version that is registered already: a
+    version is immutable once runs may have pinned it (register the change as a new
+    version)."""
+
+    code = "version_conflict"
+
+
+class ShareNotFound(CairnError):
+    code = "share_not_found"
 
 
 class InvalidInput(CairnError):
     """A run's input (or a payload) is not what the definition accepts."""
 
     code = "invalid_input"
+
+
+class AmbiguousWorkflow(InvalidInput):
+    """A bare workflow name that the asking namespace does not own and that two other
+    namespaces share with it: say which one (``namespace/workflow``)."""
+
+    code = "ambiguous_workflow"
 
 
 class InvalidSchedule(InvalidInput):

@@ -106,7 +106,7 @@ class Runtime:
 
     def register_configured(self) -> None:
         """Register every definition named by ``CAIRN_WORKFLOWS``; refuse invalid ones."""
-        _register(self.orchestrator.registry, self.settings.workflows)
+        _register(self.orchestrator.registry, self.settings)
 
     @property
     def slots(self) -> Slots | None:
@@ -204,12 +204,14 @@ def register_definitions(settings: Settings) -> None:
     engine = make_engine(settings.effective_database_url)
     try:
         registry = Registry(store_for(engine), queues=settings.queues, default_queue=settings.queue)
-        _register(registry, settings.workflows)
+        _register(registry, settings)
     finally:
         engine.dispose()
 
 
-def _register(registry: Registry, workflows: list[str]) -> None:
-    """Register every definition found, or none: a process that starts must not run with
-    half its workflows, and its operator sees every fault of every file at once."""
-    registry.register_all(load_all(workflows) if workflows else [])
+def _register(registry: Registry, settings: Settings) -> None:
+    """Register every definition found into CAIRN_WORKFLOWS_NAMESPACE, or none: a process
+    that starts must not run with half its workflows, and its operator sees every fault
+    of every file at once."""
+    workflows = settings.workflows
+    registry.register_all(load_all(workflows) if workflows else [], settings.workflows_namespace)

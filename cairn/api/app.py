@@ -23,6 +23,7 @@ from cairn.access.authenticate import ConfigKeys
 from cairn.api import (
     admin,
     bulk,
+    definitions,
     errors,
     model_calls,
     pauses,
@@ -39,11 +40,9 @@ from cairn.api.limits import BodyLimitMiddleware
 from cairn.api.models import CircuitList, PoolList, RateList
 from cairn.api.scope import ERRORS
 from cairn.config import Settings
-from cairn.http.models import WorkflowInfo, WorkflowList
 from cairn.observe.flow import circuit_views, pool_reports
 from cairn.observe.metrics.api import CONTENT_TYPE_LATEST, ApiMetrics, MetricsMiddleware
 from cairn.runtime import Runtime
-from cairn.store.records import to_epoch
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +101,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(model_calls.router)
     app.include_router(schedules.router)
     app.include_router(pauses.router)
+    app.include_router(definitions.router)
     app.include_router(_operations())
     # The last added is the outermost: metrics see what the body limit refuses too.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
@@ -139,22 +139,6 @@ def _operations() -> APIRouter:
         buckets = runtime.rates.report() if runtime.rates is not None else []
         mine = [b.to_dict() for b in buckets if b.bucket.startswith(f"{who.namespace}/")]
         return RateList(buckets=mine)
-
-    @router.get("/v1/workflows", response_model=WorkflowList, responses=ERRORS)
-    def list_workflows(
-        runtime: Annotated[Runtime, Depends(runtime_of)], _who: Reader
-    ) -> WorkflowList:
-        """Registered workflows, every version (definitions are shared by all namespaces)."""
-        with runtime.store.reading() as tx:
-            rows = tx.registered_workflows()
-        return WorkflowList(
-            workflows=[
-                WorkflowInfo(
-                    name=row.name, version=row.version, registered_at=to_epoch(row.registered_at)
-                )
-                for row in rows
-            ]
-        )
 
     @router.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

@@ -34,10 +34,13 @@ from cairn.errors import (
     ScheduleExists,
     ScheduleNotFound,
     SelectionChanged,
+    ShareNotFound,
     StaleTransition,
     StoreRefused,
     StoreUnavailable,
     UnknownWorkflow,
+    VersionConflict,
+    WorkflowDefinitionError,
 )
 
 log = logging.getLogger(__name__)
@@ -57,6 +60,7 @@ STATUS_BY_ERROR: tuple[tuple[type[CairnError], int], ...] = (
     (Forbidden, 403),
     (RunNotFound, 404),
     (UnknownWorkflow, 404),
+    (ShareNotFound, 404),
     (ArtifactNotFound, 404),
     (EffectNotFound, 404),
     (NotPaused, 404),
@@ -67,12 +71,14 @@ STATUS_BY_ERROR: tuple[tuple[type[CairnError], int], ...] = (
     (PayloadTooLarge, 413),
     (UnsupportedMediaType, 415),
     (InvalidInput, 422),
+    (WorkflowDefinitionError, 422),  # every fault listed (``faults``)
     # A value the database refused (out of range, too long): the request's fault, as far
     # as the client can tell; the field checks should have caught it first.
     (StoreRefused, 422),
     (StoreUnavailable, 503),
     (IdempotencyConflict, 409),
     (ScheduleExists, 409),
+    (VersionConflict, 409),  # a changed definition under a registered version
     (FlowConflict, 409),  # a debounce key that holds another workflow's pending run
     (EventRejected, 409),  # a signal the run cannot take: the run's state conflicts
     (IllegalTransition, 409),  # cancelling a finished run
@@ -129,6 +135,8 @@ def install(app: FastAPI) -> None:
             log.error("request failed: %s", exc)
         # The database's own words stay in the log: they name hosts and columns.
         message = PUBLIC_MESSAGES.get(type(exc)) or str(exc)
+        if isinstance(exc, WorkflowDefinitionError):
+            return error_response(status, exc.code, message, faults=exc.to_dict()["faults"])
         return error_response(status, exc.code, message)
 
     async def validation_error(_request: Request, exc: Exception) -> JSONResponse:

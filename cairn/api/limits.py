@@ -1,5 +1,5 @@
-"""Request bodies: JSON only, well-formed, every object's keys once, and no larger than
-``CAIRN_API_MAX_BODY_BYTES``.
+"""Request bodies: JSON only (a workflow definition may be YAML too), well-formed, every
+object's keys once, and no larger than ``CAIRN_API_MAX_BODY_BYTES``.
 
 Checked before the app sees the body: a declared ``Content-Length`` over the limit is
 refused at once, unread, and a body without one (chunked) is counted as it arrives and
@@ -21,6 +21,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from cairn.api.errors import error_body
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# Where a body may be YAML too: a workflow definition, as its file holds it (the endpoint
+# parses it, refusing a key named twice as it refuses a JSON body's).
+YAML_BODIES = frozenset({"/v1/workflows"})
+YAML_TYPES = frozenset({b"application/yaml", b"application/x-yaml", b"text/yaml"})
 
 
 class BodyLimitMiddleware:
@@ -57,7 +61,8 @@ class BodyLimitMiddleware:
                 break
         body = b"".join(chunks)
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-        if body and content_type != b"application/json":
+        yaml = content_type in YAML_TYPES and scope.get("path") in YAML_BODIES
+        if body and content_type != b"application/json" and not yaml:
             await _refuse(
                 send,
                 415,
@@ -65,7 +70,7 @@ class BodyLimitMiddleware:
                 "request bodies are JSON: send Content-Type: application/json",
             )
             return
-        malformed = _malformed(body) if body else None
+        malformed = _malformed(body) if body and not yaml else None
         if malformed is not None:
             await _refuse(send, 400, "bad_request", malformed)
             return

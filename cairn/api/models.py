@@ -203,6 +203,15 @@ class RateList(BaseModel):
     buckets: list[dict[str, Any]]
 
 
+class ShareRequest(Request):
+    namespace: Annotated[
+        str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    ] = Field(description="The namespace to share it with.")
+    version: Version | None = Field(
+        default=None, description="One version (default: every version, and those to come)."
+    )
+
+
 # -- schedules --------------------------------------------------------------------------
 
 ScheduleName = Annotated[

@@ -53,7 +53,7 @@ def get_run(run_id: RunId, runtime: Runtime_, who: Reader) -> RunDetail:
     payloads = who.may(Permission.PAYLOADS)
     state = view.state
     assert state is not None  # get_run always restores it
-    definition = orchestrator.registry.get(view.workflow, view.version)
+    definition = orchestrator.registry.get(view.workflow_ref, view.version)
     beats = run_beats(runtime.leases, run_id, state.running)
     with runtime.store.reading() as tx:
         last = tx.events_after(run_id, view.last_seq - 1, upto=view.last_seq)
@@ -63,6 +63,7 @@ def get_run(run_id: RunId, runtime: Runtime_, who: Reader) -> RunDetail:
     return RunDetail(
         id=view.id,
         namespace=view.namespace,
+        workflow_namespace=view.workflow_namespace,
         priority=view.priority,
         workflow=view.workflow,
         version=view.version,

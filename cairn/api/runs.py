@@ -29,7 +29,7 @@ from cairn.api.models import (
 from cairn.api.scope import ERRORS, RunId, head_in, status_url
 from cairn.decider.step import RECOVERY_SIGNALS
 from cairn.engine.batches import SubmitItem
-from cairn.errors import IdempotencyConflict
+from cairn.errors import IdempotencyConflict, InvalidInput
 from cairn.http.models import (
     BatchResponse,
     BatchResult,
@@ -40,6 +40,7 @@ from cairn.http.models import (
 )
 from cairn.model.flow import Debounce, Singleton
 from cairn.model.principals import Permission, Principal
+from cairn.model.workflow_names import WorkflowName
 from cairn.runtime import Runtime
 from cairn.store.records import (
     RequestedRun,
@@ -251,10 +252,24 @@ def _matches(row: RequestedRun | RunRecord, body: SubmitRequest | BatchItem) -> 
     """Is the run ``row`` what this request asks for? Inputs compare as canonical JSON,
     so 1 and true (equal in Python) are different requests, as they are to a handler."""
     return bool(
-        row.workflow == body.workflow
-        and (body.version is None or row.version == body.version)
+        _names(row, body.workflow, body.version)
         and _canonical(row.input) == _canonical(body.input)
         and row.webhook_url == _webhook(body)
+    )
+
+
+def _names(row: RequestedRun | RunRecord, written: str, version: int | None) -> bool:
+    """Does ``written`` (``[namespace/]workflow[@version]``) name the run's workflow? A
+    bare name was resolved to the run's owner when it started; a name that does not
+    parse names nothing."""
+    try:
+        wanted = WorkflowName.parse(written).pinned(version)
+    except InvalidInput:
+        return False
+    return (
+        wanted.name == row.workflow
+        and wanted.namespace in (None, row.workflow_namespace)
+        and wanted.version in (None, row.version)
     )
 
 

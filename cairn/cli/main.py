@@ -21,6 +21,7 @@ from cairn.cli import (  # noqa: F401 - each module registers its commands
     replay,
     runs,
     schedules,
+    shares,
     sla,
     timeline,
     watch,

@@ -23,26 +23,35 @@ WAIT_POLL_S = 0.2
 def register(
     paths: Annotated[list[str], typer.Argument(help="Definition files, .py modules, dirs.")],
     namespace: Annotated[
-        str, typer.Option(help="Where the schedules the definitions declare are kept.")
+        str,
+        typer.Option(help="The namespace they (and the schedules they declare) belong to."),
     ] = "default",
 ) -> None:
-    """Register workflow definitions (a version, once registered, cannot change): all of
-    them, or none if any is invalid (every fault of every file is listed). The schedules
-    they declare are added, or brought up to date."""
-    remote.direct_only("register", "not yet: definitions are registered in the database")
-    from cairn.client import Client
+    """Register workflow definitions into a namespace (a version, once registered, cannot
+    change): all of them, or none if any is invalid (every fault of every file is
+    listed). The schedules they declare are added, or brought up to date."""
     from cairn.definitions.catalog import load_all
-    from cairn.definitions.queues import check_queues
 
+    remote.key_namespace(namespace)
     cwd_importable()
     definitions = load_all(paths)
+    if remote.active():  # into the key's namespace; its schedules with it
+        with remote.api() as api:
+            for definition in definitions:
+                answer = api.register(definition.spec)
+                again = "" if answer.created else " (registered already, identically)"
+                out.print(f"registered {definition.key} in {answer.namespace}{again}")
+        return
+    from cairn.client import Client
+    from cairn.definitions.queues import check_queues
+
     client = Client()
     try:
         # All refused before any is written, without a database round trip.
         check_queues(definitions, client.settings.queues, client.settings.queue)
         for definition in definitions:
             client.register(definition, namespace=namespace)
-            out.print(f"registered {definition.key}")
+            out.print(f"registered {definition.key} in {namespace}")
             for schedule in definition.schedules:
                 out.print(f"  schedule {schedule.name}: {schedule.cron} ({schedule.timezone})")
     finally:
@@ -51,7 +60,7 @@ def register(
 
 @app.command()
 def submit(  # noqa: PLR0917 - typer passes options by name
-    workflow: Annotated[str, typer.Argument(help="Registered workflow name.")],
+    workflow: Annotated[str, typer.Argument(help="NAME, NAME@VERSION or OWNER/NAME@VERSION.")],
     input_json: Annotated[
         str, typer.Option("--input", help="The run's input, a JSON object.")
     ] = "{}",
@@ -216,7 +225,7 @@ def _from_database(run_id: str) -> RunShown:
         orchestrator = opened.orchestrator
         view = orchestrator.get_run(run_id, with_executions=True)
         beats = heartbeats(opened.leases, view)
-        definition = orchestrator.registry.get(view.workflow, view.version)
+        definition = orchestrator.registry.get(view.workflow_ref, view.version)
         explained = (
             waiting_lines(definition, view.state, time.time())
             + context_lines(definition, view.state)

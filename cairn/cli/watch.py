@@ -50,7 +50,7 @@ def watch(
         with Live(console=out, refresh_per_second=4, transient=False) as live:
             while True:
                 view = orchestrator.get_run(run_id)
-                definition = orchestrator.registry.get(view.workflow, view.version)
+                definition = orchestrator.registry.get(view.workflow_ref, view.version)
                 for event in orchestrator.events(run_id, after=seen):
                     seen = event["seq"]
                     if event["type"] == "audit.recovered":

@@ -63,6 +63,11 @@ class Settings(BaseModel):
         default_factory=list,
         description="Comma-separated definition files, directories and Python modules.",
     )
+    workflows_namespace: str = Field(
+        default="default",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$",
+        description="The namespace the definitions of CAIRN_WORKFLOWS are registered into.",
+    )
     log_level: str = Field(default="INFO", description="Python logging level.")
     queue: str = Field(default="cairn", description="Celery queue for node tasks.")
     queues: list[str] = Field(

@@ -22,6 +22,7 @@ from cairn.model.definition import (
     Route,
     TaskNode,
 )
+from cairn.model.workflow_names import BadWorkflowName, WorkflowName
 
 CACHED_FORM = re.compile(r"^cached\((?P<ttl>[^)]+)\)$")
 
@@ -199,6 +200,10 @@ def _child(reader: Reader, node_id: str, raw: object) -> ChildRun | None:
         )
         return None
     reader.closed(raw, fmt.CHILD, "child", node_id, where="child")
+    try:  # [namespace/]workflow[@version]: refused now, not when a run gets there
+        WorkflowName.parse(raw["workflow"])
+    except BadWorkflowName as bad:
+        reader.fault("bad_value", f"'child.workflow': {bad}", node_id)
     fields: dict[str, tuple[str, ...] | None] = {}
     for what in ("input", "output"):
         names = raw.get(what)

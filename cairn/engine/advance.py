@@ -126,7 +126,7 @@ class Steps:
                 raise RunNotFound(f"no run {run_id}")
             if before is not None and not before(tx):
                 return None
-            definition = self.registry.get(row.workflow, row.version, tx)
+            definition = self.registry.get(row.workflow_ref, row.version, tx)
             state = restore(tx, row, definition)
             advanced = self.advance(tx, row, definition, state, make_event(now))
         self.after_commit(advanced)
@@ -188,7 +188,7 @@ class Steps:
                     return Completion(
                         False, f"a result for {key} attempt {message.attempt} is already recorded"
                     )
-                definition = self.registry.get(row.workflow, row.version, tx)
+                definition = self.registry.get(row.workflow_ref, row.version, tx)
                 if known is not None and known.row.last_seq == row.last_seq:
                     state = known.state
                 else:
@@ -221,7 +221,7 @@ class Steps:
                     return Completion(
                         False, f"a result for {first.key} attempt {first.attempt} is recorded"
                     )
-                definition = self.registry.get(row.workflow, row.version, tx)
+                definition = self.registry.get(row.workflow_ref, row.version, tx)
                 state = restore(tx, row, definition)
                 advanced = self.advance(
                     tx, row, definition, state, replace(first_outcome.event, at=now), last=False
@@ -452,7 +452,10 @@ class Steps:
         }
         refused: str | None = None
         try:
-            definition = self.registry.get(command.workflow, command.version, tx)
+            # Named by the parent's definition: within the namespace that owns it.
+            definition = self.registry.resolve_for(
+                parent.workflow_namespace, command.workflow, command.version, tx
+            )
             payload = check_input(
                 definition, command.input, limit_bytes=self.planner.settings.max_payload_bytes
             )

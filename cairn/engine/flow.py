@@ -98,7 +98,7 @@ class FlowControl:
         row, now = tx.lock_run(run_id)
         if row is None or row.status.terminal:
             return None
-        definition = self.registry.get(row.workflow, row.version, tx)
+        definition = self.registry.get(row.workflow_ref, row.version, tx)
         state = restore(tx, row, definition)
         cancel = CancelRequested(at=now, reason=reason, actor=actor)
         log.info("run %s cancelled: %s", run_id, reason)
@@ -127,7 +127,7 @@ class FlowControl:
         """Start a run unless the key's last run is unfinished: then ``skip`` returns that
         run, ``cancel`` cancels it and starts this one (in one transaction)."""
         webhook = self.webhooks.check(webhook, namespace)
-        definition = self.registry.get(workflow, version)
+        definition = self.registry.resolve_for(namespace, workflow, version)
         payload = check_input(definition, run_input, limit_bytes=self.limit_bytes)
         run_id = str(uuid.uuid4())
         stopped: Advanced | None = None
@@ -187,7 +187,7 @@ class FlowControl:
         past its first submission plus ``max_wait``); a new pending run if the key has
         none. Nothing is dispatched here: the scheduler starts the run when it is due."""
         webhook = self.webhooks.check(webhook, namespace)
-        definition = self.registry.get(workflow, version)
+        definition = self.registry.resolve_for(namespace, workflow, version)
         payload = check_input(definition, run_input, limit_bytes=self.limit_bytes)
         for _attempt in range(WINDOW_ATTEMPTS):
             with self.store.transaction() as tx:
@@ -198,7 +198,7 @@ class FlowControl:
                     "namespace": namespace,
                     "key": debounce.key,
                     "run_id": run_id,
-                    "workflow": definition.name,
+                    "workflow": definition.qualified,  # acme/checkout: one definition
                     "version": definition.version,
                     "first_at": now,
                     "due_at": now + debounce.wait_s,
@@ -238,7 +238,9 @@ class FlowControl:
     def _joinable(
         held: DebounceRecord, definition: WorkflowDefinition, version: int | None
     ) -> None:
-        if held.workflow != definition.name or (version is not None and version != held.version):
+        if held.workflow != definition.qualified or (
+            version is not None and version != held.version
+        ):
             raise FlowConflict(
                 f"debounce key {held.key!r} holds pending run {held.run_id} of "
                 f"{held.workflow}@{held.version}; a submission of {definition.key} cannot "
@@ -271,7 +273,7 @@ class FlowControl:
                     continue  # cancelled while pending: nothing to start
                 if self._hold_debounced(tx, row.namespace, row.id, row.workflow):
                     continue
-                definition = self.registry.get(row.workflow, row.version, tx)
+                definition = self.registry.get(row.workflow_ref, row.version, tx)
                 state = RunState(row.id, definition.name, definition.version)
                 # Its submitters were many: the window started it, when it closed.
                 event = RunStarted(at=at, input=row.input, actor=DEBOUNCE)

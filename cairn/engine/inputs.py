@@ -59,6 +59,7 @@ def new_run(
         "id": run_id,
         "namespace": namespace,
         "workflow": definition.name,
+        "workflow_namespace": definition.namespace,
         "version": definition.version,
         "status": RunStatus.PENDING.value,
         "input": payload,

@@ -21,11 +21,12 @@ from typing import Any
 from cairn.engine.advance import Advanced, Steps
 from cairn.errors import InvalidInput, NotPaused
 from cairn.model.events import RunStarted
-from cairn.model.messages import DEFAULT_NAMESPACE, NodeMessage
+from cairn.model.messages import NodeMessage
 from cairn.model.pauses import MAX_REASON, HeldStart, Pause, PauseKind
 from cairn.model.queues import queue_name_problem
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
+from cairn.model.workflow_names import DEFAULT_NAMESPACE
 from cairn.store.messages import HeldQueues
 from cairn.store.sql import Store, Tx
 
@@ -171,7 +172,7 @@ class Pauses:
         row, at = tx.lock_run(held.run_id)
         if row is None or row.status is not RunStatus.PENDING or row.last_seq != 0:
             return None  # cancelled while held: nothing to start
-        definition = self.steps.registry.get(row.workflow, row.version, tx)
+        definition = self.steps.registry.get(row.workflow_ref, row.version, tx)
         state = RunState(row.id, definition.name, definition.version)
         started = RunStarted(at=at, input=row.input, actor=held.actor)
         return self.steps.advance(tx, row, definition, state, started, last=False)
@@ -185,5 +186,5 @@ class Pauses:
             problem = queue_name_problem(name)
             if problem is not None:
                 raise InvalidInput(problem)
-        else:
-            self.steps.registry.get(name)  # UnknownWorkflow if it is not registered
+        else:  # UnknownWorkflow if the namespace has no such workflow, nor one shared
+            self.steps.registry.visible(namespace, name)

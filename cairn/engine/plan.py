@@ -107,7 +107,7 @@ class Planner:
         dispatches = [
             NodeMessage(
                 row.id,
-                definition.name,
+                definition.qualified,
                 definition.version,
                 c.node,
                 c.iteration,

@@ -78,12 +78,15 @@ def buckets_for(
     namespace: str,
     state: Mapping[str, Any],
     run_input: Mapping[str, Any],
+    owner: str | None = None,
 ) -> list[Bucket]:
     """The buckets each model call of ``node``'s handler takes from: its own limits, and
-    its workflow's (a key both name: the node's limit of each kind, else the workflow's)."""
+    its workflow's (a key both name: the node's limit of each kind, else the workflow's).
+    Each bucket is in ``owner``'s namespace, the definition's (None: the run's), as
+    :func:`~cairn.engine.slots.pools_for` says why."""
     found: dict[str, Bucket] = {}
     for limit in (*node.rate, *definition.rate):
-        name = pool_name(namespace, limit, state, run_input)
+        name = pool_name(owner or namespace, limit, state, run_input)
         known = found.get(name)
         found[name] = (
             Bucket(name, limit.requests, limit.tokens)

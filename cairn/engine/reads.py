@@ -18,6 +18,7 @@ from cairn.model.events import event_from_dict
 from cairn.model.keys import ExecutionKey
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
+from cairn.model.workflow_names import DEFAULT_NAMESPACE, qualified
 from cairn.store.records import RunRecord, to_epoch
 from cairn.store.sql import Store, Tx
 
@@ -94,6 +95,13 @@ class RunView:
     parent_run_id: str | None = None
     fork_seq: int | None = None
     priority: int = 0  # -5..5, higher first
+    # Whose definition it runs: its own namespace's, or the one that shared it.
+    workflow_namespace: str = DEFAULT_NAMESPACE
+
+    @property
+    def workflow_ref(self) -> str:
+        """Its workflow as the registry names it (``acme/checkout``)."""
+        return qualified(self.workflow_namespace, self.workflow)
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -123,7 +131,7 @@ class Reads:
             row = tx.run(run_id)
             if row is None:
                 raise RunNotFound(f"no run {run_id}")
-            definition = self.registry.get(row.workflow, row.version, tx)
+            definition = self.registry.get(row.workflow_ref, row.version, tx)
             return row, definition, restore(tx, row, definition, upto)
 
     def get_run(self, run_id: str, *, with_executions: bool = False) -> RunView:
@@ -134,6 +142,7 @@ class Reads:
             version=row.version,
             status=row.status,
             namespace=row.namespace,
+            workflow_namespace=row.workflow_namespace,
             request_id=row.request_id,
             current=list(row.current),
             reason=row.reason,
@@ -167,7 +176,7 @@ class Reads:
         found: list[Awaiting] = []
         with self.store.reading() as tx:
             for row in tx.waiting_runs(namespace, limit):
-                definition = self.registry.get(row.workflow, row.version, tx)
+                definition = self.registry.get(row.workflow_ref, row.version, tx)
                 found.extend(awaiting(definition, restore(tx, row, definition)))
         return sorted(found, key=lambda entry: entry.since)
 
@@ -195,7 +204,7 @@ class Reads:
                     f"run {run_id} has no checkpoint at seq {seq}: pick the seq of a decision "
                     f"(not an audit entry) from 1 to {last} (cairn events)"
                 )
-            definition = self.registry.get(row.workflow, row.version, tx)
+            definition = self.registry.get(row.workflow_ref, row.version, tx)
             state = restore(tx, row, definition, upto=seq)
         if state.status not in (RunStatus.RUNNING, RunStatus.WAITING):
             raise InvalidInput(f"at seq {seq} run {run_id} was {state.status.value}: not resumable")

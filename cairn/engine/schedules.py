@@ -125,20 +125,20 @@ class Schedules:
 
     # -- kept by people ----------------------------------------------------------------
 
-    def _checked(self, spec: ScheduleSpec) -> ScheduleSpec:
+    def _checked(self, namespace: str, spec: ScheduleSpec) -> ScheduleSpec:
         """The spec, its input as it will be stored; a typed error for a bad cron, time
         zone, policy, an unknown workflow or an input its schema refuses."""
         spec = spec.checked()
         if not spec.workflow:
             raise InvalidSchedule(f"schedule {spec.name!r} names no workflow")
-        definition = self.registry.get(spec.workflow, spec.version)
+        definition = self.registry.resolve_for(namespace, spec.workflow, spec.version)
         payload = check_input(definition, spec.input, limit_bytes=self.limit_bytes)
         return replace(spec, input=payload, overlap=OverlapPolicy(spec.overlap))
 
     def add(self, namespace: str, spec: ScheduleSpec, *, paused: bool = False) -> ScheduleRecord:
         """A new schedule; its first tick is the first after now. ScheduleExists if the
         name is taken in the namespace."""
-        spec = self._checked(spec)
+        spec = self._checked(namespace, spec)
         with self.store.transaction() as tx:
             now = tx.now()
             values = {
@@ -173,7 +173,7 @@ class Schedules:
         if unknown:
             raise InvalidSchedule(f"a schedule has no {', '.join(sorted(unknown))} to change")
         current = self.get(namespace, name)
-        spec = self._checked(replace(_spec_of(current), **changes))
+        spec = self._checked(namespace, replace(_spec_of(current), **changes))
         with self.store.transaction() as tx:
             now = tx.now()
             row = tx.lock_schedule(namespace, name)
@@ -378,7 +378,9 @@ class Schedules:
     ) -> tuple[str | None, str | None]:
         """(the run of the tick, None), or (None, why it could not start)."""
         try:
-            definition = self.registry.get(row.workflow, row.version, tx)
+            # Its workflow as written, in the schedule's namespace (then what is shared
+            # with it): a share revoked since stops its ticks, as it stops submits.
+            definition = self.registry.resolve_for(row.namespace, row.workflow, row.version, tx)
             payload = check_input(definition, row.input, limit_bytes=self.limit_bytes)
         except (UnknownWorkflow, InvalidInput) as refused:
             return None, str(refused)

@@ -84,12 +84,19 @@ def pools_for(
     state: Mapping[str, Any],
     run_input: Mapping[str, Any],
     namespace_limit: int = 0,
+    owner: str | None = None,
 ) -> list[Pool]:
     """The pools an execution of ``node`` takes a slot of, each with its limit: the
-    node's limits, its workflow's, and the namespace's default (0: none)."""
+    node's limits, its workflow's, and the namespace's default (0: none).
+
+    A limit the definition declares is the definition's: its pool is in ``owner``'s
+    namespace (the one that registered it; None: the run's own), so the runs of a shared
+    workflow in every namespace hold its author's one limit on what its handlers call,
+    and never share a pool with another namespace's key of the same name. The
+    namespace's default is the run's own namespace's."""
     pools: dict[str, int] = {}
     for limit in (*node.concurrency, *definition.concurrency):
-        name = pool_name(namespace, limit, state, run_input)
+        name = pool_name(owner or namespace, limit, state, run_input)
         pools[name] = min(limit.limit, pools.get(name, limit.limit))
     if namespace_limit > 0:
         pools[f"{namespace}/{NAMESPACE_POOL}"] = namespace_limit

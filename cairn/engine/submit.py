@@ -23,7 +23,6 @@ from cairn.errors import (
     InvalidInput,
     RunNotFound,
     StoreError,
-    UnknownWorkflow,
 )
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import RunForked, RunStarted
@@ -88,12 +87,8 @@ class Submissions:
                 actor=actor,
             )
         webhook = self.webhooks.check(webhook, namespace)
-        with self.store.statements() as tx:
-            found, now = tx.workflow_version(workflow, version)
-        if found is None:
-            which = f"{workflow} version {version}" if version is not None else workflow
-            raise UnknownWorkflow(f"workflow {which} is not registered")
-        definition = self.registry.get(workflow, found)
+        # One read: what the name means to the namespace, and the database's clock.
+        definition, now = self.registry.visible(namespace, workflow, version)
         payload = self.check_input(definition, run_input)
         values = new_run(
             str(uuid.uuid4()),
@@ -175,7 +170,9 @@ class Submissions:
             try:
                 which = (item.workflow, item.version)
                 if which not in definitions:
-                    definitions[which] = self.registry.get(item.workflow, item.version)
+                    definitions[which] = self.registry.resolve_for(
+                        namespace, item.workflow, item.version
+                    )
                 definition = definitions[which]
                 payload = self.check_input(definition, item.input)
                 webhook = self.webhooks.check(item.webhook, namespace)
@@ -268,7 +265,7 @@ class Submissions:
                 started = tx.runs_by_requests(parent.namespace, [request_id])
                 if started:
                     return started[0].id
-            definition = self.registry.get(parent.workflow, parent.version, tx)
+            definition = self.registry.get(parent.workflow_ref, parent.version, tx)
             now = tx.now()
             fork_id = str(uuid.uuid4())
             values = new_run(

@@ -20,6 +20,7 @@ from cairn.http.models import (
     Paused,
     PauseList,
     PrincipalView,
+    Registered,
     Resumed,
     ScheduleList,
     ScheduleView,
@@ -68,6 +69,12 @@ def backfill_schedule(name: str, start: float, end: float) -> Call[BackfillResul
 
 
 # -- principals and keys --------------------------------------------------------------------
+
+
+def register(spec: Mapping[str, Any]) -> Call[Registered]:
+    """Register a definition (as a .json file holds it) into the key's namespace, with the
+    schedules it declares; a changed definition under a registered version is refused."""
+    return Call("POST", "/v1/workflows", Registered.model_validate, body=dict(spec))
 
 
 def _pause(kind: str, name: str) -> str:

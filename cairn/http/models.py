@@ -76,6 +76,11 @@ class RunDetail(RunSummary):
         "pending, given_up), attempts, next_attempt_at, the receiver's last status/error.",
     )
     namespace: str
+    workflow_namespace: str = Field(
+        default="default",
+        description="Whose definition it runs: its own namespace's, or the one that shared "
+        "the workflow with it.",
+    )
     priority: int = Field(default=0, description="-5..5, higher first.")
     nodes: dict[str, str]
     visits: dict[str, int]
@@ -138,13 +143,44 @@ class ModelCallList(BaseModel):
 
 
 class WorkflowInfo(BaseModel):
+    namespace: str = Field(description="The namespace that owns it.")
     name: str
     version: int
     registered_at: float
+    shared: bool = Field(description="Another namespace's, shared with this one.")
 
 
 class WorkflowList(BaseModel):
     workflows: list[WorkflowInfo]
+
+
+class WorkflowDetail(BaseModel):
+    namespace: str = Field(description="The namespace that owns it.")
+    name: str
+    version: int
+    format: int = Field(description="The definition format it was registered under.")
+    shared: bool
+    spec: dict[str, Any] = Field(description="The definition, as registered.")
+
+
+class Registered(BaseModel):
+    namespace: str
+    name: str
+    version: int
+    created: bool = Field(description="False: registered already, identically.")
+
+
+class ShareView(BaseModel):
+    namespace: str = Field(description="The owner's namespace.")
+    workflow: str
+    grantee: str = Field(description="The namespace it is shared with.")
+    version: int | None = Field(description="None: every version.")
+    created_at: float
+    created_by: str
+
+
+class ShareList(BaseModel):
+    shares: list[ShareView]
 
 
 # -- an operator's view of one run: its history, its state at a seq, what changed -------

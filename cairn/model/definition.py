@@ -17,6 +17,7 @@ from typing import Any
 
 from cairn.model.schedules import ScheduleSpec
 from cairn.model.statuses import RunStatus
+from cairn.model.workflow_names import DEFAULT_NAMESPACE, qualified
 
 
 @dataclass(frozen=True, eq=False)
@@ -545,10 +546,17 @@ class WorkflowDefinition:
     extra: Mapping[str, Any] = field(default_factory=dict)
     # The definition in file form (callables as import paths): what is registered.
     spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # The namespace it is registered in (the registry says; a file never does).
+    namespace: str = DEFAULT_NAMESPACE
 
     @property
     def key(self) -> str:
         return f"{self.name}@{self.version}"
+
+    @property
+    def qualified(self) -> str:
+        """Its name as messages and task names carry it (cairn.model.workflow_names)."""
+        return qualified(self.namespace, self.name)
 
     def node(self, node_id: str) -> AnyNode:
         return self.nodes[node_id]

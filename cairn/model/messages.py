@@ -12,8 +12,7 @@ from cairn.model.keys import ExecutionKey
 from cairn.model.payloads import storable_text
 from cairn.model.priority import MAX_PRIORITY, MIN_PRIORITY
 from cairn.model.queues import queue_name_problem
-
-DEFAULT_NAMESPACE = "default"
+from cairn.model.workflow_names import DEFAULT_NAMESPACE
 
 
 def message_namespace(namespace: str) -> str | None:
@@ -28,6 +27,9 @@ class InvalidMessage(EventRejected):
 @dataclass(frozen=True)
 class NodeMessage:
     run_id: str
+    # The run's workflow as cairn sends it: ``checkout`` of the default namespace,
+    # ``acme/checkout`` of another (cairn.model.workflow_names.qualified) — the namespace
+    # that owns the definition, which is not the run's own when the workflow is shared.
     workflow: str
     version: int
     node: str
@@ -57,7 +59,8 @@ class NodeMessage:
 
     @property
     def task_name(self) -> str:
-        """What operators see in Flower and logs: the workflow and the node."""
+        """What operators see in Flower and logs: the workflow and the node
+        (``checkout.charge``; ``acme/checkout.charge`` outside the default namespace)."""
         suffix = ":compensate" if self.phase is Phase.COMPENSATE else ""
         return f"{self.workflow}.{self.node}{suffix}"
 

@@ -25,7 +25,7 @@ class Role(StrEnum):
     VIEWER = "viewer"  # reads runs, histories and the fleet
     APPROVER = "approver"  # and decides the waits it may decide
     OPERATOR = "operator"  # and starts, stops, repairs and replays runs
-    ADMIN = "admin"  # and registers definitions, manages keys, reads the audit log
+    ADMIN = "admin"  # and registers and shares definitions, manages keys, reads the audit log
 
 
 class Permission(StrEnum):
@@ -42,7 +42,13 @@ class Permission(StrEnum):
     BULK = "bulk"  # an action on every run a filter selects
     SCHEDULES = "schedules"  # add, pause, resume, delete, backfill schedules
     PAUSE = "pause"  # pause a workflow's new starts, or a queue
-    REGISTER = "register"  # register definitions, share them with other namespaces
+    # Register definitions into the namespace. Admin only: a definition names the code
+    # the workers run (its handlers' import paths) and, as the newest version, what every
+    # new run of the workflow — and of every namespace it is shared with — executes.
+    REGISTER = "register"
+    # Share a workflow with another namespace, revoke a share: it crosses the tenant
+    # boundary, so it is an admin's too.
+    SHARE = "share"
     RECONCILE = "reconcile"
     KEYS = "keys"  # create, rotate, revoke API keys
     AUDIT = "audit"  # read and export the audit log
@@ -64,6 +70,7 @@ _OPERATOR = _APPROVER | {
 }
 _ADMIN = _OPERATOR | {
     Permission.REGISTER,
+    Permission.SHARE,
     Permission.RECONCILE,
     Permission.KEYS,
     Permission.AUDIT,

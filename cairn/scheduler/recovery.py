@@ -128,10 +128,10 @@ class Recovery:
             run = tx.run(execution.run_id)
         if run is None:
             return 0
-        definition = self.orchestrator.registry.get(run.workflow, run.version)
+        definition = self.orchestrator.registry.get(run.workflow_ref, run.version)
         message = NodeMessage(
             execution.run_id,
-            run.workflow,
+            run.workflow_ref,
             run.version,
             execution.node,
             execution.iteration,

@@ -96,7 +96,7 @@ class Timers:
             now = tx.now()
         if run is None:
             return False
-        node = self.orchestrator.registry.get(run.workflow, run.version).nodes.get(node_id)
+        node = self.orchestrator.registry.get(run.workflow_ref, run.version).nodes.get(node_id)
         if node is None or node.timeout is None:
             return False
         timeout = node.timeout.total_seconds()

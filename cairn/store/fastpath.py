@@ -179,13 +179,14 @@ WITH chk AS (
 SUBMIT_RUN = (
     """
 WITH adv AS (
-  INSERT INTO runs (id, namespace, workflow, version, input, request_id, webhook_url,
-                    priority, created_at, status, last_seq, updated_at, current, reason, state,
-                    finished_at, snapshot_seq, snapshot_at)
-  VALUES (%(run_id)s, %(namespace)s, %(workflow)s, %(version)s, %(input)s, %(request_id)s,
-          %(webhook_url)s, %(priority)s, %(created_at)s, %(run_status)s, %(last_seq)s,
-          %(updated_at)s, %(current)s, %(reason)s, %(state)s::jsonb, %(finished_at)s,
-          coalesce(%(snapshot_seq)s::integer, 0), %(snapshot_at)s)
+  INSERT INTO runs (id, namespace, workflow, workflow_namespace, version, input,
+                    request_id, webhook_url, priority, created_at, status, last_seq,
+                    updated_at, current, reason, state, finished_at, snapshot_seq, snapshot_at)
+  VALUES (%(run_id)s, %(namespace)s, %(workflow)s, %(workflow_namespace)s, %(version)s,
+          %(input)s, %(request_id)s, %(webhook_url)s, %(priority)s, %(created_at)s,
+          %(run_status)s, %(last_seq)s, %(updated_at)s, %(current)s, %(reason)s,
+          %(state)s::jsonb, %(finished_at)s, coalesce(%(snapshot_seq)s::integer, 0),
+          %(snapshot_at)s)
   ON CONFLICT DO NOTHING
   RETURNING id
 ),"""
@@ -227,17 +228,41 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM adv) THEN 1
 )
 
 
-WORKFLOW_VERSION = """
-SELECT max(version) AS version, extract(epoch FROM clock_timestamp())::float8 AS db_now
-FROM workflows
-WHERE name = %(name)s AND (%(version)s::integer IS NULL OR version = %(version)s::integer)
+# What a workflow name means to a namespace (cairn.store.definitions.visible_workflow),
+# in one read: the namespaces that own a workflow of that name the caller may see, the
+# one the name means (its own, else the only one), and its newest visible version.
+VISIBLE_WORKFLOW = """
+WITH visible AS (
+  SELECT w.namespace, w.version FROM workflows w
+  WHERE w.name = %(name)s
+    AND (%(owner)s::text IS NULL OR w.namespace = %(owner)s::text)
+    AND (w.namespace = %(caller)s::text OR EXISTS (
+      SELECT 1 FROM workflow_shares s
+      WHERE s.namespace = w.namespace AND s.workflow = w.name
+        AND s.grantee = %(caller)s::text AND s.version IN (0, w.version)))
+), found AS (
+  SELECT coalesce(array_agg(DISTINCT namespace ORDER BY namespace), '{}') AS owners
+  FROM visible
+), chosen AS (
+  SELECT CASE WHEN %(caller)s::text = ANY(owners) THEN %(caller)s::text
+              WHEN cardinality(owners) = 1 THEN owners[1] END AS owner, owners
+  FROM found
+)
+SELECT chosen.owner, chosen.owners,
+       (SELECT max(v.version) FROM visible v WHERE v.namespace = chosen.owner
+          AND (%(version)s::integer IS NULL OR v.version = %(version)s::integer)) AS version,
+       extract(epoch FROM clock_timestamp())::float8 AS db_now
+FROM chosen
 """
 
 
-def workflow_version(connection: Connection[Any], name: str, version: int | None) -> Any:
-    """The newest registered version of ``name`` (or ``version``, if it is registered), and
-    the database's clock, in one read (see :func:`execution_and_run`)."""
-    return _read_only_row(connection, WORKFLOW_VERSION, {"name": name, "version": version})
+def visible_workflow(
+    connection: Connection[Any], caller: str, name: str, owner: str | None, version: int | None
+) -> Any:
+    """What ``name`` means to namespace ``caller``, and the database's clock, in one
+    read (see :func:`execution_and_run`)."""
+    params = {"caller": caller, "name": name, "owner": owner, "version": version}
+    return _read_only_row(connection, VISIBLE_WORKFLOW, params)
 
 
 def execution_and_run(connection: Connection[Any], key: Mapping[str, Any]) -> Any:
@@ -376,6 +401,7 @@ def _submit_params(values: Mapping[str, Any], writes: StepWrites) -> dict[str, A
         "run_id": values["id"],
         "namespace": values["namespace"],
         "workflow": values["workflow"],
+        "workflow_namespace": values["workflow_namespace"],
         "version": values["version"],
         "input": Jsonb(values["input"]),
         "request_id": values["request_id"],

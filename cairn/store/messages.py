@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import Table, and_, delete, func, insert, not_, or_, select, update
 
-from cairn.model.messages import DEFAULT_NAMESPACE
 from cairn.model.statuses import ExecutionStatus
+from cairn.model.workflow_names import DEFAULT_NAMESPACE
 from cairn.store.base import TxBase
 from cairn.store.records import (
     FleetGauges,

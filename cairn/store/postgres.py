@@ -18,6 +18,7 @@ from cairn.model.keys import ExecutionKey
 from cairn.model.outcomes import StepWrites
 from cairn.store import fastpath
 from cairn.store.database import autocommit_twin
+from cairn.store.definitions import VisibleWorkflow
 from cairn.store.errors import translated
 from cairn.store.records import ExecutionHead, RunRecord
 from cairn.store.schema import outbox, runs
@@ -45,9 +46,14 @@ class PostgresTx(Tx):
         value = self.connection.execute(select(func.extract("epoch", func.clock_timestamp())))
         return float(value.scalar_one())
 
-    def workflow_version(self, name: str, version: int | None) -> tuple[int | None, float]:
-        row = fastpath.workflow_version(self._driver(), name, version)
-        return row.version, float(row.db_now)
+    def visible_workflow(
+        self, caller: str, name: str, owner: str | None, version: int | None
+    ) -> VisibleWorkflow:
+        driver = self._driver()
+        if not driver.autocommit:  # inside a transaction (a child's start, a tick)
+            return super().visible_workflow(caller, name, owner, version)
+        row = fastpath.visible_workflow(driver, caller, name, owner, version)
+        return VisibleWorkflow(row.owner, row.version, tuple(row.owners), float(row.db_now))
 
     def submit_run(
         self, values: Mapping[str, Any], writes: StepWrites

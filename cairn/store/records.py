@@ -19,6 +19,7 @@ from cairn.errors import StoreError
 from cairn.model.effects import EffectStatus
 from cairn.model.keys import ExecutionKey
 from cairn.model.statuses import ExecutionStatus, RunStatus
+from cairn.model.workflow_names import DEFAULT_NAMESPACE, qualified
 
 
 class Intent(StrEnum):
@@ -112,6 +113,13 @@ class RunRecord:
     updated_at: datetime
     finished_at: datetime | None
     priority: int = 0
+    # Whose definition it runs: its own namespace's, or the one that shared it.
+    workflow_namespace: str = DEFAULT_NAMESPACE
+
+    @property
+    def workflow_ref(self) -> str:
+        """Its workflow as the registry and node messages name it (``acme/checkout``)."""
+        return qualified(self.workflow_namespace, self.workflow)
 
     @classmethod
     def of(cls, row: Any) -> RunRecord:
@@ -136,6 +144,7 @@ class RunRecord:
             row.updated_at,
             row.finished_at,
             row.priority,
+            row.workflow_namespace,
         )
 
 
@@ -209,10 +218,19 @@ class RequestedRun:
     input: dict[str, Any]
     request_id: str
     webhook_url: str | None
+    workflow_namespace: str = DEFAULT_NAMESPACE
 
     @classmethod
     def of(cls, row: Any) -> RequestedRun:
-        return cls(row.id, row.workflow, row.version, row.input, row.request_id, row.webhook_url)
+        return cls(
+            row.id,
+            row.workflow,
+            row.version,
+            row.input,
+            row.request_id,
+            row.webhook_url,
+            row.workflow_namespace,
+        )
 
 
 @dataclass(frozen=True, slots=True)

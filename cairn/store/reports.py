@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, or_, select
 
+from cairn.model.workflow_names import qualified, unqualified
 from cairn.store.records import from_epoch, to_epoch
 from cairn.store.schema import events, executions, runs, workflows
 from cairn.store.sql import Tx
@@ -96,7 +97,7 @@ def read_facts(source: Tx | Connection, since: float, workflow: str | None = Non
     run_facts = [
         RunFacts(
             row.id,
-            row.workflow,
+            qualified(row.workflow_namespace, row.workflow),  # two namespaces' are two
             int(row.version),
             row.status,
             to_epoch(row.created_at),
@@ -105,6 +106,7 @@ def read_facts(source: Tx | Connection, since: float, workflow: str | None = Non
         for row in connection.execute(
             select(
                 runs.c.id,
+                runs.c.workflow_namespace,
                 runs.c.workflow,
                 runs.c.version,
                 runs.c.status,
@@ -186,17 +188,19 @@ def read_facts(source: Tx | Connection, since: float, workflow: str | None = Non
     versions = {(run.workflow, run.version) for run in run_facts}
     budgets: dict[tuple[str, int], Mapping[str, float]] = {}
     if versions:
-        names = sorted({name for name, _ in versions})
+        names = sorted({unqualified(name)[1] for name, _ in versions})
         for row in connection.execute(
             select(
+                workflows.c.namespace,
                 workflows.c.name,
                 workflows.c.version,
                 workflows.c.spec["budget"].label("budget"),
             ).where(workflows.c.name.in_(names))
         ):
             budget = _amounts(row.budget)
-            if (row.name, row.version) in versions and budget:
-                budgets[(row.name, int(row.version))] = budget
+            which = (qualified(row.namespace, row.name), int(row.version))
+            if which in versions and budget:
+                budgets[which] = budget
     return SlaFacts(run_facts, execution_facts, event_facts, dispatch_facts, budgets)
 
 

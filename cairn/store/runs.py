@@ -1,4 +1,4 @@
-"""The statements about workflows, runs, their events and snapshots — a run's
+"""The statements about runs, their events and snapshots — a run's
 lifecycle as the store keeps it (dialect-neutral; a backend overrides what it does
 faster, :mod:`cairn.store.postgres`)."""
 
@@ -12,6 +12,7 @@ from sqlalchemy import ColumnElement, delete, func, select
 
 from cairn.errors import StoreError
 from cairn.model.selection import RunFilter
+from cairn.model.workflow_names import qualified
 from cairn.store.base import TxBase
 from cairn.store.records import (
     EventRecord,
@@ -22,8 +23,6 @@ from cairn.store.records import (
     Snapshot,
     decode_snapshot,
     from_epoch,
-    spec_digest,
-    utcnow,
 )
 from cairn.store.schema import (
     artifacts,
@@ -37,68 +36,11 @@ from cairn.store.schema import (
     runs,
     snapshots,
     timers,
-    workflows,
 )
 
 
 class RunsTx(TxBase):
     """The run's rows: definitions, runs, events, snapshots, listing and retention."""
-
-    def register_workflow(
-        self, name: str, version: int, spec: Mapping[str, Any], definition_format: int
-    ) -> bool:
-        """Insert a definition compiled under ``definition_format``; True if new. A
-        different spec under a taken (name, version) raises: a version is immutable once
-        runs may have pinned it — and so is the format it was compiled under."""
-        digest = spec_digest(spec)
-        stmt = (
-            self._insert(workflows)
-            .values(
-                name=name,
-                version=version,
-                digest=digest,
-                spec=dict(spec),
-                registered_at=utcnow(),
-                format=definition_format,
-            )
-            .on_conflict_do_nothing()
-            .returning(workflows.c.name)  # not rowcount: -1 for a skipped insert here
-        )
-        if self.connection.execute(stmt).first() is not None:
-            return True
-        existing = self.connection.execute(
-            select(workflows.c.digest).where(
-                workflows.c.name == name, workflows.c.version == version
-            )
-        ).scalar_one()
-        if existing != digest:
-            raise StoreError(
-                f"workflow {name} version {version} is already registered with a "
-                "different definition; register the change as a new version"
-            )
-        return False
-
-    def workflow_spec(
-        self, name: str, version: int | None = None
-    ) -> tuple[int, dict[str, Any], int]:
-        """(version, spec, the format it was registered under); (0, {}, 0) if none."""
-        query = select(workflows.c.version, workflows.c.spec, workflows.c.format).where(
-            workflows.c.name == name
-        )
-        if version is not None:
-            query = query.where(workflows.c.version == version)
-        row = self.connection.execute(query.order_by(workflows.c.version.desc()).limit(1)).first()
-        if row is None:
-            return 0, {}, 0
-        return row.version, dict(row.spec), int(row.format)
-
-    def workflow_version(self, name: str, version: int | None) -> tuple[int | None, float]:
-        """The newest registered version of ``name`` (``version`` itself, if given and
-        registered; None if not) and the database's clock."""
-        query = select(func.max(workflows.c.version)).where(workflows.c.name == name)
-        if version is not None:
-            query = query.where(workflows.c.version == version)
-        return self.connection.execute(query).scalar(), self.now()
 
     def insert_run(self, values: Mapping[str, Any]) -> bool:
         """Insert a run; False if its (namespace, request id) already exists."""
@@ -188,6 +130,7 @@ class RunsTx(TxBase):
                 runs.c.input,
                 runs.c.request_id,
                 runs.c.webhook_url,
+                runs.c.workflow_namespace,
             ).where(runs.c.namespace == namespace, runs.c.request_id.in_(list(request_ids)))
         )
         return [RequestedRun.of(row) for row in found]
@@ -203,25 +146,19 @@ class RunsTx(TxBase):
         return None if row is None else RunHead.of(row)
 
     def pinned_versions(self, run_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
-        """Run id -> the workflow and version it is pinned to, for those that exist: one
-        read for a batch (recovery's, which needs each run's definition)."""
+        """Run id -> the workflow (qualified: ``acme/checkout``) and version it is pinned
+        to, for those that exist: one read for a batch (recovery's, which needs each
+        run's definition)."""
         if not run_ids:
             return {}
         found = self.connection.execute(
-            select(runs.c.id, runs.c.workflow, runs.c.version).where(
+            select(runs.c.id, runs.c.workflow_namespace, runs.c.workflow, runs.c.version).where(
                 runs.c.id.in_(sorted(set(run_ids)))
             )
         )
-        return {row.id: (row.workflow, row.version) for row in found}
-
-    def registered_workflows(self) -> list[Any]:
-        return list(
-            self.connection.execute(
-                select(workflows.c.name, workflows.c.version, workflows.c.registered_at).order_by(
-                    workflows.c.name, workflows.c.version
-                )
-            )
-        )
+        return {
+            row.id: (qualified(row.workflow_namespace, row.workflow), row.version) for row in found
+        }
 
     def events_after(self, run_id: str, seq: int, upto: int | None = None) -> list[EventRecord]:
         query = select(

@@ -58,10 +58,13 @@ class Base(DeclarativeBase):
 
 
 class WorkflowRow(Base):
-    """A registered definition. (name, version) is immutable once registered."""
+    """A registered definition of a namespace (migration 0021). (namespace, name,
+    version) is immutable once registered."""
 
     __tablename__ = "workflows"
 
+    # A server default: a process of the release before 0021 registers into ``default``.
+    namespace: Mapped[str] = mapped_column(String(100), primary_key=True, server_default="default")
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     version: Mapped[int] = mapped_column(Integer, primary_key=True)
     digest: Mapped[str] = mapped_column(String(64))
@@ -69,6 +72,21 @@ class WorkflowRow(Base):
     registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     # The definition format it was compiled under (migration 0010): its semantics.
     format: Mapped[int] = mapped_column(Integer, server_default="1")
+
+
+class WorkflowShareRow(Base):
+    """A workflow a namespace's admin shared with another namespace (migration 0021):
+    ``grantee`` sees and starts it. ``version`` 0: every version, registered or to come."""
+
+    __tablename__ = "workflow_shares"
+    __table_args__ = (Index("ix_workflow_shares_grantee_workflow", "grantee", "workflow"),)
+
+    namespace: Mapped[str] = mapped_column(String(100), primary_key=True)  # the owner's
+    workflow: Mapped[str] = mapped_column(String(200), primary_key=True)
+    grantee: Mapped[str] = mapped_column(String(100), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_by: Mapped[str] = mapped_column(String(300))
 
 
 class RunRow(Base):
@@ -111,6 +129,9 @@ class RunRow(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Who gets the next free slot and the next worker first, -5..5 (migration 0018).
     priority: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The namespace whose definition it runs (migration 0021): its own, or the one that
+    # shared the workflow with it.
+    workflow_namespace: Mapped[str] = mapped_column(String(100), server_default="default")
 
 
 class EventRow(Base):
@@ -575,6 +596,7 @@ effects = cast(Table, EffectRow.__table__)
 artifacts = cast(Table, ArtifactRow.__table__)
 notifications = cast(Table, NotificationRow.__table__)
 workflows = cast(Table, WorkflowRow.__table__)
+workflow_shares = cast(Table, WorkflowShareRow.__table__)
 schedules = cast(Table, ScheduleRow.__table__)
 debounces = cast(Table, DebounceRow.__table__)
 singletons = cast(Table, SingletonRow.__table__)

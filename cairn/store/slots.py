@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import delete, exists, func, or_, select, update
 
 from cairn.model.keys import ExecutionKey
+from cairn.model.workflow_names import qualified
 from cairn.store.base import TxBase
 from cairn.store.clauses import ACTIVE_EXECUTION, where
 from cairn.store.records import ParkedExecution, WaitingPool, from_epoch
@@ -105,7 +106,9 @@ class SlotsTx(TxBase):
                 update(executions).where(where(key)).values(dispatched_at=self.stamp())
             )
             found = self.connection.execute(
-                select(runs.c.workflow, runs.c.version).where(runs.c.id == row.run_id)
+                select(runs.c.workflow_namespace, runs.c.workflow, runs.c.version).where(
+                    runs.c.id == row.run_id
+                )
             ).first()
             if found is None:  # the run is gone (retention): nothing to wake
                 self.connection.execute(delete(slot_waits).where(*_waiter(key)))
@@ -113,7 +116,7 @@ class SlotsTx(TxBase):
             woken.append(
                 ParkedExecution(
                     row.run_id,
-                    found.workflow,
+                    qualified(found.workflow_namespace, found.workflow),
                     found.version,
                     row.node,
                     row.iteration,

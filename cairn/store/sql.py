@@ -3,8 +3,8 @@ statement the engine, workers and scheduler run, grouped by the tables they touc
 (:mod:`~cairn.store.runs`, :mod:`~cairn.store.executions`,
 :mod:`~cairn.store.messages`, :mod:`~cairn.store.effects`,
 :mod:`~cairn.store.checkpoints`, :mod:`~cairn.store.model_calls`, :mod:`~cairn.store.schedules`,
-:mod:`~cairn.store.flow`, :mod:`~cairn.store.access`) and the write path of a step
-above them (:mod:`~cairn.store.steps`), written once in
+:mod:`~cairn.store.flow`, :mod:`~cairn.store.access`, :mod:`~cairn.store.definitions`)
+and the write path of a step above them (:mod:`~cairn.store.steps`), written once in
 dialect-neutral SQLAlchemy Core. A backend subclasses both — PostgreSQL with its
 one-statement hot path (:mod:`cairn.store.postgres`), SQLite for the embedded default
 (:mod:`cairn.store.sqlite`) — and :func:`cairn.store.backends.store_for` picks the one
@@ -24,6 +24,7 @@ from sqlalchemy import Engine, select
 
 from cairn.store.access import AccessTx
 from cairn.store.checkpoints import CheckpointsTx
+from cairn.store.definitions import DefinitionsTx
 from cairn.store.effects import EffectsTx
 from cairn.store.errors import translated
 from cairn.store.flow import FlowTx
@@ -36,6 +37,7 @@ from cairn.store.steps import StepsTx
 
 class Tx(
     StepsTx,
+    DefinitionsTx,
     EffectsTx,
     CheckpointsTx,
     ModelCallsTx,

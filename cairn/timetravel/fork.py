@@ -125,7 +125,7 @@ def fork_point(
             raise SeqOutOfRange(
                 f"run {run_id} has events 1 to {row.last_seq}; there is no seq {seq}"
             )
-        definition = orchestrator.registry.get(row.workflow, row.version, tx)
+        definition = orchestrator.registry.get(row.workflow_ref, row.version, tx)
     try:
         state = orchestrator.checkpoint(run_id, seq, latest=True)
     except RunNotFound:

@@ -159,7 +159,7 @@ class Replayer:
                 raise SeqOutOfRange(
                     f"run {self.run_id} has events 1 to {row.last_seq}; there is no seq {from_seq}"
                 )
-            definition = orchestrator.registry.get(row.workflow, row.version, tx)
+            definition = orchestrator.registry.get(row.workflow_ref, row.version, tx)
             event_rows = tx.events_after(self.run_id, 0, row.last_seq)
             executions = tx.executions_of(self.run_id)
         steps, _others = build_history(definition, self.run_id, event_rows, executions)

@@ -99,7 +99,7 @@ class Timeline:
         row = tx.run(self.run_id)
         if row is None:
             raise RunNotFound(f"no run {self.run_id}")
-        return row, self.orchestrator.registry.get(row.workflow, row.version, tx)
+        return row, self.orchestrator.registry.get(row.workflow_ref, row.version, tx)
 
     def _in_range(self, seq: int, last_seq: int) -> int:
         if not 1 <= seq <= last_seq:

@@ -42,8 +42,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cairn.model.messages import DEFAULT_NAMESPACE, NodeMessage
+from cairn.model.messages import NodeMessage
 from cairn.model.priority import MAX_PRIORITY, MIN_PRIORITY
+from cairn.model.workflow_names import DEFAULT_NAMESPACE
 
 log = logging.getLogger(__name__)
 

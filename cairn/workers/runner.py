@@ -489,9 +489,9 @@ class NodeRunner:
             execution, run = tx.execution_and_run(key)
             if execution is None or run is None:
                 raise InvalidMessage(f"no execution {key} was ever dispatched")
-            if run.workflow != message.workflow or run.version != message.version:
+            if run.workflow_ref != message.workflow or run.version != message.version:
                 raise InvalidMessage(
-                    f"{key} belongs to {run.workflow}@{run.version}, "
+                    f"{key} belongs to {run.workflow_ref}@{run.version}, "
                     f"not {message.workflow}@{message.version}"
                 )
             if not execution.status.active or execution.attempt != message.attempt:

@@ -112,6 +112,7 @@ class StepSetup:
             state=state.vars,
             run_input=run.input,
             namespace_limit=self.settings.namespace_concurrency,
+            owner=run.workflow_namespace,
         )
 
     def dependencies(
@@ -124,7 +125,12 @@ class StepSetup:
         if not node.rate and not definition.rate:
             return node.dependencies
         buckets = buckets_for(
-            definition, node, namespace=run.namespace, state=state.vars, run_input=run.input
+            definition,
+            node,
+            namespace=run.namespace,
+            state=state.vars,
+            run_input=run.input,
+            owner=run.workflow_namespace,
         )
         return (*node.dependencies, *(rate_dependency(bucket.name) for bucket in buckets))
 
@@ -185,7 +191,12 @@ class StepSetup:
         if not node.rate and not definition.rate:
             return None
         buckets = buckets_for(
-            definition, node, namespace=run.namespace, state=state.vars, run_input=run.input
+            definition,
+            node,
+            namespace=run.namespace,
+            state=state.vars,
+            run_input=run.input,
+            owner=run.workflow_namespace,
         )
         settings = self.settings
         return RateLimiter(

@@ -11,7 +11,10 @@ import pytest
 import redis
 
 pytest.register_assert_rewrite(
-    "cairn.testing.contracts", "cairn.testing.store_contract", "cairn.testing.publisher_contract"
+    "cairn.testing.contracts",
+    "cairn.testing.store_contract",
+    "cairn.testing.publisher_contract",
+    "cairn.testing.definitions_contract",
 )
 
 REQUIRED = os.environ.get("CAIRN_TEST_REQUIRE_SERVICES") == "1"

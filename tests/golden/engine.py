@@ -370,7 +370,7 @@ def record(case: Case) -> dict[str, Any]:
 
 def _registered(engine: Engine, name: str, version: int) -> dict[str, Any]:
     with engine.store.reading() as tx:
-        found, spec, registered_format = tx.workflow_spec(name, version)
+        found, spec, registered_format = tx.workflow_spec("default", name, version)
     assert found == version
     return {"name": name, "version": version, "format": registered_format, "spec": spec}
 

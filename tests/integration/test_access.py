@@ -29,7 +29,8 @@ PRINCIPALS = [f"{role}{suffix}" for role in ROLES for suffix in ("", "+p")]
 def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     tmp = tmp_path_factory.mktemp("access")
     keys = f"alpha:{ALPHA_ADMIN},beta:{BETA_ADMIN}"
-    with api_deployment(pg_template, tmp, api_env={"CAIRN_API_KEYS": keys}) as deployed:
+    api_env = {"CAIRN_API_KEYS": keys}
+    with api_deployment(pg_template, tmp, api_env=api_env, namespaces=("alpha",)) as deployed:
         yield deployed
 
 
@@ -41,6 +42,11 @@ def http(deployment: Deployment) -> Iterator[httpx.Client]:
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+# A definition alpha's admin registers and shares with gamma first: registering it again,
+# identically, and sharing it again change nothing (200).
+TINY = {"name": "tiny", "version": 1, "start": "done", "nodes": {"done": {"end": "succeeded"}}}
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +71,12 @@ def keys(http: httpx.Client) -> dict[str, str]:
             assert minted.status_code == 201, minted.text
             assert minted.json()["namespace"] == namespace
             made[label if namespace == "alpha" else f"beta {label}"] = minted.json()["key"]
+    registered = http.post("/v1/workflows", json=TINY, headers=bearer(ALPHA_ADMIN))
+    assert registered.status_code == 201, registered.text
+    shared = http.post(
+        "/v1/workflows/tiny/shares", json={"namespace": "gamma"}, headers=bearer(ALPHA_ADMIN)
+    )
+    assert shared.status_code == 201, shared.text
     return made
 
 
@@ -136,6 +148,11 @@ CALLS: dict[str, tuple[str, str, dict[str, Any] | None, int]] = {
     "bulk signal": ("POST", "/v1/bulk/signals/approve", {"filter": {"ids": ["none"]}}, 200),
     "bulk fork": ("POST", "/v1/bulk/fork", {"filter": {"ids": ["none"]}}, 200),
     "workflows": ("GET", "/v1/workflows", None, 200),
+    "definition": ("GET", "/v1/workflows/tiny", None, 200),
+    "register": ("POST", "/v1/workflows", TINY, 200),
+    "share": ("POST", "/v1/workflows/tiny/shares", {"namespace": "gamma"}, 200),
+    "shares": ("GET", "/v1/workflows/tiny/shares", None, 200),
+    "unshare": ("DELETE", "/v1/workflows/tiny/shares/nobody", None, 404),
     "fleet": ("GET", "/v1/fleet/concurrency", None, 200),
     "schedules": ("GET", "/v1/schedules", None, 200),
     "add schedule": (
@@ -185,6 +202,11 @@ MATRIX: dict[str, tuple[bool, ...]] = {
     "bulk signal":    (N, N,   N, N,   Y, Y,   Y, Y),
     "bulk fork":      (N, N,   N, N,   Y, Y,   Y, Y),
     "workflows":      (Y, Y,   Y, Y,   Y, Y,   Y, Y),
+    "definition":     (Y, Y,   Y, Y,   Y, Y,   Y, Y),
+    "register":       (N, N,   N, N,   N, N,   Y, Y),
+    "share":          (N, N,   N, N,   N, N,   Y, Y),
+    "shares":         (N, N,   N, N,   N, N,   Y, Y),
+    "unshare":        (N, N,   N, N,   N, N,   Y, Y),
     "fleet":          (Y, Y,   Y, Y,   Y, Y,   Y, Y),
     "schedules":      (Y, Y,   Y, Y,   Y, Y,   Y, Y),
     "add schedule":   (N, N,   N, N,   Y, Y,   Y, Y),
@@ -216,6 +238,10 @@ AUDITED = {
     "bulk cancel": "bulk.cancel",
     "bulk signal": "bulk.signal",
     "bulk fork": "bulk.fork",
+    "register": "definitions.register",
+    "share": "definitions.share",
+    "shares": "definitions.shares_read",
+    "unshare": "definitions.unshare",
     "add schedule": "schedule.change",
     "pause schedule": "schedule.change",
     "pause": "pause.change",

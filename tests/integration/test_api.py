@@ -59,6 +59,7 @@ def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> It
             "CAIRN_API_KEYS_FILE": str(keys_file),
             "CAIRN_API_MAX_BODY_BYTES": str(MAX_BODY),
         },
+        namespaces=("alpha", "beta"),
     ) as deployed:
         yield deployed
 

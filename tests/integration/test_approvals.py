@@ -21,7 +21,8 @@ ADMIN = "approvals-admin-key-0123456789"
 @pytest.fixture(scope="module")
 def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     tmp = tmp_path_factory.mktemp("approvals")
-    with api_deployment(pg_template, tmp, api_env={"CAIRN_API_KEYS": f"shop:{ADMIN}"}) as live:
+    keys = {"CAIRN_API_KEYS": f"shop:{ADMIN}"}
+    with api_deployment(pg_template, tmp, api_env=keys, namespaces=("shop",)) as live:
         yield live
 
 

@@ -28,6 +28,7 @@ from cairn.cli.main import app
 from cairn.config import Settings
 from cairn.http import ApiError
 from tests.support.api_server import Deployment, api_deployment
+from tests.support.cluster import WORKFLOWS
 from tests.support.services import ROOT
 from tests.support.shop import ADAPTERS, Service, running_service
 
@@ -48,9 +49,6 @@ NO_REMOTE: dict[tuple[str, ...], str] = {
     ("config",): "prints this process's settings",
     ("sla",): "reads the database's facts: no endpoint serves them",
     ("artifacts-cleanup",): "a maintenance job on the object store and the database",
-    # Not yet remote: registering over HTTP (POST /v1/workflows) comes with namespaced
-    # definitions, and will be wired when that lands.
-    ("register",): "not yet remote",
 }
 
 # One remote invocation of each operator command, in the order they run: placeholders
@@ -95,6 +93,7 @@ INVOCATIONS: dict[tuple[str, ...], list[str]] = {
     ("keys", "list"): ["keys", "list"],
     ("keys", "rotate"): ["keys", "rotate", "{key_id}"],
     ("keys", "revoke"): ["keys", "revoke", "{key_id}"],
+    ("register",): ["register", "{checkout_file}"],
     ("pause",): ["pause", "queue", "gpu", "--reason", "node pool upgrade"],
     ("pauses",): ["pauses"],
     ("resume",): ["resume", "queue", "gpu"],
@@ -245,6 +244,7 @@ def prepared(http: httpx.Client, deployment: Deployment) -> dict[str, str]:
         "booking": booking,
         "key_id": key_id,
         "ledger_input": json.dumps({"ledger": ledger}),
+        "checkout_file": str(WORKFLOWS / "checkout.yaml"),
     }
 
 

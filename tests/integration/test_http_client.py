@@ -18,7 +18,7 @@ import pytest
 from cairn.errors import IllegalTransition, NotWaiting, RunNotFound
 from cairn.http import AsyncClient, Client, StreamEvent
 from tests.integration.test_lease_metrics import free_ports
-from tests.support.cluster import Cluster
+from tests.support.cluster import WORKFLOWS, Cluster
 
 KEY = "http-client-key-0123456789"
 
@@ -27,6 +27,7 @@ KEY = "http-client-key-0123456789"
 def api_url(cluster: Cluster) -> str:
     """A ``cairn api`` process of the test's own, answering."""
     (port,) = free_ports(1)
+    cluster.client.register(WORKFLOWS, namespace="team")  # definitions are namespaced
     cluster.spawn("api", f"--port={port}", env={"CAIRN_API_KEYS": f"team:{KEY}"})
     url = f"http://127.0.0.1:{port}"
 

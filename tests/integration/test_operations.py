@@ -36,7 +36,8 @@ def deployment(
 ) -> Iterator[Deployment]:
     tmp = tmp_path_factory.mktemp("operations")
     env = {"EFFECT_SERVICE_URL": service.url, "CAIRN_EFFECT_ADAPTERS": ADAPTERS}
-    with api_deployment(pg_template, tmp, env=env, api_env={"CAIRN_API_KEYS": f"ops:{ADMIN}"}) as d:
+    keys = {"CAIRN_API_KEYS": f"ops:{ADMIN}"}
+    with api_deployment(pg_template, tmp, env=env, api_env=keys, namespaces=("ops",)) as d:
         yield d
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from cairn.client import Client
 from cairn.model.statuses import RunStatus
 from cairn.workers.fairness import Fairness
-from tests.support.cluster import Cluster
+from tests.support.cluster import WORKFLOWS, Cluster
 
 
 def started(cluster: Cluster) -> list[str]:
@@ -19,6 +19,12 @@ def started(cluster: Cluster) -> list[str]:
         return []
     lines = [line.split() for line in cluster.ledger.read_text().splitlines()]
     return [run for run, _node, _iteration, _attempt, what, _pid in lines if what == "start"]
+
+
+def in_namespaces(cluster: Cluster, *namespaces: str) -> None:
+    """Register the workflow in each namespace too (definitions are namespaced)."""
+    for namespace in namespaces:
+        cluster.client.register(WORKFLOWS / "prioritized.yaml", namespace=namespace)
 
 
 def batch(cluster: Cluster, count: int, **item: Any) -> list[dict[str, Any]]:
@@ -61,6 +67,7 @@ def test_a_high_priority_run_submitted_after_a_backlog_gets_the_worker_first(
 
 def test_a_small_namespace_is_not_served_behind_a_big_ones_backlog(cluster: Cluster) -> None:
     client = cluster.client
+    in_namespaces(cluster, "big", "small")
     big = [s.run_id for s in client.submit_batch(batch(cluster, 60), namespace="big")]
     small = [s.run_id for s in client.submit_batch(batch(cluster, 5), namespace="small")]
     fairness = Fairness(cluster.settings.broker_url, enabled=True)
@@ -83,6 +90,7 @@ def test_with_fairness_off_the_small_namespace_waits_behind_the_backlog(
     """The baseline the test above is measured against: the same queue, first in, first
     out — so the fairness test can fail."""
     unfair = Client(cluster.settings.model_copy(update={"fairness": False}))
+    in_namespaces(cluster, "big", "small")
     try:
         big = [s.run_id for s in unfair.submit_batch(batch(cluster, 60), namespace="big")]
         small = [s.run_id for s in unfair.submit_batch(batch(cluster, 5), namespace="small")]
@@ -105,6 +113,7 @@ def test_counts_left_by_lost_messages_are_mended_when_the_queue_is_found_empty(
         fairness.client.hset(key, mapping={"big": 500, "small": 3})  # nothing queued
         assert fairness.backlog("gpu") == 0  # another queue's counts are its own
         assert fairness.counts(queue) == {"big": 500, "small": 3}
+        in_namespaces(cluster, "small")
         run_id = cluster.submit("prioritized", namespace="small")  # queued: counted in
         assert fairness.counts(queue) == {"big": 500, "small": 4}
         assert 0 < fairness.client.ttl(key) <= 3600  # and forgotten an hour after

@@ -24,6 +24,7 @@ from tests.support.services import ROOT
 
 TABLES = {
     "workflows",
+    "workflow_shares",
     "runs",
     "events",
     "snapshots",
@@ -130,6 +131,38 @@ def test_each_downgrade_undoes_its_upgrade_down_to_an_empty_database(
     upgrade(empty_engine)
     assert current_revision(empty_engine) == HEAD
     assert _drift(empty_engine) == []
+
+
+def test_definitions_and_runs_there_were_go_to_the_default_namespace(
+    empty_engine: Engine,
+) -> None:
+    """0021 keys definitions by namespace: what was registered and started before it is
+    the default namespace's, and the same name may then be registered elsewhere."""
+    upgrade(empty_engine, "0020")
+    with empty_engine.begin() as connection:
+        connection.exec_driver_sql(
+            "INSERT INTO workflows (name, version, digest, spec, registered_at, format) "
+            "VALUES ('checkout', 1, 'd', '{}', '2026-01-01 00:00:00+00:00', 2)"
+        )
+        connection.exec_driver_sql(
+            "INSERT INTO runs (id, workflow, version, status, input, current, created_at, "
+            "updated_at) VALUES ('r1', 'checkout', 1, 'running', '{}', '[]', "
+            "'2026-01-01 00:00:00+00:00', '2026-01-01 00:00:00+00:00')"
+        )
+    upgrade(empty_engine)
+    with empty_engine.begin() as connection:
+        found = connection.exec_driver_sql("SELECT namespace, name, version FROM workflows")
+        assert found.all() == [("default", "checkout", 1)]
+        run = connection.exec_driver_sql("SELECT namespace, workflow_namespace FROM runs")
+        assert run.all() == [("default", "default")]
+        connection.exec_driver_sql(
+            "INSERT INTO workflows (namespace, name, version, digest, spec, registered_at, "
+            "format) VALUES ('acme', 'checkout', 1, 'e', '{}', '2026-01-01 00:00:00+00:00', 2)"
+        )
+    _downgrade(empty_engine, "0020")  # the old key holds one of them: the default's
+    with empty_engine.connect() as connection:
+        kept = connection.exec_driver_sql("SELECT name, version, digest FROM workflows")
+        assert kept.all() == [("checkout", 1, "d")]
 
 
 def _tables(engine: Engine) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,14 +37,18 @@ def api_deployment(
     *,
     env: Mapping[str, str] | None = None,
     api_env: Mapping[str, str] | None = None,
+    namespaces: Sequence[str] = ("default",),
 ) -> Iterator[Deployment]:
-    """Every process gets ``env``; the API process ``api_env`` too (its keys)."""
+    """Every process gets ``env``; the API process ``api_env`` too (its keys). The
+    test workflows are registered in each of ``namespaces`` (definitions are namespaced):
+    by every process at start in the first, by the test's client in the others."""
+    env = {"CAIRN_WORKFLOWS_NAMESPACE": namespaces[0], **(env or {})}
     name = f"cairn_t_{uuid.uuid4().hex[:12]}"
     with admin() as connection:
         connection.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
     try:
         with redis_pair() as (broker, leases):
-            yield from _deployment(name, broker, leases, tmp, env or {}, api_env or {})
+            yield from _deployment(name, broker, leases, tmp, env, api_env or {}, namespaces[1:])
     finally:
         drop(name)
 
@@ -56,6 +60,7 @@ def _deployment(  # noqa: PLR0917 - one deployment's parts, each named
     tmp: Path,
     env: Mapping[str, str],
     api_env: Mapping[str, str],
+    more_namespaces: Sequence[str],
 ) -> Iterator[Deployment]:
     full = {key: value for key, value in os.environ.items() if not key.startswith("CAIRN_")}
     full.update(FAST)
@@ -88,6 +93,8 @@ def _deployment(  # noqa: PLR0917 - one deployment's parts, each named
                 return False
 
         cluster.wait_for(ready, timeout_s=30, what="the API to be ready")
+        for namespace in more_namespaces:
+            cluster.client.register(WORKFLOWS, namespace=namespace)
         yield Deployment(cluster, base_url)
     finally:
         cluster.stop()

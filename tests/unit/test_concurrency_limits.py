@@ -122,6 +122,18 @@ def test_pools_are_named_by_namespace_and_key_value() -> None:
     assert pools == [("acme/*", 100), ("acme/input.customer.id=42", 1), ("acme/openai", 5)]
     missing = pools_for(definition, node, namespace="acme", state={}, run_input={})
     assert ("acme/input.customer.id=null", 1) in missing
+    # A run of acme's workflow shared with shop: the definition's limits are acme's (its
+    # handlers call what acme's limits protect); the namespace's default is shop's own.
+    shared = pools_for(
+        definition,
+        node,
+        namespace="shop",
+        state={},
+        run_input={"customer": {"id": 42}},
+        namespace_limit=100,
+        owner="acme",
+    )
+    assert shared == [("acme/input.customer.id=42", 1), ("acme/openai", 5), ("shop/*", 100)]
 
 
 @pytest.mark.parametrize(

@@ -103,6 +103,8 @@ def test_request_ids_make_submit_idempotent(tmp_path: Path) -> None:
     try:
         first = runtime.orchestrator.submit("chain10", {}, request_id="r-1")
         assert runtime.orchestrator.submit("chain10", {}, request_id="r-1") == first
+        registry = runtime.orchestrator.registry
+        registry.register(registry.get("chain10"), "other")  # definitions are namespaced too
         assert (
             runtime.orchestrator.submit("chain10", {}, request_id="r-1", namespace="other") != first
         )

@@ -24,7 +24,7 @@ SPEC = {
 def _registered_before_format_2(store: Store) -> None:
     """The row an older cairn wrote: the migration gave it format 1."""
     with store.transaction() as tx:
-        assert tx.register_workflow("legacy", 1, SPEC, 1)
+        assert tx.register_workflow("default", "legacy", 1, SPEC, 1)
 
 
 def test_a_new_version_is_registered_under_the_newest_format(store: Store) -> None:

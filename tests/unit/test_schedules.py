@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from cairn.definitions.loader import load_definition
+from cairn.engine.sharing import Sharing
 from cairn.errors import (
     InvalidInput,
     InvalidSchedule,
@@ -383,8 +384,15 @@ def test_adding_checks_the_workflow_the_cron_and_the_input(runtime: Runtime) -> 
     assert added.next_at is not None and iso(added.next_at).endswith("09:00:00")
     with pytest.raises(ScheduleExists):
         schedules.add("default", ScheduleSpec(name="x", cron="0 10 * * *", workflow="approval"))
-    # Another namespace has names of its own.
-    schedules.add("other", ScheduleSpec(name="x", cron="0 10 * * *", workflow="approval"))
+    # Another namespace has names of its own — and workflows: the default namespace's is
+    # unknown to it until it is shared with it.
+    with pytest.raises(UnknownWorkflow):
+        schedules.add("other", ScheduleSpec(name="x", cron="0 10 * * *", workflow="approval"))
+    Sharing(runtime.store).share("default", "approval", "other", None, by="db:test")
+    other = schedules.add(
+        "other", ScheduleSpec(name="x", cron="0 10 * * *", workflow="default/approval")
+    )
+    assert other.workflow == "default/approval"
     assert [s.name for s in schedules.of_namespace("default")] == ["x"]
 
 
