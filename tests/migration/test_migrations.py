@@ -136,7 +136,7 @@ def test_each_downgrade_undoes_its_upgrade_down_to_an_empty_database(
 def test_definitions_and_runs_there_were_go_to_the_default_namespace(
     empty_engine: Engine,
 ) -> None:
-    """0021 keys definitions by namespace: what was registered and started before it is
+    """0022 keys definitions by namespace: what was registered and started before it is
     the default namespace's, and the same name may then be registered elsewhere."""
     upgrade(empty_engine, "0020")
     with empty_engine.begin() as connection:

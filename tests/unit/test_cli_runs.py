@@ -48,6 +48,7 @@ def runs(home: Path) -> Iterator[tuple[Client, list[str]]]:
     definition.write_text(WORKFLOW)
     client = Client()
     client.register(definition)
+    client.register(definition, namespace="team")
     made = [client.submit("listed", {"n": n}, namespace="team") for n in range(5)]
     client.submit("listed", {}, namespace="default")
     client.signal(made[0], "approve")
@@ -131,7 +132,7 @@ def test_remote_mode_says_what_has_no_remote_form(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CAIRN_API_URL", "http://127.0.0.1:9")
-    for args in (["sla"], ["register", "x.yaml"], ["artifacts-cleanup"], ["status", "--fleet"]):
+    for args in (["sla"], ["artifacts-cleanup"], ["status", "--fleet"]):
         refused = CliRunner().invoke(app, args)
         assert refused.exit_code != 0, args
         assert "has no remote form" in str(refused.exception), args

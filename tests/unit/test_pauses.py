@@ -45,6 +45,7 @@ def test_a_paused_workflows_starts_are_held_and_started_in_order_as_their_submit
     with runtime.store.reading() as tx:
         due = tx.due_debounces(tx.now() + 5, 10)
     assert orchestrator.start_debounced(due, due[0].due_at) == 0  # held, not started
+    orchestrator.registry.register(orchestrator.registry.get("approval"), "beta")
     other = orchestrator.submit("approval", {"n": 5}, namespace="beta")  # not paused there
     held = [plain, batched[0].run_id, single, debounced]
     for run_id in held:
