@@ -113,9 +113,10 @@ def source_of(scope: Scope) -> str | None:
 
 
 class AuditMiddleware:
-    """Writes a request's audit entry once it is answered: the draft an :func:`allowed`
-    endpoint left (``ok`` for 2xx/3xx, ``refused`` for 401/403, ``failed`` else), or —
-    for a 401 with no principal at all — a throttled ``anonymous`` refusal."""
+    """Writes a request's audit entry as it is answered — before the answer leaves, so
+    that whoever holds an answer finds its entry: the draft an :func:`allowed` endpoint
+    left (``ok`` for 2xx/3xx, ``refused`` for 401/403, ``failed`` else), or — for a 401
+    with no principal at all — a throttled ``anonymous`` refusal."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -124,20 +125,25 @@ class AuditMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        status = 500
+        written = False
+
+        async def write(status: int) -> None:
+            nonlocal written
+            written = True
+            audit: Audit | None = getattr(scope["app"].state, "audit", None)
+            if audit is not None:  # (the app has started: it has a store to write to)
+                await anyio.to_thread.run_sync(self._write, audit, scope, status)
 
         async def observe(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
+            if message["type"] == "http.response.start" and not written:
+                await write(int(message["status"]))
             await send(message)
 
         try:
             await self.app(scope, receive, observe)
         finally:
-            audit: Audit | None = getattr(scope["app"].state, "audit", None)
-            if audit is not None:  # (the app has started: it has a store to write to)
-                await anyio.to_thread.run_sync(self._write, audit, scope, status)
+            if not written:  # no answer began: the server answers 500
+                await write(500)
 
     @staticmethod
     def _write(audit: Audit, scope: Scope, status: int) -> None:

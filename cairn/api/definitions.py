@@ -222,6 +222,12 @@ def share_workflow(
     return _share_view(share)
 
 
+@router.get("/shares", response_model=ShareList, responses=ERRORS)
+def list_all_shares(runtime: Runtime_, who: ShareReader) -> ShareList:
+    """Every share of the key's namespace's workflows, with whom."""
+    return ShareList(shares=[_share_view(s) for s in Sharing(runtime.store).shares(who.namespace)])
+
+
 @router.get("/workflows/{name}/shares", response_model=ShareList, responses=ERRORS)
 def list_shares(name: Name, runtime: Runtime_, who: ShareReader) -> ShareList:
     """With whom the key's namespace shares this workflow."""

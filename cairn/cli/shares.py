@@ -1,6 +1,7 @@
 """``cairn shares``: which of a namespace's workflows another namespace may see and start
-(docs/access.md#namespaces). They write to the database directly, as ``db:<user>``, each
-change itself an audit entry of the owning namespace."""
+(docs/access.md#namespaces) — through the HTTP API in remote mode, as the key's principal
+and in its namespace (:mod:`cairn.cli.remote`), else on the database as ``db:<user>``;
+each change an audit entry of the owning namespace."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from cairn.cli import remote
 from cairn.cli._app import app, out
 
 shares_app = typer.Typer(
@@ -17,7 +19,9 @@ shares_app = typer.Typer(
 )
 app.add_typer(shares_app, name="shares")
 
-OwnerOption = Annotated[str, typer.Option(help="The namespace that owns the workflow.")]
+OwnerOption = Annotated[
+    str, typer.Option(help="The namespace that owns the workflow (remote: the key's).")
+]
 GranteeOption = Annotated[
     str, typer.Option("--with", help="The namespace it is shared with.", show_default=False)
 ]
@@ -37,6 +41,13 @@ def add_share(
 ) -> None:
     """Let another namespace see and start a workflow: its runs are that namespace's and
     execute this namespace's definition."""
+    remote.key_namespace(namespace)
+    which = "every version" if version is None else f"version {version}"
+    if remote.active():
+        with remote.api() as api:
+            view = api.share(workflow, grantee, version)
+        out.print(f"{view.namespace}/{workflow} ({which}) shared with {grantee}")
+        return
     from cairn.client import Client
     from cairn.engine.sharing import Sharing
 
@@ -48,7 +59,6 @@ def add_share(
             )
     finally:
         client.close()
-    which = "every version" if version is None else f"version {version}"
     state = "shared" if created else "shared already"
     out.print(f"{namespace}/{workflow} ({which}) {state} with {grantee}")
 
@@ -63,6 +73,13 @@ def revoke_share(
 ) -> None:
     """Take a share back: the namespace can no longer see or start the workflow (its
     runs started already go on)."""
+    remote.key_namespace(namespace)
+    which = "every version" if version is None else f"version {version}"
+    if remote.active():
+        with remote.api() as api:
+            api.unshare(workflow, grantee, version)
+        out.print(f"{workflow} ({which}) no longer shared with {grantee}")
+        return
     from cairn.client import Client
     from cairn.engine.sharing import Sharing
 
@@ -72,7 +89,6 @@ def revoke_share(
             Sharing(client.runtime.store).revoke(namespace, workflow, grantee, version)
     finally:
         client.close()
-    which = "every version" if version is None else f"version {version}"
     out.print(f"{namespace}/{workflow} ({which}) no longer shared with {grantee}")
 
 
@@ -82,19 +98,26 @@ def list_shares(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """What a namespace shares, and with whom."""
-    from cairn.client import Client
-    from cairn.engine.sharing import Sharing
+    remote.key_namespace(namespace)
+    if remote.active():
+        with remote.api() as api:
+            shares = [view.model_dump() for view in api.shares().shares]
+    else:
+        from cairn.client import Client
+        from cairn.engine.sharing import Sharing
 
-    client = Client()
-    try:
-        shares = Sharing(client.runtime.store).shares(namespace)
-    finally:
-        client.close()
+        client = Client()
+        try:
+            shares = [dict(s.__dict__) for s in Sharing(client.runtime.store).shares(namespace)]
+        finally:
+            client.close()
     if as_json:
-        print(json.dumps([share.__dict__ for share in shares]))
+        print(json.dumps(shares))
         return
     if not shares:
-        out.print(f"namespace {namespace} shares no workflow")
+        out.print("no workflow is shared")
     for share in shares:
-        which = "every version" if share.version is None else f"version {share.version}"
-        out.print(f"{share.workflow} ({which}) with {share.grantee}  by {share.created_by}")
+        which = "every version" if share["version"] is None else f"version {share['version']}"
+        out.print(
+            f"{share['workflow']} ({which}) with {share['grantee']}  by {share['created_by']}"
+        )

@@ -30,6 +30,7 @@ RUN_VIEW_FIELDS = (
     "parent_run_id",
     "fork_seq",
     "priority",
+    "workflow_namespace",
 )
 
 

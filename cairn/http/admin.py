@@ -24,6 +24,8 @@ from cairn.http.models import (
     Resumed,
     ScheduleList,
     ScheduleView,
+    ShareList,
+    ShareView,
 )
 
 
@@ -75,6 +77,25 @@ def register(spec: Mapping[str, Any]) -> Call[Registered]:
     """Register a definition (as a .json file holds it) into the key's namespace, with the
     schedules it declares; a changed definition under a registered version is refused."""
     return Call("POST", "/v1/workflows", Registered.model_validate, body=dict(spec))
+
+
+def share(workflow: str, grantee: str, version: int | None = None) -> Call[ShareView]:
+    """Let namespace ``grantee`` see and start a workflow of the key's namespace (every
+    version, or ``version``)."""
+    body = {"namespace": grantee, **present(version=version)}
+    path = f"/v1/workflows/{quote(workflow, safe='')}/shares"
+    return Call("POST", path, ShareView.model_validate, body=body)
+
+
+def shares() -> Call[ShareList]:
+    """Every share of the key's namespace's workflows."""
+    return Call("GET", "/v1/shares", ShareList.model_validate)
+
+
+def unshare(workflow: str, grantee: str, version: int | None = None) -> Call[None]:
+    """Take a share back (of every version, or of ``version``)."""
+    path = f"/v1/workflows/{quote(workflow, safe='')}/shares/{quote(grantee, safe='')}"
+    return Call("DELETE", path, _nothing, params=present(version=version))
 
 
 def _pause(kind: str, name: str) -> str:

@@ -152,6 +152,7 @@ CALLS: dict[str, tuple[str, str, dict[str, Any] | None, int]] = {
     "register": ("POST", "/v1/workflows", TINY, 200),
     "share": ("POST", "/v1/workflows/tiny/shares", {"namespace": "gamma"}, 200),
     "shares": ("GET", "/v1/workflows/tiny/shares", None, 200),
+    "all shares": ("GET", "/v1/shares", None, 200),
     "unshare": ("DELETE", "/v1/workflows/tiny/shares/nobody", None, 404),
     "fleet": ("GET", "/v1/fleet/concurrency", None, 200),
     "schedules": ("GET", "/v1/schedules", None, 200),
@@ -206,6 +207,7 @@ MATRIX: dict[str, tuple[bool, ...]] = {
     "register":       (N, N,   N, N,   N, N,   Y, Y),
     "share":          (N, N,   N, N,   N, N,   Y, Y),
     "shares":         (N, N,   N, N,   N, N,   Y, Y),
+    "all shares":     (N, N,   N, N,   N, N,   Y, Y),
     "unshare":        (N, N,   N, N,   N, N,   Y, Y),
     "fleet":          (Y, Y,   Y, Y,   Y, Y,   Y, Y),
     "schedules":      (Y, Y,   Y, Y,   Y, Y,   Y, Y),
@@ -241,6 +243,7 @@ AUDITED = {
     "register": "definitions.register",
     "share": "definitions.share",
     "shares": "definitions.shares_read",
+    "all shares": "definitions.shares_read",
     "unshare": "definitions.unshare",
     "add schedule": "schedule.change",
     "pause schedule": "schedule.change",
@@ -309,7 +312,9 @@ def audit(http: httpx.Client, key: str = ALPHA_ADMIN) -> list[dict[str, Any]]:
     while True:
         page = http.get(f"/v1/audit?after={after}&limit=1000", headers=bearer(key)).json()
         entries += page["entries"]
-        if not page["entries"]:
+        # Each read is audited before it answers: the log grows by one per page, so the
+        # last page is a short one, not an empty one.
+        if len(page["entries"]) < 1000:
             return entries
         after = page["next_after"]
 

@@ -94,6 +94,9 @@ INVOCATIONS: dict[tuple[str, ...], list[str]] = {
     ("keys", "rotate"): ["keys", "rotate", "{key_id}"],
     ("keys", "revoke"): ["keys", "revoke", "{key_id}"],
     ("register",): ["register", "{checkout_file}"],
+    ("shares", "add"): ["shares", "add", "checkout", "--with", "partners"],
+    ("shares", "list"): ["shares", "list"],
+    ("shares", "revoke"): ["shares", "revoke", "checkout", "--with", "partners"],
     ("pause",): ["pause", "queue", "gpu", "--reason", "node pool upgrade"],
     ("pauses",): ["pauses"],
     ("resume",): ["resume", "queue", "gpu"],
@@ -119,7 +122,9 @@ def deployment(
     tmp = tmp_path_factory.mktemp("cli_remote")
     env = {"EFFECT_SERVICE_URL": service.url, "CAIRN_EFFECT_ADAPTERS": ADAPTERS}
     api_env = {"CAIRN_API_KEYS": f"{NAMESPACE}:{ADMIN}"}
-    with api_deployment(pg_template, tmp, env=env, api_env=api_env) as deployed:
+    with api_deployment(
+        pg_template, tmp, env=env, api_env=api_env, namespaces=(NAMESPACE, "default")
+    ) as deployed:
         yield deployed
 
 

@@ -27,7 +27,8 @@ ADMIN_ACTOR = f"key:{config_key_name(ADMIN)}"
 @pytest.fixture(scope="module")
 def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     tmp = tmp_path_factory.mktemp("pauses")
-    with api_deployment(pg_template, tmp, api_env={"CAIRN_API_KEYS": f"ops:{ADMIN}"}) as d:
+    keys = {"CAIRN_API_KEYS": f"ops:{ADMIN}"}
+    with api_deployment(pg_template, tmp, api_env=keys, namespaces=("ops",)) as d:
         yield d
 
 
