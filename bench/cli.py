@@ -17,23 +17,32 @@ The commands that read or answer runs do so on a fresh, migrated PostgreSQL data
 with Redis for the leases and the broker (CAIRN_TEST_POSTGRES, CAIRN_TEST_REDIS, as for
 the tests), holding runs of a wait-only workflow: no worker runs, nothing executes —
 what is measured is reading a run and answering it, not the work.
+
+Each command is timed twice in the same run: in direct mode (the database) and in remote
+mode (``CAIRN_API_URL`` and a key, against a ``cairn api`` this bench starts), so the
+two are compared under the same load.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.chain import ROOT, admin, cairn_env, fresh_database
 
 BUDGET_S = 0.3
+API_KEY = "bench-cli-key-0123456789abcdef"
 WORKFLOW = """\
 name: bench_cli
 version: 1
@@ -101,11 +110,42 @@ def measure(
     return baseline, found
 
 
-def report(baseline: list[float], found: dict[str, list[Timing]], repeat: int) -> None:
+@contextlib.contextmanager
+def remote_env(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """``cairn api`` on a free port, and the environment of remote-mode commands."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    api = subprocess.Popen(
+        [sys.executable, "-m", "cairn.cli", "api", f"--port={port}"],
+        cwd=ROOT,
+        env={**env, "CAIRN_API_KEYS": f"default:{API_KEY}"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        import httpx  # noqa: PLC0415
+
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise SystemExit("cairn api did not get ready in 30 s")
+            time.sleep(0.1)
+        yield {**env, "CAIRN_API_URL": url, "CAIRN_API_KEY": API_KEY}
+    finally:
+        api.terminate()
+        api.wait(timeout=10)
+
+
+def report(baseline: list[float], found: dict[str, list[Timing]], repeat: int, mode: str) -> None:
     base = statistics.median(baseline)
     ms = 1000.0
-    print(f"cairn commands, median of {repeat} processes each (budget: first output within")
-    print(f"{BUDGET_S * ms:.0f} ms of the baseline's exit)\n")
+    print(f"cairn commands ({mode}), median of {repeat} processes each (budget: first output")
+    print(f"within {BUDGET_S * ms:.0f} ms of the baseline's exit)\n")
     print(f"{'command':<22} {'first output':>12} {'exit':>8} {'over baseline':>14} {'x':>6}  ")
     print(f"{'python -c pass':<22} {'':>12} {base * ms:>6.0f}ms {'(baseline)':>14}")
     for label, timings in found.items():
@@ -137,16 +177,22 @@ def main() -> None:
         client = Client(settings)
         try:
             reading = client.submit("bench_cli")
-            answering = [
-                [client.submit("bench_cli"), client.submit("bench_cli")]
-                for _ in range(args.repeat + 1)  # the first pair for the warm-up
-            ]
-            baseline, found = measure(env, definition, reading, answering)
+            results = {"direct": measure(env, definition, reading, fresh(client, args.repeat))}
+            with remote_env(env) as remote:
+                answering = fresh(client, args.repeat)
+                results["remote"] = measure(remote, definition, reading, answering)
         finally:
             client.close()
             with admin() as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-    report(baseline, found, args.repeat)
+    for mode, (baseline, found) in results.items():
+        report(baseline, found, args.repeat, mode)
+        print()
+
+
+def fresh(client: Any, repeat: int) -> list[list[str]]:
+    """A pair of waiting runs per round, the first pair for the warm-up."""
+    return [[client.submit("bench_cli"), client.submit("bench_cli")] for _ in range(repeat + 1)]
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def test_an_unknown_workflow_is_refused_and_nothing_is_written(cluster: Cluster)
     assert before["workflows"] >= 2  # chain10, branchy, ... from tests/integration/workflows
     with pytest.raises(UnknownWorkflow, match="no_such_flow"):
         cluster.client.submit("no_such_flow", {"number": 1})
-    with pytest.raises(UnknownWorkflow, match="chain10 version 99"):
+    with pytest.raises(UnknownWorkflow, match="chain10@99 is not registered"):
         cluster.client.submit("chain10", {}, version=99)
     assert _rows(cluster) == before
 
