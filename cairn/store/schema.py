@@ -479,9 +479,7 @@ class DebounceRow(Base):
 
 
 class PauseRow(Base):
-    """A workflow whose new starts, or a queue whose node messages, one namespace holds
-    (migration 0021): until it is deleted (resumed), starts wait in ``held_starts`` and
-    messages in the outbox."""
+    """A workflow's new starts, or a queue's node messages, one namespace holds (0021)."""
 
     __tablename__ = "pauses"
 
@@ -494,8 +492,7 @@ class PauseRow(Base):
 
 
 class HeldStartRow(Base):
-    """A run submitted while its workflow was paused (migration 0021): written ``pending``
-    with no event, and started — as its submitter — when the pause is lifted."""
+    """A run submitted while its workflow was paused (0021), started on resume."""
 
     __tablename__ = "held_starts"
     __table_args__ = (Index("ix_held_starts_workflow", "namespace", "workflow", "held_at"),)

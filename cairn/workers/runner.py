@@ -59,6 +59,7 @@ from cairn.workers.circuits import CircuitWatch, Guarded
 from cairn.workers.context import StepContext
 from cairn.workers.execute import execute, succeeded
 from cairn.workers.failed import Failed, failure_of
+from cairn.workers.paused import hold_for_pause
 from cairn.workers.setup import Claimed, Recorders, StepSetup
 
 log = logging.getLogger(__name__)
@@ -82,8 +83,7 @@ class Handled(StrEnum):
     GAVE_UP = "gave_up"
     # A concurrency limit is full: it waits, parked, for a slot (no lease, no message).
     PARKED = "parked"
-    # Its queue is paused in its run's namespace: back in the outbox until it resumes.
-    PAUSED = "paused"
+    PAUSED = "paused"  # its queue is paused: back in the outbox until it resumes
 
 
 @dataclass
@@ -142,8 +142,9 @@ class NodeRunner:
         message = replace(
             message, priority=run.priority, namespace=message_namespace(run.namespace)
         )
-        if orchestrator.pause_book.holds(message):
-            return self._hold_for_pause(message)
+        if orchestrator.pause_book.holds(message):  # back to the outbox until it resumes
+            self._through_outages(f"holding {key}", lambda: hold_for_pause(orchestrator, message))
+            return Handled.PAUSED
         db_time = execution.db_now
         if state is None and message.phase is Phase.RUN:
             return self._cancel_unstarted(message, execution.fence)
@@ -392,21 +393,6 @@ class NodeRunner:
             return False, None
         chain.pools += pools
         return True, guarded
-
-    def _hold_for_pause(self, message: NodeMessage) -> Handled:
-        """Received for a paused queue: nothing claimed, the message goes back to the
-        outbox, and the relay publishes it once the queue resumes."""
-        payload = replace(message, outbox_id=None).to_dict()
-        self._through_outages(
-            f"holding {message.key}",
-            lambda: self._return_to_outbox(message.run_id, payload),
-        )
-        log.info("%s held: queue %s is paused", message.key, message.queue or "(default)")
-        return Handled.PAUSED
-
-    def _return_to_outbox(self, run_id: str, payload: dict[str, Any]) -> None:
-        with self.orchestrator.store.transaction() as tx:
-            tx.return_to_outbox(run_id, payload)
 
     def _cancel_unstarted(self, message: NodeMessage, fence_floor: int) -> Handled:
         """The run is being cancelled and this node has not started here: acknowledge
