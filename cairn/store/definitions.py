@@ -1,4 +1,4 @@
-"""Registered definitions and who may see them (migration 0021): the statements.
+"""Registered definitions and who may see them (migration 0022): the statements.
 
 A definition belongs to a namespace; (namespace, name, version) is immutable once
 registered. A namespace **sees** its own definitions and those another namespace's

@@ -1,7 +1,5 @@
-"""The tables. Alembic migrations (``cairn/store/migrations``) are the schema's source of
-truth in every database; these models mirror them for queries, and a test checks that
-the two never drift apart.
-"""
+"""The tables, as the Alembic migrations (``cairn/store/migrations``, the source of truth)
+make them: mirrored here for queries; a test checks that the two never drift apart."""
 
 from __future__ import annotations
 
@@ -58,12 +56,11 @@ class Base(DeclarativeBase):
 
 
 class WorkflowRow(Base):
-    """A registered definition of a namespace (migration 0021). (namespace, name,
-    version) is immutable once registered."""
+    """A namespace's registered definition (migration 0022): immutable once registered."""
 
     __tablename__ = "workflows"
 
-    # A server default: a process of the release before 0021 registers into ``default``.
+    # A server default: a process of the release before 0022 registers into ``default``.
     namespace: Mapped[str] = mapped_column(String(100), primary_key=True, server_default="default")
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     version: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -75,7 +72,7 @@ class WorkflowRow(Base):
 
 
 class WorkflowShareRow(Base):
-    """A workflow a namespace's admin shared with another namespace (migration 0021):
+    """A workflow a namespace's admin shared with another namespace (migration 0022):
     ``grantee`` sees and starts it. ``version`` 0: every version, registered or to come."""
 
     __tablename__ = "workflow_shares"
@@ -129,7 +126,7 @@ class RunRow(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Who gets the next free slot and the next worker first, -5..5 (migration 0018).
     priority: Mapped[int] = mapped_column(Integer, server_default="0")
-    # The namespace whose definition it runs (migration 0021): its own, or the one that
+    # The namespace whose definition it runs (migration 0022): its own, or the one that
     # shared the workflow with it.
     workflow_namespace: Mapped[str] = mapped_column(String(100), server_default="default")
 
@@ -461,8 +458,7 @@ class ScheduleRow(Base):
 
 
 class DebounceRow(Base):
-    """A debounce key's pending run and when it starts (migration 0016); taken in the
-    transaction that starts the run."""
+    """A debounce key's pending run and when it starts (0016); taken as the run starts."""
 
     __tablename__ = "debounces"
     __table_args__ = (Index("ix_debounces_due_at", "due_at"),)

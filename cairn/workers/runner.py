@@ -2,17 +2,14 @@
 
 1. Skip what is already done: the idempotency row finished, a newer attempt exists, or
    the run ended. A run being cancelled turns a queued node into a no-op.
-2. Take the lease (an older attempt's, given up on, is superseded); keep it alive with
-   a heartbeat while the handler runs. A claim that takes over from a holder that died
-   counts a recovery, and may not run at all (a poison node, an irreversible one); any
-   claim after a lapsed one runs as resumed.
+2. Take the lease (an older attempt's is superseded), kept alive by a heartbeat while the
+   handler runs. A takeover from a holder that died counts a recovery, and may not run
+   at all (a poison node, an irreversible one); a claim after a lapsed one is resumed.
 3. Run the handler on the restored state with a step context, held to its node's
    timeout (:mod:`cairn.workers.deadlines`).
 4. Commit the result and the run's next step in one transaction, unless the lease was
-   lost meanwhile (a newer holder may exist; PostgreSQL would refuse the second result
-   anyway, but a worker that knows it is stale does not even try).
-5. Release the lease (token-checked).
-"""
+   lost meanwhile (PostgreSQL would refuse it; a worker that knows it is stale does not try).
+5. Release the lease (token-checked)."""
 
 from __future__ import annotations
 
