@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cairn.engine.advance import Advanced, Steps
-from cairn.errors import InvalidInput, NotPaused
+from cairn.errors import InvalidInput, NotPaused, StoreError
 from cairn.model.events import RunStarted
 from cairn.model.messages import NodeMessage
 from cairn.model.pauses import MAX_REASON, HeldStart, Pause, PauseKind
@@ -103,9 +103,11 @@ def hold_in(tx: Tx, values: Mapping[str, Any], workflow: str, actor: str | None)
     namespace = values["namespace"]
     if not tx.pause_holding(namespace, PauseKind.WORKFLOW, workflow):
         return None
-    if not tx.insert_run(values):
+    if not tx.insert_run(values):  # its request id is taken: the run that took it
         existing = tx.run_by_request(namespace, values["request_id"])
-        return values["id"] if existing is None else existing.id
+        if existing is None:
+            raise StoreError(f"run id {values['id']} is taken")
+        return existing.id
     tx.hold_start(HeldStart(values["id"], namespace, workflow, actor))
     log.info("run %s of %s held: the workflow is paused in %s", values["id"], workflow, namespace)
     return str(values["id"])
