@@ -224,16 +224,9 @@ class OidcSignIn:
             "redirect_uri": self.redirect_url,
             "code_verifier": login.code_verifier,
         }
-        auth: httpx.Auth | None = None
-        if self._client_secret is None:
-            form["client_id"] = self.client_id  # a public client: PKCE is its proof
-        elif "client_secret_basic" in discovery.token_auth_methods:
-            # RFC 6749, 2.3.1: both are form-encoded before they go into the header.
-            auth = httpx.BasicAuth(quote(self.client_id), quote(self._client_secret))
-        else:
-            form |= {"client_id": self.client_id, "client_secret": self._client_secret}
+        headers = self._authenticate(form, discovery.token_auth_methods)
         try:
-            response = self.http.post(discovery.token_endpoint, data=form, auth=auth or httpx.USE_CLIENT_DEFAULT)
+            response = self.http.post(discovery.token_endpoint, data=form, headers=headers)
         except httpx.HTTPError as exc:
             raise ProviderUnavailable(f"the token endpoint: {type(exc).__name__}") from exc
         answer = _json_object(response)
@@ -247,6 +240,20 @@ class OidcSignIn:
         if not isinstance(id_token, str):
             raise InvalidToken("the token endpoint answered no ID token")
         return id_token
+
+    def _authenticate(self, form: dict[str, str], methods: tuple[str, ...]) -> dict[str, str]:
+        """How the token request says it is cairn's (its headers; ``form`` is added to): the
+        client secret in a Basic header, or in the form if the provider takes only that; a
+        public client only names itself."""
+        if self._client_secret is None:
+            form["client_id"] = self.client_id  # PKCE is a public client's proof
+        elif "client_secret_basic" in methods or "client_secret_post" not in methods:
+            # RFC 6749, 2.3.1: both are form-encoded before they go into the header.
+            pair = f"{quote(self.client_id)}:{quote(self._client_secret)}".encode()
+            return {"Authorization": f"Basic {base64.b64encode(pair).decode('ascii')}"}
+        else:
+            form |= {"client_id": self.client_id, "client_secret": self._client_secret}
+        return {}
 
 
 def s256(verifier: str) -> str:
