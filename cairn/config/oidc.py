@@ -44,7 +44,8 @@ class OidcSettings(BaseModel):
     )
     oidc_client_secret: SecretStr | None = Field(
         default=None,
-        description="cairn's client secret at the provider; unset: a public client (PKCE only).",
+        description="cairn's client secret at the provider; unset or empty: a public client "
+        "(PKCE only).",
     )
     oidc_redirect_url: str | None = Field(
         default=None,
@@ -90,6 +91,11 @@ class OidcSettings(BaseModel):
     @classmethod
     def _roles(cls, value: Any) -> Any:
         return parse_group_roles(value) if isinstance(value, str) else value
+
+    @field_validator("oidc_client_secret", mode="before")
+    @classmethod
+    def _no_empty_secret(cls, value: Any) -> Any:
+        return None if value == "" else value  # set to nothing: a public client
 
     @field_validator("oidc_issuer", "oidc_redirect_url")
     @classmethod

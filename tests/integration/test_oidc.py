@@ -30,6 +30,7 @@ from cairn.access.oidc import (
     NonceMismatch,
     OidcSignIn,
     ProviderRefused,
+    ProviderUnavailable,
     SignInRefused,
     StateMismatch,
     TokenExpired,
@@ -42,6 +43,7 @@ from cairn.config import Settings
 from cairn.model.principals import PrincipalKind, Role
 from cairn.store.backends import store_for
 from cairn.store.database import make_engine
+from cairn.testing.oidc_server import OidcServer
 from tests.support.services import ROOT
 
 SECRET = "s3cret-of-the-client"
@@ -272,6 +274,15 @@ def test_a_wrong_pkce_verifier_is_refused(sign_in: OidcSignIn, browser: httpx.Cl
     assert refused.value.error == "invalid_grant" and "PKCE" in refused.value.description
 
 
+def test_a_callback_naming_another_issuer_is_refused(
+    sign_in: OidcSignIn, browser: httpx.Client
+) -> None:
+    """RFC 9207: a mix-up attack brings the browser back with another provider's code."""
+    begun, query = come_back(sign_in, browser, "alice")
+    with pytest.raises(WrongIssuer):
+        sign_in.finish({**query, "iss": "https://elsewhere.example.test"}, begun.login)
+
+
 def test_a_login_begun_too_long_ago_is_refused(sign_in: OidcSignIn, browser: httpx.Client) -> None:
     begun, query = come_back(sign_in, browser, "alice")
     sign_in.clock = lambda: time.time() + 601
@@ -290,6 +301,36 @@ def test_a_wrong_client_secret_is_refused_by_the_provider(
     with pytest.raises(ProviderRefused) as refused:
         sign_in.finish(query, begun.login)
     assert refused.value.error == "invalid_client"
+    sign_in.close()
+
+
+def test_a_public_client_signs_in_with_pkce_alone(browser: httpx.Client, callback_url: str) -> None:
+    with OidcServer(client_secret=None, redirect_uris=(callback_url,)) as provider:
+        sign_in = OidcSignIn.from_settings(
+            settings_for(provider.issuer, callback_url, CAIRN_OIDC_CLIENT_SECRET="")
+        )
+        assert sign_in is not None
+        begun, query = come_back(sign_in, browser, "ada")
+        assert sign_in.finish(query, begun.login).principal.role is Role.ADMIN
+        sign_in.close()
+
+
+def test_a_provider_that_is_down_or_names_another_issuer_is_unavailable(
+    callback_url: str,
+) -> None:
+    with OidcServer(redirect_uris=(callback_url,)) as provider:
+        # The discovery document names the issuer without the slash: not this one.
+        settings = settings_for(provider.issuer + "/", callback_url)
+        elsewhere = OidcSignIn.from_settings(settings)
+        assert elsewhere is not None
+        with pytest.raises(ProviderUnavailable, match="names issuer"):
+            elsewhere.begin()
+        elsewhere.close()
+        gone = provider.issuer
+    sign_in = OidcSignIn.from_settings(settings_for(gone, callback_url))
+    assert sign_in is not None
+    with pytest.raises(ProviderUnavailable):
+        sign_in.begin()
     sign_in.close()
 
 

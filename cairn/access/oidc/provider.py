@@ -87,7 +87,6 @@ class Provider:
         self._lock = threading.Lock()
         self._discovery: tuple[float, Discovery] | None = None
         self._keys: tuple[float, dict[str, Key]] | None = None
-        self.key_fetches = 0  # how often the keys were fetched (the tests read it)
 
     def discovery(self) -> Discovery:
         with self._lock:
@@ -124,7 +123,6 @@ class Provider:
 
     def _fetch_keys(self) -> dict[str, Key]:
         document = self.get_json(self.discovery().jwks_uri)
-        self.key_fetches += 1
         keys: dict[str, Key] = {}
         entries = document.get("keys")
         for entry in entries if isinstance(entries, list) else []:
