@@ -4,11 +4,20 @@ person's verified claims to a principal, and PKCE's S256."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
-from cairn.access.oidc import GroupRoles, NoMappedGroup, NoUsableName, SeveralNamespaces
+from cairn.access.oidc import (
+    GroupRoles,
+    LoginState,
+    NoMappedGroup,
+    NoUsableName,
+    OidcSignIn,
+    SeveralNamespaces,
+    StateMismatch,
+)
 from cairn.access.oidc.flow import s256
 from cairn.config import Settings
 from cairn.config.oidc import GroupGrant, parse_group_roles
@@ -169,3 +178,19 @@ def test_s256_is_rfc_7636s() -> None:
     # RFC 7636, appendix B.
     verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
     assert s256(verifier) == "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+
+
+def test_a_login_state_without_a_state_matches_no_callback() -> None:
+    sign_in = OidcSignIn(
+        issuer="https://login.example.com",
+        client_id="cairn",
+        client_secret=None,
+        redirect_url="https://cairn.example.com/cb",
+        scopes=("openid",),
+        roles=ROLES,
+    )
+    try:
+        with pytest.raises(StateMismatch):  # refused before the provider is asked anything
+            sign_in.finish({"state": "", "code": "c"}, LoginState("", "n", "v", time.time()))
+    finally:
+        sign_in.close()

@@ -149,6 +149,7 @@ class OidcSignIn:
         return self.provider.issuer
 
     def close(self) -> None:
+        """Close the HTTP client (a client given to the constructor too)."""
         self.http.close()
 
     def begin(self, *, login_hint: str | None = None) -> Begun:
@@ -197,7 +198,7 @@ class OidcSignIn:
 
     def _callback_code(self, params: Mapping[str, str], login: LoginState) -> str:
         state = params.get("state") or ""
-        if not hmac.compare_digest(state.encode(), login.state.encode()):
+        if not login.state or not hmac.compare_digest(state.encode(), login.state.encode()):
             raise StateMismatch("the callback's state is not this login's")
         # (begun, perhaps, by another replica of the API, whose clock may differ a little)
         if not -LEEWAY_S <= self.clock() - login.started_at <= LOGIN_TTL_S:
