@@ -4,6 +4,7 @@ person's verified claims to a principal, and PKCE's S256."""
 
 from __future__ import annotations
 
+import pickle
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from cairn.access.oidc import (
     NoMappedGroup,
     NoUsableName,
     OidcSignIn,
+    ProviderRefused,
     SeveralNamespaces,
     StateMismatch,
 )
@@ -194,3 +196,11 @@ def test_a_login_state_without_a_state_matches_no_callback() -> None:
             sign_in.finish({"state": "", "code": "c"}, LoginState("", "n", "v", time.time()))
     finally:
         sign_in.close()
+
+
+def test_a_refusal_survives_a_pickle_with_its_facts() -> None:
+    refused = ProviderRefused("invalid_grant", "the code was used", at="token")
+    copy = pickle.loads(pickle.dumps(refused))
+    assert type(copy) is ProviderRefused and str(copy) == str(refused)
+    assert copy.audit_detail() == refused.audit_detail()
+    assert copy.to_dict()["reason"] == "provider_error"

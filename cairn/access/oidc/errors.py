@@ -49,6 +49,17 @@ class SignInRefused(OidcError):
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "reason": self.reason}
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Every fact kept across a pickle, whatever the kind's own constructor takes.
+        return (_rebuilt, (type(self), str(self), dict(self.__dict__)))
+
+
+def _rebuilt(kind: type[SignInRefused], message: str, facts: dict[str, Any]) -> SignInRefused:
+    error = kind.__new__(kind)
+    Exception.__init__(error, message)
+    error.__dict__.update(facts)
+    return error
+
 
 class StateMismatch(SignInRefused):
     """The callback's ``state`` is not the one this login began with: a forged or crossed
