@@ -7,8 +7,6 @@ its own typed error; the refusals reach the audit log with their reason and no s
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -44,7 +42,7 @@ from cairn.model.principals import PrincipalKind, Role
 from cairn.store.backends import store_for
 from cairn.store.database import make_engine
 from cairn.testing.oidc_server import OidcServer
-from tests.support.services import ROOT
+from tests.support.oidc import fault, running_provider
 
 SECRET = "s3cret-of-the-client"
 USERS = {
@@ -84,37 +82,8 @@ def callback_url() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def issuer(callback_url: str) -> Iterator[str]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cairn.testing.oidc_server",
-            "--port",
-            "0",
-            "--client-secret",
-            SECRET,
-            "--redirect-uri",
-            callback_url,
-            "--users",
-            json.dumps(USERS),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("oidc server listening on "), line
-        yield line.split()[-1]
-        process.terminate()
-        assert process.wait(timeout=10) == 0  # it serves until told to stop, then stops
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+    with running_provider(callback_url, client_secret=SECRET, users=USERS) as found:
+        yield found
 
 
 def settings_for(issuer: str, callback_url: str, **more: str) -> Settings:
@@ -184,10 +153,6 @@ def come_back(
     assert landed.status_code == 200
     assert landed.url.path == "/console/oidc/callback"
     return begun, dict(landed.url.params)
-
-
-def fault(issuer: str, name: str) -> None:
-    httpx.post(f"{issuer}/control/fault", json={"fault": name}).raise_for_status()
 
 
 # -- who comes back as what -----------------------------------------------------------------
