@@ -20,7 +20,6 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     SecretStr,
@@ -29,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from cairn.config.oidc import OidcSettings
 from cairn.errors import ConfigError
 from cairn.model.queues import queue_name_problem
 
@@ -40,10 +40,11 @@ TEST_PREFIX = "CAIRN_TEST_"
 EVERY_WORKFLOW = "*"
 
 
-class Settings(BaseModel):
+class Settings(OidcSettings):
     """Build with :meth:`from_env` (or directly, in tests and embedding code). A plain
     model rather than pydantic-settings: the mapping given to ``from_env`` is the only
-    source, so settings built for another process never pick up this one's variables."""
+    source, so settings built for another process never pick up this one's variables.
+    The settings of sign-in through OpenID Connect are declared in :mod:`cairn.config.oidc`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
