@@ -64,7 +64,7 @@ class Client:
             if self._runtime is None:
                 # It serves a person or an app: its first call after a database restart
                 # must not fail on a pooled connection that died with it.
-                self._runtime = Runtime.build(self.settings, pre_ping=True)
+                self._runtime = Runtime.build(self.settings, pre_ping=True, resolve=False)
             return self._runtime
 
     def register(

@@ -280,6 +280,12 @@ class ConfigError(CairnError):
     code = "config_error"
 
 
+class SchemaOutOfDate(ConfigError):
+    """The database's schema is older than this cairn's: ``cairn db upgrade`` first."""
+
+    code = "schema_out_of_date"
+
+
 class ArtifactError(CairnError):
     """An artifact could not be written, registered or read. Retrying does not help: a
     handler that raises it fails permanently (see :mod:`cairn.model.classify`)."""

@@ -23,7 +23,7 @@ from cairn.engine.registry import Registry
 from cairn.engine.slots import SlotGate, Slots
 from cairn.lease.port import Leases
 from cairn.store.backends import store_for
-from cairn.store.database import make_engine, upgrade
+from cairn.store.database import make_engine, require_schema, upgrade
 from cairn.store.sql import Store
 
 if TYPE_CHECKING:
@@ -60,6 +60,12 @@ class Parts:
         engine = make_engine(settings.effective_database_url, pre_ping=pre_ping)
         if migrate if migrate is not None else settings.database_url is None:
             upgrade(engine)
+        else:
+            try:
+                require_schema(engine)
+            except BaseException:
+                engine.dispose()
+                raise
         store = store_for(engine)
         registry = Registry(
             store, queues=settings.queues, default_queue=settings.queue, resolve=resolve

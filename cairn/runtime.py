@@ -28,7 +28,7 @@ from cairn.parts import Parts, celery_publisher
 from cairn.scheduler.notifier import Notifier
 from cairn.scheduler.process import Scheduler
 from cairn.store.backends import store_for
-from cairn.store.database import make_engine
+from cairn.store.database import make_engine, require_schema
 from cairn.store.sql import Store
 from cairn.workers.cache import MemoryResultCache, RedisResultCache, ResultCache
 from cairn.workers.circuits import CircuitWatch
@@ -65,16 +65,22 @@ class Runtime:
         migrate: bool | None = None,
         register: bool = True,
         pre_ping: bool = False,
+        resolve: bool = True,
     ) -> Runtime:
         """Every part, from ``settings``. ``register``: register the definitions of
         CAIRN_WORKFLOWS (a Celery worker's children leave it to their parent, which did
         so once before forking them). ``pre_ping``: the database pool tests connections
-        as it hands them out (see :func:`~cairn.store.database.make_engine`)."""
+        as it hands them out (see :func:`~cairn.store.database.make_engine`).
+        ``resolve`` False: a registered definition's handlers are imported when first
+        called, not when it is loaded — for the processes that start and answer runs
+        (the scheduler, the API, a client) and need not have the handlers' code."""
         load_adapters(settings.effect_adapters)
         init_sentry(settings)
         broker = None if settings.broker_url is not None else InProcessBroker(concurrency)
         publisher = broker or celery_publisher(settings, celery_app)
-        parts = Parts.build(settings, publisher, migrate=migrate, pre_ping=pre_ping)
+        parts = Parts.build(
+            settings, publisher, migrate=migrate, pre_ping=pre_ping, resolve=resolve
+        )
         store, orchestrator, leases = parts.store, parts.orchestrator, parts.leases
         cache: ResultCache = (
             RedisResultCache.from_url(settings.redis_url)
@@ -203,6 +209,7 @@ def register_definitions(settings: Settings) -> None:
     first task on it."""
     engine = make_engine(settings.effective_database_url)
     try:
+        require_schema(engine)
         registry = Registry(store_for(engine), queues=settings.queues, default_queue=settings.queue)
         _register(registry, settings)
     finally:

@@ -64,7 +64,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = runtime is None
         app.state.runtime = runtime or await run_in_threadpool(
-            partial(Runtime.build, settings, pre_ping=True)
+            partial(Runtime.build, settings, pre_ping=True, resolve=False)
         )
         if owned and app.state.runtime.broker is not None:
             app.state.runtime.start_workers()

@@ -159,7 +159,7 @@ def scheduler(metrics_port: MetricsPort = None) -> None:
     cwd_importable()
     settings = _with(Settings.from_env(), metrics_port=metrics_port)
     _logging(settings)
-    _serve(Runtime.build(settings))
+    _serve(Runtime.build(settings, resolve=False))
 
 
 @probe.command("worker")

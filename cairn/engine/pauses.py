@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from logging import WARNING
 from typing import Any
 
 from cairn.engine.advance import Advanced, Steps
@@ -27,6 +28,7 @@ from cairn.model.queues import queue_name_problem
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.model.workflow_names import DEFAULT_NAMESPACE
+from cairn.repeats import Repeats
 from cairn.store.messages import HeldQueues
 from cairn.store.sql import Store, Tx
 
@@ -54,6 +56,7 @@ class PauseBook:
         self._view = _View()
         self._read_at = float("-inf")
         self._lock = threading.Lock()
+        self._repeats = Repeats(log)
 
     def workflow_paused(self, namespace: str, workflow: str) -> bool:
         return (namespace, workflow) in self._current().workflows
@@ -86,9 +89,12 @@ class PauseBook:
         try:
             with self.store.reading() as tx:
                 found = tx.list_pauses()
-        except Exception:  # an outage: keep the last view, ask again after the ttl
-            log.warning("reading the pauses failed; keeping the last view", exc_info=True)
+        except Exception as error:  # an outage: keep the last view, ask again after the ttl
+            self._repeats.failed(
+                "read", "reading the pauses failed; keeping the last view", error, level=WARNING
+            )
         else:
+            self._repeats.recovered("read", "reading the pauses works again")
             self._view = _View(
                 frozenset((p.namespace, p.name) for p in found if p.kind is PauseKind.WORKFLOW),
                 frozenset((p.namespace, p.name) for p in found if p.kind is PauseKind.QUEUE),

@@ -297,6 +297,13 @@ class Schedules:
         )
         return Backfilled(len(ticks), created, existing, run_ids)
 
+    def record_error(self, namespace: str, name: str, error: str) -> None:
+        """Keep why the schedule's tick could not be taken (a fault its transaction rolled
+        back), for ``cairn schedule show`` and the API; its ticks stay due, so once the
+        fault is mended they start (within the schedule's catch-up window)."""
+        with self.store.transaction() as tx:
+            tx.update_schedule(namespace, name, {"last_error": error[:2000]})
+
     # -- ticked by schedulers ----------------------------------------------------------
 
     def tick(self, namespace: str, name: str) -> Ticked | None:

@@ -25,6 +25,7 @@ from cairn.engine.slots import SlotGate
 from cairn.lease.port import Leases
 from cairn.observe.metrics.scheduler import SchedulerMetrics
 from cairn.reconnect import is_outage
+from cairn.repeats import Repeats
 from cairn.scheduler.housekeeping import Housekeeping
 from cairn.scheduler.recovery import Recovery
 from cairn.scheduler.relay import Relay
@@ -81,6 +82,7 @@ class Scheduler:
     _passes: int = field(default=0, init=False)
     _next_stall_check: float = field(default=0.0, init=False)  # time.monotonic()
     _next_queue_check: float = field(default=0.0, init=False)
+    _repeats: Repeats = field(default_factory=lambda: Repeats(log), init=False)
 
     def __post_init__(self) -> None:
         self.messages = Relay(self.orchestrator, self.settings, self.metrics, self.relay_after)
@@ -124,12 +126,15 @@ class Scheduler:
                 report = self.run_once()
             except Exception as error:
                 failures += 1
-                if not is_outage(error):
-                    log.exception("scheduler pass failed")
                 # Back off while PostgreSQL or Redis is away (full jitter: several
                 # schedulers do not come back in step); every pass is safe to repeat.
                 delay = random.uniform(0, min(OUTAGE_MAX_WAIT_S, 0.1 * 2 ** min(failures, 10)))
-                log.warning("scheduler pass %d failed (%s); next in %.2f s", failures, error, delay)
+                if is_outage(error):
+                    log.warning(
+                        "scheduler pass %d failed (%s); next in %.2f s", failures, error, delay
+                    )
+                else:  # a fault that repeats until someone mends it: said once a minute
+                    self._repeats.failed(type(error).__name__, "scheduler pass failed", error)
                 stop.wait(max(delay, self.settings.scheduler_interval))
                 continue
             if failures:

@@ -16,11 +16,17 @@ from dataclasses import dataclass, field
 
 from cairn.config import Settings
 from cairn.engine.orchestrator import Orchestrator
+from cairn.errors import WorkflowDefinitionError
 from cairn.observe.metrics.scheduler import SchedulerMetrics
+from cairn.reconnect import is_outage
+from cairn.repeats import Repeats
 
 log = logging.getLogger(__name__)
 
 BATCH = 100
+# A schedule whose tick failed is tried again after this, doubling up to the most.
+RETRY_FIRST_S = 1.0
+RETRY_MOST_S = 60.0
 
 
 @dataclass
@@ -29,6 +35,9 @@ class ScheduleTicks:
     settings: Settings
     metrics: SchedulerMetrics
     _next_at: float | None = field(default=None, init=False)  # time.monotonic()
+    # A failing schedule → (its failures in a row, when to try it again: monotonic).
+    _failing: dict[tuple[str, str], tuple[int, float]] = field(default_factory=dict, init=False)
+    _repeats: Repeats = field(default_factory=lambda: Repeats(log), init=False)
 
     def start_due(self) -> tuple[int, int]:
         """Start the due ticks of every due schedule, and the debounced runs due; returns
@@ -46,11 +55,21 @@ class ScheduleTicks:
                 wake = read_at + next_at - now
                 self._next_at = wake if self._next_at is None else min(self._next_at, wake)
                 continue
+            failing = self._failing.get((namespace, name))
+            if failing is not None and failing[1] > read_at:
+                continue
             try:
                 done = self.orchestrator.schedules.tick(namespace, name)
-            except Exception:  # one schedule's trouble must not hold up the others
-                log.exception("schedule %s/%s failed to tick", namespace, name)
+            except Exception as error:  # one schedule's trouble must not hold up the others
+                if is_outage(error):
+                    raise
+                self._failed(namespace, name, error)
                 continue
+            if failing is not None:
+                del self._failing[(namespace, name)]
+                self._repeats.recovered(
+                    (namespace, name), f"schedule {namespace}/{name} ticks again"
+                )
             if done is not None:
                 ticked += len(done.started)
                 self.metrics.schedule_ticks(len(done.started), done.skipped)
@@ -58,6 +77,21 @@ class ScheduleTicks:
         if debounced:
             self.metrics.debounced.inc(debounced)
         return ticked, debounced
+
+    def _failed(self, namespace: str, name: str, error: Exception) -> None:
+        """A tick that failed: one line (a definition's fault needs no traceback), kept
+        on the schedule where people look, and the schedule tried again later."""
+        key = (namespace, name)
+        count = self._failing.get(key, (0, 0.0))[0] + 1
+        delay = min(RETRY_MOST_S, RETRY_FIRST_S * 2 ** (count - 1))
+        self._failing[key] = (count, time.monotonic() + delay)
+        fault = isinstance(error, WorkflowDefinitionError)
+        message = f"schedule {namespace}/{name} cannot tick"
+        if self._repeats.failed(key, message, error, traceback=not fault):
+            try:
+                self.orchestrator.schedules.record_error(namespace, name, str(error))
+            except Exception as also:  # the log line said it; the record is a courtesy
+                log.warning("could not record schedule %s/%s's error: %s", namespace, name, also)
 
     def idle_wait(self, wait: float) -> float:
         """``wait``, or less if a tick comes due sooner."""

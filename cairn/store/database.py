@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
+
+from cairn.errors import SchemaOutOfDate
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # A constant key for pg_advisory_xact_lock: concurrent `cairn db upgrade` runs queue up
@@ -96,3 +102,37 @@ def current_revision(engine: Engine) -> str | None:
 
     with engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
+
+
+def shipped_revision() -> str:
+    """The newest migration this cairn ships (its files are numbered in order)."""
+    versions = (MIGRATIONS / "versions").glob("[0-9][0-9][0-9][0-9]_*.py")
+    return max(path.name[:4] for path in versions)
+
+
+def require_schema(engine: Engine) -> None:
+    """Refuse (:class:`~cairn.errors.SchemaOutOfDate`) to run on a database whose schema
+    is older than this cairn's migrations, or has none: every statement would fail, each
+    pass of every loop, with a traceback saying a table is missing. A newer schema (a
+    later release migrated first, in a rolling deploy) is used: migrations only add. A
+    database that cannot be reached is not judged here; the process retries as ever."""
+    wanted = shipped_revision()
+    try:
+        with engine.connect() as connection:
+            found = None
+            if inspect(connection).has_table("alembic_version"):
+                found = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except OperationalError as error:
+        log.warning("could not check the database's schema (%s); going on", error.orig)
+        return
+    if found is None:
+        raise SchemaOutOfDate(
+            "the database has no cairn schema: run `cairn db upgrade` (once, before the "
+            "workers, schedulers and API start)"
+        )
+    if str(found) < wanted:
+        raise SchemaOutOfDate(
+            f"the database's schema is at revision {found} and this cairn needs {wanted}: "
+            "run `cairn db upgrade` (migrations only add: processes of the older release "
+            "keep working on the upgraded database)"
+        )
