@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
@@ -45,13 +46,15 @@ def make_engine(url: str, *, pool_size: int = 5, pre_ping: bool = False) -> Engi
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(
+    engine = create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_recycle=1800,
         pool_pre_ping=pre_ping,
     )
+    close_late_returns(engine)
+    return engine
 
 
 def autocommit_twin(engine: Engine) -> Engine:
@@ -61,13 +64,38 @@ def autocommit_twin(engine: Engine) -> Engine:
     Python than the one statement it is for; a pool of its own costs a connection or two.
     """
     pool_size = engine.pool.size()  # type: ignore[attr-defined]
-    return create_engine(
+    twin = create_engine(
         engine.url,
         isolation_level="AUTOCOMMIT",
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_recycle=1800,
     )
+    close_late_returns(twin)
+    return twin
+
+
+def close_late_returns(engine: Engine) -> None:
+    """Close a connection that is handed back after :meth:`Engine.dispose` instead of
+    keeping it. ``dispose()`` closes the pooled connections and starts a new pool; one
+    checked out at that moment (a thread still finishing a request while its process
+    shuts down) goes back into the pool dispose let go of, and stays open until the
+    garbage collector finds it — a connection the server keeps meanwhile, and a
+    ``ResourceWarning`` wherever that happens to be."""
+    generation = [0]
+
+    @event.listens_for(engine, "engine_disposed")
+    def disposed(_engine: Engine) -> None:
+        generation[0] += 1
+
+    @event.listens_for(engine, "connect")
+    def born(_dbapi_connection: Any, record: Any) -> None:
+        record.info["cairn_generation"] = generation[0]
+
+    @event.listens_for(engine, "checkin")
+    def returned(dbapi_connection: Any, record: Any) -> None:
+        if dbapi_connection is not None and record.info.get("cairn_generation") != generation[0]:
+            dbapi_connection.close()
 
 
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
