@@ -255,6 +255,7 @@ def test_singleton_skip_and_cancel_under_concurrent_submits(cluster: Cluster) ->
             thread.start()
         for thread in threads:
             thread.join(30)
+        assert not any(thread.is_alive() for thread in threads), "a submit took over 30 s"
         assert not errors, errors
         return found
 

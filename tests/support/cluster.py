@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -38,12 +39,16 @@ class Cluster:
     ledger: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _client: Client | None = None
+    _client_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def client(self) -> Client:
-        if self._client is None:
-            self._client = Client(self.settings)
-        return self._client
+        # Tests submit from several threads at once: each building a client of its own
+        # would leave all but one unclosed, their connections open until collected.
+        with self._client_lock:
+            if self._client is None:
+                self._client = Client(self.settings)
+            return self._client
 
     def spawn(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         name = f"{args[0]}-{len(self.processes)}"
