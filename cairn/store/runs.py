@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, select
+from sqlalchemy import ColumnElement, and_, delete, func, or_, select
 
 from cairn.errors import StoreError
 from cairn.model.selection import RunFilter
@@ -144,6 +144,42 @@ class RunsTx(TxBase):
             )
         ).first()
         return None if row is None else RunHead.of(row)
+
+    def run_heads(self, run_ids: Sequence[str]) -> dict[str, RunHead]:
+        """The heads of these runs, those that exist: one indexed read for all the runs
+        a process's open streams follow."""
+        if not run_ids:
+            return {}
+        found = self.connection.execute(
+            select(
+                runs.c.id, runs.c.namespace, runs.c.status, runs.c.last_seq, runs.c.current
+            ).where(runs.c.id.in_(sorted(set(run_ids))))
+        )
+        return {row.id: RunHead.of(row) for row in found}
+
+    def events_of_runs(
+        self, after: Mapping[str, int], per_run: int
+    ) -> dict[str, list[EventRecord]]:
+        """For each run, its events after the seq given for it, at most ``per_run`` of
+        them, oldest first: one read on the ``(run_id, seq)`` key for many runs."""
+        if not after:
+            return {}
+        wanted = [
+            and_(events.c.run_id == run_id, events.c.seq > seq, events.c.seq <= seq + per_run)
+            for run_id, seq in sorted(after.items())
+        ]
+        query = select(
+            events.c.run_id,
+            events.c.seq,
+            events.c.type,
+            events.c.data,
+            events.c.outcome,
+            events.c.at,
+        ).where(or_(*wanted))
+        found: dict[str, list[EventRecord]] = {run_id: [] for run_id in after}
+        for row in self.connection.execute(query.order_by(events.c.run_id, events.c.seq)):
+            found[row.run_id].append(EventRecord.of(row))
+        return found
 
     def pinned_versions(self, run_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
         """Run id -> the workflow (qualified: ``acme/checkout``) and version it is pinned
