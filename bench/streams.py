@@ -17,12 +17,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
+import os
 import re
 import resource
 import socket
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,7 @@ nodes:
   done:   {end: succeeded}
 """
 SENDERS = 8
+SENDER_START_S = 5.0  # for the senders' processes to start, before the clock runs
 OPEN_BATCH = 100  # streams opened at once (the listen backlog stays far from full)
 
 
@@ -54,6 +58,7 @@ class Phase:
     open_s: float = 0.0
     missed: int = 0
     sent_rate: float = 0.0
+    cpu_percent: float = 0.0  # of one core, the API process, while events flowed
 
     def percentile_ms(self, q: float) -> float:
         ordered = sorted(self.latencies_s)
@@ -64,6 +69,12 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def _cpu_s(pid: int) -> float:
+    """The process's CPU seconds so far (user and system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _proc_status(pid: int) -> tuple[int, float]:
@@ -98,17 +109,28 @@ async def _follow(port: int, run_id: str, opened: asyncio.Event, phase: Phase) -
         writer.close()
 
 
-def _signal_steadily(client: Any, runs: list[str], rate: float, stop_at: float) -> int:
-    """Ticks to the runs, round robin, ``rate`` a second until ``stop_at``; how many."""
+def _signal_steadily(
+    env: dict[str, str], runs: list[str], rate: float, start_at: float, seconds: float
+) -> int:
+    """Ticks to the runs, round robin, ``rate`` a second for ``seconds`` from ``start_at``
+    (epoch); how many (in a process of its own: the readers must not wait on commits)."""
+    from cairn.client import Client  # noqa: PLC0415
+    from cairn.config import Settings  # noqa: PLC0415
+
+    client = Client(Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")}))
+    time.sleep(max(0.0, start_at - time.time()))  # every sender started and connected
     sent, started = 0, time.monotonic()
-    while time.monotonic() < stop_at:
-        client.signal(runs[sent % len(runs)], "tick", {})
-        sent += 1
-        time.sleep(max(0.0, started + sent / rate - time.monotonic()))
+    try:
+        while time.monotonic() < started + seconds:
+            client.signal(runs[sent % len(runs)], "tick", {})
+            sent += 1
+            time.sleep(max(0.0, started + sent / rate - time.monotonic()))
+    finally:
+        client.close()
     return sent
 
 
-async def _phase(port: int, pid: int, client: Any, runs: list[str], args: Any) -> Phase:
+async def _phase(port: int, pid: int, env: dict[str, str], runs: list[str], args: Any) -> Phase:
     phase = Phase(len(runs))
     opened = [asyncio.Event() for _ in runs]
     started = time.monotonic()
@@ -118,21 +140,38 @@ async def _phase(port: int, pid: int, client: Any, runs: list[str], args: Any) -
         readers += [asyncio.create_task(_follow(port, runs[i], opened[i], phase)) for i in batch]
         await asyncio.wait_for(asyncio.gather(*(opened[i].wait() for i in batch)), 120)
     phase.open_s = time.monotonic() - started
-    stop_at = time.monotonic() + args.seconds
+    start_at = time.time() + SENDER_START_S
+    stop_at = time.monotonic() + SENDER_START_S + args.seconds
     # Senders side by side: one signal is a few commits, and one sender alone falls short.
+    loop = asyncio.get_running_loop()
+    pool = ProcessPoolExecutor(SENDERS, mp_context=multiprocessing.get_context("spawn"))
     sending = [
-        asyncio.to_thread(_signal_steadily, client, runs[i::SENDERS], args.rate / SENDERS, stop_at)
+        loop.run_in_executor(
+            pool,
+            _signal_steadily,
+            env,
+            runs[i::SENDERS],
+            args.rate / SENDERS,
+            start_at,
+            args.seconds,
+        )
         for i in range(min(SENDERS, len(runs)))
     ]
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    cpu_before, started = _cpu_s(pid), time.monotonic()
     sampled = asyncio.create_task(_sample(pid, phase, stop_at))
     sent = sum(await asyncio.gather(*sending))
+    # Off the loop: the readers go on reading while the senders' processes exit.
+    shutdown = asyncio.create_task(asyncio.to_thread(pool.shutdown))
     phase.sent_rate = sent / args.seconds
+    phase.cpu_percent = 100 * (_cpu_s(pid) - cpu_before) / (time.monotonic() - started)
     await asyncio.sleep(2.0)  # the last events' way to their streams
     await sampled
     phase.missed = sent - len(phase.latencies_s)
     for reader in readers:
         reader.cancel()
     await asyncio.gather(*readers, return_exceptions=True)
+    await shutdown
     return phase
 
 
@@ -144,7 +183,7 @@ async def _sample(pid: int, phase: Phase, until: float) -> None:
         await asyncio.sleep(0.5)
 
 
-def _run_phase(env: dict[str, str], client: Any, runs: list[str], args: Any, log: Path) -> Phase:
+def _run_phase(env: dict[str, str], runs: list[str], args: Any, log: Path) -> Phase:
     port = _free_port()
     api_env = {**env, "CAIRN_API_KEYS": f"default:{KEY}"}
     server = spawn([sys.executable, "-m", "cairn.cli", "api", f"--port={port}"], api_env, log)
@@ -159,7 +198,7 @@ def _run_phase(env: dict[str, str], client: Any, runs: list[str], args: Any, log
             if time.monotonic() > deadline:
                 raise TimeoutError("the API did not start")
             time.sleep(0.2)
-        return asyncio.run(_phase(port, server.pid, client, runs, args))
+        return asyncio.run(_phase(port, server.pid, env, runs, args))
     finally:
         stop(server)
 
@@ -186,7 +225,7 @@ def main() -> None:
         try:
             for size in (args.baseline, args.streams):
                 runs = [client.submit("bench_ticks") for _ in range(size)]
-                phases.append(_run_phase(env, client, runs, args, Path(tmp) / f"api-{size}.log"))
+                phases.append(_run_phase(env, runs, args, Path(tmp) / f"api-{size}.log"))
         finally:
             client.close()
             with admin() as conn:
@@ -199,13 +238,14 @@ def _report(phases: list[Phase], args: Any) -> None:
         f"one API process; {args.rate:.0f} events/s asked for {args.seconds:.0f} s, round robin "
         f"over the runs, a stream per run\n"
         f"{'streams':>8} {'events':>7} {'p50 ms':>8} {'p99 ms':>8} {'threads':>8} "
-        f"{'RSS MB':>7} {'opened in':>10} {'missed':>7} {'sent/s':>7}"
+        f"{'RSS MB':>7} {'CPU %':>6} {'opened in':>10} {'missed':>7} {'sent/s':>7}"
     )
     for phase in phases:
         label = f"{phase.streams}" + (" (baseline)" if phase is phases[0] else "")
         print(
             f"{label:>8} {len(phase.latencies_s):>7} {phase.percentile_ms(0.5):>8.1f} "
             f"{phase.percentile_ms(0.99):>8.1f} {phase.threads:>8} {phase.rss_mb:>7.0f} "
+            f"{phase.cpu_percent:>6.0f} "
             f"{phase.open_s:>9.1f}s {phase.missed:>7} {phase.sent_rate:>7.0f}"
         )
 

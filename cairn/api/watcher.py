@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from cairn.lease.chunk_log import ChunkLog, chunk_log
 from cairn.lease.heartbeat import beat_view
 from cairn.model.keys import lease_key
+from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.records import EventRecord, RunHead
 
@@ -175,7 +176,8 @@ class RunWatcher:
         running = [
             (run_id, node, int(iteration))
             for run_id, head in heads.items()
-            if not head.status.terminal
+            # A waiting run only waits for people: none of its nodes is running.
+            if not head.status.terminal and head.status is not RunStatus.WAITING
             for node, _, iteration in (e.rpartition("#") for e in head.current or ())
         ]
         keys = [lease_key(*where, "run") for where in running]
