@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Select, func, select, union_all
+from sqlalchemy import ColumnElement, Select, func, select, tuple_, union_all
 
 from cairn.model.selection import RunFilter
 from cairn.model.statuses import RunStatus
@@ -50,15 +50,11 @@ class ListingTx(TxBase):
         while new runs arrive (an offset would shift)."""
         selection = selection or RunFilter()
         if len(selection.statuses) <= 1:
-            query = _page(namespace, selection, limit, before)
+            query = page_query(namespace, selection, limit, before)
         else:
             each = [
-                select(
-                    _page(
-                        namespace, replace(selection, statuses=(status,)), limit, before
-                    ).subquery()
-                )
-                for status in selection.statuses
+                select(page_query(namespace, one, limit, before).subquery())
+                for one in _by_status(selection)
             ]
             merged = union_all(*each).subquery()
             order = (merged.c.created_at.desc(), merged.c.id.desc())
@@ -74,21 +70,22 @@ class ListingTx(TxBase):
         statuses = selection.statuses or tuple(RunStatus)
         counted = []
         for one in _by_status(replace(selection, statuses=statuses)):
-            capped = select(runs.c.id).where(*_where(namespace, one)).limit(cap + 1).subquery()
+            capped = (
+                select(runs.c.id).where(*listing_where(namespace, one)).limit(cap + 1).subquery()
+            )
             counted.append(select(func.count()).select_from(capped).scalar_subquery())
         row = self.connection.execute(select(*counted)).one()
         return {status: int(count) for status, count in zip(statuses, row, strict=True)}
 
 
-def _page(
+def page_query(
     namespace: str, selection: RunFilter, limit: int, before: tuple[datetime, str] | None
 ) -> Select[tuple[object, ...]]:
-    query = select(*LISTED).where(*_where(namespace, selection))
+    """One page's query: a range of one index, in its order."""
+    query = select(*LISTED).where(*listing_where(namespace, selection))
     if before is not None:
-        created, run_id = before
-        query = query.where(
-            (runs.c.created_at < created) | ((runs.c.created_at == created) & (runs.c.id < run_id))
-        )
+        # A row comparison, not its expansion with OR: the index starts right there.
+        query = query.where(tuple_(runs.c.created_at, runs.c.id) < tuple_(*before))
     return query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
 
 
@@ -97,7 +94,8 @@ def _by_status(selection: RunFilter) -> list[RunFilter]:
     return [replace(selection, statuses=(status,)) for status in selection.statuses]
 
 
-def _where(namespace: str, selection: RunFilter) -> list[ColumnElement[bool]]:
+def listing_where(namespace: str, selection: RunFilter) -> list[ColumnElement[bool]]:
+    """The conditions that select a filter's runs of a namespace."""
     clauses: list[ColumnElement[bool]] = [runs.c.namespace == namespace]
     if selection.statuses:
         clauses.append(runs.c.status.in_([status.value for status in selection.statuses]))
