@@ -2,12 +2,14 @@
 appended, until the run ends — and between them, the progress its running nodes report
 through their heartbeats.
 
-The events table is polled (each poll: the run's head, then any newer events; two
-indexed reads on one connection, on a pool thread) rather than pushed: PostgreSQL is the
-only place every process writes, so it is the one source any API replica can follow, and
-a stream missed by no notification. Each event carries ``id: <seq>``; a client that lost
-the connection reconnects with ``Last-Event-ID`` (browsers' EventSource do so by
-themselves) and gets exactly the events after it.
+A stream holds no thread while it waits: it registers a watch with the process's one
+:class:`~cairn.api.watcher.RunWatcher`, which polls the heads of every watched run in
+one read, reads the new events of the runs that moved, and wakes only their streams.
+PostgreSQL is polled rather than listened to because it is the only place every process
+writes: it is the one source any API replica can follow, and a stream missed by no
+notification. Each event carries ``id: <seq>``; a client that lost the connection
+reconnects with ``Last-Event-ID`` (browsers' EventSource do so by themselves) and gets
+exactly the events after it. A client that goes away releases its watch.
 
 Progress (``event: progress``) is sent whenever what a running node reports changes
 (its ``ctx.progress``, its worker): it carries no ``id``, so a reconnect resumes after
@@ -16,8 +18,9 @@ records in Redis, which may be lost; the events never are.
 
 What streaming model calls say (``event: chunk``: node, iteration, attempt, call, offset,
 text; ``done`` on a call's last) is sent as it arrives, from the run's chunk log in Redis
-(``Leases.read_chunks``, waited on between polls). Once a chunk has been sent, every
-``id`` is ``<seq>:<chunk id>``, so a reconnect resumes both exactly. A chunk of an
+(the watcher waits on every followed run's log at once; a woken stream reads its own
+from where it is). Once a chunk has been sent, every ``id`` is ``<seq>:<chunk id>``, so
+a reconnect resumes both exactly. A chunk of an
 attempt older than one seen for its node — already, or in the same read — is marked
 ``superseded``: its call was cut short, and the newer attempt's text replaces it.
 """
