@@ -65,7 +65,7 @@ class Phase:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else 0.0
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -184,7 +184,7 @@ async def _sample(pid: int, phase: Phase, until: float) -> None:
 
 
 def _run_phase(env: dict[str, str], runs: list[str], args: Any, log: Path) -> Phase:
-    port = _free_port()
+    port = free_port()
     api_env = {**env, "CAIRN_API_KEYS": f"default:{KEY}"}
     server = spawn([sys.executable, "-m", "cairn.cli", "api", f"--port={port}"], api_env, log)
     try:
