@@ -138,8 +138,9 @@ class RunWatcher:
         if not after:
             return
         heads, events, beats = await run_in_threadpool(self._read, after)
-        for run_id in after:
-            watches = self._watches.get(run_id, set())  # those still open
+        for run_id, read_after in after.items():
+            if run_id not in self._watches:
+                continue  # nobody follows it any more
             head, running = heads.get(run_id), beats.get(run_id, {})
             progress = {  # what changes it, not the beat's age
                 label: {k: v for k, v in beat.items() if k not in ("age_s", "eta_s")}
@@ -148,7 +149,9 @@ class RunWatcher:
             progressed = progress != self._progress.get(run_id, {})
             self._progress[run_id] = progress
             ended = head is None or head.status.terminal
-            for watch in watches:
+            for watch in self._watches[run_id]:
+                if watch.seq < read_after:
+                    continue  # joined during the read, from further back: the next poll's
                 new = [event for event in events.get(run_id, ()) if event.seq > watch.seq]
                 if new:
                     watch.events.extend(new)
