@@ -164,8 +164,8 @@ class RunWatcher:
         self, after: Mapping[str, int]
     ) -> tuple[dict[str, RunHead], dict[str, list[EventRecord]], dict[str, dict[str, Any]]]:
         """The runs' heads, the new events of those that moved, and what their running
-        nodes report (from a pool thread: one for the whole process; one database
-        read and one Redis round trip for every run followed)."""
+        nodes report (on a pool thread, one for the whole process: two database reads
+        and one Redis round trip, however many runs are followed)."""
         # Heads first: a head that says the run ended at seq N is read before the events,
         # so these include N, and no stream ends before sending its last event.
         with self.runtime.store.reading() as tx:
