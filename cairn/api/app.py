@@ -39,6 +39,7 @@ from cairn.api.deps import runtime_of
 from cairn.api.limits import BodyLimitMiddleware
 from cairn.api.models import CircuitList, PoolList, RateList
 from cairn.api.scope import ERRORS
+from cairn.api.watcher import RunWatcher
 from cairn.config import Settings
 from cairn.observe.flow import circuit_views, pool_reports
 from cairn.observe.metrics.api import CONTENT_TYPE_LATEST, ApiMetrics, MetricsMiddleware
@@ -69,6 +70,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         if owned and app.state.runtime.broker is not None:
             app.state.runtime.start_workers()
             app.state.runtime.start_scheduler()
+        app.state.watcher = RunWatcher(app.state.runtime)
+        app.state.watcher.start()
+        metrics.open_streams.set_function(lambda: app.state.watcher.count)
         store = app.state.runtime.store
         app.state.authenticator = Authenticator(store, keys, cache_s=settings.api_key_cache_s)
         app.state.audit = Audit(store)
@@ -80,6 +84,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         try:
             yield
         finally:
+            await app.state.watcher.close()
             if owned:
                 await run_in_threadpool(app.state.runtime.close)
 

@@ -23,9 +23,11 @@ from cairn.http.models import (
     ArtifactList,
     EventPage,
     Progress,
+    RunCounts,
     RunDetail,
     RunPage,
     RunSummary,
+    StatusCount,
     WaitingList,
 )
 from cairn.lease.heartbeat import beat_view, run_beats
@@ -39,6 +41,31 @@ from cairn.store.records import EventRecord, ListedRun, to_epoch
 
 router = APIRouter(prefix="/v1")
 EVENTS_PAGE_MAX = 1000
+COUNT_CAP = 10_000  # a count reads at most this many index entries per status
+
+
+@router.get("/runs/counts", response_model=RunCounts, responses=ERRORS)
+def count_runs(
+    *,
+    runtime: Runtime_,
+    who: Reader,
+    selection: Annotated[RunFilter, Depends(run_filter)],
+    cap: Annotated[
+        int, Query(ge=1, le=COUNT_CAP, description="Count each status up to this.")
+    ] = COUNT_CAP,
+) -> RunCounts:
+    """How many of the namespace's runs the filters (those of ``GET /v1/runs``) select,
+    by status: exact up to ``cap``, then "more" — as long to answer at a million runs as
+    at ten thousand."""
+    with runtime.store.reading() as tx:
+        found = tx.run_counts(who.namespace, selection, cap=cap)
+    return RunCounts(
+        counts={
+            status.value: StatusCount(count=min(count, cap), more=count > cap)
+            for status, count in found.items()
+        },
+        cap=cap,
+    )
 
 
 @router.get("/runs/{run_id}", response_model=RunDetail, responses=ERRORS)

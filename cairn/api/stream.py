@@ -2,12 +2,14 @@
 appended, until the run ends — and between them, the progress its running nodes report
 through their heartbeats.
 
-The events table is polled (each poll: the run's head, then any newer events; two
-indexed reads on one connection, on a pool thread) rather than pushed: PostgreSQL is the
-only place every process writes, so it is the one source any API replica can follow, and
-a stream missed by no notification. Each event carries ``id: <seq>``; a client that lost
-the connection reconnects with ``Last-Event-ID`` (browsers' EventSource do so by
-themselves) and gets exactly the events after it.
+A stream holds no thread while it waits: it registers a watch with the process's one
+:class:`~cairn.api.watcher.RunWatcher`, which polls the heads of every watched run in
+one read, reads the new events of the runs that moved, and wakes only their streams.
+PostgreSQL is polled rather than listened to because it is the only place every process
+writes: it is the one source any API replica can follow, and a stream missed by no
+notification. Each event carries ``id: <seq>``; a client that lost the connection
+reconnects with ``Last-Event-ID`` (browsers' EventSource do so by themselves) and gets
+exactly the events after it. A client that goes away releases its watch.
 
 Progress (``event: progress``) is sent whenever what a running node reports changes
 (its ``ctx.progress``, its worker): it carries no ``id``, so a reconnect resumes after
@@ -16,8 +18,9 @@ records in Redis, which may be lost; the events never are.
 
 What streaming model calls say (``event: chunk``: node, iteration, attempt, call, offset,
 text; ``done`` on a call's last) is sent as it arrives, from the run's chunk log in Redis
-(``Leases.read_chunks``, waited on between polls). Once a chunk has been sent, every
-``id`` is ``<seq>:<chunk id>``, so a reconnect resumes both exactly. A chunk of an
+(the watcher waits on every followed run's log at once; a woken stream reads its own
+from where it is). Once a chunk has been sent, every ``id`` is ``<seq>:<chunk id>``, so
+a reconnect resumes both exactly. A chunk of an
 attempt older than one seen for its node — already, or in the same read — is marked
 ``superseded``: its call was cut short, and the newer attempt's text replaces it.
 """
@@ -29,7 +32,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import anyio
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -39,13 +41,14 @@ from cairn.api.models import MAX_INT
 from cairn.api.redact import event_for
 from cairn.api.run_views import event_dict
 from cairn.api.scope import ERRORS, RunId, head_in
-from cairn.lease.heartbeat import beat_view, run_beats
+from cairn.api.watcher import RunWatcher, Watch
+from cairn.lease.chunk_log import ChunkLog, Chunks
+from cairn.lease.port import CHUNKS_PER_READ
 from cairn.model.principals import Permission
 from cairn.runtime import Runtime
 
 router = APIRouter(prefix="/v1")
 
-POLL_S = 0.25  # a new event reaches the client within this (plus one read)
 KEEPALIVE_S = 15.0  # a comment line, so that proxies do not close a quiet stream
 RETRY_MS = 1000  # how soon an EventSource reconnects after a drop
 
@@ -83,14 +86,21 @@ async def stream_run(
     start = int(seq_text) if seq_text else (after or 0)
     payloads = who.may(Permission.PAYLOADS)
     return StreamingResponse(
-        _events(runtime, run_id, min(start, MAX_INT), request, chunk_after or "0", payloads),
+        _events(
+            request.app.state.watcher,
+            run_id,
+            min(start, MAX_INT),
+            request,
+            chunk_after or "0",
+            payloads,
+        ),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
 async def _events(  # noqa: PLR0917 - the stream's parameters, as the endpoint read them
-    runtime: Runtime,
+    watcher: RunWatcher,
     run_id: str,
     seq: int,
     request: Request,
@@ -99,66 +109,91 @@ async def _events(  # noqa: PLR0917 - the stream's parameters, as the endpoint r
 ) -> AsyncIterator[str]:
     """The stream; ``payloads`` False: events without their payload fields, progress
     without its messages, and none of the model's streamed text."""
-    yield f"retry: {RETRY_MS}\n\n"
-    quiet_since = time.monotonic()
-    reported: dict[str, Any] | None = None
-    feed = _ChunkFeed(runtime, run_id, chunk_after, payloads)
-    while True:
-        polled = time.monotonic()
-        head, rows, running = await run_in_threadpool(_read, runtime, run_id, seq)
-        if not payloads:
-            running = {label: {**beat, "message": None} for label, beat in running.items()}
-        for row in rows:
-            seq = row.seq
-            yield _format(_id(seq, feed.after), row.type, event_for(event_dict(row), payloads))
-        progress = {  # what changes it, not the beat's age
-            execution: {k: v for k, v in beat.items() if k not in ("age_s", "eta_s")}
-            for execution, beat in running.items()
-        }
-        if progress and progress != reported:
-            data = {"seq": seq, "running": running}
-            yield f"event: progress\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
-        reported = progress
-        if rows or progress:
-            quiet_since = time.monotonic()
-        if head is None:  # the run was deleted (retention) while we streamed
-            return
-        if head.status.terminal and seq >= head.last_seq:
-            for message in await feed.read(seq, 0.0):  # what was said and not yet sent
-                yield message
-            yield f"event: end\ndata: {json.dumps({'status': head.status, 'last_seq': seq})}\n\n"
-            return
-        if time.monotonic() - quiet_since >= KEEPALIVE_S:
-            yield ": keepalive\n\n"
-            quiet_since = time.monotonic()
-        if await request.is_disconnected():
-            return
-        # Until the next poll, what the run's model calls say, as they say it.
-        while (wait := POLL_S - (time.monotonic() - polled)) > 0:
-            said = await feed.read(seq, wait)
-            for message in said:
-                yield message
-            if said:
-                quiet_since = time.monotonic()
+    watch = watcher.watch(run_id, seq, chunks=payloads)
+    try:
+        yield f"retry: {RETRY_MS}\n\n"
+        feed = _ChunkFeed(watcher.chunk_log, run_id, chunk_after, payloads)
+        first = True
+        sent_at = time.monotonic()
+        reported: dict[str, Any] | None = None
+        while True:
+            await watch.wait(max(0.0, KEEPALIVE_S - (time.monotonic() - sent_at)))
+            messages, reported = _news(watch, feed, seq, reported, payloads)
+            seq = watch.seq
+            head = watch.head
+            ended = watch.polled and (
+                head is None or (head.status.terminal and seq >= head.last_seq)
+            )
+            if first or watch.chunks_grew or ended:  # what the run's model calls said
+                watch.chunks_grew = False
+                if first:
+                    watcher.follow_chunks(watch, feed.after)
+                messages += await feed.read(seq)
+                first = False
+            if head is not None and ended:
+                end = {"status": head.status, "last_seq": seq}
+                messages.append(f"event: end\ndata: {json.dumps(end)}\n\n")
+            if not messages and time.monotonic() - sent_at >= KEEPALIVE_S:
+                messages.append(": keepalive\n\n")
+            if messages:
+                yield "".join(messages)
+                sent_at = time.monotonic()
+            if ended or await request.is_disconnected():
+                return
+    finally:
+        watcher.release(watch)
+
+
+def _news(
+    watch: Watch,
+    feed: _ChunkFeed,
+    seq: int,
+    reported: dict[str, Any] | None,
+    payloads: bool,
+) -> tuple[list[str], dict[str, Any] | None]:
+    """The events the watcher handed over, formatted, and the progress of the run's
+    running nodes when it changed; and the progress now reported."""
+    messages = []
+    for row in watch.take_events():
+        seq = row.seq
+        messages.append(
+            _format(_id(seq, feed.after), row.type, event_for(event_dict(row), payloads))
+        )
+    running = watch.running
+    if not payloads:
+        running = {label: {**beat, "message": None} for label, beat in running.items()}
+    progress = {  # what changes it, not the beat's age
+        execution: {k: v for k, v in beat.items() if k not in ("age_s", "eta_s")}
+        for execution, beat in running.items()
+    }
+    if progress and progress != reported:
+        data = {"seq": seq, "running": running}
+        messages.append(f"event: progress\ndata: {json.dumps(data, separators=(',', ':'))}\n\n")
+    return messages, progress
 
 
 class _ChunkFeed:
     """The run's chunk log as the stream reads it: where it is, and the newest attempt it
     has seen of each node (to mark an older attempt's chunks superseded)."""
 
-    def __init__(self, runtime: Runtime, run_id: str, after: str, payloads: bool = True) -> None:
-        self.runtime, self.run_id, self.after = runtime, run_id, after
+    def __init__(self, chunks: ChunkLog, run_id: str, after: str, payloads: bool = True) -> None:
+        self.chunks, self.run_id, self.after = chunks, run_id, after
         self.newest: dict[tuple[str, int], int] = {}
         self.payloads = payloads
 
-    async def read(self, seq: int, wait_s: float) -> list[str]:
-        """The chunks after the last one sent, formatted (waiting up to ``wait_s``); none
-        for a reader that may not read payloads (it waits as long all the same)."""
+    async def read(self, seq: int) -> list[str]:
+        """The chunks after the last one sent, formatted; none for a reader that may not
+        read payloads."""
         if not self.payloads:
-            await anyio.sleep(wait_s)
             return []
-        leases = self.runtime.leases
-        chunks = await run_in_threadpool(leases.read_chunks, self.run_id, self.after, wait_s)
+        messages = []
+        while True:
+            chunks = await self.chunks.read(self.run_id, self.after)
+            messages += self._formatted(seq, chunks)
+            if len(chunks) < CHUNKS_PER_READ:
+                return messages
+
+    def _formatted(self, seq: int, chunks: Chunks) -> list[str]:
         for _chunk_id, chunk in chunks:  # the newest attempt of each node, first
             where = (str(chunk.get("node")), int(chunk.get("iteration", 1)))
             attempt = int(chunk.get("attempt", 1))
@@ -170,24 +205,6 @@ class _ChunkFeed:
             data = {**chunk, "superseded": int(chunk.get("attempt", 1)) < self.newest[where]}
             messages.append(_format(_id(seq, self.after), "chunk", data))
         return messages
-
-
-def _read(
-    runtime: Runtime, run_id: str, seq: int
-) -> tuple[Any, list[Any], dict[str, dict[str, Any]]]:
-    """The run's head, its events after ``seq``, and what its running nodes report."""
-    # Head first: if it says the run has ended at seq N, the events read after it
-    # include N, so the stream never ends before sending the last event.
-    with runtime.store.reading() as tx:
-        head = tx.run_head(run_id)
-        rows = tx.events_after(run_id, seq) if head is not None and head.last_seq > seq else []
-    if head is None or head.status.terminal or not head.current:
-        return head, rows, {}
-    running = [execution.rpartition("#") for execution in head.current]
-    beats = run_beats(
-        runtime.leases, run_id, [(node, int(iteration), "run") for node, _, iteration in running]
-    )
-    return head, rows, {label: beat_view(beat) for label, beat in beats.items() if beat}
 
 
 def _id(seq: int, chunk_after: str) -> str:

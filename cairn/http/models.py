@@ -56,6 +56,16 @@ class RunPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
 
 
+class StatusCount(BaseModel):
+    count: int = Field(description="Runs in this status, exact up to the cap.")
+    more: bool = Field(description="True: more than ``count`` (the cap) — not counted.")
+
+
+class RunCounts(BaseModel):
+    counts: dict[str, StatusCount] = Field(description="By status.")
+    cap: int = Field(description="No count goes past this: it says `more` instead.")
+
+
 class Progress(BaseModel):
     steps: int = Field(description="Decisions taken so far (events applied).")
     done: int = Field(description="Distinct task nodes that have succeeded.")

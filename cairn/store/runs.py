@@ -5,18 +5,15 @@ faster, :mod:`cairn.store.postgres`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, select
+from sqlalchemy import and_, delete, func, or_, select
 
 from cairn.errors import StoreError
-from cairn.model.selection import RunFilter
 from cairn.model.workflow_names import qualified
-from cairn.store.base import TxBase
+from cairn.store.listing import ListingTx
 from cairn.store.records import (
     EventRecord,
-    ListedRun,
     RequestedRun,
     RunHead,
     RunRecord,
@@ -39,7 +36,7 @@ from cairn.store.schema import (
 )
 
 
-class RunsTx(TxBase):
+class RunsTx(ListingTx):
     """The run's rows: definitions, runs, events, snapshots, listing and retention."""
 
     def insert_run(self, values: Mapping[str, Any]) -> bool:
@@ -84,39 +81,6 @@ class RunsTx(TxBase):
             query = query.where(runs.c.workflow == workflow)
         return [RunRecord.of(row) for row in self.connection.execute(query)]
 
-    def runs_page(
-        self,
-        namespace: str,
-        selection: RunFilter | None = None,
-        *,
-        limit: int = 50,
-        before: tuple[datetime, str] | None = None,
-    ) -> list[ListedRun]:
-        """A page of a namespace's runs ``selection`` selects, newest first,
-        keyset-paginated on (created_at, id): the page after ``before`` stays the same
-        while new runs arrive (an offset would shift)."""
-        query = select(
-            runs.c.id,
-            runs.c.workflow,
-            runs.c.version,
-            runs.c.status,
-            runs.c.request_id,
-            runs.c.current,
-            runs.c.reason,
-            runs.c.last_seq,
-            runs.c.created_at,
-            runs.c.updated_at,
-        ).where(runs.c.namespace == namespace, *_selected(selection or RunFilter()))
-        if before is not None:
-            created, run_id = before
-            query = query.where(
-                (runs.c.created_at < created)
-                | ((runs.c.created_at == created) & (runs.c.id < run_id))
-            )
-        order = (runs.c.created_at.desc(), runs.c.id.desc())
-        page = self.connection.execute(query.order_by(*order).limit(limit))
-        return [ListedRun.of(row) for row in page]
-
     def runs_by_requests(self, namespace: str, request_ids: Sequence[str]) -> list[RequestedRun]:
         """The runs these request ids already started in the namespace (one query for a
         whole batch)."""
@@ -144,6 +108,42 @@ class RunsTx(TxBase):
             )
         ).first()
         return None if row is None else RunHead.of(row)
+
+    def run_heads(self, run_ids: Sequence[str]) -> dict[str, RunHead]:
+        """The heads of these runs, those that exist: one indexed read for all the runs
+        a process's open streams follow."""
+        if not run_ids:
+            return {}
+        found = self.connection.execute(
+            select(
+                runs.c.id, runs.c.namespace, runs.c.status, runs.c.last_seq, runs.c.current
+            ).where(runs.c.id.in_(sorted(set(run_ids))))
+        )
+        return {row.id: RunHead.of(row) for row in found}
+
+    def events_of_runs(
+        self, after: Mapping[str, int], per_run: int
+    ) -> dict[str, list[EventRecord]]:
+        """For each run, its events after the seq given for it, at most ``per_run`` of
+        them, oldest first: one read on the ``(run_id, seq)`` key for many runs."""
+        if not after:
+            return {}
+        wanted = [
+            and_(events.c.run_id == run_id, events.c.seq > seq, events.c.seq <= seq + per_run)
+            for run_id, seq in sorted(after.items())
+        ]
+        query = select(
+            events.c.run_id,
+            events.c.seq,
+            events.c.type,
+            events.c.data,
+            events.c.outcome,
+            events.c.at,
+        ).where(or_(*wanted))
+        found: dict[str, list[EventRecord]] = {run_id: [] for run_id in after}
+        for row in self.connection.execute(query.order_by(events.c.run_id, events.c.seq)):
+            found[row.run_id].append(EventRecord.of(row))
+        return found
 
     def pinned_versions(self, run_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
         """Run id -> the workflow (qualified: ``acme/checkout``) and version it is pinned
@@ -254,20 +254,3 @@ class RunsTx(TxBase):
         for table in kept:
             self.connection.execute(delete(table).where(table.c.run_id.in_(ids)))
         return int(self.connection.execute(delete(runs).where(runs.c.id.in_(ids))).rowcount)
-
-
-def _selected(selection: RunFilter) -> list[ColumnElement[bool]]:
-    clauses: list[ColumnElement[bool]] = []
-    if selection.statuses:
-        clauses.append(runs.c.status.in_([status.value for status in selection.statuses]))
-    if selection.workflow is not None:
-        clauses.append(runs.c.workflow == selection.workflow)
-    if selection.version is not None:
-        clauses.append(runs.c.version == selection.version)
-    if selection.created_after is not None:
-        clauses.append(runs.c.created_at > from_epoch(selection.created_after))
-    if selection.created_before is not None:
-        clauses.append(runs.c.created_at < from_epoch(selection.created_before))
-    if selection.ids:
-        clauses.append(runs.c.id.in_(selection.ids))
-    return clauses

@@ -35,6 +35,8 @@ from cairn.model.statuses import ExecutionStatus, RunStatus
 Json = JSON().with_variant(JSONB(), "postgresql")
 # BIGSERIAL on PostgreSQL; SQLite only auto-increments an INTEGER PRIMARY KEY.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+_PAGED = ("created_at", "id")  # the runs' keyset paging order, newest first
+_ENDED = text("finished_at IS NOT NULL")
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -92,15 +94,13 @@ class RunRow(Base):
         UniqueConstraint("namespace", "request_id"),
         _known(RunStatus),
         Index("ix_runs_status_updated_at", "status", "updated_at"),
-        # Listing a namespace's runs, newest first (migration 0008).
-        Index("ix_runs_namespace_created_at_id", "namespace", "created_at", "id"),
+        # A namespace's runs newest first (0008); by status, workflow or both (0024).
+        Index("ix_runs_namespace_created_at_id", "namespace", *_PAGED),
+        Index("ix_runs_listing_status", "namespace", "status", *_PAGED),
+        Index("ix_runs_listing_workflow", "namespace", "workflow", *_PAGED),
+        Index("ix_runs_listing_workflow_status", "namespace", "workflow", "status", *_PAGED),
         # Retention: the runs that ended before a cutoff.
-        Index(
-            "ix_runs_finished_at",
-            "finished_at",
-            postgresql_where=text("finished_at IS NOT NULL"),
-            sqlite_where=text("finished_at IS NOT NULL"),
-        ),
+        Index("ix_runs_finished_at", "finished_at", postgresql_where=_ENDED, sqlite_where=_ENDED),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)

@@ -117,6 +117,7 @@ def wait_for(http: httpx.Client, run_id: str, status: str) -> dict[str, Any]:
 # allowed principal gets is the last element.
 CALLS: dict[str, tuple[str, str, dict[str, Any] | None, int]] = {
     "list runs": ("GET", "/v1/runs", None, 200),
+    "run counts": ("GET", "/v1/runs/counts", None, 200),
     "waiting": ("GET", "/v1/waiting", None, 200),
     "get run": ("GET", "/v1/runs/{run}", None, 200),
     "events": ("GET", "/v1/runs/{run}/events", None, 200),
@@ -177,6 +178,7 @@ Y, N = True, False
 #                  viewer  +p   approver +p   operator +p   admin  +p
 MATRIX: dict[str, tuple[bool, ...]] = {
     "list runs":      (Y, Y,   Y, Y,   Y, Y,   Y, Y),
+    "run counts":     (Y, Y,   Y, Y,   Y, Y,   Y, Y),
     "waiting":        (Y, Y,   Y, Y,   Y, Y,   Y, Y),
     "get run":        (Y, Y,   Y, Y,   Y, Y,   Y, Y),
     "events":         (Y, Y,   Y, Y,   Y, Y,   Y, Y),

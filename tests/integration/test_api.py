@@ -124,6 +124,7 @@ def test_every_v1_endpoint_refuses_without_a_valid_key(http: httpx.Client) -> No
         ("POST", "/v1/runs", {"workflow": "approval"}),
         ("POST", "/v1/runs:batch", {"runs": [{"workflow": "approval"}]}),
         ("GET", "/v1/runs", None),
+        ("GET", "/v1/runs/counts", None),
         ("GET", f"/v1/runs/{run}", None),
         ("GET", f"/v1/runs/{run}/events", None),
         ("GET", f"/v1/runs/{run}/stream", None),
@@ -237,6 +238,28 @@ def test_list_runs_pages_by_keyset(http: httpx.Client, deployment: Deployment) -
     bad = http.get("/v1/runs?cursor=bm90LWEtY3Vyc29y", headers=A)
     assert bad.status_code == 422
     assert "cursor" in bad.json()["error"]["message"]
+
+
+def test_run_counts_by_status_are_capped_and_scoped(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    mine = [submit(http, deployment.ledger, "chain10") for _ in range(3)]
+    for run_id in mine:
+        wait_status(http, run_id, "succeeded")
+    listed = http.get("/v1/runs?workflow=chain10&limit=500", headers=A).json()["runs"]
+    counts = http.get("/v1/runs/counts?workflow=chain10", headers=A).json()
+    assert counts["cap"] == 10_000
+    by_status = {status: c["count"] for status, c in counts["counts"].items() if c["count"]}
+    assert by_status == {
+        s: sum(r["status"] == s for r in listed) for s in {r["status"] for r in listed}
+    }
+    assert not any(c["more"] for c in counts["counts"].values())
+    capped = http.get("/v1/runs/counts?workflow=chain10&status=succeeded&cap=2", headers=A)
+    assert capped.json()["counts"] == {"succeeded": {"count": 2, "more": True}}
+    theirs = http.get("/v1/runs/counts?workflow=chain10", headers=B).json()["counts"]
+    assert all(c["count"] == 0 for c in theirs.values())  # another namespace's runs
+    assert http.get("/v1/runs/counts?cap=0", headers=A).status_code == 422
+    assert http.get("/v1/runs/counts").status_code == 401
 
 
 def test_namespaces_are_isolated(http: httpx.Client, deployment: Deployment) -> None:

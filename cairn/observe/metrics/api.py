@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -41,6 +41,13 @@ class ApiMetrics:
             "Runs asked for through the API: created, existing (same idempotency key or "
             "request id) or refused, by kind (single, batch).",
             ["kind", "outcome"],
+            registry=self.registry,
+        )
+
+        self.open_streams = Gauge(
+            "cairn_api_streams_open",
+            "Run streams (GET /v1/runs/{id}/stream) open on this process: each one a watch "
+            "on its run, none a thread.",
             registry=self.registry,
         )
 
