@@ -18,6 +18,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from cairn import console
 from cairn.access import Audit, Authenticator
 from cairn.access.authenticate import ConfigKeys
 from cairn.api import (
@@ -103,6 +104,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(pauses.router)
     app.include_router(definitions.router)
     app.include_router(_operations())
+    console.install(app, settings)  # the web console, under /console (docs/console.md)
     # The last added is the outermost: metrics see what the body limit refuses too.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
     app.add_middleware(AuditMiddleware)

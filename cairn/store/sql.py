@@ -24,6 +24,7 @@ from sqlalchemy import Engine, select
 
 from cairn.store.access import AccessTx
 from cairn.store.checkpoints import CheckpointsTx
+from cairn.store.counts import CountsTx
 from cairn.store.definitions import DefinitionsTx
 from cairn.store.effects import EffectsTx
 from cairn.store.errors import translated
@@ -31,6 +32,7 @@ from cairn.store.flow import FlowTx
 from cairn.store.model_calls import ModelCallsTx
 from cairn.store.pauses import PausesTx
 from cairn.store.schedules import SchedulesTx
+from cairn.store.sessions import SessionsTx
 from cairn.store.slots import SlotsTx
 from cairn.store.steps import StepsTx
 
@@ -46,6 +48,8 @@ class Tx(
     FlowTx,
     AccessTx,
     PausesTx,
+    SessionsTx,
+    CountsTx,
 ):
     """Every statement of the store, on one transaction."""
 
