@@ -53,7 +53,7 @@ def run_context(request: Request, runtime: Runtime_, who: Who, run_id: str) -> d
     decisions = [e for e in events if e["type"] == "signal_received"]
     return {
         "run": detail,
-        "graph": layout(definition, detail.nodes),
+        "graph": layout(definition, _shown_states(detail.nodes, detail.heartbeats)),
         "waterfall": bars(history.steps, detail.created_at, detail.updated_at),
         "history": history,
         "events": events,
@@ -69,6 +69,15 @@ def run_context(request: Request, runtime: Runtime_, who: Who, run_id: str) -> d
         },
         "pretty": _pretty,
         "event_types": " ".join(EVENT_TYPES),
+    }
+
+
+def _shown_states(nodes: dict[str, str], beats: dict[str, Any]) -> dict[str, str]:
+    """Each node's state; a scheduled node whose execution a worker beats for: running."""
+    running = {label.rpartition("#")[0] for label, beat in beats.items() if beat}
+    return {
+        name: "running" if state == "scheduled" and name in running else state
+        for name, state in nodes.items()
     }
 
 
@@ -90,7 +99,7 @@ def run_page(request: Request, run_id: RunId, runtime: Runtime_, who: Who) -> Re
 @router.get("/runs/{run_id}/live", response_class=HTMLResponse)
 def run_live(request: Request, run_id: RunId, runtime: Runtime_, who: Who) -> Response:
     """The run page's live parts, re-rendered for the page's script to swap in."""
-    return render(request, "run_live.html", **run_context(request, runtime, who, run_id))
+    return render(request, "run_fragment.html", **run_context(request, runtime, who, run_id))
 
 
 @router.get("/runs/{run_id}/state", response_class=HTMLResponse)

@@ -83,6 +83,7 @@
       stream.addEventListener(type, soon);
     }
   }
+  stream.addEventListener("progress", soon); // a running node's heartbeat changed
   stream.addEventListener("chunk", chunk);
   stream.addEventListener("end", function () {
     stream.close();
