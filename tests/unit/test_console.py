@@ -283,3 +283,38 @@ def test_the_runs_page_filters_counts_and_pages(
     with client(app) as http:
         sign_in(http, keys["vic"])  # a viewer decides nothing
         assert "Nothing waits for you" in http.get("/console/inbox").text
+
+
+def test_the_fleet_page_pauses_and_resumes_a_schedule_for_whoever_may(
+    app: Any, runtime: Runtime, keys: dict[str, str]
+) -> None:
+    with client(app) as http:
+        added = http.post(
+            "/v1/schedules",
+            json={"name": "nightly", "cron": "0 3 * * *", "workflow": "gate", "paused": False},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+        )
+        assert added.status_code == 201, added.text
+        sign_in(http, keys["vic"])
+        page = http.get("/console/fleet")
+        assert page.status_code == 200 and "nightly" in page.text
+        assert "pause-nightly" not in page.text  # a viewer has no button
+        refused = http.post("/console/schedules/nightly/pause", data={"csrf": csrf_of(page.text)})
+        assert refused.status_code == 403
+        assert http.get("/console/audit").status_code == 403  # admins only
+    assert not runtime.orchestrator.schedules.get("default", "nightly").paused
+    with client(app) as http:
+        sign_in(http, keys["ops"])
+        page = http.get("/console/fleet")
+        assert 'id="pause-nightly"' in page.text
+        done = http.post("/console/schedules/nightly/pause", data={"csrf": csrf_of(page.text)})
+        assert done.status_code == 303
+        assert runtime.orchestrator.schedules.get("default", "nightly").paused
+        page = http.get("/console/fleet")
+        http.post("/console/schedules/nightly/resume", data={"csrf": csrf_of(page.text)})
+    assert not runtime.orchestrator.schedules.get("default", "nightly").paused
+    with client(app) as http:
+        sign_in(http, ADMIN)
+        audit = http.get("/console/audit?actor=key:ops")
+        assert audit.status_code == 200
+        assert "schedule.change" in audit.text and "console.sign_in" in audit.text
