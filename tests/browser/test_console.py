@@ -128,8 +128,6 @@ def test_an_approver_decides_from_the_inbox_and_the_open_run_page_follows_live(
     run_id = start(http, "console_gate", slow={"publish": 4})
     waiting(http, run_id)
     sign_in(driver, base, keys["ann"])
-    driver.get(f"{base}/console/runs")
-    screenshot(driver, "runs")
 
     # The run page, open before the decision (it must follow it without a reload).
     driver.get(f"{base}/console/runs/{run_id}")
@@ -265,3 +263,26 @@ def test_streamed_model_text_appears_as_it_arrives(
     until(lambda: css(driver, "#run-status.s-succeeded"), "the run's end")
     whole = css(driver, "#chunks pre.chunks")[0].text
     assert whole.split() == words
+
+
+def test_an_operator_pauses_a_schedule_and_an_admin_reads_the_audit_log(
+    browser: Any, deployment: Deployment, http: httpx.Client, keys: dict[str, str]
+) -> None:
+    driver, base = browser, deployment.base_url
+    body = {"name": "nightly-digest", "cron": "0 3 * * *", "workflow": "console_gate"}
+    added = http.post("/v1/schedules", json=body, headers=bearer(ADMIN))
+    assert added.status_code == 201, added.text
+    sign_in(driver, base, keys["ops"])
+    driver.get(f"{base}/console/fleet")
+    css(driver, "#pause-nightly-digest")[0].click()
+    until(lambda: css(driver, "#resume-nightly-digest"), "the schedule paused")
+    screenshot(driver, "fleet")
+    driver.get(f"{base}/console/runs")
+    screenshot(driver, "runs")  # (last: the module's runs are all there)
+    schedule = http.get("/v1/schedules/nightly-digest", headers=bearer(ADMIN)).json()
+    assert schedule["paused"] is True
+    sign_in(driver, base, ADMIN)
+    driver.get(f"{base}/console/audit?actor=key:ops")
+    rows = until(lambda: [r.text for r in css(driver, "table.events tbody tr")], "entries")
+    assert any("schedule.change" in row for row in rows)
+    screenshot(driver, "audit")

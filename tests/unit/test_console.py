@@ -318,3 +318,15 @@ def test_the_fleet_page_pauses_and_resumes_a_schedule_for_whoever_may(
         audit = http.get("/console/audit?actor=key:ops")
         assert audit.status_code == 200
         assert "schedule.change" in audit.text and "console.sign_in" in audit.text
+
+
+def test_the_session_cookie_is_secure_over_https(app: Any, keys: dict[str, str]) -> None:
+    with TestClient(app, base_url="https://console.test", follow_redirects=False) as http:
+        form = http.get("/console/sign-in")
+        answer = http.post(
+            "/console/sign-in", data={"csrf": csrf_of(form.text), "key": keys["vic"]}
+        )
+        assert answer.status_code == 303
+        cookie = answer.headers["set-cookie"]
+        assert f"{COOKIE}=" in cookie and "Secure" in cookie and "HttpOnly" in cookie
+        assert "SameSite=lax" in cookie
