@@ -28,8 +28,11 @@ router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute)
 MAX = 2_147_483_647
 
 
-def run_context(request: Request, runtime: Runtime_, who: Who, run_id: str) -> dict[str, Any]:
-    """What the run page shows (also what its live refresh re-renders)."""
+def run_context(
+    request: Request, runtime: Runtime_, who: Who, run_id: str, *, live: bool = False
+) -> dict[str, Any]:
+    """What the run page shows; ``live``: what its live refresh re-renders (not the model
+    calls: each read of them is an audited payload read)."""
     detail = run_views.get_run(run_id, runtime, who)
     orchestrator = runtime.orchestrator
     definition = orchestrator.registry.get(
@@ -39,7 +42,7 @@ def run_context(request: Request, runtime: Runtime_, who: Who, run_id: str) -> d
     events = run_views.run_events(run_id, runtime, who, after=0, limit=1000).events
     effects = repair.run_effects(run_id, runtime, who).effects
     calls: list[dict[str, Any]] | None = None
-    if who.may(Permission.PAYLOADS):  # model messages are payloads: audited as the API does
+    if who.may(Permission.PAYLOADS) and not live:  # payloads: audited as the API does
         kept = draft_of(request)  # an action's own entry, when the page shows its refusal
         as_api(request, who, model_calls.PayloadReader)
         calls = model_calls.run_model_calls(run_id, runtime, who, node=None).calls
@@ -99,7 +102,8 @@ def run_page(request: Request, run_id: RunId, runtime: Runtime_, who: Who) -> Re
 @router.get("/runs/{run_id}/live", response_class=HTMLResponse)
 def run_live(request: Request, run_id: RunId, runtime: Runtime_, who: Who) -> Response:
     """The run page's live parts, re-rendered for the page's script to swap in."""
-    return render(request, "run_fragment.html", **run_context(request, runtime, who, run_id))
+    context = run_context(request, runtime, who, run_id, live=True)
+    return render(request, "run_fragment.html", **context)
 
 
 @router.get("/runs/{run_id}/state", response_class=HTMLResponse)

@@ -184,9 +184,10 @@ async def read_form(request: Request) -> dict[str, str]:
     return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 
-async def checked_form(request: Request) -> dict[str, str]:
+async def checked_form(request: Request, _who: Who) -> dict[str, str]:
     """A signed-in form post: its fields, if its CSRF token is the session's; else 403,
-    before anything is read or written."""
+    before anything is read or written. (``_who``: the session, found on the thread
+    pool before this runs on the event loop.)"""
     session = session_of(request)
     form = await read_form(request)
     if not same(form.get("csrf"), session.csrf):

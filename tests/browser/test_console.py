@@ -244,10 +244,12 @@ def test_streamed_model_text_appears_as_it_arrives(
 ) -> None:
     driver, base = browser, deployment.base_url
     words = [f"word{n}" for n in range(40)]
-    model.script(Reply(text=" ".join(words), chunk_delay_s=0.1))
+    # Held back a moment first: the page is open and following before the first word.
+    model.script(Reply(text=" ".join(words), chunk_delay_s=0.1, delay_s=2.0))
     sign_in(driver, base, keys["ann"])
     run_id = start(http, "model_stream", turns=1)
     driver.get(f"{base}/console/runs/{run_id}")
+    until(lambda: css(driver, "#run[data-following=yes]"), "the page to follow its stream")
     seen: list[str] = []
 
     def more() -> bool:
