@@ -8,6 +8,7 @@ API's functions as the signed-in principal: what it may not read is not on the p
 from __future__ import annotations
 
 import json
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -22,6 +23,7 @@ from cairn.console.waterfall import bars
 from cairn.console.web import PREFIX, ConsoleRoute, Runtime_, Who, as_api, render
 from cairn.model.events import EVENT_TYPES
 from cairn.model.principals import Permission
+from cairn.model.statuses import RunStatus
 from cairn.model.workflow_names import qualified
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute)
@@ -57,7 +59,12 @@ def run_context(
     return {
         "run": detail,
         "graph": layout(definition, _shown_states(detail.nodes, detail.heartbeats)),
-        "waterfall": bars(history.steps, detail.created_at, detail.updated_at),
+        # On the run's time axis up to now while it goes on (a wait is time too).
+        "waterfall": bars(
+            history.steps,
+            detail.created_at,
+            detail.updated_at if RunStatus(detail.status).terminal else time.time(),
+        ),
         "history": history,
         "events": events,
         "decisions": decisions,
