@@ -3,7 +3,7 @@ PYTHON ?= python3
 # dependencies keep their ranges in pyproject.toml (a library must not pin its users).
 LOCK := requirements/dev.lock
 
-.PHONY: install lock services test lint format check flower
+.PHONY: install lock services browser test lint format check flower
 
 install:  ## install cairn and everything its tests and linters need, at the locked versions
 	$(PYTHON) -m pip install -c $(LOCK) -e ".[dev]"
@@ -14,6 +14,9 @@ lock:  ## refresh the lock to the newest versions pyproject.toml allows (then ru
 
 services:  ## start PostgreSQL and Redis if they are not running
 	bash scripts/services.sh
+
+browser:  ## Debian's chromium and chromedriver, for the console's browser tests (tests/browser)
+	bash scripts/browser.sh
 
 # Two processes, each taking whole files (their fixtures stay warm); then, alone, the
 # tests marked serial: those that restart the services or measure how long things take.

@@ -149,6 +149,17 @@ class Authenticator:
             key_id=record.id,
         )
 
+    def works(self, key_id: str) -> bool:
+        """Whether minted key ``key_id`` still works (not revoked, not expired): a
+        console session signed in with it ends when it stops."""
+        record = self._record(key_id)
+        now = self.clock()
+        return not (
+            record is None
+            or (record.revoked_at is not None and record.revoked_at <= now)
+            or (record.expires_at is not None and record.expires_at <= now)
+        )
+
     def _record(self, key_id: str) -> KeyRecord | None:
         with self._lock:
             cached = self._cache.get(key_id)

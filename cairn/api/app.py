@@ -13,11 +13,11 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from cairn import console
 from cairn.access import Audit, Authenticator
 from cairn.access.authenticate import ConfigKeys
 from cairn.api import (
@@ -25,6 +25,7 @@ from cairn.api import (
     bulk,
     definitions,
     errors,
+    fleet,
     model_calls,
     pauses,
     repair,
@@ -34,14 +35,10 @@ from cairn.api import (
     stream,
     timeline,
 )
-from cairn.api.access import AuditMiddleware, Reader
-from cairn.api.deps import runtime_of
+from cairn.api.access import AuditMiddleware
 from cairn.api.limits import BodyLimitMiddleware
-from cairn.api.models import CircuitList, PoolList, RateList
-from cairn.api.scope import ERRORS
 from cairn.api.watcher import RunWatcher
 from cairn.config import Settings
-from cairn.observe.flow import circuit_views, pool_reports
 from cairn.observe.metrics.api import CONTENT_TYPE_LATEST, ApiMetrics, MetricsMiddleware
 from cairn.runtime import Runtime
 
@@ -107,7 +104,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(schedules.router)
     app.include_router(pauses.router)
     app.include_router(definitions.router)
+    app.include_router(fleet.router)
     app.include_router(_operations())
+    console.install(app, settings)  # the web console, under /console (docs/console.md)
     # The last added is the outermost: metrics see what the body limit refuses too.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
     app.add_middleware(AuditMiddleware)
@@ -117,33 +116,6 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
 def _operations() -> APIRouter:
     router = APIRouter()
-
-    @router.get("/v1/fleet/concurrency", response_model=PoolList, responses=ERRORS)
-    def concurrency(runtime: Annotated[Runtime, Depends(runtime_of)], who: Reader) -> PoolList:
-        """The namespace's concurrency pools: per pool, how many executions hold a slot,
-        how many wait for one, and how long the oldest has waited."""
-        slots = runtime.slots
-        reports = pool_reports(runtime.store, slots) if slots is not None else []
-        mine = [r.to_dict() for r in reports if r.pool.startswith(f"{who.namespace}/")]
-        return PoolList(pools=mine)
-
-    @router.get("/v1/fleet/circuits", response_model=CircuitList, responses=ERRORS)
-    def circuits(runtime: Annotated[Runtime, Depends(runtime_of)], _who: Reader) -> CircuitList:
-        """The dependencies' circuits (fleet-wide, shared by every namespace): each one
-        open, half-open, or counting failures, and how many executions wait for it."""
-        slots, breakers = runtime.slots, runtime.circuits
-        pools = pool_reports(runtime.store, slots) if slots is not None else []
-        views = circuit_views(breakers, pools) if breakers is not None else []
-        return CircuitList(circuits=[view.to_dict() for view in views])
-
-    @router.get("/v1/fleet/rates", response_model=RateList, responses=ERRORS)
-    def rates(runtime: Annotated[Runtime, Depends(runtime_of)], who: Reader) -> RateList:
-        """The namespace's rate buckets: per key, the requests and tokens used within
-        its period and still available, how many calls wait for their turn, and how
-        long a provider's 429 still pauses it."""
-        buckets = runtime.rates.report() if runtime.rates is not None else []
-        mine = [b.to_dict() for b in buckets if b.bucket.startswith(f"{who.namespace}/")]
-        return RateList(buckets=mine)
 
     @router.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""Request bodies: JSON only (a workflow definition may be YAML too), well-formed, every
-object's keys once, and no larger than ``CAIRN_API_MAX_BODY_BYTES``.
+"""Request bodies: JSON only (a workflow definition may be YAML too, a console page's form
+is form-encoded), well-formed, every object's keys once, and no larger than
+``CAIRN_API_MAX_BODY_BYTES``.
 
 Checked before the app sees the body: a declared ``Content-Length`` over the limit is
 refused at once, unread, and a body without one (chunked) is counted as it arrives and
@@ -25,6 +26,9 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 # parses it, refusing a key named twice as it refuses a JSON body's).
 YAML_BODIES = frozenset({"/v1/workflows"})
 YAML_TYPES = frozenset({b"application/yaml", b"application/x-yaml", b"text/yaml"})
+# The console's pages post HTML forms (docs/console.md): form-encoded, under /console only.
+FORM_PREFIX = "/console/"
+FORM_TYPE = b"application/x-www-form-urlencoded"
 
 
 class BodyLimitMiddleware:
@@ -62,7 +66,8 @@ class BodyLimitMiddleware:
         body = b"".join(chunks)
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         yaml = content_type in YAML_TYPES and scope.get("path") in YAML_BODIES
-        if body and content_type != b"application/json" and not yaml:
+        form = content_type == FORM_TYPE and str(scope.get("path", "")).startswith(FORM_PREFIX)
+        if body and content_type != b"application/json" and not (yaml or form):
             await _refuse(
                 send,
                 415,
@@ -70,7 +75,7 @@ class BodyLimitMiddleware:
                 "request bodies are JSON: send Content-Type: application/json",
             )
             return
-        malformed = _malformed(body) if body and not yaml else None
+        malformed = _malformed(body) if body and not (yaml or form) else None
         if malformed is not None:
             await _refuse(send, 400, "bad_request", malformed)
             return

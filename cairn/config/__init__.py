@@ -302,6 +302,13 @@ class Settings(OidcSettings):
         description="How long an API process keeps a minted key's row before reading it "
         "again, seconds: a revoked key stops working within this long.",
     )
+    console_session_s: float = Field(
+        default=8 * 3600.0,
+        gt=0,
+        le=30 * 86400,
+        description="How long a console sign-in lasts, seconds: the session then ends and "
+        "the browser signs in again (docs/console.md#sessions).",
+    )
     broker_submit: str | None = Field(
         default=None,
         description="Runs submitted through the broker's submit tasks are accepted as the "

@@ -12,7 +12,7 @@ from sqlalchemy import and_, func, select, update
 
 from cairn.store.base import TxBase
 from cairn.store.records import to_epoch
-from cairn.store.schema import api_keys, audit_log, principals
+from cairn.store.schema_access import api_keys, audit_log, principals
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from cairn.store.flow import FlowTx
 from cairn.store.model_calls import ModelCallsTx
 from cairn.store.pauses import PausesTx
 from cairn.store.schedules import SchedulesTx
+from cairn.store.sessions import SessionsTx
 from cairn.store.slots import SlotsTx
 from cairn.store.steps import StepsTx
 
@@ -46,6 +47,7 @@ class Tx(
     FlowTx,
     AccessTx,
     PausesTx,
+    SessionsTx,
 ):
     """Every statement of the store, on one transaction."""
 

@@ -47,6 +47,7 @@ TABLES = {
     "audit_log",
     "pauses",
     "held_starts",
+    "console_sessions",
 }
 SCRIPTS = ScriptDirectory(str(MIGRATIONS))
 HEAD = SCRIPTS.get_current_head()

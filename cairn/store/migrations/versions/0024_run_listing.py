@@ -1,7 +1,7 @@
 """Indexes for listing a namespace's runs by status, by workflow, or by both.
 
 Revision ID: 0024
-Revises: 0022
+Revises: 0023
 Create Date: 2026-12-03
 
 ``GET /v1/runs`` pages newest first by (created_at, id), and ``GET /v1/runs/counts``
@@ -17,7 +17,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0024"
-down_revision = "0022"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 

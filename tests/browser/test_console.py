@@ -1,0 +1,290 @@
+"""The console in a real browser (headless chromium), on real services: ``cairn api`` as a
+subprocess with a Celery worker and the scheduler (one deployment, one browser for the
+module). An approver signs in, finds the waiting run in the inbox, answers within the
+schema and approves with a comment, and the run page that was open all along shows the
+decision under the approver's name and the next node running, without a reload; a
+viewer sees no approve button and the same POST by hand is refused, nothing written; an
+operator rolls a run back after the page lists its compensations; a model's streamed
+text appears on the run page as it arrives."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from cairn.testing.model_server import ModelServer, Reply
+from tests.browser.conftest import screenshot
+from tests.support.api_server import Deployment, api_deployment
+
+ADMIN = "console-browser-admin-key-0123456789"
+SESSION_COOKIE = "cairn_session"
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ModelServer]:
+    with ModelServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    pg_template: str, tmp_path_factory: pytest.TempPathFactory, model: ModelServer
+) -> Iterator[Deployment]:
+    tmp = tmp_path_factory.mktemp("console-browser")
+    with api_deployment(
+        pg_template,
+        tmp,
+        env={"MODEL_URL": model.url},
+        api_env={"CAIRN_API_KEYS": f"default:{ADMIN}"},
+    ) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def http(deployment: Deployment) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=deployment.base_url, timeout=20) as client:
+        yield client
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="module")
+def keys(http: httpx.Client) -> dict[str, str]:
+    """ann: an approver who reads payloads; vic: a viewer; ops: an operator."""
+    made = {}
+    for name, role, payloads in (
+        ("ann", "approver", True),
+        ("vic", "viewer", False),
+        ("ops", "operator", True),
+    ):
+        body = {"name": name, "role": role, "payloads": payloads}
+        created = http.post("/v1/principals", json=body, headers=bearer(ADMIN))
+        assert created.status_code == 201, created.text
+        minted = http.post(f"/v1/principals/{name}/keys", headers=bearer(ADMIN))
+        made[name] = minted.json()["key"]
+    return made
+
+
+def until(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            found = check()
+        except Exception:  # an element not there yet, or swapped out under us
+            found = None
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def start(http: httpx.Client, workflow: str, **inputs: Any) -> str:
+    body = {"workflow": workflow, "input": inputs}
+    started = http.post("/v1/runs", json=body, headers=bearer(ADMIN))
+    assert started.status_code == 202, started.text
+    return str(started.json()["run_id"])
+
+
+def run_of(http: httpx.Client, run_id: str) -> dict[str, Any]:
+    return dict(http.get(f"/v1/runs/{run_id}", headers=bearer(ADMIN)).json())
+
+
+def waiting(http: httpx.Client, run_id: str) -> dict[str, Any]:
+    return dict(until(lambda: (r := run_of(http, run_id))["waiting"] and r, "the run's wait"))
+
+
+def signals(http: httpx.Client, run_id: str) -> list[dict[str, Any]]:
+    events = http.get(f"/v1/runs/{run_id}/events", headers=bearer(ADMIN)).json()["events"]
+    return [e for e in events if e["type"] == "signal_received"]
+
+
+def sign_in(driver: Any, base: str, key: str) -> None:
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    driver.delete_all_cookies()
+    driver.get(f"{base}/console/sign-in")
+    screenshot(driver, "sign-in")
+    driver.find_element(By.ID, "key").send_keys(key)
+    driver.find_element(By.ID, "sign-in").click()
+    until(lambda: driver.find_elements(By.CSS_SELECTOR, "form.who"), "the signed-in page")
+
+
+def css(driver: Any, selector: str) -> list[Any]:
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    return list(driver.find_elements(By.CSS_SELECTOR, selector))
+
+
+def test_an_approver_decides_from_the_inbox_and_the_open_run_page_follows_live(
+    browser: Any, deployment: Deployment, http: httpx.Client, keys: dict[str, str]
+) -> None:
+    driver, base = browser, deployment.base_url
+    run_id = start(http, "console_gate", slow={"publish": 4})
+    waiting(http, run_id)
+    sign_in(driver, base, keys["ann"])
+
+    # The run page, open before the decision (it must follow it without a reload).
+    driver.get(f"{base}/console/runs/{run_id}")
+    until(lambda: css(driver, "#run[data-following=yes]"), "the page to follow its stream")
+    driver.execute_script("window.keptAcrossTheDecision = 'the same page';")
+    screenshot(driver, "run-waiting")
+    watching = driver.current_window_handle
+
+    driver.switch_to.new_window("tab")
+    driver.get(f"{base}/console/inbox")
+    screenshot(driver, "inbox")
+    (card,) = [c for c in css(driver, "article.wait") if run_id[:8] in c.text]
+    assert "review" in card.text and "draft done" in card.text  # its context
+    css(card, "a.button")[0].click()
+    until(lambda: css(driver, "form.decide"), "the decision form")
+
+    # An answer outside the schema: shown, nothing written.
+    css(driver, "#payload-review")[0].send_keys('{"answer": "' + "x" * 41 + '"}')
+    css(driver, "#comment-review")[0].send_keys("Reads well; ship it.")
+    css(driver, "button[value=approve]")[0].click()
+    error = until(lambda: [e.text for e in css(driver, "#action-error")], "the refusal")[0]
+    assert "schema" in error
+    assert signals(http, run_id) == []
+    payload = css(driver, "#payload-review")[0]
+    payload.clear()
+    payload.send_keys('{"answer": "ship it, edited"}')
+    css(driver, "button[value=approve]")[0].click()
+    until(lambda: signals(http, run_id), "the decision")
+
+    driver.switch_to.window(watching)
+    # (Texts read at once: the live part is swapped whenever the run moves.)
+    decision = until(
+        lambda: [d.text for d in css(driver, "#decisions .decision") if "key:ann" in d.text],
+        "the decision on the open page",
+    )[0]
+    assert "Reads well; ship it." in decision and "ship it, edited" in decision
+    until(
+        lambda: css(driver, 'g[data-node="publish"][data-state="running"]'),
+        "the next node running, on the open page",
+    )
+    screenshot(driver, "run-live")
+    assert driver.execute_script("return window.keptAcrossTheDecision") == "the same page"
+    until(lambda: css(driver, "#run-status.s-succeeded"), "the run's end, live")
+    (signal,) = signals(http, run_id)
+    assert signal["data"]["actor"] == "key:ann"
+    assert signal["data"]["payload"] == {"answer": "ship it, edited"}
+    for handle in driver.window_handles:  # one tab for the next test
+        if handle != watching:
+            driver.switch_to.window(handle)
+            driver.close()
+    driver.switch_to.window(watching)
+
+
+def test_a_viewer_has_no_approve_button_and_its_post_by_hand_is_refused(
+    browser: Any, deployment: Deployment, http: httpx.Client, keys: dict[str, str]
+) -> None:
+    driver, base = browser, deployment.base_url
+    run_id = start(http, "console_gate")
+    waiting(http, run_id)
+    sign_in(driver, base, keys["vic"])
+    driver.get(f"{base}/console/runs/{run_id}")
+    until(lambda: css(driver, "#run"), "the run page")
+    screenshot(driver, "run-viewer")
+    assert css(driver, "button[value=approve]") == [] and css(driver, "form.decide") == []
+    assert "may not read them" in driver.page_source  # model calls: payloads
+
+    # The same POST, made by hand with the viewer's live session and its CSRF token.
+    token = css(driver, "form.who input[name=csrf]")[0].get_attribute("value")
+    cookie = driver.get_cookie(SESSION_COOKIE)["value"]
+    refused = httpx.post(
+        f"{base}/console/runs/{run_id}/signal",
+        data={
+            "csrf": token,
+            "signal": "approve",
+            "node": "review",
+            "payload": '{"answer": "by hand"}',
+        },
+        cookies={SESSION_COOKIE: cookie},
+        follow_redirects=False,
+    )
+    assert refused.status_code == 403, refused.text
+    assert signals(http, run_id) == []
+    assert run_of(http, run_id)["status"] == "waiting"
+
+
+def test_an_operator_rolls_back_after_the_page_lists_the_compensations(
+    browser: Any, deployment: Deployment, http: httpx.Client, keys: dict[str, str]
+) -> None:
+    driver, base = browser, deployment.base_url
+    run_id = start(http, "console_saga")
+    waiting(http, run_id)
+    sign_in(driver, base, keys["ops"])
+    driver.get(f"{base}/console/runs/{run_id}")
+    css(driver, "#rollback")[0].click()
+    listed = until(lambda: css(driver, "#compensations li"), "the compensations")
+    assert [item.text.split()[0] for item in listed] == ["charge", "reserve"]
+    screenshot(driver, "rollback")
+    css(driver, "#reason")[0].send_keys("the customer withdrew the order")
+    css(driver, "#confirm-rollback")[0].click()
+    until(lambda: css(driver, "#run-status.s-rolled_back"), "the run rolled back, live")
+    assert run_of(http, run_id)["status"] == "rolled_back"
+    driver.get(
+        f"{base}/console/runs/{run_id}/state?at=2&from=1&to={run_of(http, run_id)['last_seq']}"
+    )
+    screenshot(driver, "state")
+
+
+def test_streamed_model_text_appears_as_it_arrives(
+    browser: Any,
+    deployment: Deployment,
+    http: httpx.Client,
+    keys: dict[str, str],
+    model: ModelServer,
+) -> None:
+    driver, base = browser, deployment.base_url
+    words = [f"word{n}" for n in range(40)]
+    # Held back a moment first: the page is open and following before the first word.
+    model.script(Reply(text=" ".join(words), chunk_delay_s=0.1, delay_s=2.0))
+    sign_in(driver, base, keys["ann"])
+    run_id = start(http, "model_stream", turns=1)
+    driver.get(f"{base}/console/runs/{run_id}")
+    until(lambda: css(driver, "#run[data-following=yes]"), "the page to follow its stream")
+    seen: list[str] = []
+
+    def more() -> bool:
+        blocks = css(driver, "#chunks pre.chunks")
+        text = blocks[0].text if blocks else ""
+        if text and (not seen or text != seen[-1]):
+            seen.append(text)
+        return len(seen) >= 3
+
+    until(more, "the streamed text to grow", timeout_s=20)
+    screenshot(driver, "run-streaming")
+    assert len(seen[0].split()) < len(words)  # shown before the answer was whole
+    until(lambda: css(driver, "#run-status.s-succeeded"), "the run's end")
+    whole = css(driver, "#chunks pre.chunks")[0].text
+    assert whole.split() == words
+
+
+def test_an_operator_pauses_a_schedule_and_an_admin_reads_the_audit_log(
+    browser: Any, deployment: Deployment, http: httpx.Client, keys: dict[str, str]
+) -> None:
+    driver, base = browser, deployment.base_url
+    body = {"name": "nightly-digest", "cron": "0 3 * * *", "workflow": "console_gate"}
+    added = http.post("/v1/schedules", json=body, headers=bearer(ADMIN))
+    assert added.status_code == 201, added.text
+    sign_in(driver, base, keys["ops"])
+    driver.get(f"{base}/console/fleet")
+    css(driver, "#pause-nightly-digest")[0].click()
+    until(lambda: css(driver, "#resume-nightly-digest"), "the schedule paused")
+    screenshot(driver, "fleet")
+    driver.get(f"{base}/console/runs")
+    screenshot(driver, "runs")  # (last: the module's runs are all there)
+    schedule = http.get("/v1/schedules/nightly-digest", headers=bearer(ADMIN)).json()
+    assert schedule["paused"] is True
+    sign_in(driver, base, ADMIN)
+    driver.get(f"{base}/console/audit?actor=key:ops")
+    rows = until(lambda: [r.text for r in css(driver, "table.events tbody tr")], "entries")
+    assert any("schedule.change" in row for row in rows)
+    screenshot(driver, "audit")
