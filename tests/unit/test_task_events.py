@@ -89,7 +89,7 @@ EVENTS: dict[Handled | Failed, str] = {
     FAILED: "task-failed",  # FAILURE
     Handled.GAVE_UP: "task-failed",
     Handled.DISCARDED: "task-discarded",
-    Handled.DUPLICATE: "task-duplicate",
+    Handled.ALREADY_DONE: "task-already_done",
     Handled.RUN_FINISHED: "task-run_finished",
     Handled.CANCELLED: "task-node_cancelled",
     Handled.LEASE_HELD: "task-lease_held",
