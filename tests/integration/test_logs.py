@@ -1,19 +1,22 @@
 """Logs for people and for machines, from real processes: with CAIRN_LOG_FORMAT=json every
 line a Celery worker (parent and pool children) and the scheduler write is a JSON object,
 and a step's lines say which run, node and attempt; by default a worker starts without
-Celery's banner or a line per task."""
+Celery's banner or a line per task; the API's lines, uvicorn's included, are JSON too."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from cairn.model.statuses import RunStatus
+from tests.integration.test_lease_metrics import free_ports
 from tests.support.cluster import ROOT, Cluster
 
 HANDLERS = """
@@ -101,3 +104,22 @@ def test_a_worker_starts_quietly_by_default(cluster: Cluster) -> None:
     assert "[config]" not in text and "[queues]" not in text, text
     assert "received" not in text and "succeeded in" not in text, text  # a line per task
     assert " ready." in text
+
+
+def test_the_api_logs_json_too(cluster: Cluster) -> None:
+    (port,) = free_ports(1)
+    api = cluster.spawn("api", f"--port={port}", env={"CAIRN_LOG_FORMAT": "json"})
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    cluster.wait_for(ready, timeout_s=30, what="the API to be ready")
+    cluster.signal(api, signal.SIGTERM)
+    api.wait(timeout=30)
+    entries = [json.loads(line) for line in _lines(api)]  # uvicorn's lines as well
+    assert {e["process"] for e in entries} == {"api"}
+    assert any(e["logger"].startswith("uvicorn") for e in entries), entries
