@@ -23,12 +23,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from cairn.model.messages import NodeMessage
-
-LogFormat = Literal["text", "json"]
-FORMATS: Final = ("text", "json")
 
 # Celery's lines for every task it receives and finishes: noise for people, a line a
 # node on top of cairn's own. Shown with CAIRN_LOG_TASKS, or from DEBUG on.
