@@ -19,12 +19,14 @@ def api(
     One process per replica; scale with replicas, not with uvicorn workers, so that each
     process keeps one database pool."""
     from cairn.config import Settings
+    from cairn.observe.logs import configure_logging
 
     remote.process_note("api")
     cwd_importable()  # the embedded mode runs handlers in this process
     import uvicorn
 
     settings = Settings.from_env()
+    configure_logging(settings.log_level, settings.log_format, "api")
     uvicorn.run(
         # By name: the command line stands beside the API, it does not import it.
         "cairn.api.app:app_from_env",
@@ -32,6 +34,8 @@ def api(
         host=host,
         port=port,
         log_level=settings.log_level.lower(),
+        # Its lines through cairn's setup (CAIRN_LOG_FORMAT), not uvicorn's own.
+        log_config=None,
         # Behind a load balancer the client address comes from X-Forwarded-For; trusted
         # from loopback only by default (FORWARDED_ALLOW_IPS widens it).
         proxy_headers=True,

@@ -27,6 +27,8 @@ probe = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(probe, name="probe")
+# A long-running process's lines go to its log, in its format (CAIRN_LOG_FORMAT).
+log = logging.getLogger("cairn")
 
 MetricsPort = Annotated[
     int | None,
@@ -83,11 +85,12 @@ def worker(  # noqa: PLR0917 - typer passes options by name
     from cairn.config import Settings
     from cairn.lease.redis import RedisLeases
     from cairn.runtime import Runtime, register_definitions, worker_app
+    from cairn.workers.logs import log_through_root
 
     remote.process_note("worker")
     cwd_importable()
     settings = _with(Settings.from_env(), liveness_file=liveness_file, metrics_port=metrics_port)
-    _logging(settings)
+    _logging(settings, "worker")
     if settings.broker_url is not None:
         if settings.metrics_port is not None:
             if settings.redis_url is None:
@@ -101,7 +104,11 @@ def worker(  # noqa: PLR0917 - typer passes options by name
         consumed = _consumed_queues(settings, queues)
         register_definitions(settings)
         celery_app = worker_app(settings)
+        log_through_root()
         argv = [
+            # Celery's banner (its settings, its tasks) is for debugging; the quiet
+            # default keeps a terminal's commands readable.
+            *([] if settings.log_level == "DEBUG" else ["--quiet"]),
             "worker",
             f"--concurrency={concurrency}",
             f"--pool={pool}",
@@ -158,7 +165,7 @@ def scheduler(metrics_port: MetricsPort = None) -> None:
     remote.process_note("scheduler")
     cwd_importable()
     settings = _with(Settings.from_env(), metrics_port=metrics_port)
-    _logging(settings)
+    _logging(settings, "scheduler")
     _serve(Runtime.build(settings, resolve=False))
 
 
@@ -217,7 +224,7 @@ def _serve_metrics(leases: Leases, port: int, *more: Collector) -> None:
     from cairn.observe.metrics.leases import serve_metrics
 
     serve_metrics(leases, port, more=more)
-    out.print(f"metrics on :{port}/metrics")
+    log.info("metrics on :%d/metrics", port)
 
 
 def _serve(runtime: Runtime) -> None:
@@ -236,12 +243,12 @@ def _serve(runtime: Runtime) -> None:
             ),
             runtime.scheduler.metrics.registry,
         )
-    out.print("cairn running; Ctrl-C to stop")
+    log.info("cairn running; Ctrl-C to stop")
     stop.wait()
     runtime.close()
 
 
-def _logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+def _logging(settings: Settings, role: str) -> None:
+    from cairn.observe.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format, role, tasks=settings.log_tasks)

@@ -70,6 +70,12 @@ class Settings(OidcSettings):
         description="The namespace the definitions of CAIRN_WORKFLOWS are registered into.",
     )
     log_level: str = Field(default="INFO", description="Python logging level.")
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="Log lines for people (text) or one JSON object a line."
+    )
+    log_tasks: bool = Field(
+        default=False, description="Log Celery's line for every task received and finished."
+    )
     queue: str = Field(default="cairn", description="Celery queue for node tasks.")
     queues: list[str] = Field(
         default_factory=list,

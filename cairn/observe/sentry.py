@@ -20,6 +20,7 @@ import sentry_sdk
 from cairn.config import Settings
 from cairn.model.definition import ErrorClass
 from cairn.model.messages import NodeMessage
+from cairn.observe.logs import node_logging
 
 
 def init_sentry(settings: Settings, *, transport: Any = None) -> bool:
@@ -50,7 +51,14 @@ def reporting() -> bool:
 
 @contextmanager
 def node_scope(message: NodeMessage) -> Iterator[None]:
-    """Tag what is reported while this node executes."""
+    """Tag what is reported while this node executes: to Sentry, and in the log lines
+    (:func:`cairn.observe.logs.node_logging`)."""
+    with node_logging(message), _sentry_scope(message):
+        yield
+
+
+@contextmanager
+def _sentry_scope(message: NodeMessage) -> Iterator[None]:
     if not reporting():
         yield
         return

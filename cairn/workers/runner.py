@@ -67,7 +67,7 @@ _T = TypeVar("_T")
 class Handled(StrEnum):
     COMMITTED = "committed"
     DISCARDED = "discarded"  # ran, but the result was not the first for its key
-    DUPLICATE = "duplicate"  # already finished, or superseded by a newer attempt
+    ALREADY_DONE = "already_done"  # finished before, or superseded: nothing ran again
     RUN_FINISHED = "run_finished"
     CANCELLED = "cancelled"
     LEASE_HELD = "lease_held"  # another worker holds the node now
@@ -184,7 +184,7 @@ class NodeRunner:
             if claim is None:
                 self.leases.release(lease)
                 # Finished meanwhile, or a newer claim took it; or, irreversible, claimed before.
-                return Handled.UNCONFIRMED if irreversible else Handled.DUPLICATE
+                return Handled.UNCONFIRMED if irreversible else Handled.ALREADY_DONE
             # Newer than the read: a sweep may have counted a recovery since, and settled it
             # in Redis before this lease was taken (then the lease cannot tell).
             recoveries = claim.recoveries
@@ -478,7 +478,7 @@ class NodeRunner:
                     f"not {message.workflow}@{message.version}"
                 )
             if not execution.status.active or execution.attempt != message.attempt:
-                return Handled.DUPLICATE
+                return Handled.ALREADY_DONE
             status = run.status
             if status.terminal:
                 return Handled.RUN_FINISHED
@@ -529,7 +529,7 @@ class NodeRunner:
 
         recoveries = self._through_outages(f"counting the recovery of {message.key}", count)
         if recoveries is None:
-            return Handled.DUPLICATE  # it finished meanwhile
+            return Handled.ALREADY_DONE  # it finished meanwhile
         outcome = self.recovery.settle(
             message,
             node,

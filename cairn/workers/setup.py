@@ -32,6 +32,7 @@ from cairn.model.events import Phase
 from cairn.model.keys import Claim
 from cairn.model.messages import NodeMessage
 from cairn.model.state import RunState
+from cairn.observe.logs import retag_node
 from cairn.store.records import RunRecord
 from cairn.workers.checkpoints import Checkpoints
 from cairn.workers.circuits import CircuitWatch, Guarded
@@ -225,6 +226,7 @@ class StepSetup:
         """The handler's ``ctx``; ``restore``: the execution may resume from a checkpoint
         an interrupted one left (a first attempt spends no read on it)."""
         definition, beat = claimed.definition, claimed.beat
+        retag_node(message)  # a fused chain's next node logs as itself
         return StepContext(
             run_id=message.run_id,
             workflow=message.workflow,

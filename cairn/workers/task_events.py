@@ -11,7 +11,7 @@ concurrency slot. Now:
   task raises :class:`NodeFailure` — ``task-failed``, FAILURE, with the node and error;
 - any other outcome (nothing ran, or what ran was not committed): the task returns the
   outcome's name and the worker sends ``task-<state>`` instead of ``task-succeeded`` —
-  a state of its own in Flower (PARKED, DUPLICATE, LEASE_HELD, ...; ``docs/operations.md``).
+  a state of its own in Flower (PARKED, ALREADY_DONE, LEASE_HELD, ...; ``docs/operations.md``).
 
 The message is acknowledged as before in every case. A task that returns is acked by
 Celery's ``on_success`` (late acks), and one that raises an ordinary exception by its

@@ -183,7 +183,8 @@ def _log(worker: Any) -> str:
 @pytest.fixture
 def worker(cluster: Cluster) -> Any:
     """One Celery worker, up and consuming, with its pool started."""
-    process = cluster.worker(concurrency=2)
+    # Celery's line per task: its result, and the task it was, are in the log.
+    process = cluster.worker(concurrency=2, CAIRN_LOG_TASKS="true")
     cluster.wait_for(lambda: " ready." in _log(process), 30, "the worker to be ready")
     cluster.wait_for(lambda: len(_worker_pool(process)) == 2, 10, "the pool")
     return process

@@ -138,7 +138,7 @@ def test_flower_shows_the_node_tasks_of_a_running_workflow(cluster: Cluster) -> 
 
 
 # What a delivery of a node message that ran nothing (or nothing committed) may show.
-NOT_RUN = {"DUPLICATE", "LEASE_HELD", "DISCARDED"}
+NOT_RUN = {"ALREADY_DONE", "LEASE_HELD", "DISCARDED"}
 
 
 def node_messages_pending(cluster: Cluster) -> int:
@@ -200,7 +200,7 @@ def test_flower_shows_a_failed_node_as_failed_and_a_duplicate_delivery_as_no_suc
         assert len(found) == count
     duplicates = [t for ts in tasks.values() for t in ts if t["state"] in NOT_RUN]
     assert len(duplicates) == 10
-    assert all(t["result"] in {"'duplicate'", "'lease_held'", "'discarded'"} for t in duplicates)
+    assert all(t["result"] in {"'already_done'", "'lease_held'", "'discarded'"} for t in duplicates)
 
     # Acknowledged as before, whatever Flower shows: no node message is left pending.
     cluster.wait_for(lambda: node_messages_pending(cluster) == 0, 10, "every message acked")

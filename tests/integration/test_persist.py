@@ -57,7 +57,7 @@ def test_cached_parts_are_reused_across_runs_until_the_final_report_is_stored(
 def test_ephemeral_nodes_are_committed_with_the_durable_node_after_them(
     cluster: Cluster,
 ) -> None:
-    worker = cluster.worker()
+    worker = cluster.worker(CAIRN_LOG_TASKS="true")  # a line per task received
     cluster.scheduler()
     cluster.consuming(worker)  # no recovery entry in the events (see Cluster.consuming)
     run_id = cluster.submit("lookup")

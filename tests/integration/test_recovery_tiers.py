@@ -151,7 +151,7 @@ def test_an_irreversible_node_whose_worker_died_waits_for_an_operator(
     (event,) = [e for e in orchestrator.events(run_id) if e["type"] == "node_held"]
     assert event["data"]["reason"].startswith("irreversible: its worker died running it")
     assert runtime.scheduler.recover() == 0  # a held execution is left alone
-    assert runtime.runner.run(charge.to_dict()) is Handled.DUPLICATE
+    assert runtime.runner.run(charge.to_dict()) is Handled.ALREADY_DONE
 
     # The operator checked with the payment provider: it was charged.
     orchestrator.signal(
@@ -192,7 +192,7 @@ def test_the_operator_may_run_it_again_as_a_new_resumed_attempt(
 
     again = broker.take("charge")
     assert (again.attempt, again.resumed) == (2, True)
-    assert runtime.runner.run(charge.to_dict()) is Handled.DUPLICATE  # attempt 1 is over
+    assert runtime.runner.run(charge.to_dict()) is Handled.ALREADY_DONE  # attempt 1 is over
     assert runtime.runner.run(again.to_dict()) is Handled.COMMITTED
     runtime.runner.run(broker.take("ship").to_dict())
     assert orchestrator.get_run(run_id).status is RunStatus.SUCCEEDED
@@ -333,7 +333,7 @@ def _replanned_and_counted_once(
     assert _execution(runtime, run_id, "work").recoveries == 1
     again = broker.take("work")  # the sweep's own message: the lease or the result turns it away
     assert again.resumed
-    assert runtime.runner.run(again.to_dict()) is Handled.DUPLICATE
+    assert runtime.runner.run(again.to_dict()) is Handled.ALREADY_DONE
     assert runtime.runner.run(broker.take("replan").to_dict()) is Handled.COMMITTED
 
 
@@ -395,7 +395,7 @@ def test_a_held_node_is_released_by_cancel(runtime: Runtime, broker: Captured) -
     orchestrator.apply(run_id, partial(stamped, cancel))
     assert orchestrator.get_run(run_id).status is RunStatus.CANCELLED
     assert _execution(runtime, run_id, "charge").status == "cancelled"
-    assert runtime.runner.run(charge.to_dict()) is Handled.DUPLICATE
+    assert runtime.runner.run(charge.to_dict()) is Handled.ALREADY_DONE
 
 
 # -- with real processes: kill -9 --------------------------------------------------------

@@ -29,7 +29,9 @@ def ran_on(cluster: Cluster, run_id: str) -> dict[str, list[str]]:
 
 
 def test_a_gpu_node_waits_for_a_gpu_worker_and_runs_only_there(cluster: Cluster) -> None:
-    default = cluster.worker(concurrency=1, CAIRN_TEST_WORKER_ROLE="default", **DECLARED)
+    default = cluster.worker(
+        concurrency=1, CAIRN_TEST_WORKER_ROLE="default", CAIRN_LOG_TASKS="true", **DECLARED
+    )
     cluster.scheduler(**DECLARED)
     cluster.consuming(default)
     publisher = cluster.client.runtime.orchestrator.publisher
@@ -66,7 +68,7 @@ def test_a_gpu_node_waits_for_a_gpu_worker_and_runs_only_there(cluster: Cluster)
         "worker",
         "--concurrency=1",
         "--queues=gpu",
-        env={"CAIRN_TEST_WORKER_ROLE": "gpu", **DECLARED},
+        env={"CAIRN_TEST_WORKER_ROLE": "gpu", "CAIRN_LOG_TASKS": "true", **DECLARED},
     )
     assert cluster.wait(waiting).status is RunStatus.SUCCEEDED, cluster.log_tails()
     assert ran_on(cluster, waiting) == {

@@ -89,7 +89,7 @@ EVENTS: dict[Handled | Failed, str] = {
     FAILED: "task-failed",  # FAILURE
     Handled.GAVE_UP: "task-failed",
     Handled.DISCARDED: "task-discarded",
-    Handled.DUPLICATE: "task-duplicate",
+    Handled.ALREADY_DONE: "task-already_done",
     Handled.RUN_FINISHED: "task-run_finished",
     Handled.CANCELLED: "task-node_cancelled",
     Handled.LEASE_HELD: "task-lease_held",
@@ -133,7 +133,7 @@ def test_a_failure_names_the_node_its_error_class_and_error() -> None:
     assert str(failed.value) == ("order.charge failed (permanent): PermanentError: card declined")
     with pytest.raises(NodeFailure, match=r"order.charge failed \(gave up\)"):
         task_result(Handled.GAVE_UP, TASK_NAME)
-    assert task_result(Handled.DUPLICATE, TASK_NAME) == "duplicate"
+    assert task_result(Handled.ALREADY_DONE, TASK_NAME) == "already_done"
 
 
 def test_the_failure_of_a_fused_chain_is_its_failing_node() -> None:
