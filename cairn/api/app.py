@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from cairn import console
 from cairn.access import Audit, Authenticator
 from cairn.access.authenticate import ConfigKeys
+from cairn.access.oidc import OidcSignIn
 from cairn.api import (
     admin,
     bulk,
@@ -73,6 +74,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         store = app.state.runtime.store
         app.state.authenticator = Authenticator(store, keys, cache_s=settings.api_key_cache_s)
         app.state.audit = Audit(store)
+        app.state.oidc = OidcSignIn.from_settings(settings)  # None unless CAIRN_OIDC_ISSUER
         if not len(keys):
             log.warning(
                 "no bootstrap API keys (CAIRN_API_KEYS): only keys minted with "
@@ -82,6 +84,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
             yield
         finally:
             await app.state.watcher.close()
+            if app.state.oidc is not None:
+                app.state.oidc.close()
             if owned:
                 await run_in_threadpool(app.state.runtime.close)
 

@@ -41,10 +41,17 @@ def _next(target: str | None) -> str:
     return PREFIX + "/"
 
 
-def _form(request: Request, target: str | None, error: str | None, status: int) -> Response:
+def sign_in_form(request: Request, target: str | None, error: str | None, status: int) -> Response:
+    """The sign-in page: an API key's form, and the identity provider's link if set up."""
     token = request.cookies.get(PRE_COOKIE) or secrets.token_urlsafe(24)
     page = render(
-        request, "sign_in.html", status=status, next=_next(target), csrf=token, error=error
+        request,
+        "sign_in.html",
+        status=status,
+        next=_next(target),
+        csrf=token,
+        error=error,
+        oidc=getattr(request.app.state, "oidc", None) is not None,
     )
     page.set_cookie(PRE_COOKIE, token, path=PREFIX, httponly=True, samesite="strict")
     return page
@@ -55,7 +62,7 @@ def sign_in_page(
     request: Request, next: Annotated[str | None, Query(max_length=500)] = None
 ) -> Response:
     """The sign-in form (an API key)."""
-    return _form(request, next, None, 200)
+    return sign_in_form(request, next, None, 200)
 
 
 @router.post("/sign-in")
@@ -69,7 +76,7 @@ async def sign_in(request: Request, runtime: Runtime_) -> Response:
     try:
         who = await run_in_threadpool(authenticator.principal, f"Bearer {form.get('key', '')}")
     except Unauthorized:
-        return _form(request, target, "That API key is not valid.", 401)
+        return sign_in_form(request, target, "That API key is not valid.", 401)
     lifetime = request.app.state.console_session_s
     session = await run_in_threadpool(start_session, runtime.store, who, lifetime)
     request.state.audit = AuditDraft(who, "console.sign_in")

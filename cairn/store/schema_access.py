@@ -17,6 +17,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Table,
+    Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import Mapped, mapped_column
@@ -106,7 +107,18 @@ class ConsoleSessionRow(Base):
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class ConsoleLoginRow(Base):
+    """A sign-in through OpenID Connect under way: its secrets, kept until the callback."""
+
+    __tablename__ = "console_logins"
+
+    digest: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
+    login: Mapped[str] = mapped_column(Text)  # JSON: state, nonce, code_verifier, started_at
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 principals = cast(Table, PrincipalRow.__table__)
 api_keys = cast(Table, ApiKeyRow.__table__)
 audit_log = cast(Table, AuditRow.__table__)
 console_sessions = cast(Table, ConsoleSessionRow.__table__)
+console_logins = cast(Table, ConsoleLoginRow.__table__)

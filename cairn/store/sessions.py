@@ -1,8 +1,10 @@
 """The console's sessions (migration 0023): started for a principal, found by the digest
-of their token, ended at sign-out, swept once expired. Times are the database's."""
+of their token, ended at sign-out, swept once expired; and the OpenID Connect logins
+under way, each taken once by its callback. Times are the database's."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +12,7 @@ from sqlalchemy import delete, select
 
 from cairn.store.base import TxBase
 from cairn.store.records import from_epoch, to_epoch
-from cairn.store.schema_access import console_sessions
+from cairn.store.schema_access import console_logins, console_sessions
 
 
 @dataclass(frozen=True)
@@ -78,3 +80,30 @@ class SessionsTx(TxBase):
             delete(console_sessions).where(console_sessions.c.expires_at <= from_epoch(self.now()))
         )
         return int(done.rowcount or 0)
+
+    def add_login(self, digest: bytes, login: dict[str, Any], lifetime_s: float) -> None:
+        """Keep an OpenID Connect login's secrets for ``lifetime_s``, under ``digest``."""
+        now = self.now()
+        self.connection.execute(
+            delete(console_logins).where(console_logins.c.expires_at <= from_epoch(now))
+        )
+        self.connection.execute(
+            console_logins.insert().values(
+                digest=digest,
+                login=json.dumps(login),
+                expires_at=from_epoch(now + lifetime_s),
+            )
+        )
+
+    def take_login(self, digest: bytes) -> dict[str, Any] | None:
+        """The login kept under ``digest``, deleted as it is read: a callback gets it once
+        (None: never begun, taken already, or expired)."""
+        row = self.connection.execute(
+            delete(console_logins)
+            .where(console_logins.c.digest == digest)
+            .returning(console_logins.c.login, console_logins.c.expires_at)
+        ).first()
+        if row is None or to_epoch(row.expires_at) <= self.now():
+            return None
+        found: dict[str, Any] = json.loads(row.login)
+        return found

@@ -18,8 +18,11 @@ import pytest
 
 from cairn.testing.model_server import ModelServer, Reply
 from tests.browser.conftest import screenshot
+from tests.integration.test_lease_metrics import free_ports
 from tests.support.api_server import Deployment, api_deployment
+from tests.support.oidc import running_provider
 
+OIDC_SECRET = "console-oidc-secret"
 ADMIN = "console-browser-admin-key-0123456789"
 SESSION_COOKIE = "cairn_session"
 
@@ -34,13 +37,28 @@ def model() -> Iterator[ModelServer]:
 def deployment(
     pg_template: str, tmp_path_factory: pytest.TempPathFactory, model: ModelServer
 ) -> Iterator[Deployment]:
+    """The API signs people in with a key, or through the stand-in identity provider
+    (its users: ada an admin, alice an approver, nobody in no mapped group)."""
     tmp = tmp_path_factory.mktemp("console-browser")
-    with api_deployment(
-        pg_template,
-        tmp,
-        env={"MODEL_URL": model.url},
-        api_env={"CAIRN_API_KEYS": f"default:{ADMIN}"},
-    ) as live:
+    (port,) = free_ports(1)
+    callback = f"http://127.0.0.1:{port}/console/oidc/callback"
+    with (
+        running_provider(callback, client_secret=OIDC_SECRET) as issuer,
+        api_deployment(
+            pg_template,
+            tmp,
+            env={"MODEL_URL": model.url},
+            api_env={
+                "CAIRN_API_KEYS": f"default:{ADMIN}",
+                "CAIRN_OIDC_ISSUER": issuer,
+                "CAIRN_OIDC_CLIENT_ID": "cairn",
+                "CAIRN_OIDC_CLIENT_SECRET": OIDC_SECRET,
+                "CAIRN_OIDC_REDIRECT_URL": callback,
+                "CAIRN_OIDC_ROLES": "cairn-admins=admin,cairn-approvers=approver",
+            },
+            port=port,
+        ) as live,
+    ):
         yield live
 
 
@@ -288,3 +306,55 @@ def test_an_operator_pauses_a_schedule_and_an_admin_reads_the_audit_log(
     rows = until(lambda: [r.text for r in css(driver, "table.events tbody tr")], "entries")
     assert any("schedule.change" in row for row in rows)
     screenshot(driver, "audit")
+
+
+def test_a_person_signs_in_through_the_identity_provider_with_their_groups_role(
+    browser: Any, deployment: Deployment, http: httpx.Client
+) -> None:
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+    from selenium.webdriver.support.ui import Select  # noqa: PLC0415
+
+    base = deployment.base_url
+
+    def through_provider(user: str) -> None:
+        browser.delete_all_cookies()
+        browser.get(f"{base}/console/sign-in")
+        browser.find_element(By.ID, "oidc-sign-in").click()
+        until(lambda: browser.find_elements(By.NAME, "username"), "the provider's form")
+        Select(browser.find_element(By.NAME, "username")).select_by_visible_text(user)
+        browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+
+    through_provider("alice")
+    until(lambda: css(browser, "form.who"), "alice signed in")
+    assert "person:alice@example.test · approver · default" in css(browser, "form.who")[0].text
+    browser.get(f"{base}/console/audit")  # an approver's session: not an admin's page
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Not allowed"
+    through_provider("nobody")  # in no group cairn maps: no session
+    until(lambda: css(browser, "[role=alert]"), "the refusal")
+    assert "Sign-in refused" in css(browser, "[role=alert]")[0].text
+    assert not css(browser, "form.who")
+    entries = http.get("/v1/audit", params={"action": "auth.oidc"}, headers=bearer(ADMIN)).json()[
+        "entries"
+    ]
+    outcomes = {(e["actor"], e["outcome"]) for e in entries}
+    assert ("person:alice@example.test", "ok") in outcomes
+    assert ("person:nobody@example.test", "refused") in outcomes
+
+
+def test_a_login_comes_back_once_and_only_to_the_browser_that_began_it(
+    deployment: Deployment,
+) -> None:
+    base = deployment.base_url
+    with httpx.Client(base_url=base, timeout=20) as person:
+        began = person.get("/console/oidc/login", params={"login_hint": "alice"})
+        assert began.status_code == 303 and "cairn_oidc_login" in began.cookies
+        at_provider = httpx.get(began.headers["location"], timeout=20)
+        assert at_provider.status_code in (302, 303), at_provider.text
+        callback = at_provider.headers["location"]
+        with httpx.Client(timeout=20) as stranger:  # the same URL, without the cookie
+            assert stranger.get(callback).status_code == 403
+        signed_in = person.get(callback)  # the stranger's try spent nothing
+        assert signed_in.status_code == 303, signed_in.text
+        home = person.get("/console/", follow_redirects=True)
+        assert home.status_code == 200 and "person:alice@example.test" in home.text
+        assert person.get(callback).status_code == 403  # the login is taken: once only

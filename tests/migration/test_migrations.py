@@ -48,6 +48,7 @@ TABLES = {
     "pauses",
     "held_starts",
     "console_sessions",
+    "console_logins",
 }
 SCRIPTS = ScriptDirectory(str(MIGRATIONS))
 HEAD = SCRIPTS.get_current_head()

@@ -38,8 +38,10 @@ def api_deployment(
     env: Mapping[str, str] | None = None,
     api_env: Mapping[str, str] | None = None,
     namespaces: Sequence[str] = ("default",),
+    port: int | None = None,
 ) -> Iterator[Deployment]:
-    """Every process gets ``env``; the API process ``api_env`` too (its keys). The
+    """Every process gets ``env``; the API process ``api_env`` too (its keys), and
+    ``port`` (a free one if None: given, when another service must know it first). The
     test workflows are registered in each of ``namespaces`` (definitions are namespaced):
     by every process at start in the first, by the test's client in the others."""
     env = {"CAIRN_WORKFLOWS_NAMESPACE": namespaces[0], **(env or {})}
@@ -48,7 +50,9 @@ def api_deployment(
         connection.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
     try:
         with redis_pair() as (broker, leases):
-            yield from _deployment(name, broker, leases, tmp, env, api_env or {}, namespaces[1:])
+            yield from _deployment(
+                name, broker, leases, tmp, env, api_env or {}, namespaces[1:], port
+            )
     finally:
         drop(name)
 
@@ -61,6 +65,7 @@ def _deployment(  # noqa: PLR0917 - one deployment's parts, each named
     env: Mapping[str, str],
     api_env: Mapping[str, str],
     more_namespaces: Sequence[str],
+    port: int | None,
 ) -> Iterator[Deployment]:
     full = {key: value for key, value in os.environ.items() if not key.startswith("CAIRN_")}
     full.update(FAST)
@@ -79,7 +84,8 @@ def _deployment(  # noqa: PLR0917 - one deployment's parts, each named
     logs = tmp / "logs"
     logs.mkdir()
     cluster = Cluster(settings, full, logs, tmp / "ledger.txt")
-    (port,) = free_ports(1)
+    if port is None:
+        (port,) = free_ports(1)
     try:
         cluster.worker(concurrency=2)
         cluster.scheduler()

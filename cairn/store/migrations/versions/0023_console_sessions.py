@@ -9,6 +9,10 @@ Create Date: 2026-12-03
 nobody in), the principal it was started for (a snapshot: name, namespace, role, whether
 it reads payloads, the API key it signed in with), and when it ends. Sign-out deletes
 the row; an expired row is refused and swept.
+
+``console_logins``: a sign-in through OpenID Connect between leaving for the identity
+provider and coming back — the digest of the browser's login cookie, and the login's
+secrets (state, nonce, PKCE verifier) kept on the server; taken once by the callback.
 """
 
 from __future__ import annotations
@@ -43,8 +47,16 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("digest", name="pk_console_sessions"),
     )
     op.create_index("ix_console_sessions_expires_at", "console_sessions", ["expires_at"])
+    op.create_table(
+        "console_logins",
+        sa.Column("digest", sa.LargeBinary(), nullable=False),
+        sa.Column("login", sa.Text(), nullable=False),
+        sa.Column("expires_at", STAMP, nullable=False),
+        sa.PrimaryKeyConstraint("digest", name="pk_console_logins"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("console_logins")
     op.drop_index("ix_console_sessions_expires_at", table_name="console_sessions")
     op.drop_table("console_sessions")
