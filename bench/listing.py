@@ -7,9 +7,10 @@ A throwaway database is seeded in bulk (one server-side INSERT ... SELECT per ta
 runs spread over 30 days in four workflows and every status, a few events each) to the
 small size, then grown to the large one; a real ``cairn api`` process answers. A few real
 runs (a wait that loops on a signal, ticked 20 times) are the run pages timed. Each URL
-in ``URLS`` is asked ``--repeat`` times (after a warm-up) at each size; printed: the
-request's time at the client (median, p99) at both sizes and the ratio of the medians —
-about 1.0 when the page stays flat. Add a page to ``URLS`` to time it too.
+in ``URLS`` — the API's, and the console's pages with a signed-in session — is asked
+``--repeat`` times (after a warm-up) at each size; printed: the request's time at the
+client (median, p99) at both sizes and the ratio of the medians — about 1.0 when the
+page stays flat. Add a page to ``URLS`` to time it too.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ URLS: list[tuple[str, str]] = [
     ("run: detail", "/v1/runs/{run}"),
     ("run: events", "/v1/runs/{run}/events"),
     ("run: history (timeline)", "/v1/runs/{run}/history"),
+    # The console's pages (a signed-in session), rendered in full.
+    ("console: runs page", "/console/runs"),
+    ("console: runs page, failed", "/console/runs?status=failed"),
+    ("console: runs page, a workflow", "/console/runs?workflow=checkout"),
+    ("console: a run's page", "/console/runs/{run}"),
 ]
 WORKFLOWS = ("checkout", "report", "triage", "bench_ticks")
 # Of every 1,000 runs: how many end in each status (the rest succeed).
@@ -129,11 +135,16 @@ def _places(run_id: str) -> dict[str, Any]:
     }
 
 
-def measure(api: httpx.Client, places: dict[str, Any], repeat: int) -> dict[str, Timing]:
+def measure(
+    api: httpx.Client, places: dict[str, Any], repeat: int, session: str
+) -> dict[str, Timing]:
     found: dict[str, Timing] = {}
-    headers = {"Authorization": f"Bearer {KEY}"}
     for label, path in URLS:
         url = path.format(**places)
+        if path.startswith("/console/"):
+            headers = {"Cookie": f"cairn_session={session}"}
+        else:
+            headers = {"Authorization": f"Bearer {KEY}"}
         for _ in range(3):  # warm: connection, caches, plans
             response = api.get(url, headers=headers)
             assert response.status_code == 200, (url, response.text)
@@ -147,6 +158,15 @@ def measure(api: httpx.Client, places: dict[str, Any], repeat: int) -> dict[str,
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
         found[label] = Timing(statistics.median(took) * 1000, p99 * 1000)
     return found
+
+
+def _session(client: Any) -> str:
+    """A console session of an admin that reads payloads (every page, in full)."""
+    from cairn.console.sessions import start_session  # noqa: PLC0415
+    from cairn.model.principals import Principal, Role  # noqa: PLC0415
+
+    who = Principal("bench", "default", Role.ADMIN, payloads=True)
+    return start_session(client.runtime.store, who, 3600).token
 
 
 def _ready(api: httpx.Client) -> None:
@@ -186,6 +206,7 @@ def main() -> None:
             Path(tmp) / "api.log",
         )
         try:
+            session = _session(client)
             run_id = client.submit("bench_ticks")
             for _ in range(20):
                 client.signal(run_id, "tick", {})
@@ -196,7 +217,7 @@ def main() -> None:
                     took = seed(url, seeded + 1, size)
                     seeded = size
                     places = _places(run_id)
-                    results.append((size, took, measure(api, places, args.repeat)))
+                    results.append((size, took, measure(api, places, args.repeat, session)))
         finally:
             client.close()
             stop(server)
