@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from cairn.model.statuses import RunStatus
 from tests.support.cluster import Cluster
@@ -69,12 +70,15 @@ def test_a_killed_worker_stops_beating_and_its_node_turns_suspect(cluster: Clust
     assert "suspect: no heartbeat for" in human or "waiting for a worker" in human
 
 
-def test_a_node_that_beats_without_progress_is_flagged_stalled_once(cluster: Cluster) -> None:
+def test_a_node_that_beats_without_progress_is_flagged_stalled_once(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     """Its heartbeats arrive (the lease is renewed) but its progress never moves: past
     its node's stall_after it is flagged — an event, `cairn status` — and left to run."""
     cluster.consuming(cluster.worker())
     cluster.scheduler()
-    run_id = cluster.submit("stalling", {"call_s": 8})
+    release = tmp_path / "release"  # the call goes on until the test has looked at it
+    run_id = cluster.submit("stalling", {"call_s": 60, "release": str(release)})
 
     def stalled_events() -> list[dict[str, object]]:
         return [
@@ -87,6 +91,7 @@ def test_a_node_that_beats_without_progress_is_flagged_stalled_once(cluster: Clu
     shown = cluster.cli("status", run_id)
     assert shown.returncode == 0, shown.stderr
     assert "stalled on" in shown.stdout and "no progress for" in shown.stdout, shown.stdout
+    release.touch()
     view = cluster.wait(run_id, timeout_s=30)
     assert view.status is RunStatus.SUCCEEDED  # flagged, not stopped
     (stall,) = stalled_events()
