@@ -142,15 +142,31 @@ def _one_line(
     return f"{category.__name__}: {' '.join(str(message).split())}"
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to ``sys.stderr`` as it is when a line is written, not as it was when the
+    handler was made: whoever swaps the stream (a test capturing it, a daemon redirecting
+    it) never leaves the handler writing to a closed file."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def configure_logging(level: str, log_format: str, role: str, *, tasks: bool = False) -> None:
     """Send every logger's lines to stderr in ``log_format``, at ``level`` — once per
-    process, and again harmlessly (a forked child keeps its parent's setup); Celery's
-    line per task only if ``tasks``, or at DEBUG."""
-    handler = logging.StreamHandler(sys.stderr)
+    process, and again harmlessly (a forked child keeps its parent's setup; a second
+    call replaces the first's handler, not another's); Celery's line per task only if
+    ``tasks``, or at DEBUG."""
+    handler = _Stderr()
     handler.setFormatter(formatter(log_format, role))
     root = logging.getLogger()
     for old in list(root.handlers):
-        root.removeHandler(old)
+        if isinstance(old, _Stderr):
+            root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
     chatty = logging.NOTSET if tasks or level == "DEBUG" else logging.WARNING

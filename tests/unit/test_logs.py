@@ -133,7 +133,22 @@ def test_configured_json_logging_writes_json_lines(
         "Task x raised unexpected",
         "UserWarning: two lines",
     ]
-    assert len(logging.getLogger().handlers) == 1
+    configure_logging("INFO", "json", "worker")  # again: its own handler replaced, once
+    ours = [h for h in logging.getLogger().handlers if type(h).__name__ == "_Stderr"]
+    assert len(ours) == 1
+
+
+def test_lines_go_to_stderr_as_it_is_when_written(
+    restored: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream swapped after set-up (a test's capture, closed since) is not written to."""
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr("sys.stderr", first)
+    configure_logging("INFO", "text", "api")
+    first.close()
+    monkeypatch.setattr("sys.stderr", second)
+    logging.getLogger("cairn.anything").warning("after the swap")
+    assert "after the swap" in second.getvalue()
 
 
 def test_celery_task_lines_are_kept_when_asked_for(
