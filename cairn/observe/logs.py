@@ -143,17 +143,18 @@ def _one_line(
 
 
 class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to ``sys.stderr`` as it is when a line is written, not as it was when the
-    handler was made: whoever swaps the stream (a test capturing it, a daemon redirecting
-    it) never leaves the handler writing to a closed file."""
+    """Writes to stderr as it was at set-up — not to whatever ``sys.stderr`` is later: a
+    Celery worker swaps it for a proxy that logs what is written to it, which would loop
+    — and, once that stream has been closed (a test's capture, an in-process command's),
+    to the process's own stderr instead of failing every line."""
 
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
 
-    @stream.setter
-    def stream(self, _value: Any) -> None:
-        pass
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self.stream, "closed", False):
+            self.stream = sys.__stderr__
+        super().emit(record)
 
 
 def configure_logging(level: str, log_format: str, role: str, *, tasks: bool = False) -> None:

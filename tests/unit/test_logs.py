@@ -138,17 +138,21 @@ def test_configured_json_logging_writes_json_lines(
     assert len(ours) == 1
 
 
-def test_lines_go_to_stderr_as_it_is_when_written(
+def test_lines_go_to_the_stderr_of_set_up_and_to_the_processs_once_that_is_closed(
     restored: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A stream swapped after set-up (a test's capture, closed since) is not written to."""
-    first, second = io.StringIO(), io.StringIO()
+    """Not to a stream swapped in later (a Celery worker's proxy logs what it is given);
+    and a closed one (a test's capture) is left for the process's own stderr."""
+    first, swapped, own = io.StringIO(), io.StringIO(), io.StringIO()
     monkeypatch.setattr("sys.stderr", first)
+    monkeypatch.setattr("sys.__stderr__", own)
     configure_logging("INFO", "text", "api")
-    first.close()
-    monkeypatch.setattr("sys.stderr", second)
+    monkeypatch.setattr("sys.stderr", swapped)
     logging.getLogger("cairn.anything").warning("after the swap")
-    assert "after the swap" in second.getvalue()
+    assert "after the swap" in first.getvalue() and not swapped.getvalue()
+    first.close()
+    logging.getLogger("cairn.anything").warning("after the close")
+    assert "after the close" in own.getvalue()
 
 
 def test_celery_task_lines_are_kept_when_asked_for(
