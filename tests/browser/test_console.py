@@ -19,7 +19,7 @@ import pytest
 from cairn.testing.model_server import ModelServer, Reply
 from tests.browser.conftest import screenshot
 from tests.integration.test_lease_metrics import free_ports
-from tests.support.api_server import Deployment, api_deployment
+from tests.support.api_server import Deployment, api_deployment, bearer
 from tests.support.oidc import running_provider
 
 OIDC_SECRET = "console-oidc-secret"
@@ -66,10 +66,6 @@ def deployment(
 def http(deployment: Deployment) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=deployment.base_url, timeout=20) as client:
         yield client
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.fixture(scope="module")

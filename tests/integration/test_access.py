@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from cairn.access.authenticate import config_key_name
-from tests.support.api_server import Deployment, api_deployment
+from tests.support.api_server import Deployment, api_deployment, bearer
 
 ALPHA_ADMIN = "alpha-bootstrap-key-0123456789"
 BETA_ADMIN = "beta-bootstrap-key-01234567890"
@@ -38,10 +38,6 @@ def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> It
 def http(deployment: Deployment) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=deployment.base_url, timeout=20) as client:
         yield client
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 # A definition alpha's admin registers and shares with gamma first: registering it again,

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.api_server import Deployment, api_deployment
+from tests.support.api_server import Deployment, api_deployment, bearer
 
 ALPHA = "alpha-namespaces-key-0123456789"
 BETA = "beta-namespaces-key-01234567890"
@@ -56,10 +56,6 @@ def deployment(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> It
 def http(deployment: Deployment) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=deployment.base_url, timeout=20) as client:
         yield client
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def submit(http: httpx.Client, key: str, workflow: str, ledger: str) -> httpx.Response:

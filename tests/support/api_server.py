@@ -30,6 +30,11 @@ class Deployment:
         return self.cluster.ledger
 
 
+def bearer(key: str) -> dict[str, str]:
+    """The header that presents API key ``key``."""
+    return {"Authorization": f"Bearer {key}"}
+
+
 @contextmanager
 def api_deployment(
     pg_template: str,
