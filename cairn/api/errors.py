@@ -36,6 +36,7 @@ from cairn.errors import (
     SelectionChanged,
     ShareNotFound,
     StaleTransition,
+    StoreError,
     StoreRefused,
     StoreUnavailable,
     UnknownWorkflow,
@@ -88,12 +89,15 @@ STATUS_BY_ERROR: tuple[tuple[type[CairnError], int], ...] = (
     (CodeUnavailable, 409),  # this process cannot import the handlers a replay runs
     # The run moved under the request (a guarded write found nothing to move): retry.
     (StaleTransition, 409),
+    # What is left of the store's errors is cairn's own inconsistency, not the request's.
+    (StoreError, 500),
     (ConfigError, 500),
 )
 
 PUBLIC_MESSAGES: dict[type[CairnError], str] = {
     StoreUnavailable: "the database cannot be reached; try again",
     StoreRefused: "a value in the request cannot be stored",
+    StoreError: "the database could not do what was asked; try again",
 }
 
 HTTP_CODES = {
