@@ -535,6 +535,8 @@ pauses = cast(Table, PauseRow.__table__)
 held_starts = cast(Table, HeldStartRow.__table__)
 
 # The access tables — principals, API keys, the audit log, console sessions — are declared
-# in schema_access (this module is at its size), imported here, last, so that
-# Base.metadata holds every table whichever of the two is imported first.
+# in schema_access, and what the fleet reports about itself in schema_fleet (this module
+# is at its size), imported here, last, so that Base.metadata holds every table whichever
+# module is imported first.
 from cairn.store import schema_access as _access  # noqa: E402, F401
+from cairn.store import schema_fleet as _fleet  # noqa: E402, F401

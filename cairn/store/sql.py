@@ -24,6 +24,7 @@ from sqlalchemy import Engine, select
 
 from cairn.store.access import AccessTx
 from cairn.store.checkpoints import CheckpointsTx
+from cairn.store.code_faults import CodeFaultsTx
 from cairn.store.definitions import DefinitionsTx
 from cairn.store.effects import EffectsTx
 from cairn.store.errors import translated
@@ -48,6 +49,7 @@ class Tx(
     AccessTx,
     PausesTx,
     SessionsTx,
+    CodeFaultsTx,
 ):
     """Every statement of the store, on one transaction."""
 

@@ -531,3 +531,23 @@ class StoreContract:
             assert tx.update_effect(row.id, {"status": "applied"}, status="intent")
             assert not tx.update_effect(row.id, {"status": "failed"}, status="intent")
             assert not tx.update_effect(row.id, {"status": "x"}, fence_at_most=0)
+
+    def test_a_code_fault_counts_keeps_the_latest_message_and_clears(self, store: Store) -> None:
+        with store.transaction() as tx:
+            tx.record_code_fault("ns", "wf", 1, "w1", fault="no module a", seen=1)
+        with store.transaction() as tx:
+            tx.record_code_fault("ns", "wf", 1, "w1", fault="no module b", seen=3)
+            tx.record_code_fault("ns", "wf", 1, "w2", fault="no module a", seen=1)
+            tx.record_code_fault("other", "wf", 2, "w1", fault="elsewhere", seen=1)
+        with store.reading() as tx:
+            found = tx.code_faults(within_s=60, namespace="ns")
+            everyone = tx.code_faults(within_s=60)
+        by_worker = {fault.worker: fault for fault in found}
+        assert set(by_worker) == {"w1", "w2"} and len(everyone) == 3
+        assert (by_worker["w1"].count, by_worker["w1"].fault) == (4, "no module b")
+        assert by_worker["w1"].first_at <= by_worker["w1"].last_at
+        with store.transaction() as tx:
+            tx.clear_code_fault("ns", "wf", 1, "w1")
+        with store.reading() as tx:
+            assert [fault.worker for fault in tx.code_faults(within_s=60, namespace="ns")] == ["w2"]
+            assert tx.code_faults(within_s=-60) == []  # none seen in the future

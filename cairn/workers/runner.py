@@ -53,11 +53,13 @@ from cairn.reconnect import is_outage, through_outages
 from cairn.store.records import ExecutionClaim, ExecutionHead, RunRecord
 from cairn.workers.cache import MemoryResultCache, ResultCache, invalidate, keep, node_entry
 from cairn.workers.circuits import CircuitWatch, Guarded
+from cairn.workers.code_faults import CodeFaults, CodeMissing
 from cairn.workers.context import StepContext
 from cairn.workers.execute import execute, succeeded
 from cairn.workers.failed import Failed, failure_of
 from cairn.workers.paused import hold_for_pause
 from cairn.workers.setup import Claimed, Recorders, StepSetup
+from cairn.workers.stale import record_stale
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,7 @@ class Handled(StrEnum):
     # A concurrency limit is full: it waits, parked, for a slot (no lease, no message).
     PARKED = "parked"
     PAUSED = "paused"  # its queue is paused: back in the outbox until it resumes
+    CODE_UNAVAILABLE = "code_unavailable"  # this worker cannot import the handlers: it waits
 
 
 @dataclass
@@ -103,6 +106,7 @@ class NodeRunner:
     def __post_init__(self) -> None:
         self.heartbeats = Heartbeats(self.leases)
         self.recovery = RecoveryPolicy(self.orchestrator, self.settings)
+        self.code = CodeFaults(self.orchestrator.store, self.worker)
         self.setup = StepSetup(
             self.orchestrator,
             self.leases,
@@ -120,13 +124,16 @@ class NodeRunner:
                 try:
                     return self._run(message)
                 except Exception as error:  # cairn's own failure: tagged, then as before
-                    rejected = isinstance(error, InvalidMessage | UnknownNode)
+                    rejected = isinstance(error, InvalidMessage | UnknownNode | CodeMissing)
                     if not rejected and not is_outage(error):
                         report_failure(error, ErrorClass.PERMANENT)
                     raise
         except (InvalidMessage, UnknownNode) as exc:
             log.error("rejected node message %s: %s", _short(body), exc)
             return Handled.REJECTED
+        except CodeMissing as missing:
+            self.code.missing(missing)
+            return Handled.CODE_UNAVAILABLE
 
     def _run(self, message: NodeMessage) -> Handled | Failed:
         orchestrator = self.orchestrator
@@ -135,6 +142,7 @@ class NodeRunner:
         if isinstance(read, Handled):
             return read
         execution, run, definition, state = read
+        self.code.settle()
         # What the messages it leads to are published with (a fused chain's next node).
         message = replace(
             message, priority=run.priority, namespace=message_namespace(run.namespace)
@@ -234,7 +242,7 @@ class NodeRunner:
                 timings["execution"] = outcome.duration_s
             fault_point("handler.after_return")
             if not self.heartbeats.confirm(beat):
-                self._stale(message, lease.fence, caught_by="lease")
+                record_stale(self, message, lease.fence, caught_by="lease")
                 return Handled.LEASE_LOST
             steps = [(message, outcome), *self._run_on(claimed, message, outcome, chain)]
             committing = time.perf_counter()
@@ -268,7 +276,7 @@ class NodeRunner:
                 kept.checkpoints.forget()  # their results are committed
         if not completion.recorded:
             if orchestrator.fenced_out(key, lease.fence):
-                self._stale(message, lease.fence, caught_by="fence")
+                record_stale(self, message, lease.fence, caught_by="fence")
                 return Handled.LEASE_LOST
             log.info("result of %s discarded: %s", key, completion.reason)
             return Handled.DISCARDED
@@ -482,7 +490,7 @@ class NodeRunner:
             status = run.status
             if status.terminal:
                 return Handled.RUN_FINISHED
-            definition = orchestrator.registry.get(message.workflow, message.version, tx)
+            definition = self.code.load(orchestrator.registry, message, tx)
             state = None if status is RunStatus.CANCELLING else restore(tx, run, definition)
         return execution, run, definition, state
 
@@ -551,34 +559,6 @@ class NodeRunner:
         except Exception:  # the history entry is best effort; the count is what binds
             log.warning("could not record the takeover of %s", message.key, exc_info=True)
         return None
-
-    def _stale(self, message: NodeMessage, fence: int, *, caught_by: str) -> None:
-        """This worker lost its claim while it ran (its lease expired, or another worker
-        took the node over): its result is not committed. That is an event in the run's
-        history and a fleet counter, not an error."""
-        log.warning(
-            "%s: claim (fence %d) lost while running; result not committed (caught by %s)",
-            message.key,
-            fence,
-            caught_by,
-        )
-        try:
-            self.leases.count("stale_rejected")
-            self.orchestrator.record(
-                message.run_id,
-                "stale_write_rejected",
-                {
-                    "node": message.node,
-                    "iteration": message.iteration,
-                    "attempt": message.attempt,
-                    "phase": message.phase.value,
-                    "worker": self.worker,
-                    "fence": fence,
-                    "caught_by": caught_by,
-                },
-            )
-        except Exception:  # the history entry is best effort; the refusal is what counts
-            log.warning("could not record the stale write of %s", message.key, exc_info=True)
 
 
 @dataclass

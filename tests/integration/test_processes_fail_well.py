@@ -126,3 +126,38 @@ def test_a_process_on_a_database_never_migrated_says_what_to_run(cluster: Cluste
             assert "cairn db upgrade" in said and "Traceback" not in said, said
     finally:
         drop(name)
+
+
+def test_a_worker_without_the_handlers_code_says_so_once_and_the_run_waits(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, definition = _code_elsewhere(tmp_path, "codeless")
+    with monkeypatch.context() as registering:
+        registering.syspath_prepend(str(code))
+        cluster.client.register(definition)
+    cluster.scheduler()  # recovery dispatches the waiting node again
+    lacking = cluster.worker(concurrency=1)  # its PYTHONPATH has cairn, not the handlers
+    first, second = (cluster.client.submit("codeless", {}) for _ in range(2))
+    log_path = lacking.log_path  # type: ignore[attr-defined]
+
+    def said() -> list[str]:
+        lines = log_path.read_text(errors="replace").splitlines()
+        return [line for line in lines if "codeless@1 cannot run on worker" in line]
+
+    cluster.wait_for(lambda: bool(said()), 60, "the worker to say it cannot run the workflow")
+    time.sleep(8)  # both runs' nodes came, and were dispatched again by recovery
+    (line,) = said()  # once a minute at most, naming the handler and what to do
+    assert "cannot be imported" in line and "PYTHONPATH" in line, line
+    assert "Traceback" not in log_path.read_text(errors="replace")
+    for run_id in (first, second):
+        assert cluster.client.get_run(run_id).status is RunStatus.RUNNING  # waits, not failed
+    with cluster.client.runtime.store.reading() as tx:
+        (fault,) = tx.code_faults(within_s=600)
+    assert (fault.workflow, fault.version, fault.count) == ("codeless", 1, 1)
+    assert "cannot be imported" in fault.fault
+
+    lacking.terminate()
+    lacking.wait(30)
+    cluster.worker(PYTHONPATH=f"{ROOT}{os.pathsep}{code}")  # the code deployed
+    for run_id in (first, second):
+        assert cluster.client.wait(run_id, 90).status is RunStatus.SUCCEEDED

@@ -49,6 +49,7 @@ TABLES = {
     "held_starts",
     "console_sessions",
     "console_logins",
+    "code_faults",
 }
 SCRIPTS = ScriptDirectory(str(MIGRATIONS))
 HEAD = SCRIPTS.get_current_head()
