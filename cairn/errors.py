@@ -10,13 +10,18 @@ boundaries (worker → orchestrator → API).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 
 class CairnError(Exception):
-    """Root of every error cairn raises deliberately."""
+    """Root of every error cairn raises deliberately.
+
+    ``code`` is stable, for programs; the message says what is wrong and why, for people;
+    ``hint``, where an error has one, says what to do about it (the command line prints
+    it after the message, docs/errors.md lists it)."""
 
     code = "cairn_error"
+    hint: ClassVar[str | None] = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": str(self)}
@@ -43,6 +48,7 @@ class WorkflowDefinitionError(CairnError):
     """A definition failed validation. ``faults`` lists every problem found, not the first."""
 
     code = "invalid_definition"
+    hint = "docs/definitions.md#validation-faults says what each fault's code means"
 
     def __init__(self, faults: list[DefinitionFault], source: str | None = None) -> None:
         self.faults = list(faults)
@@ -122,10 +128,12 @@ class EventRejected(CairnError):
 
 class UnknownSignal(EventRejected):
     code = "unknown_signal"
+    hint = "`cairn status RUN` shows the signals its wait takes"
 
 
 class NotWaiting(EventRejected):
     code = "not_waiting"
+    hint = "`cairn waiting` lists the runs waiting for a decision"
 
 
 class UnknownNode(EventRejected):
@@ -137,6 +145,7 @@ class Forbidden(CairnError):
     its namespace — does not allow. Nothing is written."""
 
     code = "forbidden"
+    hint = "ask an admin for a principal whose role may (docs/access.md#roles)"
 
 
 class StoreError(CairnError):
@@ -154,6 +163,7 @@ class StoreUnavailable(CairnError):
     the broker, and the node runs again on the same attempt."""
 
     code = "unavailable"
+    hint = "check that the database at CAIRN_DATABASE_URL is up and reachable, then try again"
 
 
 class StoreRefused(StoreError):
@@ -170,10 +180,12 @@ class StaleTransition(StoreError):
     back): the caller acted on a view of the run that is no longer true."""
 
     code = "stale_transition"
+    hint = "the run moved meanwhile: read it again and retry"
 
 
 class RunNotFound(CairnError):
     code = "run_not_found"
+    hint = "`cairn runs` lists the runs this namespace may see"
 
 
 class UnknownWorkflow(CairnError):
@@ -182,6 +194,7 @@ class UnknownWorkflow(CairnError):
     it exists)."""
 
     code = "unknown_workflow"
+    hint = "`cairn register FILE` registers it (or ask its owner to share it: `cairn shares`)"
 
 
 class VersionConflict(CairnError):
@@ -190,6 +203,7 @@ class VersionConflict(CairnError):
     version)."""
 
     code = "version_conflict"
+    hint = "register the changed definition under a new version"
 
 
 class ShareNotFound(CairnError):
@@ -218,6 +232,7 @@ class InvalidSchedule(InvalidInput):
 
 class ScheduleNotFound(CairnError):
     code = "schedule_not_found"
+    hint = "`cairn schedule list` lists the namespace's schedules"
 
 
 class ScheduleExists(CairnError):
@@ -238,12 +253,14 @@ class IdempotencyConflict(CairnError):
     workflow, version or input than the run it started."""
 
     code = "idempotency_conflict"
+    hint = "send the original request again, or use a new request id"
 
 
 class ConfirmationRequired(CairnError):
     """A request that undoes work (a rollback) must be confirmed explicitly."""
 
     code = "confirmation_required"
+    hint = "look at what it will undo, then confirm (--yes)"
 
 
 class EffectNotFound(CairnError):
@@ -260,6 +277,7 @@ class CodeUnavailable(CairnError):
     """The handlers a replay or a dry run would run cannot be imported in this process."""
 
     code = "code_unavailable"
+    hint = "run it where the handlers' package is installed (or on PYTHONPATH)"
 
 
 class NotPaused(CairnError):
@@ -278,12 +296,14 @@ class ConfigError(CairnError):
     """Settings that cannot be used (unknown ``CAIRN_*`` variables, bad values)."""
 
     code = "config_error"
+    hint = "`cairn config` prints the settings in effect; docs/configuration.md lists them"
 
 
 class SchemaOutOfDate(ConfigError):
     """The database's schema is older than this cairn's: ``cairn db upgrade`` first."""
 
     code = "schema_out_of_date"
+    hint = ""  # the message says what to run
 
 
 class ArtifactError(CairnError):

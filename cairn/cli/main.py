@@ -28,7 +28,7 @@ from cairn.cli import (  # noqa: F401 - each module registers its commands
 )
 from cairn.cli._app import EXIT_INVALID, app, cwd_importable, err
 from cairn.cli.remote import error_line
-from cairn.errors import CairnError, WorkflowDefinitionError
+from cairn.errors import CairnError
 
 __all__ = ["app", "main"]
 
@@ -37,9 +37,6 @@ def main() -> None:
     cwd_importable()
     try:
         app()
-    except WorkflowDefinitionError as exc:
-        err.print(str(exc), markup=False)
-        sys.exit(EXIT_INVALID)
-    except CairnError as exc:
-        err.print(f"error: {error_line(exc)}", markup=False)
+    except CairnError as exc:  # a definition's faults follow its line, one per line
+        err.print(error_line(exc), markup=False)
         sys.exit(EXIT_INVALID)

@@ -90,16 +90,20 @@ def key_namespace(namespace: str | None, option: str = "--namespace") -> None:
 
 
 def error_line(exc: CairnError) -> str:
-    """One line for a refusal: the API's message, its status and code, and what to do."""
-    status, code = getattr(exc, "status", None), getattr(exc, "code", None)
+    """``error: what is wrong, and why [code] — what to do``: the one shape of every
+    refusal the command line prints, in either mode (remote mode adds the HTTP status)."""
+    status, code = getattr(exc, "status", None), exc.code
     if code == "unreachable":
-        url = os.environ.get(URL_VARIABLE, "")
-        return f"{exc} — is {URL_VARIABLE} ({url}) right, and the API up?"
-    if status is None:
-        return str(exc)
-    hint = ""
-    if status == 401:
-        hint = f" — check {KEY_VARIABLE}"
+        hint: str | None = (
+            f"is {URL_VARIABLE} ({os.environ.get(URL_VARIABLE, '')}) right, and the API up?"
+        )
+    elif status == 401:
+        hint = f"check {KEY_VARIABLE}"
     elif status == 403:
-        hint = " — ask an admin for a key whose role may (docs/access.md)"
-    return f"{exc} (HTTP {status} {code}){hint}"
+        hint = "ask an admin for a key whose role may (docs/access.md#roles)"
+    else:
+        hint = exc.hint
+    tag = f"HTTP {status} {code}" if status is not None else code
+    first, _, details = str(exc).partition("\n")  # a definition's faults, one a line
+    line = f"error: {first.rstrip(':')} [{tag}]" + (f" — {hint}" if hint else "")
+    return f"{line}\n{details}" if details else line

@@ -24,9 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, replace
 from functools import cache
-from typing import NoReturn
-
-from jsonschema import Draft202012Validator
+from typing import TYPE_CHECKING, NoReturn
 
 from cairn.decider.moves import Moves
 from cairn.decider.step import RECOVERY_PREFIX
@@ -35,6 +33,9 @@ from cairn.model.definition import WaitNode
 from cairn.model.events import SignalReceived
 from cairn.model.state import NodeState
 from cairn.model.statuses import RunStatus
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 # Roles from the least to the most allowed: ``role:approver`` admits operators and admins.
 ROLE_ORDER = ("viewer", "approver", "operator", "admin")
@@ -172,6 +173,10 @@ def _check_response(node: WaitNode, event: SignalReceived) -> None:
 
 @cache
 def _validator(schema: str) -> Draft202012Validator:
+    # Imported by the first signal with a response schema, not by every process that
+    # imports the decider (a command line's start).
+    from jsonschema import Draft202012Validator  # noqa: PLC0415
+
     return Draft202012Validator(json.loads(schema))
 
 

@@ -25,9 +25,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from cairn.definitions import format as fmt
 from cairn.definitions.reader import Reader
 from cairn.model.definition import WaitContext
@@ -109,6 +106,10 @@ def _responses(
                 node_id,
             )
             continue
+        # Imported for a definition that declares a response schema, not for every one.
+        from jsonschema import Draft202012Validator  # noqa: PLC0415
+        from jsonschema.exceptions import SchemaError  # noqa: PLC0415
+
         try:
             Draft202012Validator.check_schema(schema)
         except SchemaError as exc:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cairn.definitions.loader import load_definition
-from cairn.definitions.text import ParsedSpec
+from cairn.definitions.reader import ParsedSpec
 from cairn.definitions.top_level import plain_spec
 from cairn.errors import DefinitionFault
 from cairn.model.definition import WorkflowDefinition

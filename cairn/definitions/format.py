@@ -13,8 +13,6 @@ import difflib
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
-import yaml
-
 # The newest definition format this cairn reads. A definition may declare the format it
 # was written for (``format: 1``); keys introduced later are then faults, so a file meant
 # for an older fleet cannot quietly depend on what that fleet would not understand, and
@@ -233,6 +231,8 @@ def check_yaml_shape(text: str) -> None:
                 f"the definition expands to more than {MAX_EXPANDED_NODES:,} values "
                 "(YAML aliases inside aliases?)"
             )
+
+    import yaml  # noqa: PLC0415  (only a definition read from text needs the parser)
 
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):

@@ -19,8 +19,7 @@ import logging
 from pathlib import Path
 
 from cairn.definitions import format as fmt
-from cairn.definitions.reader import Reader
-from cairn.definitions.text import ParsedSpec, parse_text
+from cairn.definitions.reader import ParsedSpec, Reader
 from cairn.definitions.top_level import read_workflow
 from cairn.definitions.validation import validate_graph
 from cairn.errors import DefinitionFault, WorkflowDefinitionError
@@ -75,6 +74,10 @@ def load_definition(
 
 def load_file(path: str | Path, *, resolve: bool = True) -> WorkflowDefinition:
     """Load a ``.yaml``/``.yml``/``.json`` definition file. Duplicate keys are faults."""
+    # The parsers are imported by a definition read from text, not by every process that
+    # loads registered definitions (stored as data).
+    from cairn.definitions.text import parse_text  # noqa: PLC0415
+
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -20,6 +20,15 @@ from cairn.model.durations import parse_duration
 from cairn.model.queues import queue_name_problem
 
 
+class ParsedSpec:
+    """Parsed data plus the faults found while parsing it (duplicate keys), for the
+    reader to report with the others."""
+
+    def __init__(self, data: Any, faults: list[DefinitionFault]) -> None:
+        self.data = data
+        self.faults = faults
+
+
 class Reader:
     """One definition being read: its faults, what it declares, and the field readers."""
 

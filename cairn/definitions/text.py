@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from cairn.definitions import format as fmt
+from cairn.definitions.reader import ParsedSpec
 from cairn.errors import DefinitionFault, WorkflowDefinitionError
 
 
@@ -59,14 +60,6 @@ def _syntax_reason(exc: Exception) -> str:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         return f"{exc.problem}{where}"
     return " ".join(str(exc).split())
-
-
-class ParsedSpec:
-    """Parsed data plus the faults found while parsing it (duplicate keys)."""
-
-    def __init__(self, data: Any, faults: list[DefinitionFault]) -> None:
-        self.data = data
-        self.faults = faults
 
 
 def _duplicate_keys(node: yaml.Node | None, path: tuple[str, ...]) -> Iterator[DefinitionFault]:

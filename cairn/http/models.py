@@ -13,7 +13,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class Submitted(BaseModel):
+class Answer(BaseModel):
+    """Every response body's base. Its validators are built when a body of the kind is
+    first parsed or served, not when this module is imported: a command line that reads
+    one kind of answer does not pay for forty."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class Submitted(Answer):
     run_id: str
     status_url: str
 
@@ -23,7 +31,7 @@ class Forked(Submitted):
     fork_seq: int
 
 
-class BatchResult(BaseModel):
+class BatchResult(Answer):
     index: int
     run_id: str | None = None
     status_url: str | None = None
@@ -31,14 +39,14 @@ class BatchResult(BaseModel):
     error: dict[str, str] | None = None
 
 
-class BatchResponse(BaseModel):
+class BatchResponse(Answer):
     created: int
     existing: int
     refused: int
     results: list[BatchResult]
 
 
-class RunSummary(BaseModel):
+class RunSummary(Answer):
     id: str
     workflow: str
     version: int
@@ -51,22 +59,22 @@ class RunSummary(BaseModel):
     updated_at: float = Field(description="Epoch seconds.")
 
 
-class RunPage(BaseModel):
+class RunPage(Answer):
     runs: list[RunSummary]
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page.")
 
 
-class StatusCount(BaseModel):
+class StatusCount(Answer):
     count: int = Field(description="Runs in this status, exact up to the cap.")
     more: bool = Field(description="True: more than ``count`` (the cap) — not counted.")
 
 
-class RunCounts(BaseModel):
+class RunCounts(Answer):
     counts: dict[str, StatusCount] = Field(description="By status.")
     cap: int = Field(description="No count goes past this: it says `more` instead.")
 
 
-class Progress(BaseModel):
+class Progress(Answer):
     steps: int = Field(description="Decisions taken so far (events applied).")
     done: int = Field(description="Distinct task nodes that have succeeded.")
     total: int = Field(
@@ -118,24 +126,24 @@ class RunDetail(RunSummary):
     links: dict[str, str]
 
 
-class EventPage(BaseModel):
+class EventPage(Answer):
     events: list[dict[str, Any]]
     next_after: int = Field(description="Pass as ?after= for the next page.")
 
 
-class SignalResult(BaseModel):
+class SignalResult(Answer):
     run_id: str
     applied: bool = Field(description="False if this signal id was applied before.")
     status: str
 
 
-class CancelResult(BaseModel):
+class CancelResult(Answer):
     run_id: str
     changed: bool = Field(description="False if the run was already being cancelled.")
     status: str
 
 
-class WaitingList(BaseModel):
+class WaitingList(Answer):
     waiting: list[dict[str, Any]] = Field(
         description="Each execution waiting for a person, longest waiting first: run_id, "
         "node, iteration, phase, signals, since, times_out_at, reason (a held node's), "
@@ -143,16 +151,16 @@ class WaitingList(BaseModel):
     )
 
 
-class ArtifactList(BaseModel):
+class ArtifactList(Answer):
     artifacts: list[dict[str, Any]]
 
 
-class ModelCallList(BaseModel):
+class ModelCallList(Answer):
     calls: list[dict[str, Any]]
     messages: dict[str, Any]
 
 
-class WorkflowInfo(BaseModel):
+class WorkflowInfo(Answer):
     namespace: str = Field(description="The namespace that owns it.")
     name: str
     version: int
@@ -160,11 +168,11 @@ class WorkflowInfo(BaseModel):
     shared: bool = Field(description="Another namespace's, shared with this one.")
 
 
-class WorkflowList(BaseModel):
+class WorkflowList(Answer):
     workflows: list[WorkflowInfo]
 
 
-class WorkflowDetail(BaseModel):
+class WorkflowDetail(Answer):
     namespace: str = Field(description="The namespace that owns it.")
     name: str
     version: int
@@ -173,14 +181,14 @@ class WorkflowDetail(BaseModel):
     spec: dict[str, Any] = Field(description="The definition, as registered.")
 
 
-class Registered(BaseModel):
+class Registered(Answer):
     namespace: str
     name: str
     version: int
     created: bool = Field(description="False: registered already, identically.")
 
 
-class ShareView(BaseModel):
+class ShareView(Answer):
     namespace: str = Field(description="The owner's namespace.")
     workflow: str
     grantee: str = Field(description="The namespace it is shared with.")
@@ -189,14 +197,14 @@ class ShareView(BaseModel):
     created_by: str
 
 
-class ShareList(BaseModel):
+class ShareList(Answer):
     shares: list[ShareView]
 
 
 # -- an operator's view of one run: its history, its state at a seq, what changed -------
 
 
-class Report(BaseModel):
+class Report(Answer):
     """A report whose fields are the engine's (see each endpoint): read as a mapping."""
 
     model_config = ConfigDict(extra="allow")
@@ -212,13 +220,13 @@ class HistoryView(Report):
     events: list[dict[str, Any]] = Field(description="The run's events that are not steps.")
 
 
-class StateView(BaseModel):
+class StateView(Answer):
     run_id: str
     seq: int = Field(description="The state is the run's after this event.")
     state: dict[str, Any]
 
 
-class DiffView(BaseModel):
+class DiffView(Answer):
     run_id: str
     from_seq: int
     to_seq: int
@@ -242,13 +250,13 @@ class DryRunView(Report):
 # -- repairs: rollback, the effects ledger, reconciliation ------------------------------
 
 
-class Compensation(BaseModel):
+class Compensation(Answer):
     node: str
     iteration: int
     compensation: str | None = Field(description="The handler it runs (module:function).")
 
 
-class RollbackPlan(BaseModel):
+class RollbackPlan(Answer):
     run_id: str
     compensations: list[Compensation] = Field(
         description="What the rollback runs, in order: the last step that took effect "
@@ -260,11 +268,11 @@ class RolledBack(RollbackPlan):
     status: str
 
 
-class EffectList(BaseModel):
+class EffectList(Answer):
     effects: list[dict[str, Any]]
 
 
-class EffectView(BaseModel):
+class EffectView(Answer):
     effect: dict[str, Any]
 
 
@@ -278,7 +286,7 @@ class DriftView(Report):
 # -- bulk actions --------------------------------------------------------------------------
 
 
-class BulkResult(BaseModel):
+class BulkResult(Answer):
     action: str
     dry_run: bool
     matched: int = Field(description="How many runs the filter selects.")
@@ -296,7 +304,7 @@ class BulkResult(BaseModel):
 # -- pauses --------------------------------------------------------------------------------
 
 
-class PauseView(BaseModel):
+class PauseView(Answer):
     kind: str = Field(description="`workflow` (its new starts) or `queue` (its node messages).")
     name: str
     namespace: str
@@ -306,16 +314,16 @@ class PauseView(BaseModel):
     held: int = Field(description="Runs a workflow's pause holds (0 for a queue).")
 
 
-class PauseList(BaseModel):
+class PauseList(Answer):
     pauses: list[PauseView]
 
 
-class Paused(BaseModel):
+class Paused(Answer):
     pause: PauseView
     created: bool = Field(description="False: it was paused already (that pause stands).")
 
 
-class Resumed(BaseModel):
+class Resumed(Answer):
     kind: str
     name: str
     started: int = Field(description="Held runs started (a workflow's); 0 for a queue.")
@@ -324,7 +332,7 @@ class Resumed(BaseModel):
 # -- schedules ------------------------------------------------------------------------------
 
 
-class ScheduleView(BaseModel):
+class ScheduleView(Answer):
     name: str
     namespace: str | None = None
     workflow: str
@@ -351,11 +359,11 @@ class ScheduleView(BaseModel):
     )
 
 
-class ScheduleList(BaseModel):
+class ScheduleList(Answer):
     schedules: list[ScheduleView]
 
 
-class BackfillResult(BaseModel):
+class BackfillResult(Answer):
     ticks: int
     created: int = Field(description="Runs started now.")
     existing: int = Field(description="Ticks that had their run already.")
@@ -365,7 +373,7 @@ class BackfillResult(BaseModel):
 # -- principals, keys, the audit log -------------------------------------------------------
 
 
-class PrincipalView(BaseModel):
+class PrincipalView(Answer):
     name: str
     role: str
     payloads: bool
@@ -374,7 +382,7 @@ class PrincipalView(BaseModel):
     created_by: str
 
 
-class MintedKeyView(BaseModel):
+class MintedKeyView(Answer):
     key_id: str
     key: str = Field(description="The whole key: shown this once, stored nowhere.")
     principal: str
@@ -383,7 +391,7 @@ class MintedKeyView(BaseModel):
     expires_at: float | None
 
 
-class KeyView(BaseModel):
+class KeyView(Answer):
     key_id: str
     principal: str
     role: str
@@ -393,11 +401,11 @@ class KeyView(BaseModel):
     revoked_at: float | None
 
 
-class KeyList(BaseModel):
+class KeyList(Answer):
     principals: list[PrincipalView]
     keys: list[KeyView]
 
 
-class AuditPage(BaseModel):
+class AuditPage(Answer):
     entries: list[dict[str, Any]]
     next_after: int = Field(description="Ask with after= this for the next page.")

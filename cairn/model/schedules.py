@@ -19,8 +19,6 @@ from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError, croniter
-
 from cairn.errors import InvalidSchedule
 from cairn.model.durations import parse_duration
 
@@ -78,6 +76,14 @@ class Cron:
                 "weekday), or six with seconds first"
             )
         self.seconds = count == 6
+        # croniter is imported by the first schedule read, not by every process that
+        # imports the definitions' model (a command line's start).
+        from croniter import (  # noqa: PLC0415
+            CroniterBadCronError,
+            CroniterBadDateError,
+            CroniterError,
+        )
+
         try:
             probe = self._iterator(datetime(2000, 1, 1, tzinfo=UTC).timestamp())
             probe.get_next(datetime)
@@ -93,6 +99,8 @@ class Cron:
         self._fixed_hours = not (hours == ["*"] or len(hours) == 24)
 
     def _iterator(self, after: float) -> Any:
+        from croniter import croniter  # noqa: PLC0415
+
         start = datetime.fromtimestamp(after, self.zone)
         return croniter(self.expression, start, ret_type=datetime, second_at_beginning=self.seconds)
 
@@ -103,6 +111,8 @@ class Cron:
 
     def iterate(self, after: float) -> Any:
         """The ticks strictly after ``after``, in order (an iterator of epoch seconds)."""
+        from croniter import CroniterBadDateError  # noqa: PLC0415
+
         iterator = self._iterator(after)
         while True:
             try:
