@@ -75,10 +75,12 @@ def commands(script: str) -> list[str]:
 
 
 def complete(chunk: str) -> bool:
+    """Whether bash reads ``chunk`` as whole commands. An open here-document is only a
+    warning to ``bash -n``, so any word on stderr means not yet."""
     checked = subprocess.run(
         ["bash", "-n"], input=chunk, text=True, capture_output=True, check=False
     )
-    return checked.returncode == 0
+    return checked.returncode == 0 and not checked.stderr.strip()
 
 
 @dataclass(frozen=True)

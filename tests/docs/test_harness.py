@@ -80,12 +80,16 @@ def test_the_background_marker_may_say_when_the_block_is_ready() -> None:
 
 
 def test_a_block_is_cut_into_its_top_level_commands() -> None:
-    block = 'A=1\nfalse && echo no   # a comment\nif true; then\n  echo "a\nb"\nfi\nls \\\n  -l\n'
+    block = (
+        'A=1\nfalse && echo no   # a comment\nif true; then\n  echo "a\nb"\nfi\nls \\\n  -l\n'
+        "cat > x.py <<'PY'\ndef f():\n    pass\nPY\n"
+    )
     assert commands(block) == [
         "A=1",
         "false && echo no   # a comment",
         'if true; then\n  echo "a\nb"\nfi',
         "ls \\\n  -l",
+        "cat > x.py <<'PY'\ndef f():\n    pass\nPY",
     ]
 
 
