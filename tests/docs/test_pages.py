@@ -98,10 +98,11 @@ def test_the_page_runs_as_written(
 
     outcome = run_page(blocks, folder, python, env, PAGE_TIMEOUT_S)
 
+    failed = outcome.failed
+    where = f"{failed.block.where}: {failed.command}" if failed else page
+    status = "timed out" if outcome.returncode == -1 else f"exit status {outcome.returncode}"
     assert outcome.returncode == 0, (
-        f"{outcome.failed.block.where if outcome.failed else page}: "
-        f"{outcome.failed.command if outcome.failed else '(timed out)'}\n"
-        f"exit status {outcome.returncode}; the page's output, last lines:\n"
+        f"{where}\n{status}; the page's output, last lines:\n"
         + "\n".join(outcome.log.splitlines()[-60:])
     )
     assert outcome.survivors == [], f"processes the page started outlived it: {outcome.survivors}"
