@@ -96,7 +96,7 @@ def render(blocks: list[Block], folder: Path, python: Path) -> tuple[str, list[S
     lines = [PROLOGUE]
     steps: list[Step] = []
     for index, block in enumerate(blocks):
-        lines.append(f"\nprintf '\\n=== %s ===\\n' {shlex.quote(block.where)}")
+        lines.append(f"\nprintf '\\n=== %s (%s) ===\\n' {shlex.quote(block.where)} \"$(date +%T)\"")
         if block.marker.skip is not None:
             lines.append(f"printf 'skipped: %s\\n' {shlex.quote(block.marker.skip)}")
             continue

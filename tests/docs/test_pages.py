@@ -56,7 +56,7 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def blank_database_url(pg_template: str) -> Iterator[str]:
+def blank_database_url() -> Iterator[str]:
     """A database of the test's own with nothing in it: the page migrates it."""
     name = f"cairn_docs_{uuid.uuid4().hex[:12]}"
     with admin() as connection:
