@@ -3,7 +3,7 @@ PYTHON ?= python3
 # dependencies keep their ranges in pyproject.toml (a library must not pin its users).
 LOCK := requirements/dev.lock
 
-.PHONY: install lock services browser test lint format check flower
+.PHONY: install lock services browser test lint format check flower docs
 
 install:  ## install cairn and everything its tests and linters need, at the locked versions
 	$(PYTHON) -m pip install -c $(LOCK) -e ".[dev]"
@@ -29,6 +29,15 @@ lint:  ## ruff (lint + format check), mypy, and the import contracts of the arch
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
 	lint-imports
+
+DOCS_OUT ?= build/api
+
+# pdoc over the public surface (cairn and cairn.http); a warning (a name in __all__ that
+# does not resolve) is an error, and so is a public name without a docstring or a broken
+# link in README.md and docs/*.md.
+docs:  ## the API reference from the docstrings, into $(DOCS_OUT)/index.html
+	$(PYTHON) -W error scripts/api_reference.py $(DOCS_OUT)
+	$(PYTHON) scripts/doc_links.py
 
 FLOWER_PORT ?= 5555
 FLOWER_ADDRESS ?= 127.0.0.1

@@ -45,6 +45,10 @@ class WaitTimeout(CairnError):
 
 
 class Client:
+    """Submit runs, read them, signal and cancel them, straight against the deployment's
+    database and broker (``settings``; default: ``CAIRN_*`` from the environment).
+    Connections open on first use; :meth:`close` them when done."""
+
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings.from_env()
         self._runtime: Runtime | None = None
@@ -60,6 +64,7 @@ class Client:
 
     @property
     def runtime(self) -> Runtime:
+        """The deployment's store, orchestrator and broker, built on first use."""
         with self._lock:
             if self._runtime is None:
                 # It serves a person or an app: its first call after a database restart
@@ -131,6 +136,8 @@ class Client:
         return self.runtime.orchestrator.submit_batch(items, namespace=namespace, actor=self.actor)
 
     def get_run(self, run_id: str) -> RunView:
+        """The run as it is now: status, reason, state and nodes (``RunNotFound`` if no
+        run has that id)."""
         return self.runtime.orchestrator.get_run(run_id)
 
     def signal(
@@ -230,6 +237,7 @@ class Client:
             before = (page[-1].created_at, page[-1].id)
 
     def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        """The run's events after seq ``after``, oldest first, as JSON objects."""
         return self.runtime.orchestrator.events(run_id, after)
 
     def timeline(self, run_id: str) -> Timeline:
@@ -251,6 +259,7 @@ class Client:
             time.sleep(poll_s)
 
     def close(self) -> None:
+        """Close the connections this client opened; it opens new ones if used again."""
         with self._lock:
             if self._runtime is not None:
                 self._runtime.close()
@@ -286,4 +295,5 @@ def submit(
 
 
 def get_run(run_id: str) -> RunView:
+    """The run as it is now, read through the default :class:`Client`."""
     return default_client().get_run(run_id)

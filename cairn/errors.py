@@ -24,6 +24,7 @@ class CairnError(Exception):
     hint: ClassVar[str | None] = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The error as the API answers it: ``{"code", "message"}`` and its details."""
         return {"code": self.code, "message": str(self)}
 
 
@@ -59,9 +60,11 @@ class WorkflowDefinitionError(CairnError):
 
     @property
     def codes(self) -> list[str]:
+        """The code of every fault, in order."""
         return [fault.code for fault in self.faults]
 
     def to_dict(self) -> dict[str, Any]:
+        """The error as the API answers it, with every fault."""
         return {**super().to_dict(), "faults": [asdict(fault) for fault in self.faults]}
 
 
@@ -94,6 +97,7 @@ class UndeclaredQueue(WorkflowDefinitionError):
         super().__init__(faults, source)
 
     def to_dict(self) -> dict[str, Any]:
+        """The error as the API answers it, with the queues declared and those used."""
         return {
             **super().to_dict(),
             "undeclared": [asdict(use) for use in self.undeclared],

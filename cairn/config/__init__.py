@@ -508,10 +508,12 @@ class Settings(OidcSettings):
 
     @property
     def effective_database_url(self) -> str:
+        """``CAIRN_DATABASE_URL``, or the embedded SQLite file under ``CAIRN_HOME``."""
         return self.database_url or f"sqlite:///{self.home / 'cairn.db'}"
 
     @property
     def effective_artifacts_url(self) -> str:
+        """``CAIRN_ARTIFACTS_URL``, or the folder ``artifacts`` under ``CAIRN_HOME``."""
         return self.artifacts_url or (self.home / "artifacts").resolve().as_uri()
 
     @classmethod

@@ -53,6 +53,10 @@ from cairn.model.statuses import RunStatus
 
 @dataclass(frozen=True)
 class Decision:
+    """What :func:`decide` made of an event: the run's new state, the commands to carry
+    out (dispatch a node, arm a timer, ...), the transitions taken, and — when the event
+    changed nothing — why."""
+
     state: RunState
     commands: tuple[Command, ...] = ()
     transitions: tuple[Transition, ...] = ()

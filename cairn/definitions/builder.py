@@ -27,6 +27,12 @@ Handler = Callable[..., Any] | str
 
 
 class Workflow:
+    """A workflow definition built in Python: add nodes with :meth:`task`, :meth:`wait`,
+    :meth:`parallel` and :meth:`end` (each returns the builder, so calls chain), then
+    :meth:`build`. The first node added is the start unless ``start`` says otherwise;
+    ``options`` are the file form's top-level keys (``description``, ``max_visits``,
+    ``budget``, ``input_schema``, ...: docs/definitions.md)."""
+
     def __init__(
         self, name: str, version: int = 1, *, start: str | None = None, **options: Any
     ) -> None:
@@ -96,6 +102,8 @@ class Workflow:
         )
 
     def end(self, node_id: str, status: str = "succeeded") -> Workflow:
+        """A node that ends the run with ``status``: ``succeeded``, ``failed`` or
+        ``cancelled``."""
         return self._add(node_id, {"end": status})
 
     def to_spec(self) -> dict[str, Any]:

@@ -181,6 +181,7 @@ class Client:
         raise AssertionError("unreachable: the tries return or raise")
 
     def close(self) -> None:
+        """Close the client's connections."""
         self._http.close()
 
     def __enter__(self) -> Self:
@@ -322,6 +323,7 @@ class AsyncClient:
         raise AssertionError("unreachable: the tries return or raise")
 
     async def aclose(self) -> None:
+        """Close the client's connections."""
         await self._http.aclose()
 
     async def __aenter__(self) -> Self:

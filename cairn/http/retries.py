@@ -40,6 +40,11 @@ class RetryableAnswer(Exception):
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """How often a request is tried and how long the client waits between tries: the
+    first wait ``backoff_s``, doubling up to ``max_backoff_s``, jittered; a server's
+    ``Retry-After`` is honoured up to ``max_retry_after_s``. Pass one as ``retry=`` to
+    :class:`Client` or :class:`AsyncClient`."""
+
     attempts: int = 5  # in all, the first included
     backoff_s: float = 0.2  # the first wait; each further one doubles, up to max_backoff_s
     max_backoff_s: float = 10.0

@@ -511,6 +511,10 @@ END_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 @dataclass(frozen=True)
 class WorkflowDefinition:
+    """A validated, compiled workflow: what :meth:`Workflow.build`, :func:`load_file` and
+    :func:`load_definition` return, and what the decider runs. Immutable; two definitions
+    compiled from the same text (file or builder) are equal."""
+
     name: str
     version: int
     start: str
@@ -551,6 +555,7 @@ class WorkflowDefinition:
 
     @property
     def key(self) -> str:
+        """``name@version``, as the CLI and the logs name it."""
         return f"{self.name}@{self.version}"
 
     @property
@@ -559,6 +564,7 @@ class WorkflowDefinition:
         return qualified(self.namespace, self.name)
 
     def node(self, node_id: str) -> AnyNode:
+        """The node ``node_id`` (``KeyError`` if there is none)."""
         return self.nodes[node_id]
 
     def queue_of(self, node_id: str) -> str | None:
@@ -579,6 +585,8 @@ class WorkflowDefinition:
         return named
 
     def visit_limit(self, node_id: str) -> int | None:
+        """How often a run may visit ``node_id``: its own ``max_visits``, else the
+        workflow's; None for no bound."""
         own = self.nodes[node_id].max_visits
         return own if own is not None else self.max_visits
 

@@ -165,6 +165,10 @@ class AnomalyTrack:
 
 @dataclass
 class RunState:
+    """Everything the decider knows of a run: its status, ``vars`` (the state handlers
+    read and return into), the agent context (messages, sessions, artifacts), its nodes,
+    visits, joins, timers, compensations and spending. Rebuilt from the event log."""
+
     run_id: str
     workflow: str
     version: int
@@ -205,6 +209,7 @@ class RunState:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def copy(self) -> RunState:
+        """A copy whose collections may be changed without changing this one."""
         return replace(
             self,
             vars=dict(self.vars),

@@ -17,6 +17,8 @@ from cairn.errors import IllegalTransition
 
 
 class RunStatus(StrEnum):
+    """Where a run stands; its transitions are in docs/state-machines.md."""
+
     PENDING = "pending"
     RUNNING = "running"
     WAITING = "waiting"
@@ -30,6 +32,7 @@ class RunStatus(StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """True once the run has ended: nothing moves it again."""
         return self in RUN_TERMINAL
 
 
@@ -78,6 +81,8 @@ RUN_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
 
 
 class NodeStatus(StrEnum):
+    """Where one execution of a node stands (keyed by run, node and iteration)."""
+
     SCHEDULED = "scheduled"
     RUNNING = "running"
     WAITING = "waiting"
@@ -91,6 +96,7 @@ class NodeStatus(StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """True once the execution has ended."""
         return self in NODE_TERMINAL
 
 
