@@ -195,6 +195,14 @@ class PoolList(BaseModel):
     pools: list[dict[str, Any]]
 
 
+class Activity(BaseModel):
+    heartbeat_interval_s: float
+    workers: list[dict[str, Any]]
+    queues: list[dict[str, Any]]
+    running: list[dict[str, Any]]
+    stalled: list[dict[str, Any]]
+
+
 class CircuitList(BaseModel):
     circuits: list[dict[str, Any]]
 
