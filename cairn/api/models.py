@@ -292,3 +292,11 @@ class RotateRequest(Request):
     grace_s: Annotated[float, Field(ge=0, le=30 * 86400)] = Field(
         default=0.0, description="How long the old key keeps working."
     )
+
+
+class ForkList(BaseModel):
+    forks: list[dict[str, Any]]
+
+
+class AnomalyList(BaseModel):
+    anomalies: list[dict[str, Any]]
