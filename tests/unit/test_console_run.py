@@ -1,12 +1,14 @@
-"""The run page's artifacts, anomalies and forks, and fork after a dry run, without a
-browser (the embedded runtime): an artifact downloads only with the payloads permission;
-an anomaly's scene shows only with it; the dry run's page shows where the fork parts
-from the run and offers the live fork to an operator, whose fork then shows among the
-run's forks; a principal without the permission sees no form and its POST by hand gets
-403 with nothing written. In a real browser: tests/browser/test_console.py."""
+"""The run page's artifacts, anomalies and forks, fork after a dry run, and the runs
+page's bulk actions, without a browser (the embedded runtime): an artifact downloads
+only with the payloads permission; an anomaly's scene shows only with it; the dry run's
+page shows where the fork parts from the run and offers the live fork to an operator,
+whose fork then shows among the run's forks; a bulk cancel counts the runs first, then
+acts on exactly those; a principal without the permission sees no form and its POST by
+hand gets 403 with nothing written. In a real browser: tests/browser/test_console.py."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +30,8 @@ ADMIN = "console-run-admin-key-0123456789"
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
     tmp = tmp_path_factory.mktemp("console-run")
-    flows = [str(WORKFLOWS / f"{name}.yaml") for name in ("artifacts", "anomaly_agent")]
+    names = ("artifacts", "anomaly_agent", "console_gate")
+    flows = [str(WORKFLOWS / f"{name}.yaml") for name in names]
     settings = Settings(home=tmp / "home", workflows=flows, api_keys=f"default:{ADMIN}")
     built = Runtime.build(settings, concurrency=2)
     built.start_workers()
@@ -162,3 +165,69 @@ def test_fork_after_a_dry_run_shows_the_divergence_then_starts_for_an_operator(
     assert audited(runtime, "key:vic", "run.fork") == {"refused"}
     assert audited(runtime, "key:vic", "run.dry_run") == {"refused"}
     assert audited(runtime, "key:otto", "run.fork") == {"ok"}
+
+
+def waiting_runs(runtime: Runtime, count: int) -> list[str]:
+    made = [runtime.orchestrator.submit("console_gate", {}) for _ in range(count)]
+    deadline = time.monotonic() + 30
+    for run_id in made:
+        while runtime.orchestrator.get_run(run_id).status is not RunStatus.WAITING:
+            assert time.monotonic() < deadline, "the run never came to its wait"
+            time.sleep(0.02)
+    return made
+
+
+def test_a_bulk_cancel_counts_first_then_cancels_exactly_those_runs(
+    app: Any, runtime: Runtime, keys: dict[str, str]
+) -> None:
+    made = waiting_runs(runtime, 3)
+    filtered = "/console/runs?status=waiting&workflow=console_gate"
+    with client(app) as http:
+        sign_in(http, keys["vic"])  # a viewer: no bulk form, its POST by hand refused
+        page = http.get(filtered)
+        assert 'id="bulk-form"' not in page.text and "in default" in page.text
+        refused = http.post(
+            "/console/runs/bulk",
+            data={"csrf": csrf_of(page.text), "action": "cancel", "statuses": "waiting"},
+        )
+        assert refused.status_code == 403
+    assert all(runtime.orchestrator.get_run(r).status is RunStatus.WAITING for r in made)
+    assert audited(runtime, "key:vic", "bulk.cancel") == {"refused"}
+    with client(app) as http:
+        sign_in(http, keys["otto"])
+        page = http.get(filtered)
+        assert 'id="bulk-form"' in page.text
+        asked = {
+            "csrf": csrf_of(page.text),
+            "action": "cancel",
+            "statuses": "waiting",
+            "workflow": "console_gate",
+            "reason": "the campaign is over",
+        }
+        counted = http.post("/console/runs/bulk", data=asked)
+        assert counted.status_code == 200, counted.text
+        assert re.search(
+            r'This will cancel <strong id="bulk-matched">3</strong> runs', counted.text
+        )
+        assert all(runtime.orchestrator.get_run(r).status is RunStatus.WAITING for r in made)
+        selection = re.search(r'name="selection" value="([^"]+)"', counted.text)
+        assert selection is not None
+        waiting_runs(runtime, 1)  # the filter now selects another run: nothing done
+        changed = http.post(
+            "/console/runs/bulk", data={**asked, "selection": selection[1], "confirm": "yes"}
+        )
+        assert changed.status_code == 409 and "count them again" in changed.text
+        assert all(runtime.orchestrator.get_run(r).status is RunStatus.WAITING for r in made)
+        counted = http.post("/console/runs/bulk", data=asked)
+        selection = re.search(r'name="selection" value="([^"]+)"', counted.text)
+        assert selection is not None
+        done = http.post(
+            "/console/runs/bulk", data={**asked, "selection": selection[1], "confirm": "yes"}
+        )
+        assert done.status_code == 200 and "Done: 4 of 4 runs" in done.text
+    deadline = time.monotonic() + 20
+    while not all(runtime.orchestrator.get_run(r).status.terminal for r in made):
+        assert time.monotonic() < deadline, "the runs were not cancelled"
+        time.sleep(0.02)
+    assert {runtime.orchestrator.get_run(r).status for r in made} == {RunStatus.CANCELLED}
+    assert audited(runtime, "key:otto", "bulk.cancel") >= {"ok"}
