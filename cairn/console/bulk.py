@@ -56,8 +56,8 @@ def _body(form: Mapping[str, str], confirmed: bool) -> dict[str, Any]:
         except json.JSONDecodeError as exc:
             raise InvalidInput(f"the payload is not JSON: {exc}") from exc
         body.update(payload=payload, comment=form.get("comment") or None)
-    elif form.get("reason"):
-        body["reason"] = form["reason"]
+    else:
+        body["reason"] = form.get("reason") or "cancelled in bulk in the console"
     return body
 
 
