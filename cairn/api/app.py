@@ -27,6 +27,7 @@ from cairn.api import (
     definitions,
     errors,
     fleet,
+    lineage,
     model_calls,
     pauses,
     repair,
@@ -99,6 +100,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     errors.install(app)
     app.include_router(runs.router)
     app.include_router(run_views.router)
+    app.include_router(lineage.router)
     app.include_router(timeline.router)
     app.include_router(repair.router)
     app.include_router(bulk.router)

@@ -1,16 +1,22 @@
 """``/v1/fleet``: what the workers share — the namespace's concurrency pools and rate
-buckets, the dependencies' circuits. Read by the API and by the console's fleet page."""
+buckets, the dependencies' circuits — and what they are doing: the workers and their
+heartbeats, the queues' depths, the stalled executions. Read by the API and by the
+console's fleet page."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
 from cairn.api.access import Reader
 from cairn.api.deps import runtime_of
-from cairn.api.models import CircuitList, PoolList, RateList
+from cairn.api.models import Activity, CircuitList, PoolList, RateList
 from cairn.api.scope import ERRORS
+from cairn.definitions.queues import known_queues
+from cairn.model.principals import Permission
+from cairn.observe import activity
 from cairn.observe.flow import circuit_views, pool_reports
 from cairn.runtime import Runtime
 
@@ -45,3 +51,31 @@ def rates(runtime: Annotated[Runtime, Depends(runtime_of)], who: Reader) -> Rate
     buckets = runtime.rates.report() if runtime.rates is not None else []
     mine = [b.to_dict() for b in buckets if b.bucket.startswith(f"{who.namespace}/")]
     return RateList(buckets=mine)
+
+
+@router.get("/fleet/activity", response_model=Activity, responses=ERRORS)
+def fleet_activity(runtime: Annotated[Runtime, Depends(runtime_of)], who: Reader) -> Activity:
+    """What the fleet is doing now: the workers holding executions (fleet-wide: a worker
+    serves every namespace), each alive or suspect with its freshest heartbeat; each
+    queue's depth at the broker (fleet-wide too); and the namespace's own running
+    executions, with the stalled ones (beating without progress, or silent) apart."""
+    settings = runtime.settings
+    interval = settings.heartbeat_interval
+    running = activity.read_running(runtime.leases)
+    with runtime.store.reading() as tx:
+        heads = tx.run_heads([e.run_id for e in running])
+    mine = [e for e in running if (head := heads.get(e.run_id)) and head.namespace == who.namespace]
+    if not who.may(Permission.PAYLOADS):  # the handler's words may quote what it works on
+        mine = [replace(e, beat={**e.beat, "message": None}) for e in mine]
+    queues = known_queues(settings.queues, settings.queue)
+    depth = runtime.orchestrator.publisher.backlog
+    return Activity(
+        heartbeat_interval_s=interval,
+        workers=[view.to_dict() for view in activity.workers(running, interval)],
+        queues=[
+            {"queue": queue, "depth": count}
+            for queue, count in activity.backlogs(queues, depth).items()
+        ],
+        running=[e.to_dict(interval) for e in mine],
+        stalled=[e.to_dict(interval) for e in activity.stalled(mine, interval)],
+    )

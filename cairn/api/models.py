@@ -195,6 +195,14 @@ class PoolList(BaseModel):
     pools: list[dict[str, Any]]
 
 
+class Activity(BaseModel):
+    heartbeat_interval_s: float
+    workers: list[dict[str, Any]]
+    queues: list[dict[str, Any]]
+    running: list[dict[str, Any]]
+    stalled: list[dict[str, Any]]
+
+
 class CircuitList(BaseModel):
     circuits: list[dict[str, Any]]
 
@@ -284,3 +292,11 @@ class RotateRequest(Request):
     grace_s: Annotated[float, Field(ge=0, le=30 * 86400)] = Field(
         default=0.0, description="How long the old key keeps working."
     )
+
+
+class ForkList(BaseModel):
+    forks: list[dict[str, Any]]
+
+
+class AnomalyList(BaseModel):
+    anomalies: list[dict[str, Any]]

@@ -55,6 +55,7 @@ def fleet_status(as_json: bool) -> None:
 
 def read_fleet() -> Fleet:
     from cairn.definitions.queues import known_queues
+    from cairn.observe import activity
     from cairn.observe.flow import circuit_views, is_circuit_pool, pool_reports
     from cairn.parts import celery_publisher
 
@@ -63,14 +64,8 @@ def read_fleet() -> Fleet:
         pools = pool_reports(parts.store, parts.slots)
         # An embedded broker's queue is this process's own, empty: nothing to show.
         broker = celery_publisher(settings) if settings.broker_url is not None else None
-        backlogs = (
-            {
-                queue: broker.backlog(queue)
-                for queue in known_queues(settings.queues, settings.queue)
-            }
-            if broker is not None
-            else {}
-        )
+        queues = known_queues(settings.queues, settings.queue)
+        backlogs = activity.backlogs(queues, broker.backlog) if broker is not None else {}
         return Fleet(
             stats=leases.stats(),
             waits=leases.waits(),
@@ -121,22 +116,23 @@ def print_fleet(fleet: Fleet) -> None:
 
 
 def print_workers(running: list[dict[str, Any]], interval_s: float) -> None:
-    by_worker: dict[str, list[dict[str, Any]]] = {}
-    for record in running:
-        by_worker.setdefault(str(record.get("worker", "?")), []).append(record)
-    if not by_worker:
+    from cairn.observe.activity import executions, workers
+
+    held = executions(running)
+    if not held:
         out.print("no node is running")
-    for worker, records in sorted(by_worker.items()):
-        freshest = min(float(r["age_s"]) for r in records)
-        state = "suspect" if freshest > 3 * interval_s else "alive"
+    for worker in workers(held, interval_s):
         out.print(
-            f"{worker}: {state}, {len(records)} running, last beat {age(freshest)} ago",
+            f"{worker.worker}: {worker.state}, {worker.running} running, "
+            f"last beat {age(worker.last_beat_s)} ago",
             markup=False,
         )
-        for record in records:
-            _, _, run, node, iteration, phase = record["lease"].split(":")
+        for execution in held:
+            if str(execution.beat.get("worker") or "?") != worker.worker:
+                continue
             out.print(
-                f"  {run} {node}#{iteration} ({phase}): {liveness(record, interval_s)}",
+                f"  {execution.run_id} {execution.node}#{execution.iteration} "
+                f"({execution.phase}): {liveness(execution.beat, interval_s)}",
                 markup=False,
             )
 

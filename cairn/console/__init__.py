@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from cairn.config import Settings
-from cairn.console import actions, auth, fleet, live, oidc, pages, run_page
+from cairn.console import actions, auth, bulk, fleet, forks, live, oidc, pages, run_page
 from cairn.console.web import HERE, PREFIX, SecurityHeaders
 
 
@@ -19,7 +19,7 @@ def install(app: FastAPI, settings: Settings) -> None:
     """Mount the console's pages and assets on ``app`` (``create_app`` calls it)."""
     app.state.console_session_s = settings.console_session_s
     app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="console-static")
-    for module in (auth, oidc, pages, run_page, actions, live, fleet):
+    for module in (auth, oidc, pages, run_page, actions, forks, bulk, live, fleet):
         app.include_router(module.router, include_in_schema=False)
     app.add_middleware(SecurityHeaders)
 

@@ -1,5 +1,6 @@
-"""The fleet page (what the workers share: concurrency pools, rate buckets, circuits;
-what is paused; the schedules, with pause and resume) and the audit log (admins). Read
+"""The fleet page (what the workers do: the workers and their heartbeats, the queues'
+depths, the stalled executions; what they share: concurrency pools, rate buckets,
+circuits; what is paused; the schedules, with pause and resume) and the audit log (admins). Read
 and acted on through the API's own functions, as the signed-in principal."""
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ ScheduleName = Annotated[
 
 @router.get("/fleet", response_class=HTMLResponse)
 def fleet_page(request: Request, runtime: Runtime_, who: Who) -> Response:
-    """What holds the namespace's work back, or runs it on a clock."""
+    """Who runs the namespace's work, what holds it back, or runs it on a clock."""
     return render(
         request,
         "fleet.html",
+        activity=fleet.fleet_activity(runtime, who),
         pools=fleet.concurrency(runtime, who).pools,
         rates=fleet.rates(runtime, who).buckets,
         circuits=fleet.circuits(runtime, who).circuits,

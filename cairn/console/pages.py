@@ -102,7 +102,20 @@ def runs_page(
         since=since or "",
         mine=bool(waiting_for_me),
         kept=kept,
+        created_after=after,
+        bulk_actions=_bulk_actions(who),
     )
+
+
+def _bulk_actions(who: Principal) -> list[str]:
+    """The bulk actions ``who`` may take (the API's bulk endpoints' permissions)."""
+    if not who.may(Permission.BULK):
+        return []
+    may_signal = who.may(Permission.APPROVE) or who.may(Permission.RECOVER)
+    return [
+        *(["cancel"] if who.may(Permission.CANCEL) else []),
+        *(["signal"] if may_signal else []),
+    ]
 
 
 def _statuses(given: list[str]) -> tuple[RunStatus, ...]:

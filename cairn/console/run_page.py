@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from cairn.api import model_calls, repair, run_views, timeline
+from cairn.api import lineage, model_calls, repair, run_views, timeline
 from cairn.api.access import draft_of
 from cairn.api.scope import RunId
 from cairn.console.graph import layout
@@ -57,6 +57,7 @@ def run_context(
     )
     decisions = [e for e in events if e["type"] == "signal_received"]
     return {
+        **({} if live else _outputs(runtime, who, run_id)),
         "run": detail,
         "graph": layout(definition, _shown_states(detail.nodes, detail.heartbeats)),
         # On the run's time axis up to now while it goes on (a wait is time too).
@@ -79,6 +80,16 @@ def run_context(
         },
         "pretty": _pretty,
         "event_types": " ".join(EVENT_TYPES),
+    }
+
+
+def _outputs(runtime: Runtime_, who: Who, run_id: str) -> dict[str, Any]:
+    """What the page shows as it was loaded, not live: the run's artifacts, the anomalies
+    its watch caught (with their scenes, for whoever reads payloads), its forks."""
+    return {
+        "artifacts": run_views.run_artifacts(run_id, runtime, who).artifacts,
+        "anomalies": lineage.run_anomalies(run_id, runtime, who).anomalies,
+        "forks": lineage.run_forks(run_id, runtime, who).forks,
     }
 
 

@@ -1,4 +1,4 @@
-"""The definitions a worker could not load (migration 0025): recorded by the worker that
+"""The definitions a worker could not load (migration 0026): recorded by the worker that
 met the fault, read by ``cairn status --fleet`` and the API, deleted once that worker
 loads the version. Times are the database's."""
 

@@ -20,6 +20,7 @@ from cairn.store.records import (
     Snapshot,
     decode_snapshot,
     from_epoch,
+    to_epoch,
 )
 from cairn.store.schema import (
     artifacts,
@@ -80,6 +81,25 @@ class RunsTx(ListingTx):
         if workflow:
             query = query.where(runs.c.workflow == workflow)
         return [RunRecord.of(row) for row in self.connection.execute(query)]
+
+    def forks_of(self, namespace: str, run_id: str, limit: int) -> list[dict[str, Any]]:
+        """The live forks started from run ``run_id`` in ``namespace``, oldest first, at
+        most ``limit``: each one's id, status, fork seq and creation time (0025's index)."""
+        found = self.connection.execute(
+            select(runs.c.id, runs.c.status, runs.c.fork_seq, runs.c.created_at)
+            .where(runs.c.parent_run_id == run_id, runs.c.namespace == namespace)
+            .order_by(runs.c.created_at, runs.c.id)
+            .limit(limit)
+        )
+        return [
+            {
+                "run_id": row.id,
+                "status": row.status,
+                "fork_seq": row.fork_seq,
+                "created_at": to_epoch(row.created_at),
+            }
+            for row in found
+        ]
 
     def runs_by_requests(self, namespace: str, request_ids: Sequence[str]) -> list[RequestedRun]:
         """The runs these request ids already started in the namespace (one query for a

@@ -37,6 +37,7 @@ Json = JSON().with_variant(JSONB(), "postgresql")
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 _PAGED = ("created_at", "id")  # the runs' keyset paging order, newest first
 _ENDED = text("finished_at IS NOT NULL")
+_FORKS = text("parent_run_id IS NOT NULL")
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -101,6 +102,14 @@ class RunRow(Base):
         Index("ix_runs_listing_workflow_status", "namespace", "workflow", "status", *_PAGED),
         # Retention: the runs that ended before a cutoff.
         Index("ix_runs_finished_at", "finished_at", postgresql_where=_ENDED, sqlite_where=_ENDED),
+        # A run's forks, oldest first (0025): the few runs with a parent.
+        Index(
+            "ix_runs_forks",
+            "parent_run_id",
+            "created_at",
+            postgresql_where=_FORKS,
+            sqlite_where=_FORKS,
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)

@@ -1,5 +1,5 @@
 """What the fleet reports about itself, as stored: the definitions a worker could not
-load (migration 0025). Declared on :class:`~cairn.store.schema.Base`, which imports this
+load (migration 0026). Declared on :class:`~cairn.store.schema.Base`, which imports this
 module last."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from cairn.store.schema import Base
 
 class CodeFaultRow(Base):
     """A worker that received a node of a workflow version whose handlers it cannot import
-    (migration 0025): which worker, why, when first and last, how often. The run waits;
+    (migration 0026): which worker, why, when first and last, how often. The run waits;
     the row says what to install or set, and goes once that worker loads the version."""
 
     __tablename__ = "code_faults"

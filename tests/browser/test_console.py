@@ -5,12 +5,15 @@ schema and approves with a comment, and the run page that was open all along sho
 decision under the approver's name and the next node running, without a reload; a
 viewer sees no approve button and the same POST by hand is refused, nothing written; an
 operator rolls a run back after the page lists its compensations; a model's streamed
-text appears on the run page as it arrives."""
+text appears on the run page as it arrives; an operator settles a held node from the
+inbox; the fleet page shows the worker running a node and that node stalled; an
+operator forks a run after its dry run shows where the fork parts from it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -354,3 +357,101 @@ def test_a_login_comes_back_once_and_only_to_the_browser_that_began_it(
         home = person.get("/console/", follow_redirects=True)
         assert home.status_code == 200 and "person:alice@example.test" in home.text
         assert person.get(callback).status_code == 403  # the login is taken: once only
+
+
+def test_an_operator_settles_a_held_node_from_the_inbox(
+    browser: Any,
+    deployment: Deployment,
+    http: httpx.Client,
+    keys: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    driver, base = browser, deployment.base_url
+    release = tmp_path / "release"  # the held call ends once the test has seen it held
+    run_id = start(http, "console_held", call_s=30, release=str(release))
+    try:
+        held = until(
+            lambda: [w for w in run_of(http, run_id)["waiting"] if w.get("held")],
+            "the node held for an operator",
+        )[0]
+        assert held["node"] == "charge"
+        sign_in(driver, base, keys["ops"])
+        driver.get(f"{base}/console/inbox")
+        (card,) = [c for c in css(driver, "article.wait") if run_id[:8] in c.text]
+        assert "Held: irreversible: timed out" in card.text
+        screenshot(driver, "inbox-held")
+        css(card, "a.button")[0].click()
+        until(lambda: css(driver, "form.decide"), "the settlement form")
+        assert css(driver, "#payload-charge") == []  # a held node takes no answer
+        css(driver, "#comment-charge")[0].send_keys("The provider shows the charge: done.")
+        css(driver, "button[value='recovery.complete']")[0].click()
+        until(lambda: css(driver, "#run-status.s-succeeded"), "the run going on to its end")
+        decision = until(
+            lambda: [d.text for d in css(driver, "#decisions .decision") if "key:ops" in d.text],
+            "the settlement under the operator's name",
+        )[0]
+        assert "recovery.complete" in decision and "The provider shows the charge" in decision
+    finally:
+        release.touch()
+    (signal,) = signals(http, run_id)
+    assert signal["data"]["actor"] == "key:ops" and signal["data"]["name"] == "recovery.complete"
+
+
+def test_the_fleet_page_shows_the_worker_and_a_stalled_node(
+    browser: Any,
+    deployment: Deployment,
+    http: httpx.Client,
+    keys: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    driver, base = browser, deployment.base_url
+    release = tmp_path / "release"
+    run_id = start(http, "stalling", call_s=30, release=str(release))
+    try:
+        sign_in(driver, base, keys["vic"])  # a viewer reads the fleet
+
+        def stalled_row() -> list[Any]:
+            driver.get(f"{base}/console/fleet")
+            return css(driver, f'#stalled tr[data-run="{run_id}"]')
+
+        row = until(stalled_row, "the node flagged stalled on the fleet page", timeout_s=30)[0]
+        assert "work#1" in row.text and "stalled" in row.text
+        worker = row.find_elements("css selector", "td.mono")[0].text
+        (alive,) = css(driver, f'#workers tr[data-worker="{worker}"]')
+        assert "alive" in alive.text
+        assert css(driver, "#queues tr[data-queue]")  # each queue with its depth
+        screenshot(driver, "fleet-activity")
+    finally:
+        release.touch()
+    until(lambda: run_of(http, run_id)["status"] == "succeeded", "the released node's end")
+
+
+def test_an_operator_forks_a_run_after_the_dry_run_shows_the_divergence(
+    browser: Any, deployment: Deployment, http: httpx.Client, keys: dict[str, str]
+) -> None:
+    driver, base = browser, deployment.base_url
+    run_id = start(http, "anomaly_agent", question="what is cairn?")
+    until(lambda: run_of(http, run_id)["status"] == "failed", "the stuck agent failed")
+    sign_in(driver, base, keys["ops"])
+    driver.get(f"{base}/console/runs/{run_id}")
+    anomaly = until(lambda: css(driver, "#anomalies article.anomaly"), "the anomaly")[-1]
+    assert "no_progress" in anomaly.text and "The scene, as it was caught" in anomaly.text
+    seq = css(driver, "#at-seq")[0]
+    seq.clear()
+    seq.send_keys("1")
+    css(driver, "#patch")[0].send_keys('{"progress": true, "answer_after": 2}')
+    css(driver, "#try-fork")[0].click()
+    until(lambda: css(driver, "#dry-run-report"), "the dry run's report")
+    assert css(driver, "#dry-status")[0].text == "succeeded"
+    assert "parts from the run's path at step 4" in css(driver, "#divergence")[0].text
+    assert len(css(driver, "tr.first-parted")) == 1
+    screenshot(driver, "fork-dry-run")
+    css(driver, "#confirm-fork")[0].click()
+    until(lambda: css(driver, "#run-status.s-succeeded"), "the live fork's end, on its page")
+    fork_id = driver.current_url.rsplit("/", 1)[1]
+    fork = run_of(http, fork_id)
+    assert fork["parent_run_id"] == run_id and fork["fork_seq"] == 1
+    forks = http.get(f"/v1/runs/{run_id}/forks", headers=bearer(ADMIN)).json()["forks"]
+    assert [f["run_id"] for f in forks] == [fork_id]
+    driver.get(f"{base}/console/runs/{run_id}")
+    assert css(driver, f'#forks a[href="/console/runs/{fork_id}"]')

@@ -120,6 +120,9 @@ CALLS: dict[str, tuple[str, str, dict[str, Any] | None, int]] = {
     "stream": ("GET", "/v1/runs/{run}/stream", None, 200),
     "artifacts": ("GET", "/v1/runs/{run}/artifacts", None, 200),
     "model calls": ("GET", "/v1/runs/{run}/model-calls", None, 200),
+    "artifact content": ("GET", "/v1/runs/{run}/artifacts/content?name=none&version=1", None, 404),
+    "forks": ("GET", "/v1/runs/{run}/forks", None, 200),
+    "anomalies": ("GET", "/v1/runs/{run}/anomalies", None, 200),
     "submit": ("POST", "/v1/runs", {"workflow": "no_such_workflow"}, 404),
     "batch": ("POST", "/v1/runs:batch", {"runs": [{"workflow": "no_such_workflow"}]}, 200),
     "approve": ("POST", "/v1/runs/{run}/signals/approve", {}, 409),
@@ -152,6 +155,7 @@ CALLS: dict[str, tuple[str, str, dict[str, Any] | None, int]] = {
     "all shares": ("GET", "/v1/shares", None, 200),
     "unshare": ("DELETE", "/v1/workflows/tiny/shares/nobody", None, 404),
     "fleet": ("GET", "/v1/fleet/concurrency", None, 200),
+    "fleet activity": ("GET", "/v1/fleet/activity", None, 200),
     "schedules": ("GET", "/v1/schedules", None, 200),
     "add schedule": (
         "POST",
@@ -181,6 +185,9 @@ MATRIX: dict[str, tuple[bool, ...]] = {
     "stream":         (Y, Y,   Y, Y,   Y, Y,   Y, Y),
     "artifacts":      (Y, Y,   Y, Y,   Y, Y,   Y, Y),
     "model calls":    (N, Y,   N, Y,   N, Y,   N, Y),
+    "artifact content": (N, Y, N, Y,   N, Y,   N, Y),
+    "forks":          (Y, Y,   Y, Y,   Y, Y,   Y, Y),
+    "anomalies":      (Y, Y,   Y, Y,   Y, Y,   Y, Y),
     "submit":         (N, N,   N, N,   Y, Y,   Y, Y),
     "batch":          (N, N,   N, N,   Y, Y,   Y, Y),
     "approve":        (N, N,   Y, Y,   Y, Y,   Y, Y),
@@ -208,6 +215,7 @@ MATRIX: dict[str, tuple[bool, ...]] = {
     "all shares":     (N, N,   N, N,   N, N,   Y, Y),
     "unshare":        (N, N,   N, N,   N, N,   Y, Y),
     "fleet":          (Y, Y,   Y, Y,   Y, Y,   Y, Y),
+    "fleet activity": (Y, Y,   Y, Y,   Y, Y,   Y, Y),
     "schedules":      (Y, Y,   Y, Y,   Y, Y,   Y, Y),
     "add schedule":   (N, N,   N, N,   Y, Y,   Y, Y),
     "pause schedule": (N, N,   N, N,   Y, Y,   Y, Y),
@@ -222,6 +230,7 @@ MATRIX: dict[str, tuple[bool, ...]] = {
 # What each privileged call is written to the audit log as (reads of runs are not).
 AUDITED = {
     "model calls": "run.model_calls",
+    "artifact content": "run.artifact",
     "submit": "run.submit",
     "batch": "run.submit_batch",
     "approve": "run.signal",

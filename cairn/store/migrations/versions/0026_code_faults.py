@@ -1,7 +1,7 @@
 """The definitions a worker could not load (docs/operations.md#code-a-worker-cannot-load).
 
-Revision ID: 0025
-Revises: 0024
+Revision ID: 0026
+Revises: 0025
 Create Date: 2026-12-03
 
 ``code_faults``: one row per (workflow version, worker) that received a node whose
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0025"
-down_revision = "0024"
+revision = "0026"
+down_revision = "0025"
 branch_labels = None
 depends_on = None
 
