@@ -64,6 +64,7 @@ def fleet_activity(runtime: Annotated[Runtime, Depends(runtime_of)], who: Reader
     running = activity.read_running(runtime.leases)
     with runtime.store.reading() as tx:
         heads = tx.run_heads([e.run_id for e in running])
+        faults = tx.code_faults(activity.CODE_FAULTS_WITHIN_S, who.namespace)
     mine = [e for e in running if (head := heads.get(e.run_id)) and head.namespace == who.namespace]
     if not who.may(Permission.PAYLOADS):  # the handler's words may quote what it works on
         mine = [replace(e, beat={**e.beat, "message": None}) for e in mine]
@@ -78,4 +79,5 @@ def fleet_activity(runtime: Annotated[Runtime, Depends(runtime_of)], who: Reader
         ],
         running=[e.to_dict(interval) for e in mine],
         stalled=[e.to_dict(interval) for e in activity.stalled(mine, interval)],
+        code_faults=[fault.to_dict() for fault in faults],
     )

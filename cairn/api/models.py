@@ -201,6 +201,11 @@ class Activity(BaseModel):
     queues: list[dict[str, Any]]
     running: list[dict[str, Any]]
     stalled: list[dict[str, Any]]
+    code_faults: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Workflow versions a worker could not import the handlers of, "
+        "reported in the last 10 minutes (docs/operations.md#code-a-worker-cannot-load).",
+    )
 
 
 class CircuitList(BaseModel):

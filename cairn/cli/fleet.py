@@ -15,6 +15,7 @@ from cairn.cli.liveness import age, liveness
 if TYPE_CHECKING:
     from cairn.lease.waits import WaitHistogram
     from cairn.observe.flow import CircuitView, PoolReport
+    from cairn.store.code_faults import CodeFaultRecord
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Fleet:
     circuits: list[CircuitView]
     rates: list[Any]
     heartbeat_interval: float
+    code_faults: list[CodeFaultRecord]
 
     def to_dict(self) -> dict[str, Any]:
         waits = self.waits
@@ -42,6 +44,7 @@ class Fleet:
             "concurrency": [pool.to_dict() for pool in self.pools],
             "circuits": [view.to_dict() for view in self.circuits],
             "rates": [bucket.to_dict() for bucket in self.rates],
+            "code_faults": [fault.to_dict() for fault in self.code_faults],
         }
 
 
@@ -66,6 +69,8 @@ def read_fleet() -> Fleet:
         broker = celery_publisher(settings) if settings.broker_url is not None else None
         queues = known_queues(settings.queues, settings.queue)
         backlogs = activity.backlogs(queues, broker.backlog) if broker is not None else {}
+        with parts.store.reading() as tx:  # every namespace's: an operator's view
+            faults = tx.code_faults(activity.CODE_FAULTS_WITHIN_S)
         return Fleet(
             stats=leases.stats(),
             waits=leases.waits(),
@@ -75,6 +80,7 @@ def read_fleet() -> Fleet:
             circuits=circuit_views(parts.circuits, pools),
             rates=parts.rates.report(),
             heartbeat_interval=settings.heartbeat_interval,
+            code_faults=faults,
         )
 
 
@@ -96,6 +102,13 @@ def print_fleet(fleet: Fleet) -> None:
     if anomalies:  # "anomalies|workflow|kind|action" (cairn.observe.alerts)
         out.print(
             "anomalies: " + ", ".join(f"{w} {k} {a} {n}" for w, k, a, n in sorted(anomalies)),
+            markup=False,
+        )
+    for fault in fleet.code_faults:  # the first thing to fix: its runs wait for it
+        out.print(
+            f"cannot run: {fault.namespace}/{fault.workflow}@{fault.version} on worker "
+            f"{fault.worker} ({fault.count} time(s), last {age(time.time() - fault.last_at)} "
+            f"ago): {fault.fault}",
             markup=False,
         )
     if fleet.waits.count:  # the histogram behind cairn_lease_wait_seconds

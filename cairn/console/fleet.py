@@ -5,6 +5,7 @@ and acted on through the API's own functions, as the signed-in principal."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
@@ -31,6 +32,7 @@ def fleet_page(request: Request, runtime: Runtime_, who: Who) -> Response:
         circuits=fleet.circuits(runtime, who).circuits,
         pauses=pauses.list_pauses(runtime, who).pauses,
         schedules=schedules.list_schedules(runtime, who).schedules,
+        now=time.time(),
     )
 
 

@@ -16,6 +16,11 @@ from cairn.lease.heartbeat import beat_view
 from cairn.lease.port import Leases
 from cairn.model.keys import parse_lease_key
 
+# A worker's report that it cannot import a workflow version's handlers
+# (cairn.workers.code_faults) is shown this long after it was last made: a worker gone
+# since says nothing about the code deployed now.
+CODE_FAULTS_WITHIN_S = 600.0
+
 # A worker (or an execution) whose freshest beat is older than this many intervals is
 # suspect: three missed beats, as the lease TTL is at least three intervals.
 MISSED_BEATS = 3

@@ -155,6 +155,8 @@ def test_a_worker_without_the_handlers_code_says_so_once_and_the_run_waits(
         (fault,) = tx.code_faults(within_s=600)
     assert (fault.workflow, fault.version, fault.count) == ("codeless", 1, 1)
     assert "cannot be imported" in fault.fault
+    fleet = cluster.cli("status", "--fleet").stdout
+    assert "cannot run: default/codeless@1 on worker" in fleet, fleet
 
     lacking.terminate()
     lacking.wait(30)

@@ -52,3 +52,31 @@ def test_the_fleet_shows_workers_queues_and_a_stalled_node_without_its_message(
     finally:
         runtime.leases.release(lease)
         runtime.leases.release(other)
+
+
+def test_code_a_worker_cannot_load_is_on_the_api_and_the_page_for_its_namespace(
+    app: Any, runtime: Runtime, keys: dict[str, str]
+) -> None:
+    with runtime.store.transaction() as tx:
+        tx.record_code_fault(
+            "default", "shipping", 3, "box-9:77", fault="No module named 'shipping'", seen=2
+        )
+        tx.record_code_fault("elsewhere", "hidden", 1, "box-9:77", fault="theirs", seen=1)
+    try:
+        with client(app) as http:
+            read = http.get("/v1/fleet/activity", headers={"Authorization": f"Bearer {ADMIN}"})
+            (fault,) = read.json()["code_faults"]  # the namespace's own only
+            assert (fault["workflow"], fault["version"], fault["worker"], fault["count"]) == (
+                "shipping",
+                3,
+                "box-9:77",
+                2,
+            )
+            sign_in(http, keys["vic"])
+            page = http.get("/console/fleet").text
+            assert 'data-workflow="shipping"' in page and "No module named" in page
+            assert 'data-workflow="hidden"' not in page
+    finally:
+        with runtime.store.transaction() as tx:
+            tx.clear_code_fault("default", "shipping", 3, "box-9:77")
+            tx.clear_code_fault("elsewhere", "hidden", 1, "box-9:77")

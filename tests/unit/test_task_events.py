@@ -98,6 +98,7 @@ EVENTS: dict[Handled | Failed, str] = {
     Handled.REJECTED: "task-invalid",
     Handled.PARKED: "task-parked",
     Handled.PAUSED: "task-paused",
+    Handled.CODE_UNAVAILABLE: "task-code_unavailable",
 }
 
 
