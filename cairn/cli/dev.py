@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from cairn.cli import remote
 from cairn.cli._app import app, cwd_importable
 
 
@@ -41,6 +42,7 @@ def dev(
     from cairn.dev.plan import make_plan, prepare
     from cairn.dev.supervisor import Supervisor
 
+    remote.process_note("dev")
     cwd_importable()  # the definitions are registered here first, handlers imported
     plan = make_plan(
         workflows=[part for item in workflows or [] for part in item.split(",") if part],
