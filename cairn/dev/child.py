@@ -27,7 +27,7 @@ from cairn.observe.logs import configure_logging
 if TYPE_CHECKING:
     from cairn.runtime import Runtime
 
-log = logging.getLogger("cairn.dev")
+log = logging.getLogger(__name__)
 
 ORPHAN_CHECK_S: Final = 0.5
 ORPHAN_GRACE_S: Final = 5.0
@@ -113,7 +113,7 @@ def _serve(runtime: Runtime, *, workers: bool) -> None:
     if workers:
         runtime.start_workers()
     runtime.start_scheduler()
-    log.info("started")
+    log.info("started, as %s", runtime.runner.worker if workers else f"pid {os.getpid()}")
     stop.wait()
     runtime.close()
 

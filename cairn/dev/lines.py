@@ -16,6 +16,7 @@ from typing import Any, Final, TextIO
 
 SHORT_RUN: Final = 8  # as git shortens a commit: enough to tell a developer's runs apart
 TAG_WIDTH: Final = 9
+CONTINUED: Final = len("12:00:01 ") + TAG_WIDTH + 1
 # uvicorn's start and stop lines at INFO say what the supervisor's own lines say better.
 QUIET_LOGGERS: Final = ("uvicorn.error", "uvicorn")
 COLOURS: Final = {"worker": "36", "scheduler": "35", "api": "32", "dev": "1"}
@@ -88,9 +89,10 @@ def _text(process: str, entry: dict[str, Any], *, colour: bool) -> str:
         code = LEVEL_COLOURS.get(level)
         parts.append(f"\x1b[{code}m{level}\x1b[0m" if colour and code else level)
     parts.append(str(entry.get("message", "")))
-    line = " ".join(parts)
     trace = entry.get("exc_info") or entry.get("stack_info")
-    return f"{line}\n{trace}" if trace else line
+    text = " ".join(parts) + (f"\n{trace}" if trace else "")
+    # A message's further lines and a traceback's, under the first line's message.
+    return text.replace("\n", "\n" + " " * CONTINUED)
 
 
 def _tag(process: str, colour: bool) -> str:

@@ -172,18 +172,34 @@ def group_members(groups: set[int]) -> list[int]:
     return members
 
 
+def edit(dev: Dev, handler: str) -> int:
+    """Write the handler module anew; the index of the log line that says the worker
+    restarted for it."""
+    after = len(dev.lines)
+    (dev.folder / "steps.py").write_text(handler, encoding="utf-8")
+    changed = dev.wait_for_line(lambda line: "steps.py changed" in line, "the reload", after)
+    return dev.wait_for_line(lambda line: "worker restarted" in line, "the restart", changed)
+
+
 def exercise(dev: Dev, *, worker_processes: int) -> None:
-    """Ready; a run succeeds on v1; an edit restarts the worker; the next run is v2;
-    SIGINT stops every process."""
+    """Ready; a run succeeds on v1; an edit restarts the worker; the next run is v2; a
+    broken handler stops the worker until the next edit; SIGINT stops every process."""
     dev.wait_for_line(lambda line: "ready:" in line, "ready")
     with Client(dev.url, dev.key()) as client:
         assert greeting(client) == "hello v1"
         started = descendants(dev.process.pid)
         assert len(started) >= worker_processes, started
         (dev.folder / "steps.py").write_text(HANDLER.format(greeting="hello v2"), encoding="utf-8")
-        changed = dev.wait_for_line(lambda line: "steps.py changed" in line, "the reload")
-        dev.wait_for_line(lambda line: "worker restarted" in line, "the restart", changed)
+        edit(dev, HANDLER.format(greeting="hello v2"))
         assert greeting(client) == "hello v2"
+        # A handler that does not import: one line says why, the API stays up, and the
+        # next change starts the worker again.
+        mark = edit(dev, "def hello(:\n")
+        failed = dev.wait_for_line(lambda line: "cannot start" in line, "the refusal", mark)
+        assert "steps:hello" in dev.lines[failed + 1], dev.lines[failed:]  # the message's
+        dev.wait_for_line(lambda line: "worker exited (1)" in line, "the exit", failed)
+        edit(dev, HANDLER.format(greeting="hello v3"))
+        assert greeting(client) == "hello v3"
     step_lines = [line for line in dev.lines if "saying hello" in line]
     assert step_lines and all(" worker " in f" {line} " for line in step_lines), step_lines
     assert all(" hello#1 " in line for line in step_lines), step_lines  # run and node tagged

@@ -115,7 +115,7 @@ def test_a_line_says_its_level_unless_info_and_carries_its_traceback() -> None:
         f"{render('api', step_line(), json_lines=False)}".replace(
             "saying hello", "ERROR saying hello"
         )
-        + "\nTraceback ...\nValueError: x"
+        + "\n                   Traceback ...\n                   ValueError: x"
     )
 
 
