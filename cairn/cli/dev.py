@@ -12,6 +12,8 @@ import typer
 from cairn.cli import remote
 from cairn.cli._app import app, cwd_importable
 
+INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
+
 
 @app.command()
 def dev(
@@ -53,5 +55,9 @@ def dev(
         environ=os.environ,
     )
     log = Log(json_lines=os.environ.get("CAIRN_LOG_FORMAT") == "json")
-    log.say(f"database migrated (revision {prepare(plan)}), definitions registered")
+    try:
+        revision = prepare(plan)
+    except KeyboardInterrupt:  # Ctrl-C before anything started: nothing to stop
+        raise typer.Exit(INTERRUPTED) from None
+    log.say(f"database migrated (revision {revision}), definitions registered")
     raise typer.Exit(Supervisor(plan, log).run())

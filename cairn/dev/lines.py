@@ -9,6 +9,7 @@ Children write JSON (:mod:`cairn.observe.logs`); a line that is not JSON — a h
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from datetime import datetime
@@ -29,7 +30,7 @@ class Log:
     def __init__(self, stream: TextIO | None = None, *, json_lines: bool = False) -> None:
         self.stream = stream or sys.stdout
         self.json_lines = json_lines
-        self.colour = self.stream.isatty()
+        self.colour = self.stream.isatty() and "NO_COLOR" not in os.environ  # no-color.org
         self._lock = threading.Lock()
 
     def child(self, process: str, raw: str) -> None:

@@ -89,6 +89,9 @@ def make_plan(
         )
     cairn_env.setdefault("CAIRN_HOME", str(project / DEV_HOME))
     cairn_env["CAIRN_LOG_FORMAT"] = "json"  # for the supervisor to read; it renders
+    missing = [str(path) for path in watch if not path.is_dir()]
+    if missing:
+        raise InvalidInput(f"cairn dev: --watch {', '.join(missing)}: not a folder")
     settings = Settings.from_env(cairn_env)
     key = dev_key(settings.home)
     # The dev key beside the user's own keys, never instead of them.

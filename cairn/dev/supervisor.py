@@ -161,7 +161,7 @@ class Supervisor:
                         f"{event.child.role} exited ({event.code}): stopping", level="ERROR"
                     )
                     return 1
-                event.child.process = None
+                event.child.stop()  # what the exited worker left in its group, if anything
                 self.log.say(
                     f"worker exited ({event.code}); it starts again when a file changes",
                     level="ERROR",

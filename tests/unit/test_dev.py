@@ -52,6 +52,18 @@ def test_nothing_to_run_is_refused(tmp_path: Path) -> None:
     assert from_env.env["CAIRN_WORKFLOWS"] == "steps"
 
 
+def test_a_watched_folder_must_be_one(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="not a folder"):
+        make_plan(
+            workflows=["flow.yaml"],
+            host="127.0.0.1",
+            port=8000,
+            watch=[tmp_path / "nowhere"],
+            project=tmp_path,
+            environ={},
+        )
+
+
 def test_a_wrong_setting_is_refused_before_anything_starts(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="CAIRN_LEASE_TLL"):
         plan_in(tmp_path, {"CAIRN_LEASE_TLL": "5"})
