@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 
 from cairn.http import Client
@@ -177,6 +178,18 @@ def group_members(groups: set[int]) -> list[int]:
     return members
 
 
+def signs_in_to_the_console(dev: Dev) -> None:
+    """The printed development key signs a browser in to the console."""
+    with httpx.Client(base_url=dev.url, follow_redirects=False) as browser:
+        assert browser.get("/console/runs").status_code == 303  # to the sign-in page
+        form = browser.get("/console/sign-in")
+        assert form.status_code == 200
+        csrf = form.cookies["cairn_signin"]
+        answer = browser.post("/console/sign-in", data={"csrf": csrf, "key": dev.key()})
+        assert answer.status_code == 303, answer.text
+        assert browser.get("/console/runs").status_code == 200  # signed in: no redirect
+
+
 def edit(dev: Dev, handler: str) -> int:
     """Write the handler module anew; the index of the log line that says the worker
     restarted for it."""
@@ -191,6 +204,9 @@ def exercise(dev: Dev, *, worker_processes: int, stop: signal.Signals) -> None:
     broken handler stops the worker until the next edit; ``stop`` (Ctrl-C's SIGINT, or
     SIGTERM) stops every process."""
     dev.wait_for_line(lambda line: "ready:" in line, "ready")
+    printed = dev.wait_for_line(lambda line: "development key" in line, "the key")
+    assert dev.key() in dev.lines[printed]
+    signs_in_to_the_console(dev)
     with Client(dev.url, dev.key()) as client:
         assert greeting(client) == "hello v1"
         started = descendants(dev.process.pid)
