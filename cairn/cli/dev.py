@@ -26,7 +26,11 @@ def dev(
         ),
     ] = None,
     host: Annotated[
-        str, typer.Option(help="Address the API and console listen on (this machine only).")
+        str,
+        typer.Option(
+            help="Address the API and console listen on; the default is reached from this "
+            "machine only."
+        ),
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port of the API.")] = 8000,
     watch: Annotated[
