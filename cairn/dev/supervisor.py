@@ -1,8 +1,9 @@
-"""The supervisor of ``cairn dev``: migrate, register, start the children, print their
-one log, restart the worker on a change, and stop everything on Ctrl-C or SIGTERM.
+"""The supervisor of ``cairn dev``: once the database is ready
+(:func:`cairn.dev.plan.prepare`), start the children, print their one log, restart the
+worker on a change, and stop everything on Ctrl-C or SIGTERM.
 
 Each child runs in a process group of its own, so that a stop reaches what the child
-started too (a Celery worker's pool) and so that a terminal's Ctrl-C reaches the
+started too (a subprocess a handler spawned) and so that a terminal's Ctrl-C reaches the
 supervisor alone, which then stops the children in order: SIGTERM to each group, SIGKILL
 to what is left of it after a grace period. A child whose supervisor dies ends itself
 (:mod:`cairn.dev.child`).
