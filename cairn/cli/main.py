@@ -13,6 +13,7 @@ from cairn.cli import (  # noqa: F401 - each module registers its commands
     bulk,
     definitions,
     demo,
+    dev,
     effects,
     listing,
     model_calls,

@@ -1,0 +1,172 @@
+"""One process of ``cairn dev``: ``python -m cairn.dev.child worker|scheduler|api``.
+
+Started by the supervisor in a process group of its own, with its settings in the
+environment (:mod:`cairn.dev.plan`). It logs JSON lines for the supervisor to render,
+each naming the part of the process that wrote it (a worker without a broker hosts the
+scheduler's threads too), and it ends itself when the supervisor is gone — even killed
+with SIGKILL, which no signal handler sees — so that nothing outlives ``cairn dev``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from cairn.config import Settings
+from cairn.dev import DEV_BUILD
+from cairn.errors import CairnError
+from cairn.observe.logs import configure_logging
+
+if TYPE_CHECKING:
+    from cairn.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+ORPHAN_CHECK_S: Final = 0.5
+ORPHAN_GRACE_S: Final = 5.0
+# Threads of the scheduler's: their lines are the scheduler's, whichever process runs them.
+SCHEDULER_THREADS: Final = ("cairn-scheduler", "cairn-notifier")
+
+
+def main(argv: list[str] | None = None) -> None:
+    role, *options = argv if argv is not None else sys.argv[1:]
+    _end_with_parent(os.getppid())
+    cwd = str(Path.cwd())  # handlers are named relative to the project, as for python -m
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    settings = Settings.from_env()
+    configure_logging(settings.log_level, "json", role, tasks=settings.log_tasks)
+    _tag_scheduler_threads()
+    try:
+        _run(role, options, settings)
+    except CairnError as exc:  # a handler that does not import: one line, not a traceback
+        log.error("cannot start: %s", exc)
+        raise SystemExit(1) from None
+
+
+def _run(role: str, options: list[str], settings: Settings) -> None:
+    if role == "worker":
+        _worker(settings)
+    elif role == "scheduler":
+        _serve(_runtime(settings, resolve=False, register=False), workers=False)
+    elif role == "api":
+        host, port = options
+        _api(settings, host, int(port))
+    else:
+        raise SystemExit(f"cairn.dev.child: unknown role {role!r}")
+
+
+def worker_name() -> str:
+    return f"{DEV_BUILD}@{socket.gethostname()}:{os.getpid()}"
+
+
+def _runtime(settings: Settings, **options: Any) -> Runtime:
+    from cairn.runtime import Runtime  # noqa: PLC0415 - after logging is set up
+
+    # The supervisor migrated the database, once, before starting any child.
+    return Runtime.build(settings, migrate=False, **options)
+
+
+def _worker(settings: Settings) -> None:
+    """Embedded: worker threads and the scheduler here (its relay feeds their queue).
+    With a broker: a Celery worker, quiet, on threads — no pool to fork, so a reload's
+    restart is quick; a development worker needs no crash isolation between slots."""
+    if settings.broker_url is None:
+        _serve(_runtime(settings, worker=worker_name()), workers=True)
+        return
+    from cairn.runtime import register_definitions  # noqa: PLC0415
+    from cairn.workers.app import make_celery  # noqa: PLC0415 - Celery, for this role only
+    from cairn.workers.logs import log_through_root  # noqa: PLC0415
+
+    register_definitions(settings)
+    celery_app = make_celery(settings, _celery_runtime)
+    log_through_root()
+    celery_app.worker_main(
+        [
+            *([] if settings.log_level == "DEBUG" else ["--quiet"]),
+            "worker",
+            "--concurrency=4",
+            "--pool=threads",
+            f"--loglevel={settings.log_level}",
+            f"--queues={settings.queue}",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+    )
+
+
+def _celery_runtime(app: Any) -> Runtime:
+    return _runtime(app.cairn_settings, celery_app=app, worker=worker_name(), register=False)
+
+
+def _serve(runtime: Runtime, *, workers: bool) -> None:
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    if workers:
+        runtime.start_workers()
+    runtime.start_scheduler()
+    log.info("started, as %s", runtime.runner.worker if workers else f"pid {os.getpid()}")
+    stop.wait()
+    runtime.close()
+
+
+def _api(settings: Settings, host: str, port: int) -> None:
+    """The API and console on a runtime of this process's that runs no node: the
+    worker child does (``cairn api`` alone would run them here too, without a broker)."""
+    import uvicorn  # noqa: PLC0415
+
+    from cairn.api.app import create_app  # noqa: PLC0415
+
+    runtime = _runtime(settings, pre_ping=True, resolve=False, register=False)
+    try:
+        config = uvicorn.Config(
+            create_app(settings, runtime),
+            host=host,
+            port=port,
+            log_level=settings.log_level.lower(),
+            log_config=None,  # cairn's JSON lines (configure_logging), not uvicorn's
+            access_log=False,
+            timeout_graceful_shutdown=2,  # an open event stream must not hold a reload
+        )
+        uvicorn.Server(config).run()
+    finally:
+        runtime.close()
+
+
+def _tag_scheduler_threads() -> None:
+    """Every record gets ``dev_process``: "scheduler" on the scheduler's threads."""
+    make = logging.getLogRecordFactory()
+
+    def record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        made = make(*args, **kwargs)
+        if (made.threadName or "").startswith(SCHEDULER_THREADS):
+            made.dev_process = "scheduler"
+        return made
+
+    logging.setLogRecordFactory(record)
+
+
+def _end_with_parent(parent: int) -> None:
+    """When the supervisor is gone (this process re-parented), stop this process group
+    as the supervisor would have: SIGTERM, then SIGKILL after a grace period."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_CHECK_S)
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+        time.sleep(ORPHAN_GRACE_S)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="cairn-dev-orphan", daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()
