@@ -35,15 +35,11 @@ class Workflow:
         self.start = start
         self.options = options  # description, max_visits, compensate_on_cancel, ...
         self.nodes: dict[str, dict[str, Any]] = {}
-        self._duplicates: list[DefinitionFault] = []
+        self._faults: list[DefinitionFault] = []
 
     def _add(self, node_id: str, spec: dict[str, Any]) -> Workflow:
         if node_id in self.nodes:
-            self._duplicates.append(
-                DefinitionFault(
-                    "duplicate_name", f"node {node_id!r} is added more than once", node_id
-                )
-            )
+            self.fault("duplicate_name", f"node {node_id!r} is added more than once", node_id)
         else:
             self.nodes[node_id] = {k: v for k, v in spec.items() if v is not None}
         if self.start is None:
@@ -98,6 +94,11 @@ class Workflow:
     def end(self, node_id: str, status: str = "succeeded") -> Workflow:
         return self._add(node_id, {"end": status})
 
+    def fault(self, code: str, message: str, node_id: str | None = None) -> None:
+        """Record a fault to report at :meth:`build`, with every other (what a form
+        built on this one finds wrong before the loader sees it)."""
+        self._faults.append(DefinitionFault(code, message, node_id))
+
     def to_spec(self) -> dict[str, Any]:
         """The definition in file form, callables written as ``module:function``."""
         spec: dict[str, Any] = plain_spec(self._spec())
@@ -114,15 +115,8 @@ class Workflow:
 
     def build(self, *, resolve: bool = True) -> WorkflowDefinition:
         """Validate and compile; raises :class:`~cairn.errors.WorkflowDefinitionError`."""
-        spec = {
-            "name": self.name,
-            "version": self.version,
-            "start": self.start,
-            **self.options,
-            "nodes": self.nodes,
-        }
         return load_definition(
-            ParsedSpec(spec, list(self._duplicates)),
+            ParsedSpec(self._spec(), list(self._faults)),
             source=f"workflow {self.name!r}",
             resolve=resolve,
         )
