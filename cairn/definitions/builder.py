@@ -28,12 +28,22 @@ Handler = Callable[..., Any] | str
 
 class Workflow:
     def __init__(
-        self, name: str, version: int = 1, *, start: str | None = None, **options: Any
+        self,
+        name: str,
+        version: int = 1,
+        *,
+        start: str | None = None,
+        input: Mapping[str, Any] | None = None,  # the file form's key (shadows a builtin)
+        **options: Any,
     ) -> None:
+        """``input``: the JSON Schema a run's input must match (refused at submit
+        otherwise); ``options``: the workflow's other keys (``description``, ``budget``,
+        ``max_visits``, ``node_timeout``, ``queue``, ...), as in the file form."""
         self.name = name
         self.version = version
         self.start = start
-        self.options = options  # description, max_visits, compensate_on_cancel, ...
+        # description, max_visits, compensate_on_cancel, ...
+        self.options = options if input is None else {"input": dict(input), **options}
         self.nodes: dict[str, dict[str, Any]] = {}
         self._faults: list[DefinitionFault] = []
 

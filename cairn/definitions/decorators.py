@@ -174,9 +174,14 @@ class DecoratedWorkflow:
 
 
 def workflow(
-    name: str, version: int = 1, *, start: str | None = None, **options: Any
+    name: str,
+    version: int = 1,
+    *,
+    start: str | None = None,
+    input: Mapping[str, Any] | None = None,  # the file form's key (shadows a builtin)
+    **options: Any,
 ) -> DecoratedWorkflow:
-    """A workflow to declare with decorators: ``options`` are the workflow's own keys
-    (``description``, ``input`` — its input's JSON Schema —, ``budget``, ``node_timeout``,
-    ``max_visits``, ``queue``, ...), as in the builder and the file form."""
-    return DecoratedWorkflow(Workflow(name, version, start=start, **options))
+    """A workflow to declare with decorators: ``input`` is the JSON Schema a run's input
+    must match; ``options`` the workflow's other keys (``description``, ``budget``,
+    ``node_timeout``, ``max_visits``, ``queue``, ...), as in the builder and the file form."""
+    return DecoratedWorkflow(Workflow(name, version, start=start, input=input, **options))

@@ -12,8 +12,9 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeAlias, TypeVar, overload
 
+from cairn.model.effects import Policy
 from cairn.model.failures import BudgetExceeded, Cancelled
 from cairn.model.handlers import JSONValue, Message, State
 from cairn.model.state import RunState
@@ -38,6 +39,9 @@ _Client = TypeVar("_Client")
 _Params = ParamSpec("_Params")
 _Response = TypeVar("_Response")
 _Result = TypeVar("_Result", bound=JSONValue)
+
+# What the reconciler does when an applied effect has left no trace (docs/effects.md).
+EffectPolicy: TypeAlias = Policy | Literal["flag", "reapply", "compensate"]
 
 
 @dataclass(frozen=True)
@@ -236,8 +240,8 @@ class StepContext:
         key: str,
         call: Callable[[str], _Result],
         *,
-        compensate: Callable[..., Any] | str | None = None,
-        policy: str = "flag",
+        compensate: Handler | str | None = None,
+        policy: EffectPolicy = Policy.FLAG,
     ) -> _Result:
         """Apply an external side effect once, however often this node runs: ``key`` is
         a business key the workflow chooses ("order-123:charge") — the same on every
@@ -261,8 +265,8 @@ class StepContext:
         key: str,
         call: Callable[[str], Awaitable[_Result]],
         *,
-        compensate: Callable[..., Any] | str | None = None,
-        policy: str = "flag",
+        compensate: Handler | str | None = None,
+        policy: EffectPolicy = Policy.FLAG,
         cancellable: bool = False,
     ) -> _Result:
         """:meth:`effect` for an async handler: ``await ctx.effect_async(name, key,
