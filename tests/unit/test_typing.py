@@ -1,6 +1,7 @@
 """The public API is typed for the people who write handlers: the examples pass
 ``mypy --strict --disallow-any-explicit`` (no ``ctx: Any``), and code that misuses
-``ctx.model`` or ``ctx.effect`` is refused by it, line by line.
+``ctx.model`` or ``ctx.effect``, or declares a task on what is not a handler, is refused
+by it, line by line.
 
 mypy runs as users run it, from the repository's root (its ``pyproject.toml`` applies),
 with a cache of this test session's own: one run per case.
@@ -57,7 +58,9 @@ def test_the_examples_pass_strict_mypy_without_explicit_any(cache: Path) -> None
 
 
 @pytest.mark.timeout(180)
-def test_misusing_ctx_model_and_ctx_effect_fails_mypy_on_the_lines_that_do(cache: Path) -> None:
+def test_misusing_ctx_model_ctx_effect_or_a_decorator_fails_mypy_on_those_lines(
+    cache: Path,
+) -> None:
     code, errors = mypy(MISUSE, cache)
     assert code == 1
     refused: dict[int, list[str]] = {}
@@ -76,3 +79,4 @@ def test_misusing_ctx_model_and_ctx_effect_fails_mypy_on_the_lines_that_do(cache
     assert 'Argument "prompt" has incompatible type "int"; expected "str"' in messages
     assert 'Incompatible types in "await" (actual type "ChatCompletion"' in messages
     assert 'Value of type variable "_Result" of "effect"' in messages
+    assert 'Value of type variable "_Handler" of function cannot be' in messages
