@@ -21,7 +21,16 @@ _EXPORTS = {
     "WorkflowDefinition": "cairn.model.definition",
     "load_definition": "cairn.definitions.loader",
     "load_file": "cairn.definitions.loader",
+    "workflow": "cairn.definitions.decorators",
     # handlers
+    "StepContext": "cairn.workers.context",
+    "Progress": "cairn.workers.context",
+    "Artifacts": "cairn.artifacts",
+    "State": "cairn.model.handlers",
+    "JSONValue": "cairn.model.handlers",
+    "Message": "cairn.model.handlers",
+    "Handler": "cairn.workers.context",
+    "Guard": "cairn.model.handlers",
     "BusinessError": "cairn.model.failures",
     "BudgetExceeded": "cairn.model.failures",
     "Cancelled": "cairn.model.failures",
@@ -64,7 +73,16 @@ __all__ = [
     "WorkflowDefinition",
     "load_definition",
     "load_file",
+    "workflow",
     # handlers
+    "StepContext",
+    "Progress",
+    "Artifacts",
+    "State",
+    "JSONValue",
+    "Message",
+    "Handler",
+    "Guard",
     "BusinessError",
     "BudgetExceeded",
     "Cancelled",
@@ -115,10 +133,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from cairn.artifacts import Artifacts
     from cairn.client import Client, get_run, submit
     from cairn.config import Settings
     from cairn.decider.graph import Decision, decide
     from cairn.definitions.builder import Workflow
+    from cairn.definitions.decorators import workflow
     from cairn.definitions.loader import load_definition, load_file
     from cairn.errors import (
         CairnError,
@@ -146,5 +166,7 @@ if TYPE_CHECKING:
         classified,
         not_applied,
     )
+    from cairn.model.handlers import Guard, JSONValue, Message, State
     from cairn.model.state import RunState
     from cairn.model.statuses import NodeStatus, RunStatus
+    from cairn.workers.context import Handler, Progress, StepContext

@@ -27,19 +27,22 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from cairn.effects import Check, Effect, Verdict, effect_adapter
 
 if TYPE_CHECKING:
     from openai import OpenAI
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+
+    from cairn import Message, State, StepContext
 
 SYSTEM = (
     "You answer arithmetic questions. Work them out left to right with the calculate "
     "tool, one operation at a time, then answer 'The answer is N.' Refuse anything else."
 )
 
-CALCULATE: dict[str, Any] = {
+CALCULATE: ChatCompletionToolParam = {
     "type": "function",
     "function": {
         "name": "calculate",
@@ -81,7 +84,7 @@ def _client() -> OpenAI:
     return _clients["openai"]
 
 
-def think(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+def think(ctx: StepContext, state: State) -> State:
     """One model turn: route to ``calculate`` (it asked for tools), ``answer`` or
     ``give_up`` (it refused)."""
     if not ctx.messages:
@@ -93,22 +96,25 @@ def think(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
         )
     completion = ctx.model(_client()).chat.completions.create(
         model=os.environ.get("AGENT_MODEL", "gpt-4.1-mini"),
-        messages=ctx.messages,
+        # ctx.messages holds the conversation in OpenAI's chat format (think wrote it).
+        messages=cast("list[ChatCompletionMessageParam]", ctx.messages),
         tools=[CALCULATE],
     )
     message = completion.choices[0].message
-    said: dict[str, Any] = {"role": "assistant", "content": message.content}
-    if message.tool_calls:
+    said: Message = {"role": "assistant", "content": message.content}
+    # Only function tools were offered: a custom tool call would be a model's mistake.
+    calls = [call for call in message.tool_calls or [] if call.type == "function"]
+    if calls:
         said["tool_calls"] = [
             {
                 "id": call.id,
                 "type": "function",
                 "function": {"name": call.function.name, "arguments": call.function.arguments},
             }
-            for call in message.tool_calls
+            for call in calls
         ]
     ctx.messages.append(said)
-    if message.tool_calls:
+    if calls:
         return {"action": "calculate"}
     found = _ANSWER.search(message.content or "")
     if found is None:
@@ -116,7 +122,7 @@ def think(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     return {"action": "answer", "answer": found.group(0), "value": int(found.group(1))}
 
 
-def act(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+def act(ctx: StepContext, state: State) -> State:
     """Run the tool calls of the model's last turn; each answer goes back to it as a
     ``tool`` message, an error included (the model decides what to make of it)."""
     calls = ctx.messages[-1].get("tool_calls") or []
@@ -127,7 +133,7 @@ def act(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     return {"tool_calls": int(state.get("tool_calls", 0)) + len(calls)}
 
 
-def _run_tool(function: dict[str, Any]) -> str:
+def _run_tool(function: Message) -> str:
     if function.get("name") != "calculate":
         return f"error: there is no tool {function.get('name')!r}"
     try:
@@ -140,7 +146,7 @@ def _run_tool(function: dict[str, Any]) -> str:
     return str(OPERATORS[op](left, right))
 
 
-def deliver(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+def deliver(ctx: StepContext, state: State) -> State:
     """Put the approved answer in the outbox, once: the run's key is the same on every
     retry and recovery, so the ledger (and the outbox itself) hold one delivery."""
     message = {"run": ctx.run_id, "question": state["question"], "answer": state["answer"]}
@@ -161,7 +167,7 @@ def delivery_path(directory: Path, key: str) -> Path:
     return directory / (re.sub(r"[^A-Za-z0-9._:@-]", "_", key) + ".json")
 
 
-def _write_once(directory: Path, key: str, message: dict[str, Any]) -> dict[str, Any]:
+def _write_once(directory: Path, key: str, message: Message) -> Message:
     """Deliver ``message`` under ``key`` unless a delivery with that key is there: the
     receiving side's idempotency, as an ``Idempotency-Key`` header gets from an API."""
     directory.mkdir(parents=True, exist_ok=True)

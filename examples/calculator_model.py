@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cairn.testing.model_server import Reply, Request, ToolCall
+
+if TYPE_CHECKING:
+    from cairn import Message
 
 TOOL = "calculate"
 OPERATORS = ("+", "-", "*")
@@ -39,7 +42,7 @@ def respond(request: Request) -> Reply | None:
     not a chat completion, the only API this model speaks."""
     if request.path.rstrip("/") != "/v1/chat/completions":
         return None
-    messages: list[dict[str, Any]] = list(request.body.get("messages") or [])
+    messages: list[Message] = list(request.body.get("messages") or [])
     steps = parse(_question(messages))
     if steps is None:
         return Reply(text=REFUSAL)
@@ -71,7 +74,7 @@ def parse(question: str) -> tuple[int, list[tuple[str, int]]] | None:
     return values[0], list(zip(operators, values[1:], strict=True))
 
 
-def _question(messages: list[dict[str, Any]]) -> str:
+def _question(messages: list[Message]) -> str:
     """The last thing the user said, as text (a string, or a list of text parts)."""
     for message in reversed(messages):
         if message.get("role") == "user":
@@ -84,7 +87,7 @@ def _question(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
-def _results(messages: list[dict[str, Any]]) -> list[str]:
+def _results(messages: list[Message]) -> list[str]:
     """What the tool answered to this model's ``calculate`` calls since the question, in
     order; a tool message that answers some other call is not one of them."""
     start = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
@@ -101,7 +104,7 @@ def _results(messages: list[dict[str, Any]]) -> list[str]:
     return results
 
 
-def _offered(body: dict[str, Any]) -> set[str]:
+def _offered(body: Message) -> set[str]:
     """The names of the function tools the request offers."""
     names: set[str] = set()
     for tool in body.get("tools") or []:

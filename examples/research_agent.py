@@ -18,7 +18,10 @@ example runs anywhere. What makes the loop durable is all in ``ctx``:
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cairn import Message, State, StepContext
 
 INDEX = {
     "durable execution": "A durable workflow survives crashes by recording each step.",
@@ -33,7 +36,7 @@ class ScriptedModel:
     def __init__(self, latency_s: float = 0.01) -> None:
         self.latency_s = latency_s
 
-    async def complete(self, messages: list[dict[str, Any]], topics: list[str]) -> dict[str, Any]:
+    async def complete(self, messages: list[Message], topics: list[str]) -> Message:
         await asyncio.sleep(self.latency_s)  # where a real model call waits
         asked = {m["content"] for m in messages if m["role"] == "assistant"}
         for topic in topics:
@@ -51,7 +54,7 @@ async def search(topic: str) -> str:
 model = ScriptedModel()
 
 
-async def research(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+async def research(ctx: StepContext, state: State) -> State:
     topics = list(state.get("topics", INDEX))
     max_turns = int(state.get("max_turns", 20))
     if ctx.resumed_from is not None:
@@ -75,5 +78,5 @@ async def research(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     return {"summary": "(gave up: too many turns)", "complete": False}
 
 
-def publish(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+def publish(ctx: StepContext, state: State) -> State:
     return {"published": f"{len(state.get('sources', []))} sources: {state['summary'][:60]}"}

@@ -34,22 +34,28 @@ class Workflow:
     ``budget``, ``input_schema``, ...: docs/definitions.md)."""
 
     def __init__(
-        self, name: str, version: int = 1, *, start: str | None = None, **options: Any
+        self,
+        name: str,
+        version: int = 1,
+        *,
+        start: str | None = None,
+        input: Mapping[str, Any] | None = None,  # the file form's key (shadows a builtin)
+        **options: Any,
     ) -> None:
+        """``input``: the JSON Schema a run's input must match (refused at submit
+        otherwise); ``options``: the workflow's other keys (``description``, ``budget``,
+        ``max_visits``, ``node_timeout``, ``queue``, ...), as in the file form."""
         self.name = name
         self.version = version
         self.start = start
-        self.options = options  # description, max_visits, compensate_on_cancel, ...
+        # description, max_visits, compensate_on_cancel, ...
+        self.options = options if input is None else {"input": dict(input), **options}
         self.nodes: dict[str, dict[str, Any]] = {}
-        self._duplicates: list[DefinitionFault] = []
+        self._faults: list[DefinitionFault] = []
 
     def _add(self, node_id: str, spec: dict[str, Any]) -> Workflow:
         if node_id in self.nodes:
-            self._duplicates.append(
-                DefinitionFault(
-                    "duplicate_name", f"node {node_id!r} is added more than once", node_id
-                )
-            )
+            self.fault("duplicate_name", f"node {node_id!r} is added more than once", node_id)
         else:
             self.nodes[node_id] = {k: v for k, v in spec.items() if v is not None}
         if self.start is None:
@@ -106,6 +112,11 @@ class Workflow:
         ``cancelled``."""
         return self._add(node_id, {"end": status})
 
+    def fault(self, code: str, message: str, node_id: str | None = None) -> None:
+        """Record a fault to report at :meth:`build`, with every other (what a form
+        built on this one finds wrong before the loader sees it)."""
+        self._faults.append(DefinitionFault(code, message, node_id))
+
     def to_spec(self) -> dict[str, Any]:
         """The definition in file form, callables written as ``module:function``."""
         spec: dict[str, Any] = plain_spec(self._spec())
@@ -122,15 +133,8 @@ class Workflow:
 
     def build(self, *, resolve: bool = True) -> WorkflowDefinition:
         """Validate and compile; raises :class:`~cairn.errors.WorkflowDefinitionError`."""
-        spec = {
-            "name": self.name,
-            "version": self.version,
-            "start": self.start,
-            **self.options,
-            "nodes": self.nodes,
-        }
         return load_definition(
-            ParsedSpec(spec, list(self._duplicates)),
+            ParsedSpec(self._spec(), list(self._faults)),
             source=f"workflow {self.name!r}",
             resolve=resolve,
         )

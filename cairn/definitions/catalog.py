@@ -1,7 +1,8 @@
 """Find workflow definitions: in YAML/JSON files, Python modules, and directories of both.
 
-A Python module contributes every module-level :class:`WorkflowDefinition` and every
-module-level :class:`~cairn.definitions.builder.Workflow` (built on discovery). A module
+A Python module contributes every module-level :class:`WorkflowDefinition`, every
+module-level :class:`~cairn.definitions.builder.Workflow` and every workflow declared with
+decorators (:func:`~cairn.definitions.decorators.workflow`), built on discovery. A module
 with neither is a handler module, not an error: ``cairn validate examples/*`` meets both.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 from cairn.definitions.builder import Workflow
+from cairn.definitions.decorators import DecoratedWorkflow
 from cairn.definitions.loader import load_file
 from cairn.errors import CairnError, DefinitionFault, WorkflowDefinitionError
 from cairn.model.definition import WorkflowDefinition
@@ -105,7 +107,7 @@ def _from_module(load: object, source: str) -> Iterator[Found]:
             continue
         if isinstance(value, WorkflowDefinition):
             yield Found(f"{source}:{name}", definition=value)
-        elif isinstance(value, Workflow):
+        elif isinstance(value, Workflow | DecoratedWorkflow):
             try:
                 yield Found(f"{source}:{name}", definition=value.build())
             except WorkflowDefinitionError as exc:

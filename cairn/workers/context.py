@@ -12,25 +12,42 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeAlias, TypeVar, overload
 
-from cairn.artifacts import Artifacts
-from cairn.effects.ledger import EffectLedger, idempotency_headers
+from cairn.model.effects import Policy
 from cairn.model.failures import BudgetExceeded, Cancelled
+from cairn.model.handlers import JSONValue, Message, State
 from cairn.model.state import RunState
-from cairn.store.records import CheckpointRecord
 from cairn.workers.aio import running_loop
-from cairn.workers.checkpoints import Checkpoints
-from cairn.workers.models import ModelCalls, recorded_client, recorded_function
+
+# Types only: a handler module that imports ``cairn.StepContext`` to annotate with must
+# not pay for the store, the artifacts and the model SDK glue (about 0.9 s) at import —
+# the CLI imports handler modules to check a definition. The worker has them loaded.
+if TYPE_CHECKING:
+    from cairn.artifacts import Artifacts
+    from cairn.effects.ledger import EffectLedger
+    from cairn.store.records import CheckpointRecord
+    from cairn.workers.checkpoints import Checkpoints
+    from cairn.workers.models import ModelCalls
 
 log = logging.getLogger("cairn.handler")
 
 # Measured by the worker around the handler, not by it: ``ctx.timed`` refuses them.
 WORKER_TIMINGS = frozenset({"queue", "run"})
 
+_Client = TypeVar("_Client")
+_Params = ParamSpec("_Params")
+_Response = TypeVar("_Response")
+_Result = TypeVar("_Result", bound=JSONValue)
+
+# What the reconciler does when an applied effect has left no trace (docs/effects.md).
+EffectPolicy: TypeAlias = Policy | Literal["flag", "reapply", "compensate"]
+
 
 @dataclass(frozen=True)
 class Progress:
+    """What ``ctx.progress`` last reported (``ctx.last_progress``): ``done`` of ``total``."""
+
     done: float
     total: float | None
     message: str
@@ -79,7 +96,7 @@ class StepContext:
         self.resumed = resumed
         self._vars = copy.deepcopy(state.vars)
         self.state: Mapping[str, Any] = MappingProxyType(self._vars)
-        self.messages: list[dict[str, Any]] = copy.deepcopy(state.messages)
+        self.messages: list[Message] = copy.deepcopy(state.messages)
         self.sessions: dict[str, Any] = copy.deepcopy(state.sessions)
         self._messages_before = len(state.messages)
         self._sessions_before = copy.deepcopy(state.sessions)
@@ -88,7 +105,11 @@ class StepContext:
         self._cancel_requested = cancel_requested
         self.last_progress: Progress | None = None
         # Put and read artifacts (large content, with provenance): see docs/artifacts.md.
-        self.artifacts = artifacts if artifacts is not None else Artifacts.unavailable(run_id, node)
+        if artifacts is None:
+            from cairn.artifacts import Artifacts  # noqa: PLC0415 - see the imports
+
+            artifacts = Artifacts.unavailable(run_id, node)
+        self.artifacts: Artifacts = artifacts
         if model_calls is not None:  # where its calls' large payloads go, and come back from
             model_calls.artifacts = self.artifacts
         self._effects = effects
@@ -217,33 +238,37 @@ class StepContext:
         self,
         name: str,
         key: str,
-        call: Callable[[str], Any],
+        call: Callable[[str], _Result],
         *,
-        compensate: Callable[..., Any] | str | None = None,
-        policy: str = "flag",
-    ) -> Any:
+        compensate: Handler | str | None = None,
+        policy: EffectPolicy = Policy.FLAG,
+    ) -> _Result:
         """Apply an external side effect once, however often this node runs: ``key`` is
         a business key the workflow chooses ("order-123:charge") — the same on every
         retry, recovery and replay. The intent is recorded first, then ``call(key)`` runs
         (pass the key on as the idempotency key: :meth:`idempotency_headers`), then its
         JSON result is recorded and returned — and returned again, without calling, to
-        any later execution. ``policy`` says what the reconciler does if the external
+        any later execution (so ``call`` returns JSON data: a tuple comes back a
+        list). ``policy`` says what the reconciler does if the external
         system later has no trace of it: ``flag`` (for a person), ``reapply`` or
         ``compensate``. See docs/effects.md."""
         if self._effects is None:
             raise RuntimeError("this context has no effects ledger (one built by hand, in a test?)")
-        return self._effects.effect(name, key, call, compensate=compensate, policy=policy)
+        result: _Result = self._effects.effect(
+            name, key, call, compensate=compensate, policy=policy
+        )
+        return result
 
     async def effect_async(
         self,
         name: str,
         key: str,
-        call: Callable[[str], Awaitable[Any]],
+        call: Callable[[str], Awaitable[_Result]],
         *,
-        compensate: Callable[..., Any] | str | None = None,
-        policy: str = "flag",
+        compensate: Handler | str | None = None,
+        policy: EffectPolicy = Policy.FLAG,
         cancellable: bool = False,
-    ) -> Any:
+    ) -> _Result:
         """:meth:`effect` for an async handler: ``await ctx.effect_async(name, key,
         call)`` with ``call(key)`` a coroutine function. If the node is cancelled while
         the call is out, the call is not cut short: it is awaited to its end (up to the
@@ -252,15 +277,30 @@ class StepContext:
         recorded ``unknown``."""
         if self._effects is None:
             raise RuntimeError("this context has no effects ledger (one built by hand, in a test?)")
-        return await self._effects.effect_async(
+        result: _Result = await self._effects.effect_async(
             name, key, call, compensate=compensate, policy=policy, cancellable=cancellable
         )
+        return result
 
     @property
     def model_calls(self) -> ModelCalls | None:
         """The execution's recorded calls (its model calls, and with ``record: http`` its
         own HTTP), or None where there is nothing to fence them by."""
         return self._model_calls
+
+    @overload
+    def model(
+        self,
+        client: Callable[_Params, _Response],
+        *,
+        provider: str,
+        usage: Callable[[_Response], Mapping[str, Any] | None] | None = None,
+        encode: Callable[[_Response], JSONValue] | None = None,
+        decode: Callable[[JSONValue], _Response] | None = None,
+    ) -> Callable[_Params, _Response]: ...
+
+    @overload
+    def model(self, client: _Client) -> _Client: ...
 
     def model(
         self,
@@ -280,12 +320,21 @@ class StepContext:
         Any other client: pass its call (a function or coroutine function taking keyword
         arguments) with ``provider=`` its name, and ``usage=`` a function reading a
         response's token counts; ``encode``/``decode`` turn responses that are not JSON
-        data or pydantic models into JSON and back. See docs/models.md."""
+        data or pydantic models into JSON and back. See docs/models.md.
+
+        Typed as what it is given: the recorded client has the SDK client's type (its
+        methods and their arguments, checked by mypy), the recorded function the
+        function's signature."""
         if self._model_calls is None:
             raise RuntimeError(
                 f"{self.node} cannot record model calls: an ephemeral node has no execution "
                 "row to fence them by (or this context was built by hand)"
             )
+        from cairn.workers.models import (  # noqa: PLC0415 - see the imports
+            recorded_client,
+            recorded_function,
+        )
+
         if provider is not None:
             if not callable(client):
                 raise TypeError(f"ctx.model(..., provider={provider!r}) takes a function")
@@ -305,6 +354,8 @@ class StepContext:
     def idempotency_headers(self, key: str) -> dict[str, str]:
         """``{"Idempotency-Key": key, "X-Cairn-Fence": <this claim's fencing token>}``
         (in a live fork, the key scoped to the fork, as ``ctx.effect`` records it)."""
+        from cairn.effects.ledger import idempotency_headers  # noqa: PLC0415 - see the imports
+
         if self._effects is None:
             return idempotency_headers(key)
         return idempotency_headers(self._effects.scoped(key), self._effects.fence)
@@ -383,7 +434,7 @@ class StepContext:
             raise Cancelled(f"run {self.run_id} is being cancelled")
         self._safe_point()
 
-    def handler_state(self) -> dict[str, Any]:
+    def handler_state(self) -> State:
         """The state for the handler's ``state`` argument: this context's private copy
         (what the handler changes there reaches the run only through its return value)."""
         return self._vars
@@ -391,7 +442,7 @@ class StepContext:
     def added_artifacts(self) -> dict[str, dict[str, Any]]:
         return self.artifacts.created()
 
-    def added_messages(self) -> tuple[dict[str, Any], ...]:
+    def added_messages(self) -> tuple[Message, ...]:
         return tuple(self.messages[self._messages_before :])
 
     def changed_sessions(self) -> dict[str, Any]:
@@ -404,3 +455,10 @@ class StepContext:
             if name not in self.sessions:
                 changed[name] = None
         return changed
+
+
+# A handler, a compensation or an on-resume check: ``fn(ctx, state)``, plain or async,
+# returning what to merge into the run state (or None).
+SyncHandler: TypeAlias = Callable[[StepContext, State], State | None]
+AsyncHandler: TypeAlias = Callable[[StepContext, State], Awaitable[State | None]]
+Handler: TypeAlias = SyncHandler | AsyncHandler

@@ -37,7 +37,9 @@ class Agent:
     outbox: Path
 
     def submit(self, question: str) -> str:
-        return self.cluster.submit("agent_loop", {"question": question})
+        # Through the client, not cluster.submit: the example's input schema accepts the
+        # question alone, not the ledger path the test workflows are given.
+        return self.cluster.client.submit("agent_loop", {"question": question})
 
     def until_settled(self, run_id: str) -> RunView:
         """The run once it is waiting for a person, or over."""

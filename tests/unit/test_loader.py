@@ -43,6 +43,20 @@ QUOTE = "examples.flights:quote"
 SEND_EMAIL = "examples.flights:send_email"
 SEND_SMS = "examples.flights:send_sms"
 IS_CHEAP = "examples.flights:is_cheap"
+AIRPORT = {"type": "string", "pattern": "^[A-Z]{3}$"}
+BOOK_FLIGHT_INPUT = {
+    "type": "object",
+    "required": ["origin", "destination"],
+    "properties": {
+        "origin": {**AIRPORT, "description": "IATA airport code"},
+        "destination": AIRPORT,
+        "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
+        "email": {"type": "string"},
+        "phone": {"type": "string"},
+        "follow_up": {"type": "string", "description": "the customer's message after booking"},
+    },
+    "additionalProperties": False,
+}
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -108,6 +122,7 @@ def book_flight_builder() -> Workflow:
             "book_flight",
             version=1,
             description="Search, quote, approve if expensive, reserve, notify, triage follow-ups.",
+            input=BOOK_FLIGHT_INPUT,
         )
         .task("search", flights.search, next="price_check")
         .task(

@@ -1,0 +1,82 @@
+"""The public API is typed for the people who write handlers: the examples pass
+``mypy --strict --disallow-any-explicit`` (no ``ctx: Any``), and code that misuses
+``ctx.model`` or ``ctx.effect``, or declares a task on what is not a handler, is refused
+by it, line by line.
+
+mypy runs as users run it, from the repository's root (its ``pyproject.toml`` applies),
+with a cache of this test session's own: one run per case.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MISUSE = ROOT / "tests" / "fixtures" / "typing" / "misuse_model.py"
+ERROR_LINE = re.compile(r"^(?P<path>[^:]+):(?P<line>\d+): error: (?P<message>.*)$")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+def mypy(target: Path, cache: Path) -> tuple[int, list[str]]:
+    """mypy's exit code and its error lines for ``target``."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--disallow-any-explicit",
+            "--cache-dir",
+            str(cache),
+            "--hide-error-context",
+            "--no-error-summary",
+            "--no-pretty",
+            str(target.relative_to(ROOT)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    return done.returncode, [line for line in done.stdout.splitlines() if ": error: " in line]
+
+
+@pytest.mark.timeout(180)
+def test_the_examples_pass_strict_mypy_without_explicit_any(cache: Path) -> None:
+    code, errors = mypy(ROOT / "examples", cache)
+    assert (code, errors) == (0, [])
+
+
+@pytest.mark.timeout(180)
+def test_misusing_ctx_model_ctx_effect_or_a_decorator_fails_mypy_on_those_lines(
+    cache: Path,
+) -> None:
+    code, errors = mypy(MISUSE, cache)
+    assert code == 1
+    refused: dict[int, list[str]] = {}
+    for line in errors:
+        found = ERROR_LINE.match(line)
+        assert found is not None, line
+        assert Path(found["path"]).resolve() == MISUSE, line  # cairn itself is clean
+        refused.setdefault(int(found["line"]), []).append(found["message"])
+    source = MISUSE.read_text().splitlines()
+    marked = {number for number, text in enumerate(source, 1) if "  # wrong" in text}
+    assert set(refused) == marked
+    messages = "\n".join(message for found in refused.values() for message in found)
+    # What each says: the SDK's own signature, through the recorded client.
+    assert 'Unexpected keyword argument "mesages"' in messages
+    assert '"ChatCompletionMessage" has no attribute "contnet"' in messages
+    assert 'Argument "prompt" has incompatible type "int"; expected "str"' in messages
+    assert 'Incompatible types in "await" (actual type "ChatCompletion"' in messages
+    assert 'Value of type variable "_Result" of "effect"' in messages
+    assert 'Value of type variable "_Handler" of function cannot be' in messages
