@@ -19,19 +19,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, delete, func, select, text
+from sqlalchemy import Connection, delete, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Row
 
 from cairn.errors import ArtifactNotFound, StoreError
 from cairn.store.records import to_epoch, utcnow
-from cairn.store.schema import ArtifactRow, RunRow
+from cairn.store.schema import artifacts, runs
 from cairn.store.sql import Store
-
-artifacts = cast(Table, ArtifactRow.__table__)
-runs = cast(Table, RunRow.__table__)
 
 # pg_advisory_xact_lock(int, int): the first key names what is locked (the two-key
 # space is separate from the one-key space that migrations lock in).

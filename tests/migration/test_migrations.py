@@ -1,5 +1,5 @@
 """The migrations are the schema: from an empty database, on SQLite and PostgreSQL, they
-create exactly the SQLAlchemy models (``cairn.store.schema``, compared by alembic's
+create exactly the tables ``cairn.store.schema`` declares (compared by alembic's
 autogenerate); upgrading again changes nothing; upgrades racing on PostgreSQL queue behind
 one advisory lock and leave one schema; and every migration's downgrade takes the schema
 back to what it was before it, down to an empty database, which migrates up again."""
@@ -19,7 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect
 
 from cairn.store.database import MIGRATIONS, current_revision, make_engine, upgrade
-from cairn.store.schema import Base
+from cairn.store.schema import metadata
 from tests.support.services import ROOT
 
 TABLES = {
@@ -62,7 +62,7 @@ def _drift(engine: Engine) -> list[Any]:
         context = MigrationContext.configure(
             connection, opts={"compare_type": True, "compare_server_default": True}
         )
-        return list(compare_metadata(context, Base.metadata))
+        return list(compare_metadata(context, metadata))
 
 
 def _schema(engine: Engine) -> dict[str, Any]:

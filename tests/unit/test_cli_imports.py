@@ -1,7 +1,7 @@
 """What each quick ``cairn`` command imports, in a fresh process: ``--help`` and
 ``--version`` nothing of the engine, the database or the broker; the commands that read
-or answer runs no Celery, no web framework and none of the user's handler code — even
-with a broker configured. (How long they take is measured by bench/cli.py, not here.)
+or answer runs no Celery, no web framework, no ORM and none of the user's handler code —
+even with a broker configured. (How long they take is measured by bench/cli.py, not here.)
 
 The commands run on the embedded default (SQLite under a temporary CAIRN_HOME), with
 CAIRN_BROKER_URL pointing at a port nothing listens on: a command that built a broker
@@ -45,6 +45,7 @@ NEVER_FOR_RUNS = {
     "celery", "kombu", "fastapi", "starlette", "uvicorn", "httpx", "openai", "anthropic",
     "cairn.workers", "cairn.scheduler", "cairn.api", "cairn.runtime", "cairn.client",
     "cairn.effects", "cairn.artifacts", HANDLERS,
+    "sqlalchemy.orm",  # the tables are Core: the ORM is a tenth of the import time
 }  # fmt: skip
 
 PROBE = """\

@@ -5,13 +5,13 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from cairn.store.schema import Base
+from cairn.store.schema import metadata
 
 
 def run(connection: Connection) -> None:
     context.configure(
         connection=connection,
-        target_metadata=Base.metadata,
+        target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
     )
