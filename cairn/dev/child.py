@@ -33,6 +33,8 @@ ORPHAN_CHECK_S: Final = 0.5
 ORPHAN_GRACE_S: Final = 5.0
 # Threads of the scheduler's: their lines are the scheduler's, whichever process runs them.
 SCHEDULER_THREADS: Final = ("cairn-scheduler", "cairn-notifier")
+# Loggers of the HTTP API and console: their lines are the api's, in whichever process.
+API_LOGGERS: Final = ("uvicorn", "cairn.api", "cairn.console")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,10 +54,13 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(role: str, options: list[str], settings: Settings) -> None:
-    if role == "worker":
+    if role == "worker" and settings.broker_url is None:
+        host, port = options
+        _embedded(settings, host, int(port))
+    elif role == "worker":
         _worker(settings)
     elif role == "scheduler":
-        _serve(_runtime(settings, resolve=False, register=False), workers=False)
+        _schedule(settings)
     elif role == "api":
         host, port = options
         _api(settings, host, int(port))
@@ -74,13 +79,26 @@ def _runtime(settings: Settings, **options: Any) -> Runtime:
     return Runtime.build(settings, migrate=False, **options)
 
 
+def _embedded(settings: Settings, host: str, port: int) -> None:
+    """Without a broker: worker threads, the scheduler (its relay feeds their queue) and
+    the API with the console, on one runtime — one process's memory holds the leases
+    and heartbeats that the API shows."""
+    try:
+        runtime = _runtime(settings, worker=worker_name())
+    except CairnError as exc:  # handlers that do not import: the console stays up
+        log.error("cannot start: %s", exc)
+        log.warning("no worker and no scheduler until the next change; the API serves on")
+        runtime = _runtime(settings, pre_ping=True, resolve=False, register=False)
+    else:
+        runtime.start_workers()
+        runtime.start_scheduler()
+        log.info("started, as %s", runtime.runner.worker)
+    _serve_api(settings, runtime, host, port)
+
+
 def _worker(settings: Settings) -> None:
-    """Embedded: worker threads and the scheduler here (its relay feeds their queue).
-    With a broker: a Celery worker, quiet, on threads — no pool to fork, so a reload's
-    restart is quick; a development worker needs no crash isolation between slots."""
-    if settings.broker_url is None:
-        _serve(_runtime(settings, worker=worker_name()), workers=True)
-        return
+    """A Celery worker, quiet, on threads — no pool to fork, so a reload's restart is
+    quick; a development worker needs no crash isolation between slots."""
     from cairn.runtime import register_definitions  # noqa: PLC0415
     from cairn.workers.app import make_celery  # noqa: PLC0415 - Celery, for this role only
     from cairn.workers.logs import log_through_root  # noqa: PLC0415
@@ -106,26 +124,31 @@ def _celery_runtime(app: Any) -> Runtime:
     return _runtime(app.cairn_settings, celery_app=app, worker=worker_name(), register=False)
 
 
-def _serve(runtime: Runtime, *, workers: bool) -> None:
+def _schedule(settings: Settings) -> None:
+    """With a broker: the scheduler, until SIGINT or SIGTERM."""
+    runtime = _runtime(settings, resolve=False, register=False)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    if workers:
-        runtime.start_workers()
     runtime.start_scheduler()
-    log.info("started, as %s", runtime.runner.worker if workers else f"pid {os.getpid()}")
+    log.info("started, as pid %d", os.getpid())
     stop.wait()
     runtime.close()
 
 
 def _api(settings: Settings, host: str, port: int) -> None:
-    """The API and console on a runtime of this process's that runs no node: the
-    worker child does (``cairn api`` alone would run them here too, without a broker)."""
+    """With a broker: the API and console on a runtime of this process's that runs no
+    node (the Celery worker child does)."""
+    runtime = _runtime(settings, pre_ping=True, resolve=False, register=False)
+    _serve_api(settings, runtime, host, port)
+
+
+def _serve_api(settings: Settings, runtime: Runtime, host: str, port: int) -> None:
+    """Serve the API and console on ``runtime`` until SIGINT or SIGTERM, then close it."""
     import uvicorn  # noqa: PLC0415
 
     from cairn.api.app import create_app  # noqa: PLC0415
 
-    runtime = _runtime(settings, pre_ping=True, resolve=False, register=False)
     try:
         config = uvicorn.Config(
             create_app(settings, runtime),
@@ -149,6 +172,8 @@ def _tag_scheduler_threads() -> None:
         made = make(*args, **kwargs)
         if (made.threadName or "").startswith(SCHEDULER_THREADS):
             made.dev_process = "scheduler"
+        elif made.name.startswith(API_LOGGERS):
+            made.dev_process = "api"
         return made
 
     logging.setLogRecordFactory(record)

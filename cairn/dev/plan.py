@@ -46,11 +46,17 @@ class DevPlan:
 
     @property
     def roles(self) -> tuple[str, ...]:
-        """The children. Without a broker the worker's in-process queue is fed by the
-        scheduler's relay, which must therefore run in the worker's own process."""
+        """The children. Without a broker (the embedded default) one process runs them
+        all: the worker's in-process queue is fed by the scheduler's relay, and its leases
+        and heartbeats live in its memory, where the API must read them (a run's page,
+        ``cairn status``, the fleet); a reload restarts it whole."""
         if self.settings.broker_url is None:
-            return ("worker", "api")
+            return ("worker",)
         return ("worker", "scheduler", "api")
+
+    @property
+    def embedded(self) -> bool:
+        return self.settings.broker_url is None
 
     @property
     def url(self) -> str:

@@ -181,8 +181,8 @@ class Supervisor:
         plan = self.plan
         database = plan.settings.describe()["effective_database_url"]
         processes = ", ".join(plan.roles)
-        if "scheduler" not in plan.roles:  # see DevPlan.roles
-            processes = processes.replace("worker", "worker (with the scheduler)")
+        if plan.embedded:  # see DevPlan.roles
+            processes = "worker, scheduler and api in one process"
         broker = plan.settings.describe()["broker_url"] or "an in-process queue"
         self.log.say(f"cairn dev: {processes}; database {database}, broker {broker}")
         scope = "this machine only" if plan.loopback else "EVERY NETWORK THIS HOST IS ON"
@@ -220,7 +220,8 @@ class Supervisor:
 
 def _argv(role: str, plan: DevPlan) -> list[str]:
     argv = [sys.executable, "-m", "cairn.dev.child", role]
-    return [*argv, plan.host, str(plan.port)] if role == "api" else argv
+    serves = role == "api" or (role == "worker" and plan.embedded)
+    return [*argv, plan.host, str(plan.port)] if serves else argv
 
 
 def _shown(path: Path, project: Path) -> str:

@@ -32,7 +32,7 @@ def test_the_embedded_default_keeps_its_files_in_the_project(tmp_path: Path) -> 
     plan = plan_in(tmp_path, {})
     assert plan.settings.home == tmp_path / ".cairn"
     assert plan.settings.effective_database_url == f"sqlite:///{tmp_path}/.cairn/cairn.db"
-    assert plan.roles == ("worker", "api")  # the scheduler's relay feeds the worker's queue
+    assert plan.roles == ("worker",)  # with the scheduler and the API: one memory of leases
     assert plan.env["CAIRN_WORKFLOWS"] == "flow.yaml"
     assert plan.env["CAIRN_LOG_FORMAT"] == "json"
     assert plan.env["PATH"] == "/bin"
