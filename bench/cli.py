@@ -85,6 +85,7 @@ def commands(definition: Path, reading: str, answering: list[str]) -> list[tuple
         ("--version", ["--version"]),
         ("validate FILE.yaml", ["validate", str(definition)]),
         ("status RUN", ["status", reading]),
+        ("runs", ["runs"]),
         ("events RUN", ["events", reading]),
         ("state RUN", ["state", reading]),
         ("waiting", ["waiting"]),

@@ -511,9 +511,8 @@ END_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 @dataclass(frozen=True)
 class WorkflowDefinition:
-    """A validated, compiled workflow: what :meth:`Workflow.build`, :func:`load_file` and
-    :func:`load_definition` return, and what the decider runs. Immutable; two definitions
-    compiled from the same text (file or builder) are equal."""
+    """A validated, compiled workflow, as every form compiles to and the decider runs:
+    immutable, and equal to any other compiled from the same text or builder calls."""
 
     name: str
     version: int

@@ -28,7 +28,7 @@ import sysconfig
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tests.docs.blocks import Block
@@ -163,13 +163,20 @@ def fresh_env(venv: Path, home: Path, token: str) -> dict[str, str]:
 
 def substitute(blocks: list[Block], replacements: Mapping[str, str]) -> list[Block]:
     """The blocks with the reader's local addresses (patterns) replaced by the test's own
-    (its database, its Redis databases, a free port, its temporary folder)."""
+    (its database, its Redis databases, a free port, its temporary folder) — in their
+    text and in the command that says a background block is ready."""
+
+    def swapped(text: str) -> str:
+        for pattern, value in replacements.items():
+            text = re.sub(pattern, value.replace("\\", "\\\\"), text)  # as it is, no groups
+        return text
+
     out = []
     for block in blocks:
-        text = block.text
-        for pattern, value in replacements.items():
-            text = re.sub(pattern, lambda _match, value=value: value, text)
-        out.append(Block(block.page, block.line, block.language, text, block.marker))
+        marker = block.marker
+        if marker.ready is not None:
+            marker = replace(marker, ready=swapped(marker.ready))
+        out.append(Block(block.page, block.line, block.language, swapped(block.text), marker))
     return out
 
 

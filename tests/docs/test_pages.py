@@ -79,6 +79,7 @@ def test_the_page_runs_as_written(
             r"redis://127\.0\.0\.1:6379/0\b": broker,
             r"redis://127\.0\.0\.1:6379/1\b": leases,
             r"\b8765\b": str(free_port()),
+            r"\b8000\b": str(free_port()),  # the API of the tutorial's `cairn dev`
             r"(?<![\w./-])/tmp/": f"{home}/tmp/",
         },
     )

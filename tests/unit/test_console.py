@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from cairn.access import KeyManager
 from cairn.api.app import create_app
 from cairn.config import Settings
 from cairn.console.sessions import COOKIE, digest, start_session
 from cairn.model.principals import Principal, Role
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
+from tests.support.principals import mint_keys
 
 ADMIN = "console-admin-key-0123456789"
 SECRET = "s3cret-answer-nobody-else-reads"
@@ -61,17 +61,10 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
 @pytest.fixture(scope="module")
 def keys(runtime: Runtime) -> dict[str, str]:
     """An approver that reads payloads (ann), a viewer that does not (vic), an operator."""
-    manager = KeyManager(runtime.store)
-    admin = Principal("setup", "default", Role.ADMIN)
-    made = {}
-    for name, role, payloads in (
-        ("ann", Role.APPROVER, True),
-        ("vic", Role.VIEWER, False),
-        ("ops", Role.OPERATOR, False),
-    ):
-        manager.create_principal("default", name, role, payloads=payloads, by=admin)
-        made[name] = manager.mint("default", name).key
-    return made
+    return mint_keys(
+        runtime.store,
+        {"ann": (Role.APPROVER, True), "vic": (Role.VIEWER, False), "ops": (Role.OPERATOR, False)},
+    )
 
 
 @pytest.fixture(scope="module")

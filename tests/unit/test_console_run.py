@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from cairn.access import KeyManager
 from cairn.api.app import create_app
 from cairn.config import Settings
-from cairn.model.principals import Principal, Role
+from cairn.model.principals import Role
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from tests.support.cluster import WORKFLOWS
+from tests.support.principals import mint_keys
 from tests.unit.test_console import client, csrf_of, sign_in
 
 ADMIN = "console-run-admin-key-0123456789"
@@ -44,13 +44,7 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
 @pytest.fixture(scope="module")
 def keys(runtime: Runtime) -> dict[str, str]:
     """otto: an operator who reads payloads; vic: a viewer who does not."""
-    manager = KeyManager(runtime.store)
-    admin = Principal("setup", "default", Role.ADMIN)
-    made = {}
-    for name, role, payloads in (("otto", Role.OPERATOR, True), ("vic", Role.VIEWER, False)):
-        manager.create_principal("default", name, role, payloads=payloads, by=admin)
-        made[name] = manager.mint("default", name).key
-    return made
+    return mint_keys(runtime.store, {"otto": (Role.OPERATOR, True), "vic": (Role.VIEWER, False)})
 
 
 @pytest.fixture(scope="module")
