@@ -58,11 +58,23 @@ def undocumented(modules: Sequence[str] = PUBLIC) -> list[str]:
         page = pdoc.doc.Module(module)
         for export in module.__all__:
             member = page.get(export)
-            if member is None or not member.docstring.strip():
+            if member is None or not _docstring(module, member, export):
                 missing.append(f"{name}.{export}")
             if isinstance(member, pdoc.doc.Class):
                 missing += [f"{name}.{export}.{m}" for m in _undocumented_members(member)]
     return missing
+
+
+def _docstring(module: ModuleType, member: pdoc.doc.Doc[object], export: str) -> str:
+    """A name's docstring; for a re-exported alias (``cairn.State``), the one written
+    under it where it is defined (pdoc reads a variable's from its own module's source)."""
+    if member.docstring.strip() or not isinstance(member, pdoc.doc.Variable):
+        return member.docstring.strip()
+    defined_in = getattr(module, "_EXPORTS", {}).get(export)
+    if defined_in is None:
+        return ""
+    there = pdoc.doc.Module(importlib.import_module(defined_in)).get(export)
+    return there.docstring.strip() if there is not None else ""
 
 
 def _undocumented_members(cls: pdoc.doc.Class) -> list[str]:

@@ -93,6 +93,8 @@ class Artifacts:
 
     @property
     def objects(self) -> ObjectStore:
+        """The object store the content goes to (:class:`ArtifactError` if none is
+        configured here)."""
         if self._objects is None:
             raise ArtifactError("no artifact store is configured for this context")
         if not isinstance(self._objects, ObjectStore):
@@ -101,6 +103,8 @@ class Artifacts:
 
     @property
     def registry(self) -> ArtifactRegistry:
+        """Where the artifacts' registrations are kept (:class:`ArtifactError` if none is
+        configured here)."""
         if self._registry is None:
             raise ArtifactError("no artifact store is configured for this context")
         return self._registry

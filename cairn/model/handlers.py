@@ -11,21 +11,21 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-# The run state a handler is given (its private copy) and the mapping it returns to be
-# merged into it. Values are JSON, read by the handler's own knowledge of its workflow:
-# ``Any`` here keeps ``state["origin"]`` usable without a cast at every read.
 State: TypeAlias = dict[str, Any]
+"""The run state a handler is given (its private copy) and the mapping it returns to be
+merged into it. Values are JSON, read by the handler's own knowledge of its workflow:
+``Any`` here keeps ``state["origin"]`` usable without a cast at every read."""
 
-# One entry of the agent's history, ``ctx.messages`` (a provider's chat format:
-# ``{"role": "user", "content": "..."}``, tool calls and all).
 Message: TypeAlias = dict[str, Any]
+"""One entry of the agent's history, ``ctx.messages`` (a provider's chat format: ``{"role":
+"user", "content": "..."}``, tool calls and all)."""
 
-# What may be recorded and returned again from the record (an effect's result, a model
-# call's answer): JSON data. Mapping and Sequence, not dict and list, so that a
-# ``dict[str, str]`` is one (they are covariant); a tuple comes back as a list.
 JSONValue: TypeAlias = (
     bool | int | float | str | Sequence["JSONValue"] | Mapping[str, "JSONValue"] | None
 )
+"""What may be recorded and returned again from the record (an effect's result, a model
+call's answer): JSON data. Mapping and Sequence, not dict and list, so that a
+``dict[str, str]`` is one (they are covariant); a tuple comes back as a list."""
 
-# A guard of a ``branch``: the state after the handler's output is merged -> its label.
 Guard: TypeAlias = Callable[[State], bool | str]
+"""A guard of a ``branch``: the state after the handler's output is merged -> its label."""

@@ -173,5 +173,9 @@ def configure_logging(level: str, log_format: str, role: str, *, tasks: bool = F
     chatty = logging.NOTSET if tasks or level == "DEBUG" else logging.WARNING
     for name in CHATTY:
         logging.getLogger(name).setLevel(chatty)
-    logging.captureWarnings(True)  # a warning is a line, in the same format
+    # A warning is a line, in the same format. Released first: capturing again is a no-op
+    # that trusts warnings.showwarning to be still logging's, which whoever restored
+    # the warnings module since (a test framework, catch_warnings) made untrue.
+    logging.captureWarnings(False)
+    logging.captureWarnings(True)
     warnings.formatwarning = _one_line

@@ -440,12 +440,16 @@ class StepContext:
         return self._vars
 
     def added_artifacts(self) -> dict[str, dict[str, Any]]:
+        """The artifacts this execution created, for the worker to record with its step."""
         return self.artifacts.created()
 
     def added_messages(self) -> tuple[Message, ...]:
+        """The messages appended to ``ctx.messages`` in this execution (for the worker)."""
         return tuple(self.messages[self._messages_before :])
 
     def changed_sessions(self) -> dict[str, Any]:
+        """The sessions set, changed or closed (``None``) in this execution (for the
+        worker)."""
         changed: dict[str, Any] = {
             name: value
             for name, value in self.sessions.items()
@@ -457,8 +461,8 @@ class StepContext:
         return changed
 
 
-# A handler, a compensation or an on-resume check: ``fn(ctx, state)``, plain or async,
-# returning what to merge into the run state (or None).
 SyncHandler: TypeAlias = Callable[[StepContext, State], State | None]
 AsyncHandler: TypeAlias = Callable[[StepContext, State], Awaitable[State | None]]
 Handler: TypeAlias = SyncHandler | AsyncHandler
+"""A handler, a compensation or an on-resume check: ``fn(ctx, state)``, plain or async,
+returning what to merge into the run state (or None)."""

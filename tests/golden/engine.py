@@ -24,7 +24,8 @@ from unittest import mock
 from cairn import clock
 from cairn.config import Settings
 from cairn.definitions import format as definition_format
-from cairn.definitions.loader import load_definition, parse_text
+from cairn.definitions.loader import load_definition
+from cairn.definitions.text import parse_text
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.recovery import RecoveryPolicy
 from cairn.lease.memory import MemoryLeases

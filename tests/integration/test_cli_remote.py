@@ -44,6 +44,7 @@ NO_REMOTE: dict[tuple[str, ...], str] = {
     ("db", "upgrade"): "migrates the database",
     ("probe", "worker"): "checks this host's worker liveness file",
     ("demo",): "dev only: a deployment of its own",
+    ("dev",): "a development fleet on its own database (the API it serves included)",
     ("validate",): "reads definition files: the same in both modes",
     ("describe",): "reads definition files: the same in both modes",
     ("config",): "prints this process's settings",
