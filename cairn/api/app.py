@@ -98,19 +98,10 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     )
     app.state.metrics = metrics
     errors.install(app)
-    app.include_router(runs.router)
-    app.include_router(run_views.router)
-    app.include_router(lineage.router)
-    app.include_router(timeline.router)
-    app.include_router(repair.router)
-    app.include_router(bulk.router)
-    app.include_router(admin.router)
-    app.include_router(stream.router)
-    app.include_router(model_calls.router)
-    app.include_router(schedules.router)
-    app.include_router(pauses.router)
-    app.include_router(definitions.router)
-    app.include_router(fleet.router)
+    for module in (runs, run_views, lineage, timeline, repair, bulk, admin, stream):
+        app.include_router(module.router)
+    for module in (model_calls, schedules, pauses, definitions, fleet):
+        app.include_router(module.router)
     app.include_router(_operations())
     console.install(app, settings)  # the web console, under /console (docs/console.md)
     # The last added is the outermost: metrics see what the body limit refuses too.
