@@ -26,6 +26,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import redis
 from celery import chain
@@ -116,6 +117,20 @@ def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
         return subprocess.Popen(
             args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+
+
+def api_ready(base_url: str, timeout_s: float = 60.0) -> None:
+    """Wait until the ``cairn api`` at ``base_url`` answers ``/readyz``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{base_url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError("the API did not start")
+        time.sleep(0.2)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

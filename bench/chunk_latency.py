@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.chain import admin, cairn_env, fresh_database, spawn, stop
+from bench.chain import admin, api_ready, cairn_env, fresh_database, spawn, stop
 from cairn.testing.model_server import ModelServer, Reply
 
 KEY = "bench-key-0123456789abcdef"
@@ -93,16 +93,7 @@ def main() -> None:
         client = Client(settings)
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as api:
-                deadline = time.monotonic() + 60
-                while True:
-                    try:
-                        if api.get("/readyz").status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    if time.monotonic() > deadline:
-                        raise TimeoutError("the API did not start")
-                    time.sleep(0.2)
+                api_ready(f"http://127.0.0.1:{port}")
                 text = " ".join(f"w{n}" for n in range(args.words))
                 model.script(Reply(text="warm"))
                 client.wait(client.submit("bench_streamed", {"ask": "warm up"}), 60)

@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from bench.chain import admin, cairn_env, fresh_database, spawn, stop
+from bench.chain import admin, api_ready, cairn_env, fresh_database, spawn, stop
 from bench.streams import WORKFLOW, free_port
 
 KEY = "bench-listing-key-0123456789ab"
@@ -169,19 +169,6 @@ def _session(client: Any) -> str:
     return start_session(client.runtime.store, who, 3600).token
 
 
-def _ready(api: httpx.Client) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if api.get("/readyz").status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError("the API did not start")
-        time.sleep(0.2)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=10_000)
@@ -211,7 +198,7 @@ def main() -> None:
             for _ in range(20):
                 client.signal(run_id, "tick", {})
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as api:
-                _ready(api)
+                api_ready(str(api.base_url).rstrip("/"))
                 seeded = 0
                 for size in (args.small, args.large):
                     took = seed(url, seeded + 1, size)

@@ -30,9 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from bench.chain import admin, cairn_env, fresh_database, spawn, stop
+from bench.chain import admin, api_ready, cairn_env, fresh_database, spawn, stop
 
 KEY = "bench-streams-key-0123456789ab"
 WORKFLOW = """\
@@ -188,16 +186,7 @@ def _run_phase(env: dict[str, str], runs: list[str], args: Any, log: Path) -> Ph
     api_env = {**env, "CAIRN_API_KEYS": f"default:{KEY}"}
     server = spawn([sys.executable, "-m", "cairn.cli", "api", f"--port={port}"], api_env, log)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("the API did not start")
-            time.sleep(0.2)
+        api_ready(f"http://127.0.0.1:{port}")
         return asyncio.run(_phase(port, server.pid, env, runs, args))
     finally:
         stop(server)

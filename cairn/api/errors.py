@@ -7,6 +7,7 @@ match on it; the message is for people); the HTTP status is chosen here, by erro
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -113,6 +114,19 @@ HTTP_CODES = {
 }
 
 
+def field_errors(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """pydantic's errors as the fields a refusal names: ``{"field", "message"}``."""
+    return [
+        {"field": ".".join(str(part) for part in err["loc"]), "message": err["msg"]}
+        for err in errors
+    ]
+
+
+def fields_line(fields: Sequence[Mapping[str, str]]) -> str:
+    """Those fields in one line, for a message: ``body.name: ...; body.role: ...``."""
+    return "; ".join(f"{entry['field']}: {entry['message']}" for entry in fields)
+
+
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **extra}}
 
@@ -145,12 +159,9 @@ def install(app: FastAPI) -> None:
 
     async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        fields = [
-            {"field": ".".join(str(part) for part in err["loc"]), "message": err["msg"]}
-            for err in exc.errors()
-        ]
-        message = "; ".join(f"{entry['field']}: {entry['message']}" for entry in fields)
-        return error_response(422, "validation_error", message or "invalid request", fields=fields)
+        fields = field_errors(exc.errors())
+        message = fields_line(fields) or "invalid request"
+        return error_response(422, "validation_error", message, fields=fields)
 
     async def http_error(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)

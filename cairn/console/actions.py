@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
 from cairn.api import repair, runs
-from cairn.api.errors import status_of
+from cairn.api.errors import field_errors, fields_line, status_of
 from cairn.api.models import CancelRequest, ResolveRequest, RollbackRequest, SignalRequest
 from cairn.api.scope import RunId
 from cairn.console.run_page import run_context
@@ -48,7 +48,7 @@ def _refused(
 
 
 def _invalid(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+    return fields_line(field_errors(exc.errors()))
 
 
 @router.post("/runs/{run_id}/signal", response_class=HTMLResponse)

@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
 from cairn.api import bulk
-from cairn.api.errors import status_of
+from cairn.api.errors import field_errors, fields_line, status_of
 from cairn.console.web import PREFIX, ConsoleRoute, Form, Runtime_, Who, as_api, render
 from cairn.errors import CairnError, InvalidInput
 from cairn.http.models import BulkResult
@@ -82,9 +82,7 @@ def _act(
             caller=who,
         )
     except ValidationError as exc:
-        fields = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
+        fields = fields_line(field_errors(exc.errors()))
         raise InvalidInput(f"not a valid bulk action: {fields}") from exc
 
 

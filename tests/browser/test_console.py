@@ -22,7 +22,7 @@ import pytest
 from cairn.testing.model_server import ModelServer, Reply
 from tests.browser.conftest import screenshot
 from tests.integration.test_lease_metrics import free_ports
-from tests.support.api_server import Deployment, api_deployment, bearer
+from tests.support.api_server import Deployment, api_deployment, bearer, mint_keys_over_http
 from tests.support.oidc import running_provider
 
 OIDC_SECRET = "console-oidc-secret"
@@ -74,18 +74,8 @@ def http(deployment: Deployment) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="module")
 def keys(http: httpx.Client) -> dict[str, str]:
     """ann: an approver who reads payloads; vic: a viewer; ops: an operator."""
-    made = {}
-    for name, role, payloads in (
-        ("ann", "approver", True),
-        ("vic", "viewer", False),
-        ("ops", "operator", True),
-    ):
-        body = {"name": name, "role": role, "payloads": payloads}
-        created = http.post("/v1/principals", json=body, headers=bearer(ADMIN))
-        assert created.status_code == 201, created.text
-        minted = http.post(f"/v1/principals/{name}/keys", headers=bearer(ADMIN))
-        made[name] = minted.json()["key"]
-    return made
+    principals = {"ann": ("approver", True), "vic": ("viewer", False), "ops": ("operator", True)}
+    return mint_keys_over_http(http, principals, ADMIN)
 
 
 def until(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:

@@ -27,7 +27,7 @@ import sys
 import sysconfig
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -161,6 +161,11 @@ def fresh_env(venv: Path, home: Path, token: str) -> dict[str, str]:
     return env
 
 
+def _as_is(value: str) -> Callable[[re.Match[str]], str]:
+    """A replacement that is ``value`` itself (a path's backslash is no group reference)."""
+    return lambda _match: value
+
+
 def substitute(blocks: list[Block], replacements: Mapping[str, str]) -> list[Block]:
     """The blocks with the reader's local addresses (patterns) replaced by the test's own
     (its database, its Redis databases, a free port, its temporary folder) — in their
@@ -168,7 +173,7 @@ def substitute(blocks: list[Block], replacements: Mapping[str, str]) -> list[Blo
 
     def swapped(text: str) -> str:
         for pattern, value in replacements.items():
-            text = re.sub(pattern, value.replace("\\", "\\\\"), text)  # as it is, no groups
+            text = re.sub(pattern, _as_is(value), text)
         return text
 
     out = []

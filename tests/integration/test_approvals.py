@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.api_server import Deployment, api_deployment, bearer
+from tests.support.api_server import Deployment, api_deployment, bearer, mint_keys_over_http
 
 ADMIN = "approvals-admin-key-0123456789"
 
@@ -35,21 +35,9 @@ def http(deployment: Deployment) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="module")
 def keys(http: httpx.Client) -> dict[str, str]:
     """Approvers ann, bea, alice, bob; viewer vic; operator ops."""
-    made = {}
-    for name, role in (
-        ("ann", "approver"),
-        ("bea", "approver"),
-        ("alice", "approver"),
-        ("bob", "approver"),
-        ("vic", "viewer"),
-        ("ops", "operator"),
-    ):
-        created = http.post(
-            "/v1/principals", json={"name": name, "role": role}, headers=bearer(ADMIN)
-        )
-        assert created.status_code == 201, created.text
-        made[name] = http.post(f"/v1/principals/{name}/keys", headers=bearer(ADMIN)).json()["key"]
-    return made
+    roles = dict.fromkeys(("ann", "bea", "alice", "bob"), "approver")
+    roles |= {"vic": "viewer", "ops": "operator"}
+    return mint_keys_over_http(http, {n: (role, False) for n, role in roles.items()}, ADMIN)
 
 
 def start(http: httpx.Client, keys: dict[str, str], workflow: str, **inputs: Any) -> str:

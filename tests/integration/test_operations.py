@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from cairn.access.authenticate import config_key_name
-from tests.support.api_server import Deployment, api_deployment
+from tests.support.api_server import Deployment, api_deployment, mint_keys_over_http
 from tests.support.shop import ADAPTERS, Service, running_service
 
 ADMIN = "ops-bootstrap-key-0123456789abc"
@@ -52,11 +52,9 @@ def http(deployment: Deployment) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="module")
 def keys(http: httpx.Client) -> dict[str, str]:
     """An operator without the payloads permission, and a viewer."""
-    made = {}
-    for name, role in (("night-operator", "operator"), ("watcher", "viewer")):
-        assert http.post("/v1/principals", json={"name": name, "role": role}).status_code == 201
-        made[name] = http.post(f"/v1/principals/{name}/keys", json={}).json()["key"]
-    return made
+    return mint_keys_over_http(
+        http, {"night-operator": ("operator", False), "watcher": ("viewer", False)}
+    )
 
 
 def as_(key: str) -> dict[str, str]:

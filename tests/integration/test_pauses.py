@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from cairn.access.authenticate import config_key_name
-from tests.support.api_server import Deployment, api_deployment
+from tests.support.api_server import Deployment, api_deployment, mint_keys_over_http
 
 ADMIN = "pause-bootstrap-key-0123456789ab"
 ADMIN_ACTOR = f"key:{config_key_name(ADMIN)}"
@@ -42,11 +42,9 @@ def http(deployment: Deployment) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="module")
 def keys(http: httpx.Client) -> dict[str, str]:
-    made = {}
-    for name, role in (("submitter", "operator"), ("onlooker", "viewer")):
-        assert http.post("/v1/principals", json={"name": name, "role": role}).status_code == 201
-        made[name] = http.post(f"/v1/principals/{name}/keys", json={}).json()["key"]
-    return made
+    return mint_keys_over_http(
+        http, {"submitter": ("operator", False), "onlooker": ("viewer", False)}
+    )
 
 
 def as_(key: str) -> dict[str, str]:

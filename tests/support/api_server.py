@@ -35,6 +35,23 @@ def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+def mint_keys_over_http(
+    http: httpx.Client, principals: Mapping[str, tuple[str, bool]], admin: str | None = None
+) -> dict[str, str]:
+    """name → (role, may read payloads): each principal created through the API (as
+    ``admin``'s key, or with the client's own header), with one key: name → that key."""
+    headers = bearer(admin) if admin is not None else None
+    made = {}
+    for name, (role, payloads) in principals.items():
+        body = {"name": name, "role": role, "payloads": payloads}
+        created = http.post("/v1/principals", json=body, headers=headers)
+        assert created.status_code == 201, created.text
+        minted = http.post(f"/v1/principals/{name}/keys", json={}, headers=headers)
+        assert minted.status_code == 201, minted.text
+        made[name] = str(minted.json()["key"])
+    return made
+
+
 @contextmanager
 def api_deployment(
     pg_template: str,
