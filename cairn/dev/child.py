@@ -55,15 +55,15 @@ def main(argv: list[str] | None = None) -> None:
 
 def _run(role: str, options: list[str], settings: Settings) -> None:
     if role == "worker" and settings.broker_url is None:
-        host, port = options
-        _embedded(settings, host, int(port))
+        (listener,) = options
+        _embedded(settings, int(listener))
     elif role == "worker":
         _worker(settings)
     elif role == "scheduler":
         _schedule(settings)
     elif role == "api":
-        host, port = options
-        _api(settings, host, int(port))
+        (listener,) = options
+        _api(settings, int(listener))
     else:
         raise SystemExit(f"cairn.dev.child: unknown role {role!r}")
 
@@ -79,7 +79,7 @@ def _runtime(settings: Settings, **options: Any) -> Runtime:
     return Runtime.build(settings, migrate=False, **options)
 
 
-def _embedded(settings: Settings, host: str, port: int) -> None:
+def _embedded(settings: Settings, listener: int) -> None:
     """Without a broker: worker threads, the scheduler (its relay feeds their queue) and
     the API with the console, on one runtime — one process's memory holds the leases
     and heartbeats that the API shows."""
@@ -93,7 +93,7 @@ def _embedded(settings: Settings, host: str, port: int) -> None:
         runtime.start_workers()
         runtime.start_scheduler()
         log.info("started, as %s", runtime.runner.worker)
-    _serve_api(settings, runtime, host, port)
+    _serve_api(settings, runtime, listener)
 
 
 def _worker(settings: Settings) -> None:
@@ -136,15 +136,17 @@ def _schedule(settings: Settings) -> None:
     runtime.close()
 
 
-def _api(settings: Settings, host: str, port: int) -> None:
+def _api(settings: Settings, listener: int) -> None:
     """With a broker: the API and console on a runtime of this process's that runs no
     node (the Celery worker child does)."""
     runtime = _runtime(settings, pre_ping=True, resolve=False, register=False)
-    _serve_api(settings, runtime, host, port)
+    _serve_api(settings, runtime, listener)
 
 
-def _serve_api(settings: Settings, runtime: Runtime, host: str, port: int) -> None:
-    """Serve the API and console on ``runtime`` until SIGINT or SIGTERM, then close it."""
+def _serve_api(settings: Settings, runtime: Runtime, listener: int) -> None:
+    """Serve the API and console on ``runtime`` until SIGINT or SIGTERM, then close it;
+    on the supervisor's socket ``listener`` (a file descriptor), which outlives this
+    process."""
     import uvicorn  # noqa: PLC0415
 
     from cairn.api.app import create_app  # noqa: PLC0415
@@ -152,14 +154,12 @@ def _serve_api(settings: Settings, runtime: Runtime, host: str, port: int) -> No
     try:
         config = uvicorn.Config(
             create_app(settings, runtime),
-            host=host,
-            port=port,
             log_level=settings.log_level.lower(),
             log_config=None,  # cairn's JSON lines (configure_logging), not uvicorn's
             access_log=False,
             timeout_graceful_shutdown=2,  # an open event stream must not hold a reload
         )
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run(sockets=[socket.socket(fileno=listener)])
     finally:
         runtime.close()
 

@@ -7,6 +7,11 @@ started too (a subprocess a handler spawned) and so that a terminal's Ctrl-C rea
 supervisor alone, which then stops the children in order: SIGTERM to each group, SIGKILL
 to what is left of it after a grace period. A child whose supervisor dies ends itself
 (:mod:`cairn.dev.child`).
+
+The supervisor binds the API's socket once and hands it to each process that serves, so
+a reload that restarts the serving process (the embedded default's one process) leaves
+the port listening: a request sent meanwhile waits in the socket's backlog for the new
+process instead of being refused.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -60,6 +66,7 @@ class Child:
     plan: DevPlan
     log: Log
     events: queue.Queue[Event]
+    listener: socket.socket | None = None  # the API's, for a child that serves it
     process: subprocess.Popen[str] | None = None
     generation: int = 0
 
@@ -69,6 +76,7 @@ class Child:
             self.argv,
             env=self.plan.env,
             cwd=self.plan.project,
+            pass_fds=() if self.listener is None else (self.listener.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -124,12 +132,23 @@ class Supervisor:
         """Run until Ctrl-C or SIGTERM (0), or until the API or scheduler fails (1)."""
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
+        try:
+            listener = listen(self.plan)
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            self.log.say(f"cannot listen on {self.plan.url}: {reason}", level="ERROR")
+            return 1
         self._announce()
+        with listener:
+            return self._supervise(listener)
+
+    def _supervise(self, listener: socket.socket) -> int:
         for role in self.plan.roles:
-            self.children[role] = Child(
-                role, _argv(role, self.plan), self.plan, self.log, self.events
-            )
-            self.children[role].start()
+            serves = role == "api" or (role == "worker" and self.plan.embedded)
+            given = listener if serves else None
+            child = Child(role, _argv(role, given), self.plan, self.log, self.events, given)
+            self.children[role] = child
+            child.start()
         threading.Thread(target=self._say_when_ready, name="cairn-dev-ready", daemon=True).start()
         watch_sources(
             self.plan.watch,
@@ -218,10 +237,17 @@ class Supervisor:
                 time.sleep(READY_POLL_S)
 
 
-def _argv(role: str, plan: DevPlan) -> list[str]:
+def listen(plan: DevPlan) -> socket.socket:
+    """The API's listening socket, inherited by each process that serves it."""
+    family = socket.AF_INET6 if ":" in plan.host else socket.AF_INET
+    listener = socket.create_server((plan.host, plan.port), family=family, backlog=2048)
+    listener.set_inheritable(True)
+    return listener
+
+
+def _argv(role: str, listener: socket.socket | None) -> list[str]:
     argv = [sys.executable, "-m", "cairn.dev.child", role]
-    serves = role == "api" or (role == "worker" and plan.embedded)
-    return [*argv, plan.host, str(plan.port)] if serves else argv
+    return argv if listener is None else [*argv, str(listener.fileno())]
 
 
 def _shown(path: Path, project: Path) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cairn.http import Client
+from cairn.http import Client, RetryPolicy
 from tests.integration.test_lease_metrics import free_ports
 from tests.support.services import ROOT
 
@@ -207,7 +207,9 @@ def exercise(dev: Dev, *, worker_processes: int, stop: signal.Signals) -> None:
     printed = dev.wait_for_line(lambda line: "development key" in line, "the key")
     assert dev.key() in dev.lines[printed]
     signs_in_to_the_console(dev)
-    with Client(dev.url, dev.key()) as client:
+    # Tried once, with time to wait: a request sent while a reload restarts the serving
+    # process waits for the new one (the port stays open), it is never refused.
+    with Client(dev.url, dev.key(), retry=RetryPolicy(attempts=1), timeout_s=60) as client:
         assert greeting(client) == "hello v1"
         started = descendants(dev.process.pid)
         assert len(started) >= worker_processes, started
