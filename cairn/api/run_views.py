@@ -111,6 +111,7 @@ def get_run(run_id: RunId, runtime: Runtime_, who: Reader) -> RunDetail:
             execution: _beat(beat, payloads) if beat is not None else None
             for execution, beat in beats.items()
         },
+        heartbeat_interval_s=runtime.settings.heartbeat_interval,
         last_event=({"seq": last[0].seq, "type": last[0].type, "at": last[0].at} if last else None),
         vars=state.vars if payloads else None,
         result=state.vars if payloads and view.status is RunStatus.SUCCEEDED else None,

@@ -240,7 +240,8 @@ def _over_http(run_id: str) -> RunShown:
 
     with remote.api() as client:
         detail = client.get_run(run_id)
-    return RunShown(run_view(detail), detail.heartbeats, detail.explain, heartbeat_interval_s())
+    interval_s = heartbeat_interval_s(detail)
+    return RunShown(run_view(detail), detail.heartbeats, detail.explain, interval_s)
 
 
 def _executions(executions: list[dict[str, Any]]) -> None:

@@ -53,9 +53,12 @@ def all_events(client: Client, run_id: str, after: int = 0) -> list[dict[str, An
         after = page.next_after
 
 
-def heartbeat_interval_s() -> float:
-    """How often workers beat, as this process's settings say (the deployment's own is
-    not served): a running node is suspect after three missed beats."""
+def heartbeat_interval_s(detail: RunDetail) -> float:
+    """How often the deployment's workers beat, as its API says (a running node is
+    suspect after three missed beats); this process's settings for an API too old to
+    say."""
+    if detail.heartbeat_interval_s is not None:
+        return detail.heartbeat_interval_s
     from cairn.config import Settings
 
     return Settings.from_env().heartbeat_interval

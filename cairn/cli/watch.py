@@ -87,7 +87,6 @@ def _watch_over_http(run_id: str, interval: float, timeout: float | None) -> Non
     recoveries: list[str] = []
     seen = 0
     deadline = None if timeout is None else time.monotonic() + timeout
-    interval_s = heartbeat_interval_s()
     with remote.api() as client, Live(console=out, refresh_per_second=4) as live:
         while True:
             detail = client.get_run(run_id)
@@ -98,7 +97,8 @@ def _watch_over_http(run_id: str, interval: float, timeout: float | None) -> Non
             head = f"{detail.id}  {detail.status}" + (f": {detail.reason}" if detail.reason else "")
             lines = [head]
             lines += [
-                f"{ran}: {liveness(beat, interval_s)}" for ran, beat in detail.heartbeats.items()
+                f"{ran}: {liveness(beat, heartbeat_interval_s(detail))}"
+                for ran, beat in detail.heartbeats.items()
             ]
             lines += detail.explain + recoveries
             title = f"{detail.workflow}@{detail.version}"

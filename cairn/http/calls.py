@@ -9,6 +9,7 @@ and docstring are the method's.
 from __future__ import annotations
 
 import os
+import ssl
 import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,7 +87,15 @@ def connection(base_url: str | None, api_key: str | None, timeout_s: float) -> d
         "auth": ApiKey(key) if key else None,
         "timeout": timeout_s,
         "headers": {"User-Agent": f"cairn-http/{cairn.__version__}"},
+        **({} if url.lower().startswith("https:") else {"verify": _no_tls()}),
     }
+
+
+def _no_tls() -> ssl.SSLContext:
+    """The TLS settings of a client of a plain ``http://`` API: none are used, so the CA
+    bundle is not loaded (a tenth of a second at each command line's start). Should a
+    request still meet TLS, this context trusts no certificate, and it fails."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 # -- the calls ------------------------------------------------------------------------

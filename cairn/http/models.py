@@ -109,6 +109,11 @@ class RunDetail(RunSummary):
         "eta_s, the seconds left at the rate of progress so far (None without a total), "
         "no_progress_s since the last progress, and stalled (past its node's stall_after)."
     )
+    heartbeat_interval_s: float | None = Field(
+        default=None,
+        description="How often this deployment's workers beat: a running node is suspect "
+        "after three missed beats.",
+    )
     last_event: dict[str, Any] | None
     vars: dict[str, Any] | None = Field(
         description="The run's state (null without the payloads permission)."
