@@ -1,0 +1,280 @@
+"""The step corridor against plain Celery: a chain of ten trivial steps and a fan-out of
+eight joined into one more, on the same two worker processes, measured in one run.
+
+    python -m bench.corridor --runs 200 --rounds 3
+
+For each shape and each system, per round:
+
+- **steps/s** with ``--runs`` runs submitted at once (cairn: ``cairn worker
+  --concurrency=2`` prefork and the scheduler; Celery: ``celery worker`` prefork 2 with
+  the chain of :mod:`bench.workflows` or the chord of :mod:`bench.wait_workflows` — a
+  chord needs a result backend, Redis beside the broker);
+- **machine CPU ms per step**: every process on the machine (workers, scheduler,
+  PostgreSQL, Redis, this bench) from ``/proc/stat``'s busy time over the burst, less
+  what the idle machine spent in a window measured just before, divided by the steps;
+- **serial ms per step**: ``--serial`` runs one after another, each waited for before
+  the next is sent; the median run's wall time over its steps — the latency of a step
+  with nothing else in flight;
+- **commits per step** (cairn): PostgreSQL's ``xact_commit`` over the burst.
+
+A chain counts 10 steps, a fan-out 9 (eight branches and the node after the join; the
+chord's callback is its ninth). The table shows the median round, and the ratios to
+Celery of that round. Needs PostgreSQL and Redis (``bash scripts/services.sh``); uses
+Redis dbs 12-15. Run it on a quiet machine: the machine CPU figure is everyone's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import redis
+from celery import chain, chord
+
+from bench.chain import REDIS, ROOT, commits, fleet, spawn, stop, wait_finished
+
+SHAPES = {"chain10": 10, "fanout8": 9}
+CAIRN_WORKFLOWS = {"chain10": "bench_chain10", "fanout8": "bench_fanout8"}
+IDLE_WINDOW_S = 2.0
+BROKER_DB, MARKS_DB, BACKEND_DB = 12, 13, 14
+
+
+@dataclass(frozen=True)
+class Result:
+    steps_per_s: float
+    cpu_ms_per_step: float
+    serial_ms_per_step: float
+    commits_per_step: float | None
+
+
+def busy_s() -> float:
+    """Seconds of CPU the whole machine has spent busy since boot (all cores)."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_rate() -> float:
+    """CPU seconds per second the machine spends with nothing of the bench running."""
+    before, started = busy_s(), time.perf_counter()
+    time.sleep(IDLE_WINDOW_S)
+    return (busy_s() - before) / (time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class Burst:
+    seconds: float
+    cpu_s: float
+
+
+@contextmanager
+def burst(background: float) -> Iterator[list[Burst]]:
+    """Time a block and the machine's CPU in it, less ``background`` per second."""
+    found: list[Burst] = []
+    before, started = busy_s(), time.perf_counter()
+    yield found
+    elapsed = time.perf_counter() - started
+    found.append(Burst(elapsed, max(0.0, busy_s() - before - background * elapsed)))
+
+
+def cairn_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
+    steps = SHAPES[shape]
+    workflow = CAIRN_WORKFLOWS[shape]
+    with fleet(
+        f"corridor_{shape}",
+        workdir,
+        workers=1,
+        worker_args=["--concurrency=2", "--pool=prefork"],
+        CAIRN_WORKFLOWS="bench.workflows,bench.wait_workflows",
+        BENCH_MARKS_URL=f"{REDIS}/{MARKS_DB}",
+    ) as opened:
+        client = opened.client
+        for _warm in range(4):
+            client.wait(client.submit(workflow, {}), 60)
+        serial_ids = []
+        for _run in range(serial):
+            serial_ids.append(str(client.submit(workflow, {})))
+            client.wait(serial_ids[-1], 60, poll_s=0.005)
+        per_run = [taken / steps for taken in run_durations_s(opened.url, serial_ids)]
+        database = opened.url.rpartition("/")[2]
+        time.sleep(1.0)
+        background = idle_rate()
+        before = commits(database)
+        with burst(background) as measured:
+            run_ids = [str(client.submit(workflow, {})) for _ in range(runs)]
+            wait_finished(opened.url, run_ids)
+        time.sleep(1.5)  # the statistics collector catches up
+        made = commits(database) - before
+        for run_id in run_ids:
+            assert client.get_run(run_id).status.value == "succeeded", run_id
+    (taken,) = measured
+    total = runs * steps
+    return Result(
+        total / taken.seconds,
+        taken.cpu_s * 1000 / total,
+        statistics.median(per_run) * 1000,
+        made / total,
+    )
+
+
+def run_durations_s(url: str, run_ids: list[str]) -> list[float]:
+    """Each run's time from its submission to its end, by the database's records (not
+    the bench's polling)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT extract(epoch FROM finished_at - created_at) FROM runs WHERE id = ANY(%s)",
+            (run_ids,),
+        ).fetchall()
+    return [float(row[0]) for row in rows]
+
+
+def celery_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
+    from bench.wait_workflows import branch, chord_baseline, joined  # noqa: PLC0415
+    from bench.workflows import baseline, step  # noqa: PLC0415
+
+    steps = SHAPES[shape]
+    broker, marks_url, backend = (f"{REDIS}/{db}" for db in (BROKER_DB, MARKS_DB, BACKEND_DB))
+    for url in (broker, marks_url, backend):
+        redis.Redis.from_url(url).flushdb()
+    app = baseline if shape == "chain10" else chord_baseline
+    app.conf.update(broker_url=broker, result_backend=backend)
+    key = "bench:marks" if shape == "chain10" else "bench:chord"
+    # A chain marks each step; a chord marks its callback only, once per run.
+    marks_per_run = steps if shape == "chain10" else 1
+
+    def send(run: int) -> None:
+        if shape == "chain10":
+            chain(step.si(run, index) for index in range(steps)).apply_async()
+        else:
+            chord(branch.si(run, index) for index in range(8))(joined.s(run))
+
+    module = (
+        "bench.workflows:baseline" if shape == "chain10" else "bench.wait_workflows:chord_baseline"
+    )
+    env = {
+        **os.environ,
+        "BENCH_BROKER_URL": broker,
+        "BENCH_BACKEND_URL": backend,
+        "BENCH_MARKS_URL": marks_url,
+        "PYTHONPATH": str(ROOT),
+    }
+    worker = spawn(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            module,
+            "worker",
+            "--concurrency=2",
+            "--pool=prefork",
+            "--loglevel=WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            f"--hostname=corridor-{shape}@%h",
+        ],
+        env,
+        workdir / f"corridor-celery-{shape}.log",
+    )
+    marks = redis.Redis.from_url(marks_url)
+    wait = _marks_waiter(marks, key, worker.poll)
+    try:
+        for warm in range(4):
+            send(-1 - warm)
+            wait((warm + 1) * marks_per_run)
+        per_run = []
+        for run in range(serial):
+            marks.delete(key)
+            sent = time.time()
+            send(-100 - run)
+            wait(marks_per_run)
+            last = max(float(raw.split()[-1]) for raw in marks.lrange(key, 0, -1))
+            per_run.append((last - sent) / steps)
+        marks.delete(key)
+        time.sleep(1.0)
+        background = idle_rate()
+        with burst(background) as measured:
+            for run in range(runs):
+                send(run)
+            wait(runs * marks_per_run)
+    finally:
+        stop(worker)
+    (taken,) = measured
+    total = runs * steps
+    return Result(
+        total / taken.seconds, taken.cpu_s * 1000 / total, statistics.median(per_run) * 1000, None
+    )
+
+
+def _marks_waiter(
+    marks: redis.Redis, key: str, ended: Callable[[], int | None]
+) -> Callable[[int], None]:
+    def wait(count: int, timeout_s: float = 600) -> None:
+        deadline = time.monotonic() + timeout_s
+        while marks.llen(key) < count:
+            if ended() is not None or time.monotonic() > deadline:
+                raise TimeoutError(f"{marks.llen(key)} of {count} marks")
+            time.sleep(0.002)
+
+    return wait
+
+
+def median_round(results: list[tuple[Result, Result]]) -> tuple[Result, Result]:
+    """The round whose cairn/Celery steps/s ratio is the median one."""
+    ordered = sorted(results, key=lambda pair: pair[1].steps_per_s / pair[0].steps_per_s)
+    return ordered[len(ordered) // 2]
+
+
+def report(shape: str, results: list[tuple[Result, Result]]) -> None:
+    celery, cairn = median_round(results)
+    ratios = [c.steps_per_s / b.steps_per_s for b, c in results]
+    print(f"\n{shape} ({SHAPES[shape]} steps a run), median of {len(results)} round(s)")
+    print(
+        f"{'':<14} {'steps/s':>9} {'x Celery':>9} {'CPU ms/step':>12} {'x Celery':>9} "
+        f"{'serial ms/step':>15} {'- Celery':>9} {'commits/step':>13}"
+    )
+    for name, figures in (("plain Celery", celery), ("cairn", cairn)):
+        commits_shown = (
+            "-" if figures.commits_per_step is None else f"{figures.commits_per_step:.2f}"
+        )
+        print(
+            f"{name:<14} {figures.steps_per_s:>9.0f} "
+            f"{figures.steps_per_s / celery.steps_per_s:>8.2f}x "
+            f"{figures.cpu_ms_per_step:>12.2f} "
+            f"{figures.cpu_ms_per_step / max(celery.cpu_ms_per_step, 1e-9):>8.2f}x "
+            f"{figures.serial_ms_per_step:>15.2f} "
+            f"{figures.serial_ms_per_step - celery.serial_ms_per_step:>+8.2f} {commits_shown:>13}"
+        )
+    print(f"steps/s ratio in each round: {', '.join(f'{r:.2f}x' for r in ratios)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200, help="runs in each burst")
+    parser.add_argument("--serial", type=int, default=20, help="runs one at a time, per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--shapes", default="chain10,fanout8")
+    args = parser.parse_args()
+    workdir = Path(os.environ.get("BENCH_WORKDIR", "/tmp/cairn-bench"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
+    for shape in args.shapes.split(","):
+        results = []
+        for _round in range(args.rounds):
+            celery = celery_round(shape, args.runs, args.serial, workdir)
+            cairn = cairn_round(shape, args.runs, args.serial, workdir)
+            results.append((celery, cairn))
+        report(shape, results)
+
+
+if __name__ == "__main__":
+    main()
