@@ -20,7 +20,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from cairn.cli import watch
-from cairn.cli.main import app, main
+from cairn.cli.main import COMMAND_MODULES, app, main, modules_for
 from cairn.client import Client
 from cairn.errors import CairnError, ConfigError
 from cairn.model.events import NodeHeld, stamped
@@ -629,3 +629,23 @@ def test_submit_takes_a_priority_and_status_shows_it(
             assert len(tx.list_runs()) == 2  # the CLI's and the batch's good one
     finally:
         client.close()
+
+
+def test_the_entry_point_imports_the_module_that_registers_each_command() -> None:
+    """A command line loads only its command's module (cairn.cli.main.COMMAND_MODULES):
+    the map must name, for every command and group, the module that registers it."""
+    registered = {
+        command.name or command.callback.__name__.replace("_", "-"): command.callback.__module__
+        for command in app.registered_commands
+        if command.callback is not None
+    }
+    for group in app.registered_groups:
+        commands = group.typer_instance.registered_commands if group.typer_instance else []
+        assert group.name is not None and commands and commands[0].callback is not None
+        registered[group.name] = commands[0].callback.__module__
+    assert {name: f"cairn.cli.{module}" for name, module in COMMAND_MODULES.items()} == registered
+    assert modules_for(["--api-url", "http://h", "status", "r"]) == ["runs"]
+    assert modules_for(["--api-url=http://h", "runs", "--help"]) == ["listing"]
+    assert modules_for(["--version"]) == []
+    assert modules_for(["--help", "status"]) is None  # the root's help: every command
+    assert modules_for(["statsu"]) is None  # click's "did you mean" needs them all
