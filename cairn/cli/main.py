@@ -88,9 +88,7 @@ def command_of(args: Sequence[str]) -> str | None:
     for word in words:
         if word in ROOT_VALUE_OPTIONS:
             next(words, None)
-        elif not word.startswith("-"):
-            return word
-        elif word in {"--help", "--version"}:
+        elif not word.startswith("-") or word in {"--help", "--version"}:
             return word
     return None
 
