@@ -19,6 +19,7 @@ from cairn.definitions.catalog import load_all
 from cairn.effects.adapters import load_adapters
 from cairn.engine.circuits import Circuits
 from cairn.engine.orchestrator import Orchestrator
+from cairn.engine.outbox import RelayOnly
 from cairn.engine.rates import Rates
 from cairn.engine.registry import Registry
 from cairn.engine.slots import Slots
@@ -111,8 +112,9 @@ class Runtime:
         return runtime
 
     def register_configured(self) -> None:
-        """Register every definition named by ``CAIRN_WORKFLOWS``; refuse invalid ones."""
-        _register(self.orchestrator.registry, self.settings)
+        """Register every definition named by ``CAIRN_WORKFLOWS``, and the schedules they
+        declare; refuse invalid ones."""
+        _register(self.orchestrator, self.settings)
 
     @property
     def slots(self) -> Slots | None:
@@ -204,21 +206,25 @@ def __getattr__(name: str) -> Any:
 
 
 def register_definitions(settings: Settings) -> None:
-    """Register the definitions of CAIRN_WORKFLOWS, and let go of the database: what a
-    Celery worker does once before forking its children, so that no child spends its
-    first task on it."""
+    """Register the definitions of CAIRN_WORKFLOWS and their schedules, and let go of the
+    database: what a Celery worker does once before forking its children, so that no
+    child spends its first task on it."""
     engine = make_engine(settings.effective_database_url)
     try:
         require_schema(engine)
-        registry = Registry(store_for(engine), queues=settings.queues, default_queue=settings.queue)
-        _register(registry, settings)
+        store = store_for(engine)
+        registry = Registry(store, queues=settings.queues, default_queue=settings.queue)
+        _register(Orchestrator(store, RelayOnly(), settings, registry), settings)
     finally:
         engine.dispose()
 
 
-def _register(registry: Registry, settings: Settings) -> None:
+def _register(orchestrator: Orchestrator, settings: Settings) -> None:
     """Register every definition found into CAIRN_WORKFLOWS_NAMESPACE, or none: a process
     that starts must not run with half its workflows, and its operator sees every fault
-    of every file at once."""
-    workflows = settings.workflows
-    registry.register_all(load_all(workflows) if workflows else [], settings.workflows_namespace)
+    of every file at once. Then add, or bring up to date, the schedules they declare: a
+    deployment's schedules come with its code, and one an operator paused stays paused."""
+    workflows, namespace = settings.workflows, settings.workflows_namespace
+    found = load_all(workflows) if workflows else []
+    for definition in orchestrator.registry.register_all(found, namespace):
+        orchestrator.schedules.declare(namespace, definition)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,6 +15,9 @@ from cairn.cli._app import EXIT_FAILED, EXIT_TIMEOUT, app, cwd_importable, err, 
 from cairn.cli.deployment import deployment
 from cairn.cli.liveness import heartbeats, liveness
 from cairn.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from cairn.model.definition import WorkflowDefinition
 
 WAIT_POLL_S = 0.2
 
@@ -29,33 +32,86 @@ def register(
 ) -> None:
     """Register workflow definitions into a namespace (a version, once registered, cannot
     change): all of them, or none if any is invalid (every fault of every file is
-    listed). The schedules they declare are added, or brought up to date."""
+    listed). The schedules they declare are added, or brought up to date. A new version
+    of a registered workflow prints what it changes in the transition table."""
     from cairn.definitions.catalog import load_all
 
     remote.key_namespace(namespace)
     cwd_importable()
     definitions = load_all(paths)
     if remote.active():  # into the key's namespace; its schedules with it
-        with remote.api() as api:
-            for definition in definitions:
-                answer = api.register(definition.spec)
-                again = "" if answer.created else " (registered already, identically)"
-                out.print(f"registered {definition.key} in {answer.namespace}{again}")
-        return
+        _register_over_http(definitions)
+    else:
+        _register_in_database(definitions, namespace)
+
+
+def _register_over_http(definitions: list[WorkflowDefinition]) -> None:
+    from cairn.definitions.loader import load_definition
+    from cairn.http import ApiError
+
+    with remote.api() as api:
+        for definition in definitions:
+            try:
+                found = api.workflow(definition.name)
+                previous = load_definition(
+                    found.spec,
+                    source=f"registered workflow {found.name}@{found.version}",
+                    resolve=False,
+                    registered=True,
+                    implied_format=found.format,
+                )
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                previous = None
+            answer = api.register(definition.spec)
+            again = "" if answer.created else " (registered already, identically)"
+            out.print(f"registered {definition.key} in {answer.namespace}{again}")
+            _print_changes(previous, definition, created=answer.created)
+
+
+def _register_in_database(definitions: list[WorkflowDefinition], namespace: str) -> None:
     from cairn.client import Client
     from cairn.definitions.queues import check_queues
+    from cairn.errors import UnknownWorkflow
+    from cairn.model.workflow_names import qualified
 
     client = Client()
     try:
         # All refused before any is written, without a database round trip.
         check_queues(definitions, client.settings.queues, client.settings.queue)
+        registry = client.runtime.orchestrator.registry
         for definition in definitions:
+            try:
+                previous = registry.get(qualified(namespace, definition.name))
+            except UnknownWorkflow:
+                previous = None
             client.register(definition, namespace=namespace)
             out.print(f"registered {definition.key} in {namespace}")
             for schedule in definition.schedules:
                 out.print(f"  schedule {schedule.name}: {schedule.cron} ({schedule.timezone})")
+            _print_changes(previous, definition, created=True)
     finally:
         client.close()
+
+
+def _print_changes(
+    previous: WorkflowDefinition | None, definition: WorkflowDefinition, *, created: bool
+) -> None:
+    """What a new version changes in the moves a run can make, against the newest
+    version registered before it."""
+    from cairn.definitions.transitions import transition_changes
+
+    if previous is None or not created or previous.version == definition.version:
+        return
+    changes = transition_changes(previous, definition)
+    if not changes:
+        out.print(f"  transitions: as in version {previous.version}", markup=False)
+        return
+    out.print(f"  transitions changed from version {previous.version}:", markup=False)
+    for sign, row in changes:
+        guard = f"  [{row.guard}]" if row.guard else ""
+        out.print(f"  {sign} {row.source} --{row.event}--> {row.target}{guard}", markup=False)
 
 
 @app.command()

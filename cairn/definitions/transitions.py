@@ -229,3 +229,16 @@ def _join_guard(node: ParallelNode) -> str:
     if join.timeout is not None:
         text += f" (or timeout {format_duration(join.timeout)} with defaults)"
     return text
+
+
+def transition_changes(
+    before: WorkflowDefinition, after: WorkflowDefinition
+) -> list[tuple[str, TransitionRow]]:
+    """How ``after``'s transition table differs from ``before``'s: each row only one has,
+    ``("-", row)`` for ``before``'s and ``("+", row)`` for ``after``'s, in table order —
+    what a new version changes in the moves a run can make."""
+    old, new = transition_table(before), transition_table(after)
+    kept_old, kept_new = set(old), set(new)
+    return [("-", row) for row in old if row not in kept_new] + [
+        ("+", row) for row in new if row not in kept_old
+    ]

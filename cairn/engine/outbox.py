@@ -36,6 +36,18 @@ class Publisher(Protocol):
         ...
 
 
+class RelayOnly:
+    """A publisher that takes nothing: every message stays in the outbox for the
+    scheduler's relay. For a process that writes without a broker of its own (a worker
+    registering its definitions before it forks, a deploy job)."""
+
+    def publish(self, messages: Sequence[NodeMessage]) -> bool:
+        return False
+
+    def backlog(self, queue: str | None = None) -> int | None:
+        return None
+
+
 class SentMarks:
     """Outbox ids published but not yet marked sent.
 

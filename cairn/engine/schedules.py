@@ -135,9 +135,17 @@ class Schedules:
         payload = check_input(definition, spec.input, limit_bytes=self.limit_bytes)
         return replace(spec, input=payload, overlap=OverlapPolicy(spec.overlap))
 
-    def add(self, namespace: str, spec: ScheduleSpec, *, paused: bool = False) -> ScheduleRecord:
+    def add(
+        self,
+        namespace: str,
+        spec: ScheduleSpec,
+        *,
+        paused: bool = False,
+        declared: Mapping[str, Any] | None = None,
+    ) -> ScheduleRecord:
         """A new schedule; its first tick is the first after now. ScheduleExists if the
-        name is taken in the namespace."""
+        name is taken in the namespace. ``declared``: what a definition declares of it
+        (see :meth:`declare`)."""
         spec = self._checked(namespace, spec)
         with self.store.transaction() as tx:
             now = tx.now()
@@ -155,6 +163,7 @@ class Schedules:
                 "last_error": None,
                 "created_at": now,
                 "updated_at": now,
+                "declared": None if declared is None else dict(declared),
             }
             if not tx.insert_schedule(values):
                 raise ScheduleExists(
@@ -166,9 +175,17 @@ class Schedules:
         log.info("schedule %s/%s added: %s (%s)", namespace, spec.name, spec.cron, spec.timezone)
         return row
 
-    def change(self, namespace: str, name: str, changes: Mapping[str, Any]) -> ScheduleRecord:
+    def change(
+        self,
+        namespace: str,
+        name: str,
+        changes: Mapping[str, Any],
+        *,
+        declared: Mapping[str, Any] | None = None,
+    ) -> ScheduleRecord:
         """Change what a schedule starts or when (the keys of :data:`CHANGEABLE`); its
-        ticks go on from where they stand, by the new expression."""
+        ticks go on from where they stand, by the new expression. ``declared``: the
+        declaration this change brings it to (see :meth:`declare`)."""
         unknown = set(changes) - CHANGEABLE
         if unknown:
             raise InvalidSchedule(f"a schedule has no {', '.join(sorted(unknown))} to change")
@@ -180,6 +197,8 @@ class Schedules:
             if row is None:
                 raise ScheduleNotFound(f"no schedule {name!r} in namespace {namespace!r}")
             values: dict[str, Any] = {**_columns(spec), "updated_at": now, "last_error": None}
+            if declared is not None:
+                values["declared"] = dict(declared)
             values["next_at"] = _first_due(spec, namespace, row.ticks_from)
             if row.buffered_at is not None:
                 values["next_at"] = now
@@ -189,25 +208,33 @@ class Schedules:
         return changed
 
     def declare(self, namespace: str, definition: WorkflowDefinition) -> list[ScheduleRecord]:
-        """Add, or bring up to date, the schedules a definition declares (``cairn
-        register``). A schedule that exists keeps its ticks' state and paused flag."""
+        """Add, or bring up to date, the schedules a definition declares — at ``cairn
+        register`` and whenever a process registers ``CAIRN_WORKFLOWS`` at its start. A
+        schedule that exists keeps its ticks' state and paused flag, and is changed only
+        where the declaration changed since it was last declared: a restart, or a
+        deploy that leaves it as it was, does not undo what an operator changed."""
         kept = []
-        for declared in definition.schedules:
-            spec = replace(declared, workflow=definition.name)
+        for each in definition.schedules:
+            spec = replace(each, workflow=definition.name)
+            declared = _columns(self._checked(namespace, spec))
             try:
                 existing = self.get(namespace, spec.name)
             except ScheduleNotFound:
                 try:
-                    kept.append(self.add(namespace, spec))
+                    kept.append(self.add(namespace, spec, declared=declared))
                     continue
                 except ScheduleExists:  # declared by a concurrent register
                     existing = self.get(namespace, spec.name)
+            if existing.declared == declared:
+                kept.append(existing)
+                continue
+            was = existing.declared or {}
             changes = {
                 name: value
-                for name, value in _columns(spec).items()
-                if getattr(existing, name) != value
+                for name, value in declared.items()
+                if getattr(existing, name) != value and was.get(name) != value
             }
-            kept.append(self.change(namespace, spec.name, changes) if changes else existing)
+            kept.append(self.change(namespace, spec.name, changes, declared=declared))
         return kept
 
     def get(self, namespace: str, name: str) -> ScheduleRecord:

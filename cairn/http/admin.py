@@ -26,6 +26,7 @@ from cairn.http.models import (
     ScheduleView,
     ShareList,
     ShareView,
+    WorkflowDetail,
 )
 
 
@@ -77,6 +78,16 @@ def register(spec: Mapping[str, Any]) -> Call[Registered]:
     """Register a definition (as a .json file holds it) into the key's namespace, with the
     schedules it declares; a changed definition under a registered version is refused."""
     return Call("POST", "/v1/workflows", Registered.model_validate, body=dict(spec))
+
+
+def workflow(name: str, version: int | None = None) -> Call[WorkflowDetail]:
+    """One definition as registered: the newest version the key may see, or ``version``."""
+    return Call(
+        "GET",
+        f"/v1/workflows/{quote(name, safe='')}",
+        WorkflowDetail.model_validate,
+        params=present(version=version),
+    )
 
 
 def share(workflow: str, grantee: str, version: int | None = None) -> Call[ShareView]:

@@ -502,6 +502,8 @@ class ScheduleRecord:
     last_error: str | None
     created_at: float
     updated_at: float
+    # What a registered definition last declared (its definition columns); None: by hand.
+    declared: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, row: Any) -> ScheduleRecord:
@@ -526,6 +528,7 @@ class ScheduleRecord:
             row.last_error,
             to_epoch(row.created_at),
             to_epoch(row.updated_at),
+            None if row.declared is None else dict(row.declared),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -447,6 +447,9 @@ schedules = Table(
     Column("last_error", Text),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # The definition columns as a registered definition last declared them (0028); None
+    # for a schedule added by hand.
+    Column("declared", Json),
     CheckConstraint("overlap IN ('skip', 'buffer_one', 'cancel_running', 'allow')", name="overlap"),
     Index("ix_schedules_next_at", "next_at"),
 )

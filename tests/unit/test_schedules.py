@@ -6,6 +6,7 @@ definition; and the schedules kept by the engine on the embedded store."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -432,6 +433,56 @@ def test_register_declares_and_updates_a_definitions_schedules(runtime: Runtime)
     (changed,) = schedules.declare("default", second)
     assert changed.cron == "0 10 * * *" and changed.overlap == "allow"
     assert changed.paused  # its state is the operator's
+
+
+def test_a_declared_schedule_keeps_an_operators_changes_until_its_declaration_changes(
+    runtime: Runtime,
+) -> None:
+    registry = runtime.orchestrator.registry
+    schedules = runtime.orchestrator.schedules
+    nine = {"name": "r", "cron": "0 9 * * *", "timezone": "UTC"}
+    first = load_definition({**BASE, "schedules": [nine]})
+    registry.register(first)
+    (added,) = schedules.declare("default", first)
+    assert added.declared is not None and added.declared["cron"] == "0 9 * * *"
+    schedules.pause("default", "r")  # an operator's pause and change
+    schedules.change("default", "r", {"timezone": "Europe/Berlin", "jitter_s": 30.0})
+    (again,) = schedules.declare("default", first)  # a restart registers the same file
+    assert again.paused and again.timezone == "Europe/Berlin" and again.jitter_s == 30
+    # A deploy whose file changes the cron: the cron is the file's now; what the file
+    # still says as before stays as the operator left it.
+    second = load_definition({**BASE, "schedules": [{**nine, "cron": "0 10 * * *"}]})
+    (deployed,) = schedules.declare("default", second)
+    assert deployed.cron == "0 10 * * *" and deployed.declared == {
+        **added.declared,
+        "cron": "0 10 * * *",
+    }
+    assert deployed.timezone == "Europe/Berlin" and deployed.jitter_s == 30 and deployed.paused
+    # A schedule added by hand, then declared by a file: the file's from then on.
+    schedules.add("default", ScheduleSpec(name="h", cron="0 8 * * *", workflow="report"))
+    third = load_definition({**BASE, "schedules": [{"name": "h", "cron": "0 7 * * *"}]})
+    (adopted,) = schedules.declare("default", third)
+    assert adopted.cron == "0 7 * * *" and adopted.declared is not None
+
+
+def test_a_process_registers_its_definitions_schedules_at_start(tmp_path: Path) -> None:
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    spec = {**BASE, "schedules": [{"name": "nightly", "cron": "0 3 * * *"}]}
+    (flows / "report.json").write_text(json.dumps(spec))
+    home = tmp_path / "home"
+    built = Runtime.build(settings(home, workflows=[str(flows)], workflows_namespace="reports"))
+    try:
+        schedules = built.orchestrator.schedules
+        assert schedules.get("reports", "nightly").cron == "0 3 * * *"
+        schedules.pause("reports", "nightly")
+    finally:
+        built.close()
+    again = Runtime.build(settings(home, workflows=[str(flows)], workflows_namespace="reports"))
+    try:
+        assert again.orchestrator.schedules.get("reports", "nightly").paused
+    finally:
+        again.close()
 
 
 def test_a_backfill_starts_every_tick_once(runtime: Runtime) -> None:
