@@ -13,6 +13,7 @@ from cairn.decider import decide
 from cairn.definitions.builder import Workflow
 from cairn.definitions.loader import load_definition
 from cairn.errors import WorkflowDefinitionError
+from cairn.model.deltas import delta, fold
 from cairn.model.events import NodeSucceeded, RunStarted
 from cairn.model.reducers import Reducer, ReducerMismatch, reduced
 from cairn.model.state import RunState
@@ -190,3 +191,20 @@ def test_the_state_at_any_seq_is_folded_from_the_deltas() -> None:
     assert rebuilt.vars["notes"] == list(range(1, 250))
     assert live[9].vars["notes"] == list(range(1, 10))
     assert all(len(json.dumps(dict(event.output or {}))) < 20 for event in events[1:])
+
+
+# -- what changed between two checkpoints -------------------------------------------------
+
+
+def test_a_delta_holds_the_appended_items_and_the_changed_fields_and_folds_back() -> None:
+    before = {"messages": [{"n": 0}], "turns": 1, "scratch": {"a": 1}, "gone": True}
+    after = {"messages": [{"n": 0}, {"n": 1}], "turns": 2, "scratch": {"a": 1}, "new": 1}
+    change = delta(before, after)
+    assert change == {"append": {"messages": [{"n": 1}]}, "set": {"turns": 2, "new": 1},
+                      "drop": ["gone"]}  # fmt: skip
+    assert fold(before, change) == after
+    rewritten = {**after, "messages": [{"n": "compacted"}]}  # not an extension: set whole
+    assert delta(after, rewritten) == {"set": {"messages": [{"n": "compacted"}]}}
+    assert fold(after, delta(after, rewritten)) == rewritten
+    assert delta(after, after) == {}
+    assert delta({"flag": 1}, {"flag": True}) == {"set": {"flag": True}}
