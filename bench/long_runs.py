@@ -105,6 +105,12 @@ def main() -> None:
     parser.add_argument("--short-runs", type=int, default=30)
     parser.add_argument("--long-runs", type=int, default=1)
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument(
+        "--state-cache-bytes",
+        default=None,
+        help="CAIRN_STATE_CACHE_BYTES for the fleet (a state larger is not kept on its run's "
+        "row, and each step restores it from a snapshot and the events since)",
+    )
     args = parser.parse_args()
     workdir = Path(os.environ.get("BENCH_WORKDIR", "/tmp/cairn-bench-long"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -115,12 +121,18 @@ def main() -> None:
     )
     header = f"{'':<12} {'short ms/step':>14} {'long ms/step':>13} {'long/short':>11}"
     print(f"{header} {'bytes/event (long)':>19}")
+    cache = (
+        {}
+        if args.state_cache_bytes is None
+        else {"CAIRN_STATE_CACHE_BYTES": args.state_cache_bytes}
+    )
     with fleet(
         "cairn_long",
         workdir,
         workers=1,
         worker_args=["--pool=prefork", "--concurrency=1"],
         CAIRN_WORKFLOWS="bench.long_runs",
+        **cache,
     ) as cairn:
         cairn.client.wait(cairn.client.submit("bench_loop", {"n": 3, "i": 0}), 60)  # warm
         time.sleep(1.0)
