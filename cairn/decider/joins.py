@@ -8,6 +8,7 @@ from typing import Any
 
 from cairn.decider.step import Step, timer_id
 from cairn.model.definition import ErrorClass, JoinPolicyKind, JoinRest, ParallelNode
+from cairn.model.reducers import ReducerMismatch, reduced
 from cairn.model.state import BranchOutcome, JoinState, TimerKind
 from cairn.model.statuses import NodeStatus
 
@@ -84,17 +85,22 @@ class Joins(Step):
 
     def join_complete(self, parent: ParallelNode, join: JoinState) -> None:
         self.disarm(timer_id(TimerKind.JOIN_TIMEOUT, parent.id, join.iteration))
-        merged: dict[str, Any] = {}
-        for branch in parent.branches:  # declared order, so the merge is deterministic
-            if join.outcomes[branch] in (BranchOutcome.SUCCEEDED, BranchOutcome.DEFAULTED):
-                merged.update(join.outputs.get(branch, {}))
+        merged: dict[str, Any] = self.state.vars
+        try:
+            for branch in parent.branches:  # declared order, so the merge is deterministic
+                if join.outcomes[branch] in (BranchOutcome.SUCCEEDED, BranchOutcome.DEFAULTED):
+                    output = join.outputs.get(branch, {})
+                    merged = reduced(self.definition.reducers, merged, output)
+        except ReducerMismatch as exc:  # nothing of the branches' outputs is merged
+            self.join_failed(parent, join, f"{exc.code}: {exc}")
+            return
         if parent.join.rest is JoinRest.CANCEL:
             for branch, outcome in join.outcomes.items():
                 if outcome is BranchOutcome.PENDING:
                     self.stop_branch(branch, "the join is complete")
                     join = join.with_outcome(branch, BranchOutcome.CANCELLED)
         self.state.joins[parent.id] = replace(join, done=True)
-        self.state.vars.update(merged)
+        self.state.vars = merged
         self.set_node(self.state.nodes[parent.id], NodeStatus.SUCCEEDED)
         self.enter(parent.next, parent.id, "joined")
 

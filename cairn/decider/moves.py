@@ -14,6 +14,7 @@ re-planning) and :mod:`~cairn.decider.watch` (the anomaly watch), on the shared
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any
 
@@ -53,6 +54,7 @@ from cairn.model.events import (
     SignalReceived,
     event_to_dict,
 )
+from cairn.model.reducers import ReducerMismatch, reduced
 from cairn.model.state import (
     BranchOutcome,
     JoinState,
@@ -108,7 +110,8 @@ class Moves(Watch, Holds, Stopping, Joins, Step):
                 self.transitions.append(Transition(event.node, "branch_succeeded", parent))
                 self.branch_finished(parent, event.node, BranchOutcome.SUCCEEDED, output)
             else:
-                self.state.vars.update(output)
+                with suppress(ReducerMismatch):  # going nowhere: a misfit is only not kept
+                    self.state.vars = reduced(self.definition.reducers, self.state.vars, output)
             self.settle_cancel()
             return None
         assert isinstance(node, TaskNode)
@@ -315,8 +318,13 @@ class Moves(Watch, Holds, Stopping, Joins, Step):
             self.set_run(RunStatus.RUNNING)
 
     def follow(self, node: TaskNode, current: NodeState, output: Mapping[str, Any]) -> None:
-        """A task succeeded: merge its output and take the edge its definition picks."""
-        merged = {**self.state.vars, **output}
+        """A task succeeded: merge its output (accumulating keys by their reducers) and
+        take the edge its definition picks."""
+        try:
+            merged = reduced(self.definition.reducers, self.state.vars, output)
+        except ReducerMismatch as exc:  # nothing of the output is merged
+            self.node_failure(node, current, ErrorClass.PERMANENT, f"{exc.code}: {exc}")
+            return
         if node.next is not None:
             label, target = "succeeded", node.next
         elif node.branch is not None:

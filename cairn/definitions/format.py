@@ -53,6 +53,7 @@ TOP = frozenset(
         "rate",
         "schedules",
         "queue",
+        "reducers",
     }
 )
 TASK = COMMON | {
@@ -137,6 +138,7 @@ SINCE: dict[str, int] = {
     "workflow.queue": 2,
     "workflow.node_timeout": 2,
     "workflow.schedules": 2,
+    "workflow.reducers": 2,
 }
 
 # Hostile-file limits: far beyond any real definition, far below what would exhaust the

@@ -1,7 +1,7 @@
 """The definition's top level: its name, version and start, its nodes (read by
 :mod:`cairn.definitions.nodes`), and the workflow-wide settings — the declared format,
-``node_timeout``, the input schema, ``on_resume``, the budget, the anomaly block and the
-schedules."""
+``node_timeout``, the input schema, ``on_resume``, the budget, the anomaly block, the
+schedules and the state keys that accumulate (``reducers``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from cairn.definitions.anomaly_block import read_anomaly
 from cairn.definitions.flow import read_concurrency, read_rate
 from cairn.definitions.nodes import read_node
 from cairn.definitions.reader import Reader, label
+from cairn.definitions.reducers_block import read_reducers
 from cairn.definitions.schedules_block import read_schedules
 from cairn.model.definition import (
     DEFAULT_CANCEL_TIMEOUT,
@@ -77,6 +78,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
     concurrency = read_concurrency(reader, spec.get("concurrency"), None)
     rate = read_rate(reader, spec.get("rate"), None)
     schedules = read_schedules(reader, spec.get("schedules"))
+    reducers = read_reducers(reader, spec.get("reducers"), nodes)
     return WorkflowDefinition(
         name=name,
         version=version,
@@ -96,6 +98,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         rate=rate,
         schedules=schedules,
         queue=reader.default_queue,
+        reducers=reducers,
         extra=reader.metadata(spec, None),
         # Schedules say when runs start, not how they run: they may change without a
         # new version, so they are no part of what a version pins.

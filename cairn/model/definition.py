@@ -15,6 +15,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
+from cairn.model.reducers import Reducer
 from cairn.model.schedules import ScheduleSpec
 from cairn.model.statuses import RunStatus
 from cairn.model.workflow_names import DEFAULT_NAMESPACE, qualified
@@ -163,8 +164,7 @@ class Node:
     # effective value, the workflow's ``node_timeout`` for a task running a handler that
     # gives none. The decider arms a timer for it; a timeout is a transient failure.
     timeout: timedelta | None = None
-    # What a parallel branch contributes when it fails or times out and the join
-    # accepts that (critical policy, join timeout).
+    # What a branch contributes when it fails or times out and the join accepts that.
     default: Mapping[str, Any] | None = None
     # What one visit of this node may spend, per unit (``{"tokens": 20000}``), across its
     # attempts; for a parallel node, what its branches together may spend.
@@ -312,8 +312,7 @@ class TaskNode(Node):
     # once a worker may have started it, only an operator decides whether it runs again.
     irreversible: bool = False
     persist: Persist = DURABLE
-    # Nodes whose cached results this node's success makes stale (the final report is
-    # stored: its cached parts go).
+    # Nodes whose cached results this node's success makes stale.
     invalidates: tuple[str, ...] = ()
     # Heartbeats arriving while ``ctx.progress`` has not moved for this long: the node
     # is flagged stalled (nothing is stopped). None: not watched.
@@ -546,6 +545,7 @@ class WorkflowDefinition:
     # The queue of its tasks that name none (already applied to them), and of the
     # compensations of its other nodes; None: the deployment's default queue.
     queue: str | None = None
+    reducers: Mapping[str, Reducer] = field(default_factory=dict)  # keys that accumulate
     extra: Mapping[str, Any] = field(default_factory=dict)
     # The definition in file form (callables as import paths): what is registered.
     spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)

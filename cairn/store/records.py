@@ -395,8 +395,9 @@ class CheckpointRecord:
     saved_at: datetime
 
     @classmethod
-    def of(cls, row: Any) -> CheckpointRecord:
-        return cls(row.attempt, row.fence, row.seq, row.context, row.saved_at)
+    def of(cls, row: Any, context: dict[str, Any]) -> CheckpointRecord:
+        """The newest checkpoint ``row``, with its context folded whole."""
+        return cls(row.attempt, row.fence, row.seq, context, row.saved_at)
 
 
 @dataclass(frozen=True, slots=True)

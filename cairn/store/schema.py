@@ -196,7 +196,8 @@ executions = Table(
 
 
 # A long execution's working context, saved while it runs (migration 0012): what a
-# re-execution resumes from. ``seq`` counts the execution's checkpoints.
+# re-execution resumes from. ``seq`` counts the execution's checkpoints, a row each
+# (0027): the whole context (``base`` 0), or what changed since checkpoint ``base``.
 checkpoints = Table(
     "node_checkpoints",
     metadata,
@@ -206,7 +207,8 @@ checkpoints = Table(
     Column("phase", String(20), primary_key=True),
     Column("attempt", Integer, nullable=False),
     Column("fence", Integer, nullable=False),
-    Column("seq", Integer, nullable=False),
+    Column("seq", Integer, primary_key=True),
+    Column("base", Integer, nullable=False, server_default="0"),
     Column("context", Json, nullable=False),
     Column("saved_at", DateTime(timezone=True), nullable=False),
 )

@@ -313,6 +313,33 @@ class StoreContract:
         with store.reading() as tx:
             assert tx.checkpoint_of(key) is None
 
+    def test_a_checkpoint_stores_what_changed_and_reads_back_whole(self, store: Store) -> None:
+        """A checkpoint that extends an earlier one stores only the change; reading folds
+        the chain from the newest back to a whole context. One that says it extends a
+        checkpoint another save also extended (a save retried through an outage) reads
+        as its own chain says."""
+        _run_id, key, _at = started(store)
+        turn = [{"role": "assistant", "content": f"turn {n}"} for n in range(4)]
+        with store.statements(writes=True) as tx:
+            assert tx.save_checkpoint(key, 1, 1, {"messages": turn[:1], "turns": 1}) == 1
+            change = {"append": {"messages": turn[1:2]}, "set": {"turns": 2}}
+            assert tx.save_checkpoint(key, 1, 1, change, base=1) == 2
+            change = {"append": {"messages": turn[2:4]}, "set": {"turns": 4}}
+            assert tx.save_checkpoint(key, 1, 1, change, base=2) == 3
+        with store.reading() as tx:
+            saved = tx.checkpoint_of(key)
+        assert saved is not None and saved.seq == 3
+        assert saved.context == {"messages": turn, "turns": 4}
+        with store.statements(writes=True) as tx:  # the save of 3, retried
+            assert tx.save_checkpoint(key, 1, 1, change, base=2) == 4
+        with store.reading() as tx:
+            again = tx.checkpoint_of(key)
+        assert again is not None and (again.seq, again.context) == (4, saved.context)
+        with store.transaction() as tx:
+            tx.drop_checkpoint(key)
+        with store.reading() as tx:
+            assert tx.checkpoint_of(key) is None
+
     def test_a_checkpoint_is_fenced_like_a_result(self, store: Store) -> None:
         """Refused to a stale claim, to another attempt, and once the execution finished;
         a newer claim's checkpoint is never overwritten by an older one's."""

@@ -6,7 +6,9 @@ is committed.
 
 What is saved is what the node has *added* since it started, never the run's whole
 history: a re-execution lays it over the state it starts from, so what other nodes
-committed meanwhile is kept.
+committed meanwhile is kept. And each checkpoint after the first stores only what
+changed since the one before (the messages appended, the fields that changed): the
+100th checkpoint of an agent loop writes its newest turn, not its history again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, TypeVar
 
 from cairn.errors import InvalidInput
 from cairn.model.definition import CheckpointPolicy
+from cairn.model.deltas import delta
 from cairn.model.failures import PermanentError, StaleClaim
 from cairn.model.keys import Claim, ExecutionKey
 from cairn.model.payloads import storable_json
@@ -52,6 +55,9 @@ class Checkpoints:
     # one: the chain's first); None: its own (``key``, ``attempt``, ``fence``).
     claim: Claim | None = None
     saved: int = 0  # the number of the last checkpoint saved or resumed from (0: none)
+    # That checkpoint's context, whole: the next one stores only what changed since.
+    _saved_context: Mapping[str, Any] | None = None
+    _saving: threading.Lock = field(default_factory=threading.Lock)  # one save at a time
     _last_at: float = field(default_factory=time.monotonic)
     _last_turns: int = 0
     _in_flight: threading.Event = field(default_factory=threading.Event)
@@ -103,17 +109,28 @@ class Checkpoints:
         if self.lease_trusted is not None and not self.lease_trusted():
             raise self._stale("its lease is no longer trusted")
         self._check(context)
+        with self._saving:
+            base, last = self.saved, self._saved_context
+            # What changed since the last checkpoint (its newest messages), or the whole
+            # context when there is none to extend.
+            stored = delta(last, context) if base and last is not None else context
 
-        def write() -> int | None:
-            with self.store.statements(writes=True) as tx:
-                return tx.save_checkpoint(
-                    self.key, self.attempt, self.fence, context, claim=self.claim
-                )
+            def write() -> int | None:
+                with self.store.statements(writes=True) as tx:
+                    return tx.save_checkpoint(
+                        self.key,
+                        self.attempt,
+                        self.fence,
+                        stored,
+                        base=base if stored is not context else 0,
+                        claim=self.claim,
+                    )
 
-        seq = self._through_outages("saving a checkpoint", write)
-        if seq is None:
-            raise self._stale("it finished, or a newer claim took it over")
-        self.saved, self._last_at, self._last_turns = seq, time.monotonic(), turns
+            seq = self._through_outages("saving a checkpoint", write)
+            if seq is None:
+                raise self._stale("it finished, or a newer claim took it over")
+            self.saved, self._saved_context = seq, context
+            self._last_at, self._last_turns = time.monotonic(), turns
         return seq
 
     def _check(self, context: Mapping[str, Any]) -> None:
@@ -134,6 +151,7 @@ class Checkpoints:
         if found is None or found.attempt > self.attempt:
             return None
         self.saved, self._last_turns = found.seq, int(found.context.get("turns", 0))
+        self._saved_context = found.context
         return found
 
     def forget(self) -> None:

@@ -1,11 +1,14 @@
 """Checkpoints inside a node, on real services: a 40-turn async agent loop whose worker
 is killed with SIGKILL at turn 25 resumes on another worker at its last checkpoint, with
-the same messages; the model is not asked for any turn before the checkpoint again."""
+the same messages; the model is not asked for any turn before the checkpoint again. Each
+checkpoint after the first stores only what changed: its rows stay small as the history
+grows, and the resumed execution folds them back into the whole history."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from cairn.model.statuses import RunStatus
@@ -27,6 +30,16 @@ def test_an_agent_loop_killed_mid_node_resumes_at_its_last_checkpoint(
     cluster.scheduler()
     run_id = cluster.submit("agent_loop", {"model_url": model.url, "turns": 40})
     assert model.holding.wait(60), cluster.log_tails()
+    with psycopg.connect(cluster.settings.database_url) as conn:
+        rows = conn.execute(
+            "SELECT seq, base, octet_length(context::text) FROM node_checkpoints "
+            "WHERE run_id = %s ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+    assert len(rows) >= 25, rows  # a checkpoint after each of turns 0..24 (and automatic)
+    changes = [size for _seq, base, size in rows if base]
+    assert len(changes) == len(rows) - 1  # the first whole, every later one a change
+    assert max(changes) < 400, rows  # the turns since the last one, never the history
     cluster.kill(doomed)  # kill -9 while turn 25 is out
     cluster.consuming(cluster.spawn("worker", "--pool=threads", "--concurrency=4"))
     view = cluster.wait(run_id, timeout_s=60)

@@ -4,7 +4,8 @@ the same workflow from YAML and from the builder, naming these handlers, and com
 Every kind of thing a definition holds is here: an input schema, a retrying task with a
 timeout, a branch on a guard, an approval wait with approvers and a quorum, a bounded
 escalation loop, a compensation declared after its task, a parallel fan-out with a
-critical join and a branch default, a routing decision with no handler, and two ends.
+critical join and a branch default, a routing decision with no handler, two ends, and
+state keys that accumulate (reducers).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ claims = cairn.workflow(
     description="Receive, assess, approve if large, pay (undone on failure), notify.",
     input=CLAIM_INPUT,
     budget={"usd": 5},
+    reducers={"reminded": "add", "notes": "append"},
 )
 
 
@@ -57,7 +59,7 @@ claims.wait(
 
 @claims.task(next="review", max_visits=2, timeout="30s")
 def remind(ctx: StepContext, state: State) -> State:
-    return {"reminded": int(state.get("reminded", 0)) + 1}
+    return {"reminded": 1, "notes": ["reminded"]}  # added to what the state holds
 
 
 @claims.task(next="notify", on_error={"permanent": "refused"})

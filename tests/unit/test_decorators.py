@@ -34,6 +34,7 @@ input:
     category: {{enum: [travel, meals, other]}}
   additionalProperties: false
 budget: {{usd: 5}}
+reducers: {{reminded: add, notes: append}}
 start: receive
 nodes:
   receive:      {{handler: "{M}:receive", next: assess_claim,
@@ -67,6 +68,7 @@ def built() -> Workflow:
             description="Receive, assess, approve if large, pay (undone on failure), notify.",
             input=CLAIM_INPUT,
             budget={"usd": 5},
+            reducers={"reminded": "add", "notes": "append"},
         )
         .task(
             "receive",
@@ -122,6 +124,7 @@ def test_decorators_builder_and_yaml_compile_to_equal_definitions() -> None:
     compensate = decorated.nodes["pay"].compensate
     assert compensate is not None and compensate.target is claims.claw_back
     assert decorated.input_schema == CLAIM_INPUT
+    assert decorated.reducers == {"reminded": "add", "notes": "append"}
     assert claims.claims.to_spec() == built().to_spec()
 
 
@@ -132,6 +135,9 @@ def test_the_equality_is_not_vacuous() -> None:
     uncompensated = built()
     del uncompensated.nodes["pay"]["compensate"]
     assert uncompensated.build() != claims.claims.build()
+    unreduced = built()
+    unreduced.options["reducers"] = {"reminded": "add"}
+    assert unreduced.build() != claims.claims.build()
 
 
 def test_decorated_handlers_stay_plain_functions() -> None:
