@@ -111,7 +111,8 @@ def _print_changes(
     out.print(f"  transitions changed from version {previous.version}:", markup=False)
     for sign, row in changes:
         guard = f"  [{row.guard}]" if row.guard else ""
-        out.print(f"  {sign} {row.source} --{row.event}--> {row.target}{guard}", markup=False)
+        line = f"  {sign} {row.source} --{row.event}--> {row.target}{guard}"
+        out.print(line, markup=False, soft_wrap=True)  # one line a row, however long
 
 
 @app.command()

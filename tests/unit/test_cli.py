@@ -649,3 +649,36 @@ def test_the_entry_point_imports_the_module_that_registers_each_command() -> Non
     assert modules_for(["--version"]) == []
     assert modules_for(["--help", "status"]) is None  # the root's help: every command
     assert modules_for(["statsu"]) is None  # click's "did you mean" needs them all
+
+
+def test_register_of_a_new_version_prints_what_it_changes_in_the_transitions(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CAIRN_HOME", str(tmp_path / "home"))
+    steps = {
+        "a": {"handler": "tests.integration.handlers:step", "next": "done"},
+        "done": {"end": "succeeded"},
+    }
+    first = {"name": "grows", "version": 1, "start": "a", "nodes": steps}
+    checked = {
+        **steps,
+        "a": {**steps["a"], "next": "check"},
+        "check": {"handler": "tests.integration.handlers:step", "next": "done"},
+    }
+    second = {**first, "version": 2, "nodes": checked}
+    for version, spec in ((1, first), (2, second)):
+        (tmp_path / f"v{version}.json").write_text(json.dumps(spec))
+    registered = runner.invoke(app, ["register", str(tmp_path / "v1.json")])
+    assert registered.exit_code == 0, registered.output
+    assert "transitions" not in registered.output  # nothing registered before it
+    again = runner.invoke(app, ["register", str(tmp_path / "v2.json")])
+    assert again.exit_code == 0, again.output
+    lines = [line.strip() for line in again.output.splitlines()]
+    changed = lines.index("transitions changed from version 1:")
+    shown = [line for line in lines[changed + 1 :] if line]
+    assert shown[:3] == [
+        "- a --succeeded--> done",
+        "+ a --succeeded--> check",
+        "+ check --succeeded--> done",
+    ]
+    assert all(line.startswith("+ ") and "check" in line for line in shown[3:]), shown
