@@ -50,8 +50,7 @@ KNOWN: dict[str, int] = {
     "cairn/workers/context.py:StepContext.__init__": 71,
     "cairn/workers/deadlines.py:limited": 72,
     "cairn/workers/execute.py:execute": 99,
-    "cairn/workers/models.py:ModelCalls.record": 68,
-    "cairn/workers/runner.py:NodeRunner._run": 146,
+    "cairn/recording/calls.py:ModelCalls.record": 68,
 }
 
 
