@@ -24,11 +24,12 @@ test: services  ## the whole test suite (what CI runs)
 	$(PYTHON) -m pytest -n 2 --dist loadfile -m "not serial" --durations=15
 	$(PYTHON) -m pytest -m serial
 
-lint:  ## ruff (lint + format check), mypy, and the import contracts of the architecture
+lint:  ## ruff (lint + format check), mypy, the import contracts and the size ceilings
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
 	lint-imports
+	$(PYTHON) scripts/ceilings.py
 
 DOCS_OUT ?= build/api
 

@@ -23,13 +23,13 @@ from openai import OpenAI
 from sqlalchemy import Engine, select
 
 from cairn.model.state import RunState
+from cairn.recording.calls import ModelCalls
 from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.schema import model_calls, model_messages
 from cairn.testing.model_server import ModelServer, Reply
 from cairn.testing.store_contract import started
 from cairn.workers.context import StepContext
-from cairn.workers.models import ModelCalls
 
 
 def _size(value: Any) -> int:

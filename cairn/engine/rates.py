@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from cairn.engine.slots import pool_name
 from cairn.model.definition import TaskNode, WorkflowDefinition
-from cairn.model.rates import Bucket, BucketReport
+from cairn.model.rates import Bucket, BucketReport, reservation
 
 
 class Rates(Protocol):
@@ -94,18 +94,6 @@ def buckets_for(
             else Bucket(name, known.requests or limit.requests, known.tokens or limit.tokens)
         )
     return sorted(found.values(), key=lambda bucket: bucket.name)
-
-
-def reservation(estimated_prompt: int, kwargs: Mapping[str, Any], default_output: int) -> int:
-    """The tokens a call takes before it is sent: its prompt's estimate plus the most it
-    may answer (``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``), or
-    ``default_output`` when it does not say — as providers count a request against a
-    token limit when it arrives."""
-    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
-        value = kwargs.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return estimated_prompt + value
-    return estimated_prompt + default_output
 
 
 __all__ = ["Bucket", "BucketReport", "Rates", "buckets_for", "reservation"]

@@ -30,7 +30,7 @@ AMOUNTS_PREFIX = "cairn:rate-a:"  # hash: call -> its tokens
 # A unit comes back this much after its period (a share of it, at most GUARD_MAX_MS): a
 # provider counts calls as they arrive, and they arrive after their units' time — it must
 # never see the limit plus one within a window. A call confirms its units again as its
-# request leaves (cairn.workers.departures); one confirming more than half the guard after
+# request leaves (cairn.limits.departures); one confirming more than half the guard after
 # their time is too late for them (they are taken anew): the other half covers the way
 # from that confirmation to the provider.
 GUARD_SHARE, GUARD_MAX_MS = 0.1, 250

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -49,3 +50,15 @@ class BucketReport:
             "requests_available": self.requests_available,
             "tokens_available": self.tokens_available,
         }
+
+
+def reservation(estimated_prompt: int, kwargs: Mapping[str, Any], default_output: int) -> int:
+    """The tokens a call takes before it is sent: its prompt's estimate plus the most it
+    may answer (``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``), or
+    ``default_output`` when it does not say — as providers count a request against a
+    token limit when it arrives."""
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = kwargs.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return estimated_prompt + value
+    return estimated_prompt + default_output

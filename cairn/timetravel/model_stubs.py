@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cairn.recording.calls import Unanswered
 from cairn.timetravel.ledger import stub_for
-from cairn.workers.models import Unanswered
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def stub_name(provider: str) -> str:
 def model_stand_in(
     run_id: str, node: str, iteration: int, attempt: int
 ) -> Callable[[Unanswered], dict[str, Any] | None]:
-    """What a replayed execution's :class:`~cairn.workers.models.ModelCalls` asks when
+    """What a replayed execution's :class:`~cairn.recording.calls.ModelCalls` asks when
     the record cannot answer: the provider's registered stub, if any."""
 
     def answer(unanswered: Unanswered) -> dict[str, Any] | None:

@@ -23,6 +23,8 @@ from cairn.model.events import NodeCancelled, NodeFailed, NodeSucceeded, Phase
 from cairn.model.failures import Cancelled
 from cairn.model.keys import ExecutionKey
 from cairn.model.state import RunState
+from cairn.recording.calls import ModelCalls
+from cairn.recording.http import recording
 from cairn.store.records import RunRecord
 from cairn.store.sql import Store
 from cairn.timetravel.ledger import Answer, EffectUse, ReplayLedger
@@ -35,8 +37,6 @@ from cairn.timetravel.sandbox import (
 )
 from cairn.workers.context import StepContext
 from cairn.workers.execute import OUTPUT_HINT, call_handler, check_output
-from cairn.workers.models import ModelCalls
-from cairn.workers.recording import recording
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from cairn.workers.aio import running_loop
 if TYPE_CHECKING:
     from cairn.artifacts import Artifacts
     from cairn.effects.ledger import EffectLedger
+    from cairn.recording.calls import ModelCalls
     from cairn.store.records import CheckpointRecord
     from cairn.workers.checkpoints import Checkpoints
-    from cairn.workers.models import ModelCalls
 
 log = logging.getLogger("cairn.handler")
 
@@ -330,7 +330,7 @@ class StepContext:
                 f"{self.node} cannot record model calls: an ephemeral node has no execution "
                 "row to fence them by (or this context was built by hand)"
             )
-        from cairn.workers.models import (  # noqa: PLC0415 - see the imports
+        from cairn.recording.sdk import (  # noqa: PLC0415 - see the imports
             recorded_client,
             recorded_function,
         )

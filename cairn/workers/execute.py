@@ -23,11 +23,11 @@ from cairn.model.outcomes import NodeOutcome
 from cairn.model.payloads import storable_json
 from cairn.model.statuses import NodeStatus
 from cairn.observe.sentry import report_failure
+from cairn.recording.calls import ModelCalls
+from cairn.recording.http import recording
 from cairn.workers.aio import Coroutines, EventLoop, is_async
 from cairn.workers.context import StepContext
 from cairn.workers.deadlines import limited
-from cairn.workers.models import ModelCalls
-from cairn.workers.recording import recording
 
 OUTPUT_HINT = " (store large data as an artifact and return its reference)"
 

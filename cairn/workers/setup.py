@@ -21,6 +21,7 @@ from cairn.engine.reads import Restored
 from cairn.engine.slots import Pool, SlotGate, pools_for
 from cairn.lease.heartbeat import Beat, Heartbeats
 from cairn.lease.port import Leases
+from cairn.limits.limiter import RateLimiter
 from cairn.model.definition import (
     AnyNode,
     Dependency,
@@ -33,12 +34,11 @@ from cairn.model.keys import Claim
 from cairn.model.messages import NodeMessage
 from cairn.model.state import RunState
 from cairn.observe.logs import retag_node
+from cairn.recording.calls import ModelCalls
 from cairn.store.records import RunRecord
 from cairn.workers.checkpoints import Checkpoints
 from cairn.workers.circuits import CircuitWatch, Guarded
 from cairn.workers.context import StepContext
-from cairn.workers.models import ModelCalls
-from cairn.workers.rates import RateLimiter
 
 
 @dataclass(frozen=True)

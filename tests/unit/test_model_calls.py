@@ -17,12 +17,13 @@ from cairn.config import Settings
 from cairn.model.failures import BudgetExceeded, PermanentError, TransientError
 from cairn.model.keys import ExecutionKey
 from cairn.model.state import RunState
+from cairn.recording.calls import ModelCallRefused, ModelCalls
+from cairn.recording.sdk import price_of
 from cairn.store.model_calls import messages_stored
 from cairn.store.sql import Store
 from cairn.testing.model_server import Fault, ModelServer, Reply, ToolCall
 from cairn.testing.store_contract import started
 from cairn.workers.context import StepContext
-from cairn.workers.models import ModelCallRefused, ModelCalls, price_of
 
 
 @pytest.fixture
@@ -501,7 +502,7 @@ def test_a_large_message_and_response_go_to_the_artifact_store(
     the response back."""
     from cairn.artifacts import ArtifactRegistry, Artifacts  # noqa: PLC0415
     from cairn.artifacts.stores import FilesystemStore  # noqa: PLC0415
-    from cairn.workers.models import OFFLOADED  # noqa: PLC0415
+    from cairn.recording.calls import OFFLOADED  # noqa: PLC0415
 
     run_id, key, _at = started(store)
     objects = FilesystemStore(tmp_path / "blobs")

@@ -18,12 +18,12 @@ from cairn.model.definition import ContextPolicy, Ref, TaskNode
 from cairn.model.keys import ExecutionKey
 from cairn.model.state import RunState
 from cairn.observe.model_calls import model_calls_view
+from cairn.recording.calls import ModelCallRefused, ModelCalls
+from cairn.recording.compaction import split_for_compaction
 from cairn.store.sql import Store
 from cairn.testing.model_server import ModelServer, Reply
 from cairn.testing.store_contract import started
 from cairn.workers.context import StepContext
-from cairn.workers.model_context import split_for_compaction
-from cairn.workers.models import ModelCallRefused, ModelCalls
 
 SYSTEM = {"role": "system", "content": "You are terse."}
 TASK = {"role": "user", "content": "Plan the migration; keep the open tasks in mind."}

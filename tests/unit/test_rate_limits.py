@@ -25,6 +25,7 @@ from cairn.definitions.loader import load_definition
 from cairn.engine.rates import buckets_for, reservation
 from cairn.errors import WorkflowDefinitionError
 from cairn.lease.rates import MemoryRates
+from cairn.limits.limiter import RateLimiter, retry_after
 from cairn.model.definition import Rate, RateLimit, TaskNode
 from cairn.model.failures import Cancelled, TransientError
 from cairn.model.keys import ExecutionKey
@@ -32,13 +33,12 @@ from cairn.model.rates import Bucket, BucketReport
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.observe.metrics.fleet import FleetCollector
+from cairn.recording.calls import ModelCalls
 from cairn.runtime import Runtime
 from cairn.store.sql import Store
 from cairn.testing.model_server import Fault, ModelServer, Reply
 from cairn.testing.store_contract import started
 from cairn.workers.context import StepContext
-from cairn.workers.models import ModelCalls
-from cairn.workers.rates import RateLimiter, retry_after
 from tests.unit.test_fleet_metrics import _samples
 
 

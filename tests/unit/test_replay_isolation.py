@@ -21,12 +21,12 @@ import requests
 
 from cairn.model.failures import PermanentError
 from cairn.model.keys import ExecutionKey
+from cairn.recording.calls import ModelCallRefused, ModelCalls
+from cairn.recording.http import recording
 from cairn.store.sql import Store
 from cairn.timetravel.ledger import register_stub, unregister_stub
 from cairn.timetravel.model_stubs import ModelStubRequest, model_stand_in
 from cairn.timetravel.sandbox import ReplayCheckpoints
-from cairn.workers.models import ModelCallRefused, ModelCalls
-from cairn.workers.recording import recording
 
 NOWHERE = "http://127.0.0.1:9/chat"  # the discard port: nothing answers there
 KEY = ExecutionKey("run-1", "post", 1, "run")

@@ -3,7 +3,7 @@ request is handed to the HTTP library's transport (httpx and the SDKs' httpx2, s
 async; requests; urllib; aiohttp), not when the handler asked — a cold client builds
 its machinery first, and a provider counts a call when it arrives. A call that would
 leave too long after its units' time takes them anew and waits its turn there
-(:meth:`cairn.workers.rates.RateLimiter.confirm`). A context variable: each thread and
+(:meth:`cairn.limits.limiter.RateLimiter.confirm`). A context variable: each thread and
 each task sees its own departure; a call whose request goes out some other way is
 counted when it took its units, as before."""
 
@@ -39,10 +39,8 @@ _departing: ContextVar[Departure | None] = ContextVar("cairn_departing", default
 
 @contextmanager
 def departing(departure: Departure) -> Iterator[None]:
-    """The call sent in this block confirms its units as its request leaves."""
-    from cairn.workers.http_record import install  # noqa: PLC0415 - patched once, lazily
-
-    install()
+    """The call sent in this block confirms its units as its request leaves (once the
+    HTTP libraries are patched to say so: :func:`cairn.recording.http.install`)."""
     token = _departing.set(departure)
     try:
         yield

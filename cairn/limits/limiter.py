@@ -15,14 +15,16 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cairn.engine.rates import Rates
+from cairn.limits.departures import Departure
+
+if TYPE_CHECKING:
+    from cairn.engine.rates import Rates  # the port, handed in by the runner
 from cairn.model.failures import Cancelled, StaleClaim
 from cairn.model.rates import Bucket
 from cairn.model.usage import usage_counts
 from cairn.reconnect import store_through_outages
-from cairn.workers.departures import Departure
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +101,7 @@ class RateLimiter:
         await self._turn_async(ticket.call, ticket.tokens)
 
     def departure(self, ticket: Ticket) -> Departure:
-        """What confirms ``ticket`` as its request leaves (:mod:`cairn.workers.departures`)."""
+        """What confirms ``ticket`` as its request leaves (:mod:`cairn.limits.departures`)."""
         return Departure(partial(self.confirm, ticket), partial(self.confirm_async, ticket))
 
     def _turn(self, call: str, tokens: int) -> None:

@@ -4,7 +4,7 @@ from the record when the node runs again or is replayed; in a replay, any other 
 (a node without ``record: http``, aiohttp) is refused, never sent.
 
 While such a node's handler runs (:func:`recording`), each request it sends is one of the
-execution's recorded calls (:class:`~cairn.workers.models.ModelCalls`, in the same order
+execution's recorded calls (:class:`~cairn.recording.calls.ModelCalls`, in the same order
 as its model calls): method, URL, the body's digest and content type as the request; the
 status, headers and body as the response, committed as the exchange completes. A replay
 or a dry-run fork answers from the record and never sends; a request the record does not
@@ -24,13 +24,14 @@ import io
 import time
 import urllib.request
 import urllib.response
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from cairn.workers.departures import leave, leave_async
-from cairn.workers.models import ModelRequest
-from cairn.workers.recording import current, suspended
+from cairn.limits.departures import leave, leave_async
+from cairn.recording.calls import ModelCalls, ModelRequest
+from cairn.recording.scope import current, suspended
 
 _installed = False
 
@@ -126,7 +127,7 @@ async def exchanged_async(
 def install() -> None:
     """Patch httpx (and httpx2, the model SDKs' own), requests, urllib and aiohttp
     (once per process). Each patched send also tells a rate-limited model call that its
-    request leaves (:mod:`cairn.workers.departures`)."""
+    request leaves (:mod:`cairn.limits.departures`)."""
     global _installed  # noqa: PLW0603 - patched once per process
     if _installed:
         return
@@ -274,3 +275,18 @@ def _patch_aiohttp() -> None:
         return await original(self, method, str_or_url, **kwargs)
 
     ClientSession._request = request  # type: ignore[method-assign]
+
+
+@contextmanager
+def recording(calls: ModelCalls | None, patch: bool = True) -> Iterator[None]:
+    """Record (or, in a replay, answer) the HTTP the block sends; a no-op for None."""
+    if calls is None:
+        yield
+        return
+    if patch:
+        install()
+    token = current.set(calls)
+    try:
+        yield
+    finally:
+        current.reset(token)

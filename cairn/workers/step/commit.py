@@ -1,0 +1,75 @@
+"""Stage 5, commit: the chain's results and the run's next step in one transaction —
+unless the lease was lost meanwhile (PostgreSQL would refuse it; a worker that knows it is
+stale does not try). A run being cancelled commits its unstarted node's cancel here too,
+holding its lease."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from cairn.engine.advance import Completion
+from cairn.faults import fault_point
+from cairn.model.events import NodeCancelled
+from cairn.model.outcomes import NodeOutcome
+from cairn.model.statuses import NodeStatus
+from cairn.workers.stale import record_stale
+from cairn.workers.step.execute import Ran
+from cairn.workers.step.handled import Handled
+from cairn.workers.step.hold import Held
+from cairn.workers.step.read import Unstarted
+
+if TYPE_CHECKING:
+    from cairn.workers.runner import NodeRunner
+
+
+def commit(runner: NodeRunner, held: Held, ran: Ran) -> Completion | Handled:
+    """The completion, recorded or refused; LEASE_LOST if the lease said so first."""
+    fault_point("handler.after_return")
+    message, fence = held.message, held.claimed.fence
+    if not runner.heartbeats.confirm(held.beat):
+        record_stale(runner, message, fence, caught_by="lease")
+        return Handled.LEASE_LOST
+    orchestrator, steps = runner.orchestrator, ran.steps
+    committing = time.perf_counter()
+    # The result exists only here: ride out a database restart rather than lose it.
+    completion = runner._through_outages(
+        f"committing {message.key}",
+        lambda: (
+            orchestrator.complete(
+                message, steps[0][1], runner.worker, known=held.claimed.known, fence=fence
+            )
+            if len(steps) == 1
+            else orchestrator.complete_fused(steps, runner.worker, fence=fence)
+        ),
+    )
+    ran.timings["commit"] = time.perf_counter() - committing
+    fault_point("complete.after_commit")
+    return completion
+
+
+def cancel_unstarted(runner: NodeRunner, unstarted: Unstarted) -> Handled:
+    """The run is being cancelled and this node has not started here: acknowledge
+    the cancel for it — but only holding its lease, so that a duplicate message never
+    speaks for a worker that is still running it (that one stops, or is detached)."""
+    message = unstarted.message
+    lease = runner._acquire(message, unstarted.fence_floor)
+    if lease is None:
+        return Handled.LEASE_HELD
+    event = NodeCancelled(
+        at=0.0, node=message.node, iteration=message.iteration, attempt=message.attempt
+    )
+    completion = None
+    try:
+        completion = runner._through_outages(
+            f"committing {message.key}",
+            lambda: runner.orchestrator.complete(
+                message,
+                NodeOutcome(event, NodeStatus.CANCELLED),
+                runner.worker,
+                fence=lease.fence,
+            ),
+        )
+    finally:
+        runner.leases.release(lease, finished=completion is not None and completion.recorded)
+    return Handled.CANCELLED

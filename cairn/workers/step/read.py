@@ -1,0 +1,122 @@
+"""Stage 1, read: the execution, its run, the definition and the restored state, in one
+statement and the database's clock — or why there is nothing to run (finished, superseded,
+the run ended, its queue paused)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from cairn.engine.reads import Restored, restore
+from cairn.errors import UnknownNode
+from cairn.model.definition import AnyNode, TaskNode, WorkflowDefinition
+from cairn.model.events import Phase
+from cairn.model.messages import InvalidMessage, NodeMessage, message_namespace
+from cairn.model.state import RunState
+from cairn.model.statuses import ExecutionStatus, RunStatus
+from cairn.store.records import ExecutionHead, RunRecord
+from cairn.workers.paused import hold_for_pause
+from cairn.workers.step.handled import Handled
+
+if TYPE_CHECKING:
+    from cairn.workers.runner import NodeRunner
+
+
+@dataclass(frozen=True)
+class Read:
+    """What a message runs: its node and handler, on the state the decider last left."""
+
+    message: NodeMessage  # published on with its run's priority and namespace
+    execution: ExecutionHead
+    run: RunRecord
+    definition: WorkflowDefinition
+    node: AnyNode
+    handler: Any  # the reference to resolve: the node's handler, or its compensation
+    known: Restored  # the run, its state, and the database's time of the read
+    irreversible: bool
+
+    @property
+    def state(self) -> RunState:
+        return self.known.state
+
+
+@dataclass(frozen=True)
+class Unstarted:
+    """The run is being cancelled and this node has not started here: nothing runs, the
+    cancel is acknowledged for it (:func:`cairn.workers.step.commit.cancel_unstarted`)."""
+
+    message: NodeMessage
+    fence_floor: int
+
+
+def read(runner: NodeRunner, message: NodeMessage) -> Read | Unstarted | Handled:
+    key = message.key
+    rows = runner._through_outages(f"reading {key}", lambda: _rows(runner, message))
+    if isinstance(rows, Handled):
+        return rows
+    execution, run, definition, state = rows
+    runner.code.settle()
+    # What the messages it leads to are published with (a fused chain's next node).
+    message = replace(message, priority=run.priority, namespace=message_namespace(run.namespace))
+    orchestrator = runner.orchestrator
+    if orchestrator.pause_book.holds(message):  # back to the outbox until it resumes
+        runner._through_outages(f"holding {key}", lambda: hold_for_pause(orchestrator, message))
+        return Handled.PAUSED
+    db_time = execution.db_now
+    if state is None and message.phase is Phase.RUN:
+        return Unstarted(message, execution.fence)
+    node = definition.nodes.get(message.node)
+    if node is None:
+        raise UnknownNode(f"{definition.key} has no node {message.node!r}")
+    irreversible = isinstance(node, TaskNode) and node.irreversible
+    if irreversible and execution.status != ExecutionStatus.SCHEDULED:
+        return Handled.UNCONFIRMED  # a redelivery after its worker was lost
+    ref = (
+        node.compensate
+        if message.phase is Phase.COMPENSATE
+        else (node.handler if isinstance(node, TaskNode) else None)
+    )
+    if ref is None:
+        raise InvalidMessage(
+            f"{definition.key} node {message.node!r} has nothing to run "
+            f"in phase {message.phase.value}"
+        )
+    if state is None:  # a compensation while cancelling: it needs the state too
+        run, _definition, state = orchestrator.load(message.run_id)
+        db_time = None
+    if db_time is None:  # every event's time comes from the database's clock
+        db_time = runner._through_outages("reading the clock", lambda: _db_now(runner))
+    known = Restored(run, state, db_time)
+    return Read(message, execution, run, definition, node, ref, known, irreversible)
+
+
+def _rows(
+    runner: NodeRunner, message: NodeMessage
+) -> Handled | tuple[ExecutionHead, RunRecord, WorkflowDefinition, RunState | None]:
+    """The execution, its run, the definition and the restored state (None while the
+    run is being cancelled) — or why there is nothing to run."""
+    orchestrator = runner.orchestrator
+    key = message.key
+    # One statement; on a cache miss, immutable rows (snapshot, events up to last_seq)
+    with orchestrator.store.statements() as tx:
+        execution, run = tx.execution_and_run(key)
+        if execution is None or run is None:
+            raise InvalidMessage(f"no execution {key} was ever dispatched")
+        if run.workflow_ref != message.workflow or run.version != message.version:
+            raise InvalidMessage(
+                f"{key} belongs to {run.workflow_ref}@{run.version}, "
+                f"not {message.workflow}@{message.version}"
+            )
+        if not execution.status.active or execution.attempt != message.attempt:
+            return Handled.ALREADY_DONE
+        status = run.status
+        if status.terminal:
+            return Handled.RUN_FINISHED
+        definition = runner.code.load(orchestrator.registry, message, tx)
+        state = None if status is RunStatus.CANCELLING else restore(tx, run, definition)
+    return execution, run, definition, state
+
+
+def _db_now(runner: NodeRunner) -> float:
+    with runner.orchestrator.store.reading() as tx:
+        return tx.now()

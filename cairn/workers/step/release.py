@@ -1,0 +1,68 @@
+"""Stage 6, release: the heartbeat stopped, the lease let go (token-checked; marked
+finished when the result is recorded), the chain's slots given back — whatever happened
+before. Then :func:`settle` says how the message ended: committed (or the failure it
+committed), discarded, or stale."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from cairn.engine.advance import Completion
+from cairn.workers.cache import invalidate
+from cairn.workers.failed import Failed, failure_of
+from cairn.workers.stale import record_stale
+from cairn.workers.step.execute import Ran
+from cairn.workers.step.handled import Handled
+from cairn.workers.step.hold import Held
+
+if TYPE_CHECKING:
+    from cairn.engine.slots import Pool
+    from cairn.workers.runner import NodeRunner
+
+log = logging.getLogger("cairn.workers.runner")
+
+
+def release(
+    runner: NodeRunner, held: Held, ran: Ran | None, completion: Completion | Handled | None
+) -> None:
+    runner.heartbeats.drop(held.beat)
+    lease = held.admitted.lease
+    recorded = isinstance(completion, Completion) and completion.recorded
+    try:
+        runner.leases.release(
+            lease, finished=recorded, timings=ran.timings if ran is not None else {}
+        )
+    except Exception:  # the lease expires on its own
+        log.warning("releasing %s failed", lease.key, exc_info=True)
+    leave(runner, [*held.admitted.pools, *held.chain.pools], held.chain.holder)
+
+
+def leave(runner: NodeRunner, pools: list[Pool], holder: str) -> None:
+    if not pools or runner.gate is None:
+        return
+    try:
+        runner.gate.leave(sorted(set(pools)), holder)
+    except Exception:  # the slot goes with the lease; the scheduler wakes the waiters
+        log.warning("giving back the slots of %s failed", holder, exc_info=True)
+
+
+def settle(
+    runner: NodeRunner, held: Held, ran: Ran, completion: Completion | Handled
+) -> Handled | Failed:
+    if isinstance(completion, Handled):
+        return completion
+    message, fence = held.message, held.claimed.fence
+    if not completion.recorded:
+        if runner.orchestrator.fenced_out(message.key, fence):
+            record_stale(runner, message, fence, caught_by="fence")
+            return Handled.LEASE_LOST
+        log.info("result of %s discarded: %s", message.key, completion.reason)
+        return Handled.DISCARDED
+    claimed = held.claimed
+    invalidate(
+        runner.cache, claimed.run.namespace, claimed.definition, claimed.known.state.vars, ran.steps
+    )
+    for kept in held.chain.recorders:
+        kept.checkpoints.forget()  # their results are committed
+    return failure_of(ran.steps) or Handled.COMMITTED
