@@ -37,33 +37,11 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         return None
     reader.format_version = _declared_format(reader, spec.get("format"))
     reader.closed(spec, fmt.TOP, "workflow", None)
-    name = spec.get("name")
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        reader.fault("bad_name", f"'name' must be an identifier-like string, got {name!r}")
-        name = "<unnamed>"
-    version = spec.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        reader.fault("bad_version", f"'version' must be a positive integer, got {version!r}")
-        version = 0
-    start = spec.get("start")
-    if not isinstance(start, str) or not start:
-        reader.fault("missing_start", f"'start' must name the first node, got {start!r}")
-        start = ""
+    name, version, start = _identity(reader, spec)
     reader.node_timeout = _default_timeout(reader, spec.get("node_timeout"))
     reader.record_http = reader.record(spec.get("record"), None)
     reader.default_queue = reader.queue(spec["queue"], None) if "queue" in spec else None
-    raw_nodes = spec.get("nodes")
-    if not isinstance(raw_nodes, Mapping) or not raw_nodes:
-        reader.fault("no_nodes", "'nodes' must be a non-empty mapping of node id to node")
-        raw_nodes = {}
-    nodes: dict[str, AnyNode] = {}
-    for raw_id, raw in raw_nodes.items():
-        node_id = str(raw_id)
-        if not NAME_PATTERN.match(node_id):
-            reader.fault("bad_name", f"node id {node_id!r} is not identifier-like", node_id)
-        node = read_node(reader, node_id, raw)
-        if node is not None:
-            nodes[node_id] = node
+    nodes = _nodes(reader, spec.get("nodes"))
     max_visits = reader.positive_int(spec.get("max_visits"), "max_visits", None)
     compensate_on_cancel = spec.get("compensate_on_cancel", False)
     if not isinstance(compensate_on_cancel, bool):
@@ -104,6 +82,39 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         # new version, so they are no part of what a version pins.
         spec=plain_spec({key: value for key, value in spec.items() if key != "schedules"}),
     )
+
+
+def _identity(reader: Reader, spec: Mapping[str, Any]) -> tuple[str, int, str]:
+    """The definition's name, version and first node (placeholders where faulty)."""
+    name = spec.get("name")
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        reader.fault("bad_name", f"'name' must be an identifier-like string, got {name!r}")
+        name = "<unnamed>"
+    version = spec.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        reader.fault("bad_version", f"'version' must be a positive integer, got {version!r}")
+        version = 0
+    start = spec.get("start")
+    if not isinstance(start, str) or not start:
+        reader.fault("missing_start", f"'start' must name the first node, got {start!r}")
+        start = ""
+    return name, version, start
+
+
+def _nodes(reader: Reader, raw_nodes: object) -> dict[str, AnyNode]:
+    """Every node that reads; each fault recorded."""
+    if not isinstance(raw_nodes, Mapping) or not raw_nodes:
+        reader.fault("no_nodes", "'nodes' must be a non-empty mapping of node id to node")
+        return {}
+    nodes: dict[str, AnyNode] = {}
+    for raw_id, raw in raw_nodes.items():
+        node_id = str(raw_id)
+        if not NAME_PATTERN.match(node_id):
+            reader.fault("bad_name", f"node id {node_id!r} is not identifier-like", node_id)
+        node = read_node(reader, node_id, raw)
+        if node is not None:
+            nodes[node_id] = node
+    return nodes
 
 
 def _declared_format(reader: Reader, raw: object) -> int:
