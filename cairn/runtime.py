@@ -24,7 +24,7 @@ from cairn.engine.registry import Registry
 from cairn.engine.slots import Slots
 from cairn.lease.port import Leases
 from cairn.observe.sentry import init_sentry
-from cairn.parts import Parts, celery_publisher
+from cairn.parts import Migrate, Parts, celery_publisher
 from cairn.scheduler.notifier import Notifier
 from cairn.scheduler.process import Scheduler
 from cairn.store.backends import store_for
@@ -61,8 +61,8 @@ class Runtime:
         *,
         celery_app: Any = None,
         worker: str | None = None,
-        concurrency: int = 2,
-        migrate: bool | None = None,
+        concurrency: int | None = None,
+        migrate: Migrate = None,
         register: bool = True,
         pre_ping: bool = False,
         resolve: bool = True,
@@ -73,11 +73,22 @@ class Runtime:
         as it hands them out (see :func:`~cairn.store.database.make_engine`).
         ``resolve`` False: a registered definition's handlers are imported when first
         called, not when it is loaded — for the processes that start and answer runs
-        (the scheduler, the API, a client) and need not have the handlers' code."""
+        (the scheduler, the API, a client) and need not have the handlers' code.
+        ``concurrency``: the embedded worker threads (default CAIRN_WORKER_THREADS).
+        ``migrate``: see :meth:`Parts.build`; an embedded runtime (no broker) migrates
+        its database when its schema is behind, SQLite or PostgreSQL."""
         load_adapters(settings.effect_adapters)
         init_sentry(settings)
-        broker = None if settings.broker_url is not None else InProcessBroker(concurrency)
+        broker = (
+            None
+            if settings.broker_url is not None
+            else InProcessBroker(concurrency or settings.worker_threads)
+        )
         publisher = broker or celery_publisher(settings, celery_app)
+        if migrate is None and broker is not None:
+            # Embedded mode on PostgreSQL has no `cairn db upgrade` step: it migrates as
+            # the embedded SQLite file does (only when behind: one query otherwise).
+            migrate = "if_behind"
         parts = Parts.build(
             settings, publisher, migrate=migrate, pre_ping=pre_ping, resolve=resolve
         )

@@ -125,6 +125,17 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(config, revision)
 
 
+def upgrade_if_behind(engine: Engine) -> None:
+    """Migrate when the schema is older than this cairn's, or absent — the embedded
+    mode on a server database, which has no ``cairn db upgrade`` step of its own. The
+    check is one query; Alembic is imported only when there is something to do."""
+    try:
+        require_schema(engine)
+    except SchemaOutOfDate:
+        log.info("migrating the database to this cairn's schema (embedded mode)")
+        upgrade(engine)
+
+
 def current_revision(engine: Engine) -> str | None:
     from alembic.runtime.migration import MigrationContext  # noqa: PLC0415
 
