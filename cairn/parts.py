@@ -53,16 +53,20 @@ class Parts:
         migrate: Migrate = None,
         pre_ping: bool = False,
         resolve: bool = True,
+        pool_size: int = 5,
     ) -> Parts:
         """The parts, publishing through ``publisher``. ``migrate``: bring the schema up
         to date — True: always; ``"if_behind"``: when it is older than this cairn's (an
         embedded runtime on PostgreSQL); None: the embedded default's SQLite file always,
         a server database never (a fleet runs ``cairn db upgrade``). ``pre_ping``: see
         :func:`~cairn.store.database.make_engine`; ``resolve``: see
-        :class:`~cairn.engine.registry.Registry`."""
+        :class:`~cairn.engine.registry.Registry`; ``pool_size``: database connections
+        kept open (as many again may be opened for a burst)."""
         faults.arm(settings.fault_points)
         clock.skew(settings.clock_skew_s)
-        engine = make_engine(settings.effective_database_url, pre_ping=pre_ping)
+        engine = make_engine(
+            settings.effective_database_url, pool_size=pool_size, pre_ping=pre_ping
+        )
         try:
             if migrate is True or (migrate is None and settings.database_url is None):
                 upgrade(engine)

@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 
 # The embedded relay may republish sooner: no other process publishes for it.
 EMBEDDED_RELAY_AFTER_S = 0.5
+DEFAULT_POOL_SIZE = 5
+# Threads of an embedded process that use the database besides its workers: the
+# scheduler, the notifier, and a request or two of the API's.
+EMBEDDED_OTHER_THREADS = 4
 
 
 @dataclass
@@ -90,7 +94,12 @@ class Runtime:
             # the embedded SQLite file does (only when behind: one query otherwise).
             migrate = "if_behind"
         parts = Parts.build(
-            settings, publisher, migrate=migrate, pre_ping=pre_ping, resolve=resolve
+            settings,
+            publisher,
+            migrate=migrate,
+            pre_ping=pre_ping,
+            resolve=resolve,
+            pool_size=_pool_size(broker),
         )
         store, orchestrator, leases = parts.store, parts.orchestrator, parts.leases
         cache: ResultCache = (
@@ -181,6 +190,16 @@ class Runtime:
                 "could not mark published messages sent; the relay will resend them", exc_info=True
             )
         self.store.dispose()
+
+
+def _pool_size(broker: InProcessBroker | None) -> int:
+    """Database connections to keep: embedded, one for each worker thread and the
+    scheduler's, the notifier's and the API's beside them — a connection opened and
+    closed for want of a pooled one costs a PostgreSQL process, or SQLite's file
+    opened again."""
+    if broker is None:
+        return DEFAULT_POOL_SIZE
+    return max(DEFAULT_POOL_SIZE, broker.concurrency + EMBEDDED_OTHER_THREADS)
 
 
 def worker_runtime(app: Any) -> Runtime:
