@@ -6,10 +6,10 @@ LOCK := requirements/dev.lock
 .PHONY: install lock services browser test lint format check flower docs
 
 install:  ## install cairn and everything its tests and linters need, at the locked versions
-	$(PYTHON) -m pip install -c $(LOCK) -e ".[dev]"
+	$(PYTHON) -m pip install -c $(LOCK) -e ".[dev,bench]"
 
 lock:  ## refresh the lock to the newest versions pyproject.toml allows (then run the suite)
-	$(PYTHON) -m uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 \
+	$(PYTHON) -m uv pip compile pyproject.toml --extra dev --extra bench --universal --python-version 3.11 \
 		--upgrade --quiet -o $(LOCK)
 
 services:  ## start PostgreSQL and Redis if they are not running

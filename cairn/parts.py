@@ -10,7 +10,7 @@ import no worker, no scheduler and no Celery (see :mod:`cairn.cli.deployment`).
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from cairn import clock, faults
 from cairn.config import Settings
@@ -23,11 +23,14 @@ from cairn.engine.registry import Registry
 from cairn.engine.slots import SlotGate, Slots
 from cairn.lease.port import Leases
 from cairn.store.backends import store_for
-from cairn.store.database import make_engine, require_schema, upgrade
+from cairn.store.database import make_engine, require_schema, upgrade, upgrade_if_behind
 from cairn.store.sql import Store
 
 if TYPE_CHECKING:
     from cairn.decider import Decision
+
+# When a process brings the database's schema up to date (see Parts.build).
+Migrate = bool | Literal["if_behind"] | None
 
 
 class Parts:
@@ -47,25 +50,33 @@ class Parts:
         settings: Settings,
         publisher: Publisher,
         *,
-        migrate: bool | None = None,
+        migrate: Migrate = None,
         pre_ping: bool = False,
         resolve: bool = True,
+        pool_size: int = 5,
     ) -> Parts:
         """The parts, publishing through ``publisher``. ``migrate``: bring the schema up
-        to date (default: the embedded database does, servers use ``cairn db``);
-        ``pre_ping``: see :func:`~cairn.store.database.make_engine`; ``resolve``: see
-        :class:`~cairn.engine.registry.Registry`."""
+        to date — True: always; ``"if_behind"``: when it is older than this cairn's (an
+        embedded runtime on PostgreSQL); None: the embedded default's SQLite file always,
+        a server database never (a fleet runs ``cairn db upgrade``). ``pre_ping``: see
+        :func:`~cairn.store.database.make_engine`; ``resolve``: see
+        :class:`~cairn.engine.registry.Registry`; ``pool_size``: database connections
+        kept open (as many again may be opened for a burst)."""
         faults.arm(settings.fault_points)
         clock.skew(settings.clock_skew_s)
-        engine = make_engine(settings.effective_database_url, pre_ping=pre_ping)
-        if migrate if migrate is not None else settings.database_url is None:
-            upgrade(engine)
-        else:
-            try:
+        engine = make_engine(
+            settings.effective_database_url, pool_size=pool_size, pre_ping=pre_ping
+        )
+        try:
+            if migrate is True or (migrate is None and settings.database_url is None):
+                upgrade(engine)
+            elif migrate == "if_behind":
+                upgrade_if_behind(engine)
+            else:
                 require_schema(engine)
-            except BaseException:
-                engine.dispose()
-                raise
+        except BaseException:
+            engine.dispose()
+            raise
         store = store_for(engine)
         registry = Registry(
             store, queues=settings.queues, default_queue=settings.queue, resolve=resolve

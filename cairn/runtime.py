@@ -25,7 +25,7 @@ from cairn.engine.registry import Registry
 from cairn.engine.slots import Slots
 from cairn.lease.port import Leases
 from cairn.observe.sentry import init_sentry
-from cairn.parts import Parts, celery_publisher
+from cairn.parts import Migrate, Parts, celery_publisher
 from cairn.scheduler.notifier import Notifier
 from cairn.scheduler.process import Scheduler
 from cairn.store.backends import store_for
@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 
 # The embedded relay may republish sooner: no other process publishes for it.
 EMBEDDED_RELAY_AFTER_S = 0.5
+DEFAULT_POOL_SIZE = 5
+# Threads of an embedded process that use the database besides its workers: the
+# scheduler, the notifier, and a request or two of the API's.
+EMBEDDED_OTHER_THREADS = 4
 
 
 @dataclass
@@ -62,8 +66,8 @@ class Runtime:
         *,
         celery_app: Any = None,
         worker: str | None = None,
-        concurrency: int = 2,
-        migrate: bool | None = None,
+        concurrency: int | None = None,
+        migrate: Migrate = None,
         register: bool = True,
         pre_ping: bool = False,
         resolve: bool = True,
@@ -74,13 +78,29 @@ class Runtime:
         as it hands them out (see :func:`~cairn.store.database.make_engine`).
         ``resolve`` False: a registered definition's handlers are imported when first
         called, not when it is loaded — for the processes that start and answer runs
-        (the scheduler, the API, a client) and need not have the handlers' code."""
+        (the scheduler, the API, a client) and need not have the handlers' code.
+        ``concurrency``: the embedded worker threads (default CAIRN_WORKER_THREADS).
+        ``migrate``: see :meth:`Parts.build`; an embedded runtime (no broker) migrates
+        its database when its schema is behind, SQLite or PostgreSQL."""
         load_adapters(settings.effect_adapters)
         init_sentry(settings)
-        broker = None if settings.broker_url is not None else InProcessBroker(concurrency)
+        broker = (
+            None
+            if settings.broker_url is not None
+            else InProcessBroker(concurrency or settings.worker_threads)
+        )
         publisher = broker or celery_publisher(settings, celery_app)
+        if migrate is None and broker is not None:
+            # Embedded mode on PostgreSQL has no `cairn db upgrade` step: it migrates as
+            # the embedded SQLite file does (only when behind: one query otherwise).
+            migrate = "if_behind"
         parts = Parts.build(
-            settings, publisher, migrate=migrate, pre_ping=pre_ping, resolve=resolve
+            settings,
+            publisher,
+            migrate=migrate,
+            pre_ping=pre_ping,
+            resolve=resolve,
+            pool_size=_pool_size(broker),
         )
         store, orchestrator, leases = parts.store, parts.orchestrator, parts.leases
         cache: ResultCache = (
@@ -172,6 +192,16 @@ class Runtime:
                 "could not mark published messages sent; the relay will resend them", exc_info=True
             )
         self.store.dispose()
+
+
+def _pool_size(broker: InProcessBroker | None) -> int:
+    """Database connections to keep: embedded, one for each worker thread and the
+    scheduler's, the notifier's and the API's beside them — a connection opened and
+    closed for want of a pooled one costs a PostgreSQL process, or SQLite's file
+    opened again."""
+    if broker is None:
+        return DEFAULT_POOL_SIZE
+    return max(DEFAULT_POOL_SIZE, broker.concurrency + EMBEDDED_OTHER_THREADS)
 
 
 def worker_runtime(app: Any) -> Runtime:

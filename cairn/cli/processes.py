@@ -29,6 +29,7 @@ probe = typer.Typer(
 app.add_typer(probe, name="probe")
 # A long-running process's lines go to its log, in its format (CAIRN_LOG_FORMAT).
 log = logging.getLogger("cairn")
+CELERY_CONCURRENCY = 2  # a Celery worker's slots unless --concurrency says otherwise
 
 MetricsPort = Annotated[
     int | None,
@@ -55,7 +56,13 @@ def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
 
 @app.command()
 def worker(  # noqa: PLR0917 - typer passes options by name
-    concurrency: Annotated[int, typer.Option(help="Parallel node executions.")] = 2,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Parallel node executions (default 2; embedded: CAIRN_WORKER_THREADS).",
+        ),
+    ] = None,
     queues: Annotated[str | None, typer.Option(help="Comma-separated queues.")] = None,
     pool: Annotated[
         str,
@@ -110,7 +117,7 @@ def worker(  # noqa: PLR0917 - typer passes options by name
             # default keeps a terminal's commands readable.
             *([] if settings.log_level == "DEBUG" else ["--quiet"]),
             "worker",
-            f"--concurrency={concurrency}",
+            f"--concurrency={concurrency or CELERY_CONCURRENCY}",
             f"--pool={pool}",
             f"--loglevel={settings.log_level}",
             f"--queues={','.join(consumed)}",

@@ -83,6 +83,9 @@ class Settings(OidcSettings):
         "CAIRN_QUEUE (`cairn worker --queues`): registering a definition that sends a node "
         "to any other queue is refused; unset: any queue is accepted.",
     )
+    worker_threads: int = Field(
+        default=2, ge=1, le=256, description="Threads running nodes in an embedded process."
+    )
     lease_ttl: float = Field(default=30.0, gt=0, description="Lease time to live, seconds.")
     heartbeat_interval: float = Field(
         default=10.0, gt=0, description="Lease renewal period, seconds (at most TTL/3)."

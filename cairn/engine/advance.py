@@ -21,6 +21,7 @@ from typing import Any
 
 from cairn.decider import Decision
 from cairn.decider.children import child_run_id
+from cairn.engine.heads import RunHeads
 from cairn.engine.hooks import AfterCommit, log_finish, tell
 from cairn.engine.inputs import check_input, new_run
 from cairn.engine.outbox import Outbox, with_outbox_ids
@@ -82,6 +83,30 @@ class Advanced:
     posted: list[tuple[int, str]] = field(default_factory=list)
 
 
+# One-statement completions a step tries before the locking path, while other processes
+# keep moving its run (each try after the first reads the run again): each lost try means
+# another step of the run committed, so a fan-out's branches spread over a few processes
+# all get through within a try per sibling.
+OPTIMISTIC_TRIES = 8
+
+
+class _Moved:
+    """A one-statement completion found the run moved since its read."""
+
+
+_MOVED = _Moved()
+
+
+@dataclass
+class _Committed:
+    """A one-statement completion committed: told to the world once the run's lock is
+    let go."""
+
+    completion: Completion
+    plan: Plan
+    outbox_ids: dict[tuple[str, int, str], int]
+
+
 class _Discard(Exception):  # control flow: rolls the transaction back
     def __init__(self, decision: Decision) -> None:
         self.decision = decision
@@ -100,6 +125,7 @@ class Steps:
         self.outbox = outbox
         self.reads = reads
         self.hooks = hooks
+        self.heads = RunHeads()
 
     # -- an event ----------------------------------------------------------------------
 
@@ -171,11 +197,13 @@ class Steps:
         worker) is discarded and changes nothing, and so is a result whose claim
         (``fence``) another worker has taken over since. ``known`` is the run as the
         worker read it before running: if the run has not moved since, the whole
-        completion is one statement where the backend has one; otherwise the run is
-        locked and read again.
+        completion is one statement where the backend has one — planned on the step a
+        sibling branch committed here since, if one did, and on the run read again if
+        another process moved it (a few times); otherwise the run is locked and read
+        again.
         """
         if known is not None:
-            completion = self._complete_unmoved(message, outcome, worker, known, fence)
+            completion = self._complete_optimistic(message, outcome, worker, known, fence)
             if completion is not None:
                 return completion
         key = message.key
@@ -255,9 +283,43 @@ class Steps:
         self.after_commit(advanced)
         return Completion(True, decision=advanced.decision)
 
-    def _complete_unmoved(
+    def _complete_optimistic(
         self, message: NodeMessage, outcome: NodeOutcome, worker: str, known: Restored, fence: int
     ) -> Completion | None:
+        """The one-statement completion, under the run's lock of this process (see
+        :mod:`cairn.engine.heads`), tried again on the run as it is now when it moved
+        (another process's step): at most OPTIMISTIC_TRIES statements. None means: take
+        the locking path."""
+        with self.heads.holding(message.run_id):
+            known = self.heads.latest(known)
+            for _try in range(OPTIMISTIC_TRIES):
+                done = self._complete_unmoved(message, outcome, worker, known, fence)
+                if not isinstance(done, _Moved):
+                    break
+                reread = self._reread(message.key, known)
+                if reread is None:
+                    return None
+                known = reread
+            else:
+                return None
+        if isinstance(done, _Committed):
+            self.committed_plan(message.run_id, done.plan, done.outbox_ids)
+            return done.completion
+        return done
+
+    def _reread(self, key: ExecutionKey, known: Restored) -> Restored | None:
+        """The run as it is now, with its cached state (None: not cached, for the locking
+        path to restore)."""
+        with self.store.statements() as tx:
+            execution, row = tx.execution_and_run(key)
+        if row is None or row.state is None:
+            return None
+        db_now = execution.db_now if execution is not None else None
+        return Restored(row, RunState.from_dict(row.state), db_now or known.now())
+
+    def _complete_unmoved(
+        self, message: NodeMessage, outcome: NodeOutcome, worker: str, known: Restored, fence: int
+    ) -> Completion | _Committed | _Moved | None:
         """The store's one-step completion, when the decision only dispatches: it records
         the result and writes the step if the run is where the worker left it. None
         means: take the locking path."""
@@ -279,12 +341,12 @@ class Steps:
         if not (checked and finished):
             self.outbox.sent.add(sent)  # nothing was written, the marks included
             if not checked:
-                return None
+                return _MOVED
             return Completion(
                 False, f"a result for {message.key} attempt {message.attempt} is already recorded"
             )
-        self.committed_plan(message.run_id, plan, ids)
-        return Completion(True, decision=decision)
+        self.heads.committed(known, plan.run_values, decision.state)
+        return _Committed(Completion(True, decision=decision), plan, ids)
 
     # -- history -----------------------------------------------------------------------
 

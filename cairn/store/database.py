@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import QueuePool, SingletonThreadPool
 
 from cairn.errors import SchemaOutOfDate
 
@@ -38,14 +38,7 @@ def make_engine(url: str, *, pool_size: int = 5, pre_ping: bool = False) -> Engi
     first dead connection found invalidates the whole pool (SQLAlchemy's rule)."""
     url = normalise_url(url)
     if url.startswith("sqlite"):
-        path = make_url(url).database
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(
-            url, poolclass=NullPool, connect_args={"check_same_thread": False, "timeout": 30}
-        )
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
+        return _sqlite_engine(url, pool_size)
     engine = create_engine(
         url,
         pool_size=pool_size,
@@ -54,6 +47,33 @@ def make_engine(url: str, *, pool_size: int = 5, pre_ping: bool = False) -> Engi
         pool_pre_ping=pre_ping,
     )
     close_late_returns(engine)
+    return engine
+
+
+# Connections an SQLite engine keeps open beyond its pool size, for a burst of threads
+# (worker threads, the scheduler's, the API's); those past the pool are closed on return.
+SQLITE_OVERFLOW = 32
+
+
+def _sqlite_engine(url: str, pool_size: int) -> Engine:
+    """An engine on an SQLite file that keeps its connections: each is opened (and its
+    PRAGMAs run) once, and the write-ahead log stays — SQLite checkpoints and deletes it
+    when the last connection to the file closes, an fsync each time, which a pool that
+    closed every connection after use (NullPool) paid on every transaction. The
+    connections move between threads, one thread at a time (the pool hands each to one
+    holder): ``check_same_thread`` off is safe for that."""
+    database = make_url(url).database
+    in_memory = not database or database == ":memory:"
+    if database and not in_memory:
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        url,
+        # In memory, each connection would be a database of its own: one, kept per thread.
+        poolclass=SingletonThreadPool if in_memory else QueuePool,
+        **({} if in_memory else {"pool_size": pool_size, "max_overflow": SQLITE_OVERFLOW}),
+        connect_args={"check_same_thread": False, "timeout": 30},
+    )
+    event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 
 
@@ -123,6 +143,17 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             )
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+def upgrade_if_behind(engine: Engine) -> None:
+    """Migrate when the schema is older than this cairn's, or absent — the embedded
+    mode on a server database, which has no ``cairn db upgrade`` step of its own. The
+    check is one query; Alembic is imported only when there is something to do."""
+    try:
+        require_schema(engine)
+    except SchemaOutOfDate:
+        log.info("migrating the database to this cairn's schema (embedded mode)")
+        upgrade(engine)
 
 
 def current_revision(engine: Engine) -> str | None:

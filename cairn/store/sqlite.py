@@ -1,17 +1,22 @@
 """SQLite, the embedded default's database: one process, one writer. Transactions take
 the write lock at BEGIN (``BEGIN IMMEDIATE``), so that two never both read and then
 deadlock upgrading to write; ``busy_timeout`` queues them. The portable statements serve
-as they are: with one writer there is nothing to skip and no one to race.
+as they are — with one writer there is nothing to skip and no one to race — but for a
+step's read and its write, constant SQL below SQLAlchemy (:mod:`cairn.store.sqlite_fastpath`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.dialects import sqlite
 
-from cairn.store.records import utcnow
+from cairn.model.keys import ExecutionKey
+from cairn.model.outcomes import StepWrites
+from cairn.store import sqlite_fastpath as fastpath
+from cairn.store.records import ExecutionHead, RunRecord, utcnow
 from cairn.store.sql import Store, Tx
 
 
@@ -24,6 +29,41 @@ class SqliteTx(Tx):
 
     def now(self) -> float:
         return utcnow().timestamp()
+
+    def _driver(self) -> Any:
+        """The sqlite3 connection under this transaction (see cairn.store.sqlite_fastpath)."""
+        return self.connection.connection.driver_connection
+
+    def execution_and_run(self, key: ExecutionKey) -> tuple[ExecutionHead | None, RunRecord | None]:
+        coder = fastpath.codec(self.connection.dialect)
+        row = fastpath.execution_and_run(self._driver(), coder, key)
+        return self._execution_and_run_of(row, key)
+
+    def complete_step(
+        self,
+        key: ExecutionKey,
+        *,
+        attempt: int,
+        fence: int,
+        known_seq: int,
+        result: Mapping[str, Any],
+        writes: StepWrites,
+    ) -> tuple[bool, bool, dict[tuple[str, int, str], int]]:
+        return fastpath.complete_step(
+            self._driver(),
+            fastpath.codec(self.connection.dialect),
+            key,
+            attempt=attempt,
+            fence=fence,
+            known_seq=known_seq,
+            result=result,
+            writes=writes,
+            now=self.stamp(),
+        )
+
+    def write_step(self, run_id: str, writes: StepWrites, *, last: bool = True) -> list[int]:
+        coder = fastpath.codec(self.connection.dialect)
+        return fastpath.write_step(self._driver(), coder, run_id, writes, self.stamp())
 
 
 class SqliteStore(Store):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,18 @@ def test_describe_keeps_the_host_when_the_query_contains_at_sign() -> None:
     assert data["database_url"] == (
         "postgresql://app:***@db.internal:5432/cairn?application_name=worker@eu"
     )
+
+
+def test_every_setting_has_its_row_in_the_configuration_page_and_no_row_is_stale() -> None:
+    """docs/configuration.md's table is where people look a variable up."""
+
+    page = Path(__file__).parents[2] / "docs" / "configuration.md"
+    rows = set(re.findall(r"^\| `(CAIRN_[A-Z0-9_]+)`", page.read_text(encoding="utf-8"), re.M))
+    assert rows == {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+
+
+def test_worker_threads_are_a_setting_with_bounds() -> None:
+    assert Settings.from_env({}).worker_threads == 2
+    assert Settings.from_env({"CAIRN_WORKER_THREADS": "8"}).worker_threads == 8
+    with pytest.raises(ConfigError, match="CAIRN_WORKER_THREADS"):
+        Settings.from_env({"CAIRN_WORKER_THREADS": "0"})

@@ -1,0 +1,108 @@
+"""The latest step this process committed to each run it is completing steps of, and one
+lock per run, so that sibling branches finishing together in one process do not race
+for the run row.
+
+A worker reads its run before it runs a node; the one-statement completion
+(``complete_step``) is conditional on the run being still at that read's ``last_seq``.
+Branches of a fan-out read the same ``last_seq`` and finish together: the first commits,
+and each other's statement finds the run moved. Here they queue on the run's lock
+instead (a step's plan and one statement long), and each plans on the head the one
+before it committed — the run exactly as the database now has it, unless another
+process moved it meanwhile, which the statement's condition still catches (then the
+run is read again: :meth:`cairn.engine.advance.Steps.complete`). The database stays the
+arbiter; this only spares it conflicts it would refuse.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cairn.engine.reads import Restored
+from cairn.model.state import RunState
+from cairn.model.statuses import RunStatus
+
+# Heads kept, the least recently committed forgotten first: a forgotten head costs a
+# conflict and a read, never a wrong step.
+HEADS_KEPT = 4096
+
+# The run row's columns a step writes (cairn.engine.plan.Planner.plan's run values),
+# besides the state.
+_STEP_COLUMNS = (
+    "last_seq",
+    "updated_at",
+    "current",
+    "reason",
+    "finished_at",
+    "snapshot_seq",
+    "snapshot_at",
+)
+
+
+@dataclass(frozen=True)
+class _Head:
+    state: RunState
+    columns: dict[str, Any]  # the row's columns as the step left them (_STEP_COLUMNS)
+    status: RunStatus
+
+    @property
+    def last_seq(self) -> int:
+        return int(self.columns["last_seq"])
+
+
+class RunHeads:
+    """Per run: a lock for completing its steps, and the head its last one left."""
+
+    def __init__(self, kept: int = HEADS_KEPT) -> None:
+        self._kept = kept
+        self._heads: OrderedDict[str, _Head] = OrderedDict()
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+        self._guard = threading.Lock()
+
+    @contextmanager
+    def holding(self, run_id: str) -> Iterator[None]:
+        """The run's lock, for a completion's plan and statement."""
+        with self._guard:
+            lock, holders = self._locks.get(run_id, (threading.Lock(), 0))
+            self._locks[run_id] = (lock, holders + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                lock, holders = self._locks[run_id]
+                if holders == 1:
+                    del self._locks[run_id]
+                else:
+                    self._locks[run_id] = (lock, holders - 1)
+
+    def latest(self, known: Restored) -> Restored:
+        """``known`` (a worker's read), or the head committed here since, if newer: the
+        row's other columns (priority, webhook, ...) from the read, the step's from the
+        head."""
+        with self._guard:
+            head = self._heads.get(known.row.id)
+        if head is None or head.last_seq <= known.row.last_seq:
+            return known
+        row = replace(known.row, status=head.status, state=None, **head.columns)
+        return replace(known, row=row, state=head.state)
+
+    def committed(self, known: Restored, values: Mapping[str, Any], state: RunState) -> None:
+        """A step committed on ``known`` (the run as it was planned on), writing the row
+        ``values`` and leaving ``state``."""
+        run_id = known.row.id
+        status = RunStatus(values["status"])
+        with self._guard:
+            if status.terminal:
+                self._heads.pop(run_id, None)
+                return
+            columns = {name: getattr(known.row, name) for name in _STEP_COLUMNS}
+            columns.update({k: v for k, v in values.items() if k in _STEP_COLUMNS})
+            self._heads[run_id] = _Head(state, columns, status)
+            self._heads.move_to_end(run_id)
+            while len(self._heads) > self._kept:
+                self._heads.popitem(last=False)

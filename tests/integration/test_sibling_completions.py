@@ -1,0 +1,160 @@
+"""Branches of a fan-out that finish together: every result commits, and the join fires
+once — whether the siblings complete in one process (they queue on the run's lock and
+each plans on the step the one before committed) or in two (the one-statement
+completion finds the run moved and tries again on the run read anew). On PostgreSQL,
+and on the embedded default's SQLite."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from cairn.config import Settings
+from cairn.definitions.builder import Workflow
+from cairn.model.messages import NodeMessage
+from cairn.model.statuses import RunStatus
+from cairn.runtime import Runtime
+
+BRANCHES = 8
+# The branches' handlers all return at once: their completions race for the run row.
+GATE = threading.Barrier(BRANCHES, timeout=30)
+
+
+def noop(ctx: Any, state: dict[str, Any]) -> None:
+    return None
+
+
+def branch(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    GATE.wait()
+    return {ctx.node: ctx.attempt}
+
+
+_NAMES = [f"b{index}" for index in range(1, BRANCHES + 1)]
+siblings = Workflow("siblings", version=1)
+siblings.task("first", noop, next="fan")
+siblings.parallel("fan", _NAMES, next="after")
+for _name in _NAMES:
+    siblings.task(_name, branch)
+siblings.task("after", noop, next="done")
+siblings.end("done")
+
+
+class Taking:
+    """A publisher that keeps the messages for the test to run."""
+
+    def __init__(self) -> None:
+        self.messages: list[NodeMessage] = []
+        self._lock = threading.Lock()
+
+    def publish(self, messages: Sequence[NodeMessage]) -> bool:
+        with self._lock:
+            self.messages.extend(messages)
+        return True
+
+    def backlog(self, queue: str | None = None) -> int | None:
+        return None
+
+    def take(self, node: str) -> list[NodeMessage]:
+        with self._lock:
+            taken = [m for m in self.messages if m.node.startswith(node)]
+            self.messages = [m for m in self.messages if m not in taken]
+        return taken
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Runtime]]:
+    """Two runtimes on one database, each with its own pool, leases and run locks — two
+    processes as far as the engine can tell — taking their messages by hand."""
+    values: dict[str, Any] = {
+        "home": tmp_path / "home",
+        "workflows": [__name__],
+        "log_level": "WARNING",
+    }
+    if request.param == "postgresql":
+        values["database_url"] = request.getfixturevalue("database_url")
+    runtimes = [Runtime.build(Settings(**values)) for _ in range(2)]
+    for runtime in runtimes:
+        runtime.orchestrator.publisher = Taking()
+    yield runtimes
+    for runtime in runtimes:
+        runtime.close()
+
+
+def _taking(runtime: Runtime) -> Taking:
+    publisher = runtime.orchestrator.publisher
+    assert isinstance(publisher, Taking)
+    return publisher
+
+
+def _run_together(pairs: list[tuple[Runtime, NodeMessage]]) -> list[str]:
+    results: list[str] = [""] * len(pairs)
+
+    def run(index: int, runtime: Runtime, message: NodeMessage) -> None:
+        results[index] = str(runtime.runner.run(message.to_dict()))
+
+    threads = [
+        threading.Thread(target=run, args=(index, runtime, message))
+        for index, (runtime, message) in enumerate(pairs)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results
+
+
+@pytest.mark.parametrize("spread", ["one process", "two processes"])
+def test_siblings_finishing_together_all_commit_and_the_join_fires_once(
+    processes: list[Runtime], spread: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = processes
+    # The locking path records a result with finish_and_lock; the one-statement path
+    # never does. None of the siblings may fall back to it.
+    tx_class = type(one.store).tx_class
+    locked: list[Any] = []
+    finish_and_lock = tx_class.finish_and_lock
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        locked.append(args[0])
+        return finish_and_lock(self, *args, **kwargs)
+
+    monkeypatch.setattr(tx_class, "finish_and_lock", counted)
+    for _round in range(3):
+        run_id = one.orchestrator.submit("siblings", {})
+        (first,) = _taking(one).take("first")
+        assert str(one.runner.run(first.to_dict())) == "committed"
+        branches = _taking(one).take("b")
+        assert sorted(m.node for m in branches) == _NAMES
+        runners = [one, two] if spread == "two processes" else [one]
+        pairs = [(runners[index % len(runners)], m) for index, m in enumerate(branches)]
+        assert _run_together(pairs) == ["committed"] * BRANCHES
+        assert locked == []
+        after = _taking(one).take("after") + _taking(two).take("after")
+        assert [(m.node, m.attempt) for m in after] == [("after", 1)]  # the join, once
+        assert str(two.runner.run(after[0].to_dict())) == "committed"
+        view = one.orchestrator.get_run(run_id)
+        assert view.status is RunStatus.SUCCEEDED
+        assert view.state is not None
+        assert {name: view.state.vars[name] for name in _NAMES} == dict.fromkeys(_NAMES, 1)
+        events = one.orchestrator.events(run_id)
+        dispatches_of_after = [
+            e
+            for e in events
+            for command in e["outcome"].get("commands", [])
+            if command["command"] == "Dispatch" and command["node"] == "after"
+        ]
+        assert len(dispatches_of_after) == 1
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        with one.store.reading() as tx:
+            rows = tx.connection.execute(
+                text("SELECT node, attempt, status FROM node_executions WHERE run_id = :r"),
+                {"r": run_id},
+            ).all()
+        assert sorted(rows) == sorted(
+            [(name, 1, "succeeded") for name in ["first", *_NAMES, "after"]]
+        )
