@@ -103,21 +103,7 @@ class Runtime:
             pool_size=_pool_size(broker),
         )
         store, orchestrator, leases = parts.store, parts.orchestrator, parts.leases
-        cache: ResultCache = (
-            RedisResultCache.from_url(settings.redis_url)
-            if settings.redis_url
-            else MemoryResultCache()
-        )
-        runner = NodeRunner(
-            orchestrator,
-            leases,
-            settings,
-            worker or f"{socket.gethostname()}:{os.getpid()}",
-            cache=cache,
-            gate=parts.gate,
-            circuits=CircuitWatch(parts.circuits, orchestrator, count=leases.count),
-            rates=parts.rates,
-        )
+        runner = _runner(parts, worker or f"{socket.gethostname()}:{os.getpid()}")
         relay_after = EMBEDDED_RELAY_AFTER_S if broker is not None else None
         scheduler = Scheduler(
             orchestrator, leases, settings, relay_after=relay_after, gate=parts.gate
@@ -233,6 +219,24 @@ def __getattr__(name: str) -> Any:
             _default_app = worker_app(Settings.from_env())
         return _default_app
     raise AttributeError(name)
+
+
+def _runner(parts: Parts, worker: str) -> NodeRunner:
+    """The node runner on ``parts``, named ``worker``."""
+    settings, orchestrator, leases = parts.settings, parts.orchestrator, parts.leases
+    cache: ResultCache = (
+        RedisResultCache.from_url(settings.redis_url) if settings.redis_url else MemoryResultCache()
+    )
+    return NodeRunner(
+        orchestrator,
+        leases,
+        settings,
+        worker,
+        cache=cache,
+        gate=parts.gate,
+        circuits=CircuitWatch(parts.circuits, orchestrator, count=leases.count),
+        rates=parts.rates,
+    )
 
 
 def register_definitions(settings: Settings) -> None:

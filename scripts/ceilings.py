@@ -25,7 +25,6 @@ SKIPPED = (PACKAGE / "store" / "migrations",)
 KNOWN: dict[str, int] = {
     "cairn/api/runs.py:submit_batch": 79,
     "cairn/cli/demo.py:demo": 67,
-    "cairn/cli/processes.py:worker": 73,
     "cairn/cli/sla.py:_show": 74,
     "cairn/decider/holds.py:Holds.resolve_hold": 70,
     "cairn/decider/moves.py:Moves.enter": 73,

@@ -90,42 +90,14 @@ def worker(  # noqa: PLR0917 - typer passes options by name
     """Run a worker: a Celery worker (CAIRN_BROKER_URL set) or, embedded, worker threads
     plus the scheduler in this process."""
     from cairn.config import Settings
-    from cairn.lease.redis import RedisLeases
-    from cairn.runtime import Runtime, register_definitions, worker_app
-    from cairn.workers.logs import log_through_root
+    from cairn.runtime import Runtime
 
     remote.process_note("worker")
     cwd_importable()
     settings = _with(Settings.from_env(), liveness_file=liveness_file, metrics_port=metrics_port)
     _logging(settings, "worker")
     if settings.broker_url is not None:
-        if settings.metrics_port is not None:
-            if settings.redis_url is None:
-                raise typer.BadParameter(
-                    "lease metrics of a Celery worker need CAIRN_REDIS_URL: without it "
-                    "every worker process keeps leases of its own",
-                    param_hint="--metrics-port",
-                )
-            # The parent serves: its children come and go, the counters are in Redis.
-            _serve_metrics(RedisLeases.from_url(settings.redis_url), settings.metrics_port)
-        consumed = _consumed_queues(settings, queues)
-        register_definitions(settings)
-        celery_app = worker_app(settings)
-        log_through_root()
-        argv = [
-            # Celery's banner (its settings, its tasks) is for debugging; the quiet
-            # default keeps a terminal's commands readable.
-            *([] if settings.log_level == "DEBUG" else ["--quiet"]),
-            "worker",
-            f"--concurrency={concurrency or CELERY_CONCURRENCY}",
-            f"--pool={pool}",
-            f"--loglevel={settings.log_level}",
-            f"--queues={','.join(consumed)}",
-            "--without-gossip",
-            "--without-mingle",
-            *(["--task-events"] if events or settings.task_events else []),
-        ]
-        celery_app.worker_main(argv)
+        _celery_worker(settings, concurrency, queues, pool, events=events)
         return
     if liveness_file is not None:
         err.print("--liveness-file is for Celery workers: an embedded worker has no broker")
@@ -134,6 +106,43 @@ def worker(  # noqa: PLR0917 - typer passes options by name
     runtime = Runtime.build(settings, concurrency=concurrency)
     runtime.start_workers()
     _serve(runtime)
+
+
+def _celery_worker(
+    settings: Settings, concurrency: int | None, queues: str | None, pool: str, *, events: bool
+) -> None:
+    """A Celery worker: the definitions registered once, then Celery's own loop."""
+    from cairn.lease.redis import RedisLeases
+    from cairn.runtime import register_definitions, worker_app
+    from cairn.workers.logs import log_through_root
+
+    if settings.metrics_port is not None:
+        if settings.redis_url is None:
+            raise typer.BadParameter(
+                "lease metrics of a Celery worker need CAIRN_REDIS_URL: without it "
+                "every worker process keeps leases of its own",
+                param_hint="--metrics-port",
+            )
+        # The parent serves: its children come and go, the counters are in Redis.
+        _serve_metrics(RedisLeases.from_url(settings.redis_url), settings.metrics_port)
+    consumed = _consumed_queues(settings, queues)
+    register_definitions(settings)
+    celery_app = worker_app(settings)
+    log_through_root()
+    argv = [
+        # Celery's banner (its settings, its tasks) is for debugging; the quiet
+        # default keeps a terminal's commands readable.
+        *([] if settings.log_level == "DEBUG" else ["--quiet"]),
+        "worker",
+        f"--concurrency={concurrency or CELERY_CONCURRENCY}",
+        f"--pool={pool}",
+        f"--loglevel={settings.log_level}",
+        f"--queues={','.join(consumed)}",
+        "--without-gossip",
+        "--without-mingle",
+        *(["--task-events"] if events or settings.task_events else []),
+    ]
+    celery_app.worker_main(argv)
 
 
 def _consumed_queues(settings: Settings, queues: str | None) -> list[str]:
