@@ -26,7 +26,6 @@ KNOWN: dict[str, int] = {
     "cairn/decider/holds.py:Holds.resolve_hold": 70,
     "cairn/decider/moves.py:Moves.enter": 73,
     "cairn/decider/stopping.py:Stopping.compensation_failed": 66,
-    "cairn/definitions/anomaly_block.py:read_anomaly": 75,
     "cairn/definitions/transitions.py:transition_table": 95,
     "cairn/effects/ledger.py:EffectLedger._begin": 70,
     "cairn/engine/advance.py:Steps._start_child": 64,
