@@ -30,7 +30,6 @@ KNOWN: dict[str, int] = {
     "cairn/effects/ledger.py:EffectLedger._begin": 70,
     "cairn/engine/advance.py:Steps._start_child": 64,
     "cairn/engine/flow.py:FlowControl.submit_debounced": 62,
-    "cairn/engine/schedules.py:Schedules.tick": 68,
     "cairn/lease/rates.py:MemoryRates.take": 62,
     "cairn/model/messages.py:NodeMessage.from_dict": 76,
     "cairn/store/steps.py:StepsTx.write_step": 65,
