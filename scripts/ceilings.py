@@ -27,7 +27,6 @@ KNOWN: dict[str, int] = {
     "cairn/decider/moves.py:Moves.enter": 73,
     "cairn/decider/stopping.py:Stopping.compensation_failed": 66,
     "cairn/definitions/transitions.py:transition_table": 95,
-    "cairn/effects/ledger.py:EffectLedger._begin": 70,
     "cairn/engine/advance.py:Steps._start_child": 64,
     "cairn/engine/flow.py:FlowControl.submit_debounced": 62,
     "cairn/lease/rates.py:MemoryRates.take": 62,
