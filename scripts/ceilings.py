@@ -32,7 +32,6 @@ KNOWN: dict[str, int] = {
     "cairn/lease/rates.py:MemoryRates.take": 62,
     "cairn/model/messages.py:NodeMessage.from_dict": 76,
     "cairn/store/steps.py:StepsTx.write_step": 65,
-    "cairn/timetravel/fork.py:dry_run": 119,
     "cairn/timetravel/replay_space.py:ReplaySpace.execute": 70,
     "cairn/workers/app.py:make_celery": 125,
     "cairn/workers/context.py:StepContext.__init__": 71,
