@@ -28,6 +28,7 @@ from cairn.api.models import (
 )
 from cairn.api.scope import ERRORS, RunId, head_in, status_url
 from cairn.decider.step import RECOVERY_SIGNALS
+from cairn.engine import batches
 from cairn.engine.batches import SubmitItem
 from cairn.errors import IdempotencyConflict, InvalidInput
 from cairn.http.models import (
@@ -143,23 +144,7 @@ def submit_batch(
     # answered here — a taken id with another workflow or input is a conflict, which
     # only the row can tell — and only fresh items go to the orchestrator, which answers
     # an id taken meanwhile (a concurrent submit) with the run that took it.
-    namespace = who.namespace
-    request_ids = [item.request_id for item in body.runs if item.request_id is not None]
-    with runtime.store.reading() as tx:
-        taken = {row.request_id: row for row in tx.runs_by_requests(namespace, request_ids)}
-    first_of: dict[str, int] = {}
-    fresh: list[int] = []
-    later: list[tuple[int, int]] = []  # (index, index of the batch's first item with its id)
-    for index, item in enumerate(body.runs):
-        rid = item.request_id
-        if rid is not None and rid in taken:
-            answers[index] = _existing(index, taken[rid], item)
-        elif rid is not None and rid in first_of:
-            later.append((index, first_of[rid]))
-        else:
-            if rid is not None:
-                first_of[rid] = index
-            fresh.append(index)
+    fresh, later = _sorted_items(runtime, who.namespace, body, answers)
     items = [
         SubmitItem(
             item.workflow, item.input, item.request_id, item.version, item.webhook, item.priority
@@ -167,29 +152,13 @@ def submit_batch(
         for item in (body.runs[index] for index in fresh)
     ]
     submitted = (
-        runtime.orchestrator.submit_batch(items, namespace=namespace, actor=who.actor)
+        runtime.orchestrator.submit_batch(items, namespace=who.namespace, actor=who.actor)
         if items
         else []
     )
     for answer in submitted:
         index = fresh[answer.index]
-        if answer.run_id is None:
-            error = {"code": str(answer.error_code), "message": str(answer.error)}
-            answers[index] = BatchResult(index=index, error=error)
-        elif answer.created:
-            answers[index] = BatchResult(
-                index=index,
-                run_id=answer.run_id,
-                status_url=status_url(answer.run_id),
-                created=True,
-            )
-        else:  # taken by a concurrent request since the read above
-            row = _run(runtime, answer.run_id)
-            answers[index] = (
-                _existing(index, row, body.runs[index])
-                if row is not None
-                else _taken(index, answer.run_id)  # and deleted since (retention)
-            )
+        answers[index] = _answered(runtime, index, answer, body.runs[index])
     for index, first in later:
         first_answer = answers[first]
         if first_answer.run_id is None:
@@ -210,6 +179,51 @@ def submit_batch(
     if draft is not None:
         draft.detail.update(created=created, existing=existing, refused=refused)
     return BatchResponse(created=created, existing=existing, refused=refused, results=results)
+
+
+def _sorted_items(
+    runtime: Runtime, namespace: str, body: BatchRequest, answers: dict[int, BatchResult]
+) -> tuple[list[int], list[tuple[int, int]]]:
+    """The indexes of the fresh items, and of those whose request id an earlier item of
+    the batch has (each with that item's index); items whose request id is taken
+    already are answered in ``answers``."""
+    request_ids = [item.request_id for item in body.runs if item.request_id is not None]
+    with runtime.store.reading() as tx:
+        taken = {row.request_id: row for row in tx.runs_by_requests(namespace, request_ids)}
+    first_of: dict[str, int] = {}
+    fresh: list[int] = []
+    later: list[tuple[int, int]] = []
+    for index, item in enumerate(body.runs):
+        rid = item.request_id
+        if rid is not None and rid in taken:
+            answers[index] = _existing(index, taken[rid], item)
+        elif rid is not None and rid in first_of:
+            later.append((index, first_of[rid]))
+        else:
+            if rid is not None:
+                first_of[rid] = index
+            fresh.append(index)
+    return fresh, later
+
+
+def _answered(
+    runtime: Runtime, index: int, answer: batches.Submitted, item: BatchItem
+) -> BatchResult:
+    """The result of a fresh item, as the orchestrator answered it."""
+    if answer.run_id is None:
+        return BatchResult(
+            index=index, error={"code": str(answer.error_code), "message": str(answer.error)}
+        )
+    if answer.created:
+        return BatchResult(
+            index=index, run_id=answer.run_id, status_url=status_url(answer.run_id), created=True
+        )
+    row = _run(runtime, answer.run_id)  # taken by a concurrent request since the read
+    return (
+        _existing(index, row, item)
+        if row is not None
+        else _taken(index, answer.run_id)  # and deleted since (retention)
+    )
 
 
 def _existing(index: int, row: RequestedRun | RunRecord, item: BatchItem) -> BatchResult:

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -46,8 +47,6 @@ def demo(
     pace: Annotated[float, typer.Option(help="Scale every step's duration.")] = 1.0,
 ) -> None:
     """Run a research-brief agent skill, crash its worker mid-step, and resume it."""
-    from rich.live import Live
-
     from cairn.client import Client
     from cairn.config import Settings
     from cairn.demo.skill import STEPS
@@ -73,33 +72,54 @@ def demo(
             {"topic": "durable workflows for AI agents", "ledger": str(ledger), "pace": pace},
         )
         out.print(f"submitted run {run_id}")
-        killed_during = None
-        finished_before_crash: dict[str, int] = {}
-        with Live(
-            _progress(client.get_run(run_id), None), console=out, refresh_per_second=8
-        ) as live:
-            while True:
-                view = client.get_run(run_id)
-                live.update(_progress(view, killed_during))
-                if view.status.terminal:
-                    break
-                if killed_during is None and _started(ledger, kill_at):
-                    time.sleep(0.1)  # well inside the step, whatever the pace
-                    os.killpg(worker.pid, signal.SIGKILL)
-                    worker.wait()
-                    killed_during = kill_at
-                    finished_before_crash = _finished_steps(client.get_run(run_id))
-                    live.update(_progress(client.get_run(run_id), killed_during))
-                    time.sleep(0.5)
-                    worker = _start_worker(env, home, 2)
-                time.sleep(0.1)
-        _summary(client, run_id, ledger, killed_during, finished_before_crash)
+        crash = _Crash(env, home, worker, kill_at)
+        crash.follow(client, run_id, ledger)
+        worker = crash.worker
+        _summary(client, run_id, ledger, crash.killed_during, crash.finished_before)
     finally:
         if worker.poll() is None:
             worker.terminate()
             worker.wait(timeout=10)
         client.close()
     out.print(f"\nthe demo's database and logs are in {home}")
+
+
+@dataclass
+class _Crash:
+    """The demo's worker, killed once during ``kill_at`` and started again."""
+
+    env: dict[str, str]
+    home: Path
+    worker: subprocess.Popen[bytes]
+    kill_at: str
+    killed_during: str | None = None
+    finished_before: dict[str, int] = field(default_factory=dict)
+
+    def follow(self, client: Client, run_id: str, ledger: Path) -> None:
+        """Show the run's progress until it ends, crashing the worker on the way."""
+        from rich.live import Live
+
+        with Live(
+            _progress(client.get_run(run_id), None), console=out, refresh_per_second=8
+        ) as live:
+            while True:
+                view = client.get_run(run_id)
+                live.update(_progress(view, self.killed_during))
+                if view.status.terminal:
+                    return
+                if self.killed_during is None and _started(ledger, self.kill_at):
+                    self.kill(client, run_id)
+                    live.update(_progress(client.get_run(run_id), self.killed_during))
+                    time.sleep(0.5)
+                    self.worker = _start_worker(self.env, self.home, 2)
+                time.sleep(0.1)
+
+    def kill(self, client: Client, run_id: str) -> None:
+        time.sleep(0.1)  # well inside the step, whatever the pace
+        os.killpg(self.worker.pid, signal.SIGKILL)
+        self.worker.wait()
+        self.killed_during = self.kill_at
+        self.finished_before = _finished_steps(client.get_run(run_id))
 
 
 def _start_worker(env: dict[str, str], home: Path, number: int) -> subprocess.Popen[bytes]:

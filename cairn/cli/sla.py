@@ -13,6 +13,8 @@ from cairn.cli import remote
 from cairn.cli._app import app, err, out
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from cairn.config import Settings
     from cairn.observe.sla import Percentiles, SlaReport
 from cairn.errors import InvalidInput
@@ -72,13 +74,29 @@ def sla_report(settings: Settings, window_s: float, workflow: str | None = None)
 
 
 def _show(report: SlaReport, window: str) -> None:
-    from rich.table import Table
-
-    from cairn.observe.sla import STEP_PARTS
-
     if not report.workflows:
         out.print(f"no runs created or finished in the last {window}", markup=False)
         return
+    out.print(_outcomes(report, window))
+    out.print(_step_times(report))
+    costs = _costs(report)
+    if costs.rows:
+        out.print(costs)
+    for name, violation in report.violations:
+        err.print(f"[red]SLO violated[/red] {name}: {violation.describe()}", highlight=False)
+    if not report.violations:
+        checked = sum(1 for item in report.workflows if item.slo)
+        out.print(
+            f"SLOs met ({checked} of {len(report.workflows)} workflow(s) have SLOs)"
+            if checked
+            else "no SLOs set (CAIRN_SLO_SUCCESS_RATE, CAIRN_SLO_FIRST_TRY_RATE, CAIRN_SLO_P95_S)",
+            markup=False,
+        )
+
+
+def _outcomes(report: SlaReport, window: str) -> Table:
+    from rich.table import Table
+
     outcomes = Table(
         "workflow",
         "runs",
@@ -104,7 +122,14 @@ def _show(report: SlaReport, window: str) -> None:
             _percent(item.recovery.retry_rate),
             _seconds(item.recovery.time_s.p95),
         )
-    out.print(outcomes)
+    return outcomes
+
+
+def _step_times(report: SlaReport) -> Table:
+    from rich.table import Table
+
+    from cairn.observe.sla import STEP_PARTS
+
     steps = Table("workflow", "steps", *STEP_PARTS, title="Step time p50 / p95 / p99")
     for item in report.workflows:
         steps.add_row(
@@ -112,7 +137,12 @@ def _show(report: SlaReport, window: str) -> None:
             f"{item.steps}" + (f" ({item.untimed_steps} untimed)" if item.untimed_steps else ""),
             *(_spread(item.step_s[part]) for part in STEP_PARTS),
         )
-    out.print(steps)
+    return steps
+
+
+def _costs(report: SlaReport) -> Table:
+    from rich.table import Table
+
     costs = Table(
         "workflow",
         "unit",
@@ -133,18 +163,7 @@ def _show(report: SlaReport, window: str) -> None:
                 f"{_percent(used.p50)} / {_percent(used.p95)}" if cost.budgeted_runs else "-",
                 f"{cost.over_budget_runs} of {cost.budgeted_runs}" if cost.budgeted_runs else "-",
             )
-    if costs.rows:
-        out.print(costs)
-    for name, violation in report.violations:
-        err.print(f"[red]SLO violated[/red] {name}: {violation.describe()}", highlight=False)
-    if not report.violations:
-        checked = sum(1 for item in report.workflows if item.slo)
-        out.print(
-            f"SLOs met ({checked} of {len(report.workflows)} workflow(s) have SLOs)"
-            if checked
-            else "no SLOs set (CAIRN_SLO_SUCCESS_RATE, CAIRN_SLO_FIRST_TRY_RATE, CAIRN_SLO_P95_S)",
-            markup=False,
-        )
+    return costs
 
 
 def _spread(values: Percentiles) -> str:

@@ -41,13 +41,31 @@ def read_anomaly(reader: Reader, raw: object) -> AnomalyPolicy | None:
     on_detect = raw.get("on_detect", {})
     if not _known_keys(reader, on_detect, fmt.ON_DETECT, "anomaly.on_detect"):
         on_detect = {}
-    no_progress = ping_pong = oscillation = None
+    detectors = _detectors(reader, raw)
+    if not any(raw.get(name) for name in ("no_progress", "ping_pong", "oscillation")):
+        reader.fault(
+            "bad_anomaly",
+            "anomaly turns on no detector: give no_progress, ping_pong or oscillation",
+        )
+        return None
+    return AnomalyPolicy(
+        **detectors,
+        fields=_field_names(reader, fingerprint.get("fields"), "anomaly.fingerprint.fields"),
+        ignore=_field_names(reader, fingerprint.get("ignore"), "anomaly.fingerprint.ignore"),
+        interventions=_bounded(reader, on_detect, "on_detect.interventions", 1),
+        **_on_detect(reader, on_detect),
+    )
+
+
+def _detectors(reader: Reader, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The detectors the block turns on: no_progress, ping_pong, oscillation."""
+    found: dict[str, Any] = {"no_progress": None, "ping_pong": None, "oscillation": None}
     rule = _rule(reader, raw, "no_progress", fmt.NO_PROGRESS)
     if rule is not None:
-        no_progress = NoProgressRule(steps=_bounded(reader, rule, "no_progress.steps", 6))
+        found["no_progress"] = NoProgressRule(steps=_bounded(reader, rule, "no_progress.steps", 6))
     rule = _rule(reader, raw, "ping_pong", fmt.PING_PONG)
     if rule is not None:
-        ping_pong = PingPongRule(
+        found["ping_pong"] = PingPongRule(
             max_period=_bounded(reader, rule, "ping_pong.max_period", 3),
             repeats=_bounded(reader, rule, "ping_pong.repeats", 3),
         )
@@ -60,17 +78,16 @@ def read_anomaly(reader: Reader, raw: object) -> AnomalyPolicy | None:
                 "anomaly.oscillation.fields must list the state fields to watch",
             )
         elif watched:
-            oscillation = OscillationRule(
+            found["oscillation"] = OscillationRule(
                 fields=watched,
                 window=_bounded(reader, rule, "oscillation.window", 12),
                 returns=_bounded(reader, rule, "oscillation.returns", 3),
             )
-    if not any(raw.get(name) for name in ("no_progress", "ping_pong", "oscillation")):
-        reader.fault(
-            "bad_anomaly",
-            "anomaly turns on no detector: give no_progress, ping_pong or oscillation",
-        )
-        return None
+    return found
+
+
+def _on_detect(reader: Reader, on_detect: Mapping[str, Any]) -> dict[str, Any]:
+    """What a detection does: its hint, the state it drops or assigns, the hand-off."""
     hint = on_detect.get("hint")
     if hint is not None and (not isinstance(hint, str) or not hint.strip()):
         reader.fault("bad_anomaly", f"anomaly.on_detect.hint must be text, got {hint!r}")
@@ -91,18 +108,7 @@ def read_anomaly(reader: Reader, raw: object) -> AnomalyPolicy | None:
             "bad_anomaly",
             f"anomaly.on_detect.then is 'fail' or 'wait:<wait node>', got {then!r}",
         )
-    return AnomalyPolicy(
-        no_progress=no_progress,
-        ping_pong=ping_pong,
-        oscillation=oscillation,
-        fields=_field_names(reader, fingerprint.get("fields"), "anomaly.fingerprint.fields"),
-        ignore=_field_names(reader, fingerprint.get("ignore"), "anomaly.fingerprint.ignore"),
-        hint=hint,
-        drop=drop,
-        assign=assign,
-        interventions=_bounded(reader, on_detect, "on_detect.interventions", 1),
-        handoff=handoff,
-    )
+    return {"hint": hint, "drop": drop, "assign": assign, "handoff": handoff}
 
 
 def _rule(

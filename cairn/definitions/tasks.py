@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from cairn.definitions import format as fmt
 from cairn.definitions.flow import read_concurrency, read_dependencies, read_rate
@@ -25,6 +25,9 @@ from cairn.model.definition import (
 from cairn.model.workflow_names import BadWorkflowName, WorkflowName
 
 CACHED_FORM = re.compile(r"^cached\((?P<ttl>[^)]+)\)$")
+
+
+T = TypeVar("T")
 
 
 def task_node(
@@ -51,43 +54,6 @@ def task_node(
     if not isinstance(invalidates, list) or not all(isinstance(n, str) for n in invalidates):
         reader.fault("bad_value", "'invalidates' is a list of nodes", node_id)
         invalidates = []
-    stall_after = reader.duration(raw.get("stall_after"), node_id, "stall_after")
-    if stall_after is not None and raw.get("handler") is None:
-        reader.fault(
-            "bad_value",
-            "'stall_after' watches a handler's progress: it needs a handler",
-            node_id,
-        )
-    checkpoint = _checkpoint(reader, node_id, raw["checkpoint"]) if "checkpoint" in raw else None
-    if checkpoint is not None and raw.get("handler") is None:
-        reader.fault(
-            "bad_value",
-            "'checkpoint' saves a handler's working context: it needs a handler",
-            node_id,
-        )
-    context = _context(reader, node_id, raw["context"]) if "context" in raw else None
-    if context is not None and raw.get("handler") is None:
-        reader.fault(
-            "bad_value", "'context' budgets a handler's model calls: it needs a handler", node_id
-        )
-    concurrency = read_concurrency(reader, raw.get("concurrency"), node_id)
-    if concurrency and raw.get("handler") is None:
-        reader.fault(
-            "bad_value", "'concurrency' limits a handler's executions: it needs a handler", node_id
-        )
-    dependencies = read_dependencies(reader, raw.get("dependency"), node_id)
-    if dependencies and raw.get("handler") is None:
-        reader.fault(
-            "bad_value", "'dependency' guards a handler's calls: it needs a handler", node_id
-        )
-    rate = read_rate(reader, raw.get("rate"), node_id)
-    if rate and raw.get("handler") is None:
-        reader.fault(
-            "bad_value", "'rate' limits a handler's model calls: it needs a handler", node_id
-        )
-    record = reader.record(raw["record"], node_id) if "record" in raw else reader.record_http
-    if record and raw.get("handler") is None and "record" in raw:
-        reader.fault("bad_value", "'record' records a handler's HTTP: it needs a handler", node_id)
     queue = reader.queue(raw["queue"], node_id) if "queue" in raw else reader.default_queue
     if child is not None:
         if "queue" in raw:
@@ -108,17 +74,67 @@ def task_node(
         branch=_branch(reader, node_id, raw["branch"]) if "branch" in raw else None,
         route=_route(reader, node_id, raw["route"]) if "route" in raw else None,
         irreversible=irreversible,
-        stall_after=stall_after,
-        checkpoint=checkpoint,
-        record_http=record and raw.get("handler") is not None,
-        context=context,
-        concurrency=concurrency,
-        dependencies=dependencies,
-        rate=rate,
         queue=queue,
+        **_handler_parts(reader, node_id, raw),
         extra=reader.metadata(raw, node_id),
         **common,
     )
+
+
+def _handler_parts(reader: Reader, node_id: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """What a task's handler runs under: its stall watch, checkpoints, context budget,
+    concurrency, dependencies, rate and HTTP recording — each a fault on a task without
+    a handler."""
+    needs = _HandlerOnly(reader, node_id, raw)
+    record = reader.record_http and needs.handled
+    if "record" in raw:
+        record = needs("record", reader.record(raw["record"], node_id), "records a handler's HTTP")
+    return {
+        "stall_after": needs(
+            "stall_after",
+            reader.duration(raw.get("stall_after"), node_id, "stall_after"),
+            "watches a handler's progress",
+        ),
+        "checkpoint": needs(
+            "checkpoint",
+            _checkpoint(reader, node_id, raw["checkpoint"]) if "checkpoint" in raw else None,
+            "saves a handler's working context",
+        ),
+        "context": needs(
+            "context",
+            _context(reader, node_id, raw["context"]) if "context" in raw else None,
+            "budgets a handler's model calls",
+        ),
+        "concurrency": needs(
+            "concurrency",
+            read_concurrency(reader, raw.get("concurrency"), node_id),
+            "limits a handler's executions",
+        ),
+        "dependencies": needs(
+            "dependency",
+            read_dependencies(reader, raw.get("dependency"), node_id),
+            "guards a handler's calls",
+        ),
+        "rate": needs(
+            "rate", read_rate(reader, raw.get("rate"), node_id), "limits a handler's model calls"
+        ),
+        "record_http": bool(record) and needs.handled,
+    }
+
+
+class _HandlerOnly:
+    """Checks keys that only a node with a handler may set: a fault names the key and
+    what it is for."""
+
+    def __init__(self, reader: Reader, node_id: str, raw: Mapping[str, Any]) -> None:
+        self.reader, self.node_id = reader, node_id
+        self.handled = raw.get("handler") is not None
+
+    def __call__(self, key: str, value: T, what: str) -> T:
+        given = value is not None and value is not False and value not in ((), [], {})
+        if given and not self.handled:
+            self.reader.fault("bad_value", f"'{key}' {what}: it needs a handler", self.node_id)
+        return value
 
 
 def _checkpoint(reader: Reader, node_id: str, raw: object) -> CheckpointPolicy | None:

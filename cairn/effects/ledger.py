@@ -288,41 +288,46 @@ class EffectLedger:
             row = tx.effect(self.namespace, key, lock=True)
             if row is None:  # retention deleted it between the two statements
                 raise StoreError(f"effect {key!r} vanished while being recorded")
-            if row.name != name:
-                raise InvalidInput(
-                    f"effect key {key!r} belongs to a {row.name!r} effect, not {name!r}: "
-                    "keys name one effect each"
-                )
-            status = row.status
-            if status is EffectStatus.APPLIED:
-                return _Recorded(row.result)
-            if status is EffectStatus.FAILED and row.error_class != ErrorClass.TRANSIENT.value:
-                raised = _RAISED.get(row.error_class or "", PermanentError)
-                raise raised(f"effect {key!r} failed before: {row.error}")
-            if status in (EffectStatus.FLAGGED, EffectStatus.COMPENSATED):
-                raise PermanentError(
-                    f"effect {key!r} is {status.value} by the reconciler: a person decides"
-                )
-            if self._ours(row) and row.fence > self.fence:
-                raise self._stale(key, f"a newer claim (fence {row.fence}) called it")
-            if status in UNSETTLED:
-                resolved = self._resolve(tx, row)
-                if resolved is not None:
-                    return resolved
-            reclaimed = tx.update_effect(
-                row.id,
-                {
-                    "status": EffectStatus.INTENT.value,
-                    "fence": self.fence,
-                    "attempt": self.attempt,
-                    "calls": row.calls + 1,
-                    "error_class": None,
-                    "error": None,
-                },
-                claim=self._claim,
+            return self._again(tx, row, name, key)
+
+    def _again(self, tx: Any, row: Any, name: str, key: str) -> _Recorded | None:
+        """The effect is on record already (its row locked): what it was — its result,
+        or its failure raised again — or the intent recorded anew for this claim."""
+        if row.name != name:
+            raise InvalidInput(
+                f"effect key {key!r} belongs to a {row.name!r} effect, not {name!r}: "
+                "keys name one effect each"
             )
-            if not reclaimed:  # the row is locked: only a newer claim can refuse it
-                raise self._stale(key, "PostgreSQL has a newer claim of it on record")
+        status = row.status
+        if status is EffectStatus.APPLIED:
+            return _Recorded(row.result)
+        if status is EffectStatus.FAILED and row.error_class != ErrorClass.TRANSIENT.value:
+            raised = _RAISED.get(row.error_class or "", PermanentError)
+            raise raised(f"effect {key!r} failed before: {row.error}")
+        if status in (EffectStatus.FLAGGED, EffectStatus.COMPENSATED):
+            raise PermanentError(
+                f"effect {key!r} is {status.value} by the reconciler: a person decides"
+            )
+        if self._ours(row) and row.fence > self.fence:
+            raise self._stale(key, f"a newer claim (fence {row.fence}) called it")
+        if status in UNSETTLED:
+            resolved = self._resolve(tx, row)
+            if resolved is not None:
+                return resolved
+        reclaimed = tx.update_effect(
+            row.id,
+            {
+                "status": EffectStatus.INTENT.value,
+                "fence": self.fence,
+                "attempt": self.attempt,
+                "calls": row.calls + 1,
+                "error_class": None,
+                "error": None,
+            },
+            claim=self._claim,
+        )
+        if not reclaimed:  # the row is locked: only a newer claim can refuse it
+            raise self._stale(key, "PostgreSQL has a newer claim of it on record")
         return None
 
     def _resolve(self, tx: Any, row: Any) -> _Recorded | None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cairn.engine.advance import Advanced
@@ -36,6 +36,7 @@ from cairn.model.schedules import (
     OverlapPolicy,
     ScheduleSpec,
     TickAction,
+    TickDecision,
     jitter_of,
     plan_ticks,
     tick_label,
@@ -112,6 +113,18 @@ def _columns(spec: ScheduleSpec) -> dict[str, Any]:
         "catch_up_s": float(spec.catch_up_s),
         "jitter_s": float(spec.jitter_s),
     }
+
+
+@dataclass
+class _Carried:
+    """What a tick's decisions came to: the runs started, the ticks skipped, and the
+    schedule's last run, tick and error after them."""
+
+    last_run: str | None
+    last_tick: float | None
+    error: str | None
+    started: list[str] = field(default_factory=list)
+    skipped: int = 0
 
 
 class Schedules:
@@ -337,8 +350,6 @@ class Schedules:
         """Start the schedule's due ticks, in one transaction; None if another scheduler
         holds the schedule, or it is not due (any more), or it is paused."""
         advanced: list[Advanced | None] = []
-        started: list[str] = []
-        skipped = 0
         with self.store.transaction() as tx:
             row = tx.lock_schedule(namespace, name, skip_locked=True)
             now = tx.now()
@@ -363,29 +374,7 @@ class Schedules:
                 previous_active=previous is not None and not previous.status.terminal,
                 now=now,
             )
-            last_run, last_tick, error = row.last_run_id, row.last_tick_at, row.last_error
-            for decision in plan.decisions:
-                label = tick_label(decision.tick)
-                if decision.action.skipped:
-                    skipped += 1
-                    log.info("schedule %s/%s: tick %s %s", namespace, name, label, decision.action)
-                    continue
-                if decision.action is TickAction.BUFFER:
-                    log.info("schedule %s/%s: tick %s buffered", namespace, name, label)
-                    continue
-                if decision.action is TickAction.CANCEL_AND_START and last_run is not None:
-                    reason = f"schedule {name!r}: tick {label} (overlap: cancel_running)"
-                    advanced.append(self.flow.cancel_in(tx, last_run, reason, schedule_actor(name)))
-                run_id, refused = self._start_tick(tx, row, decision.tick, now, advanced)
-                if refused is not None:
-                    skipped += 1
-                    error = f"tick {label}: {refused}"
-                    log.error("schedule %s/%s: %s", namespace, name, error)
-                    continue
-                assert run_id is not None
-                started.append(run_id)
-                last_run, last_tick, error = run_id, decision.tick, None
-                log.info("schedule %s/%s: tick %s started run %s", namespace, name, label, run_id)
+            done = self._carry_out(tx, row, plan.decisions, now, advanced)
             tx.update_schedule(
                 namespace,
                 name,
@@ -393,14 +382,51 @@ class Schedules:
                     "ticks_from": plan.ticks_from,
                     "buffered_at": plan.buffered,
                     "next_at": plan.next_at,
-                    "last_tick_at": last_tick,
-                    "last_run_id": last_run,
-                    "skipped": row.skipped + skipped,
-                    "last_error": error,
+                    "last_tick_at": done.last_tick,
+                    "last_run_id": done.last_run,
+                    "skipped": row.skipped + done.skipped,
+                    "last_error": done.error,
                 },
             )
         self.flow.after_commit(*advanced)
-        return Ticked(started, skipped, buffered=plan.buffered is not None)
+        return Ticked(done.started, done.skipped, buffered=plan.buffered is not None)
+
+    def _carry_out(
+        self,
+        tx: Tx,
+        row: ScheduleRecord,
+        decisions: Sequence[TickDecision],
+        now: float,
+        advanced: list[Advanced | None],
+    ) -> _Carried:
+        """Start, skip or buffer each tick decided, in the tick's transaction."""
+        namespace, name = row.namespace, row.name
+        done = _Carried(last_run=row.last_run_id, last_tick=row.last_tick_at, error=row.last_error)
+        for decision in decisions:
+            label = tick_label(decision.tick)
+            if decision.action.skipped:
+                done.skipped += 1
+                log.info("schedule %s/%s: tick %s %s", namespace, name, label, decision.action)
+                continue
+            if decision.action is TickAction.BUFFER:
+                log.info("schedule %s/%s: tick %s buffered", namespace, name, label)
+                continue
+            if decision.action is TickAction.CANCEL_AND_START and done.last_run is not None:
+                reason = f"schedule {name!r}: tick {label} (overlap: cancel_running)"
+                advanced.append(
+                    self.flow.cancel_in(tx, done.last_run, reason, schedule_actor(name))
+                )
+            run_id, refused = self._start_tick(tx, row, decision.tick, now, advanced)
+            if refused is not None:
+                done.skipped += 1
+                done.error = f"tick {label}: {refused}"
+                log.error("schedule %s/%s: %s", namespace, name, done.error)
+                continue
+            assert run_id is not None
+            done.started.append(run_id)
+            done.last_run, done.last_tick, done.error = run_id, decision.tick, None
+            log.info("schedule %s/%s: tick %s started run %s", namespace, name, label, run_id)
+        return done
 
     def _start_tick(
         self,

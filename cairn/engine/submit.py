@@ -163,34 +163,7 @@ class Submissions:
         if len(items) > MAX_BATCH:
             raise InvalidInput(f"a batch holds at most {MAX_BATCH} runs, not {len(items)}")
         answers: list[Submitted | None] = [None] * len(items)
-        accepted: list[tuple[int, dict[str, Any], WorkflowDefinition]] = []
-        # The newest version is looked up once per workflow, not once per item.
-        definitions: dict[tuple[str, int | None], WorkflowDefinition] = {}
-        for index, item in enumerate(items):
-            try:
-                which = (item.workflow, item.version)
-                if which not in definitions:
-                    definitions[which] = self.registry.resolve_for(
-                        namespace, item.workflow, item.version
-                    )
-                definition = definitions[which]
-                payload = self.check_input(definition, item.input)
-                webhook = self.webhooks.check(item.webhook, namespace)
-                level = check_priority(item.priority)
-            except CairnError as refused:
-                answers[index] = Submitted(index, error_code=refused.code, error=str(refused))
-                continue
-            values = new_run(
-                str(uuid.uuid4()),
-                namespace,
-                definition,
-                payload,
-                request_id=item.request_id,
-                at=0.0,
-                webhook=webhook,
-                priority=level,
-            )
-            accepted.append((index, values, definition))
+        accepted = self._accepted(items, namespace, answers)
         messages: list[NodeMessage] = []
         planner = self.steps.planner
         with self.store.transaction() as tx:
@@ -233,6 +206,41 @@ class Submissions:
                 answers[index] = Submitted(index, values["id"], created=True)
         self.steps.outbox.publish(messages)
         return [answer for answer in answers if answer is not None]
+
+    def _accepted(
+        self, items: Sequence[SubmitItem], namespace: str, answers: list[Submitted | None]
+    ) -> list[tuple[int, dict[str, Any], WorkflowDefinition]]:
+        """The batch's items that may start, each as (index, run row, definition); each
+        refused one answered in ``answers``, by its index."""
+        accepted: list[tuple[int, dict[str, Any], WorkflowDefinition]] = []
+        # The newest version is looked up once per workflow, not once per item.
+        definitions: dict[tuple[str, int | None], WorkflowDefinition] = {}
+        for index, item in enumerate(items):
+            try:
+                which = (item.workflow, item.version)
+                if which not in definitions:
+                    definitions[which] = self.registry.resolve_for(
+                        namespace, item.workflow, item.version
+                    )
+                definition = definitions[which]
+                payload = self.check_input(definition, item.input)
+                webhook = self.webhooks.check(item.webhook, namespace)
+                level = check_priority(item.priority)
+            except CairnError as refused:
+                answers[index] = Submitted(index, error_code=refused.code, error=str(refused))
+                continue
+            values = new_run(
+                str(uuid.uuid4()),
+                namespace,
+                definition,
+                payload,
+                request_id=item.request_id,
+                at=0.0,
+                webhook=webhook,
+                priority=level,
+            )
+            accepted.append((index, values, definition))
+        return accepted
 
     def fork(
         self,

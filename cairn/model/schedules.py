@@ -248,6 +248,69 @@ class TickPlan:
     next_at: float | None  # when to look again (None: the cron has no more ticks)
 
 
+@dataclass(frozen=True)
+class _Walk:
+    late: list[TickDecision]  # due longer ago than the catch-up window: skipped
+    due: list[TickDecision]  # due now, before the overlap policy
+    cursor: float  # the last tick walked
+    next_at: float | None  # when to look again
+
+
+def _walk(
+    cron: Cron,
+    key: str,
+    *,
+    jitter_s: float,
+    catch_up_s: float,
+    ticks_from: float,
+    now: float,
+    scan: int,
+) -> _Walk:
+    """The ticks after ``ticks_from`` due at ``now``, at most ``scan`` of them."""
+    late: list[TickDecision] = []
+    due_now: list[TickDecision] = []
+    cursor = ticks_from
+    next_at: float | None = None
+    for walked, at in enumerate(cron.iterate(ticks_from), start=1):
+        due = at + jitter_of(key, at, jitter_s)
+        if due > now:
+            next_at = due
+            break
+        cursor = at
+        if now - due > catch_up_s:
+            late.append(TickDecision(at, TickAction.SKIP_LATE, due))
+        else:
+            due_now.append(TickDecision(at, TickAction.START, due))
+        if walked >= scan:
+            next_at = now  # more to walk: look again at once
+            break
+    return _Walk(late, due_now, cursor, next_at)
+
+
+def _overlapping(
+    policy: OverlapPolicy, due_now: list[TickDecision], active: bool, buffered: float | None
+) -> tuple[list[TickDecision], float | None]:
+    """What the overlap policy makes of the ticks due now; the tick buffered after."""
+    decisions: list[TickDecision] = []
+    if policy is OverlapPolicy.CANCEL_RUNNING and due_now:
+        for early in due_now[:-1]:
+            decisions.append(TickDecision(early.tick, TickAction.SUPERSEDED, early.due))
+        last = due_now[-1]
+        action = TickAction.CANCEL_AND_START if active else TickAction.START
+        decisions.append(TickDecision(last.tick, action, last.due))
+        return decisions, buffered
+    for tick in due_now:
+        if not active or policy is OverlapPolicy.ALLOW:
+            decisions.append(tick)
+            active = True
+        elif policy is OverlapPolicy.BUFFER_ONE and buffered is None:
+            buffered = tick.tick
+            decisions.append(TickDecision(tick.tick, TickAction.BUFFER, tick.due))
+        else:
+            decisions.append(TickDecision(tick.tick, TickAction.SKIP_OVERLAP, tick.due))
+    return decisions, buffered
+
+
 def plan_ticks(
     cron: Cron,
     policy: OverlapPolicy,
@@ -279,39 +342,19 @@ def plan_ticks(
         decisions.append(TickDecision(buffered, TickAction.START, buffered))
         buffered = None
         active = True
-    due_now: list[TickDecision] = []
-    cursor = ticks_from
-    next_at: float | None = None
-    for walked, at in enumerate(cron.iterate(ticks_from), start=1):
-        due = at + jitter_of(key, at, jitter_s)
-        if due > now:
-            next_at = due
-            break
-        cursor = at
-        if now - due > catch_up_s:
-            decisions.append(TickDecision(at, TickAction.SKIP_LATE, due))
-        else:
-            due_now.append(TickDecision(at, TickAction.START, due))
-        if walked >= scan:
-            next_at = now  # more to walk: look again at once
-            break
-    if policy is OverlapPolicy.CANCEL_RUNNING and due_now:
-        for early in due_now[:-1]:
-            decisions.append(TickDecision(early.tick, TickAction.SUPERSEDED, early.due))
-        last = due_now[-1]
-        action = TickAction.CANCEL_AND_START if active else TickAction.START
-        decisions.append(TickDecision(last.tick, action, last.due))
-        active = True
-    else:
-        for tick in due_now:
-            if not active or policy is OverlapPolicy.ALLOW:
-                decisions.append(tick)
-                active = True
-            elif policy is OverlapPolicy.BUFFER_ONE and buffered is None:
-                buffered = tick.tick
-                decisions.append(TickDecision(tick.tick, TickAction.BUFFER, tick.due))
-            else:
-                decisions.append(TickDecision(tick.tick, TickAction.SKIP_OVERLAP, tick.due))
+    walk = _walk(
+        cron,
+        key,
+        jitter_s=jitter_s,
+        catch_up_s=catch_up_s,
+        ticks_from=ticks_from,
+        now=now,
+        scan=scan,
+    )
+    decisions += walk.late
+    met, buffered = _overlapping(policy, walk.due, active, buffered)
+    decisions += met
+    next_at, cursor = walk.next_at, walk.cursor
     if buffered is not None:
         poll = now + BUFFER_POLL_S
         next_at = poll if next_at is None else min(next_at, poll)

@@ -93,8 +93,19 @@ def read_facts(source: Tx | Connection, since: float, workflow: str | None = Non
     if workflow is not None:
         in_window = in_window & (runs.c.workflow == workflow)
     window = select(runs.c.id).where(in_window)
+    run_facts = _run_facts(connection, in_window)
+    return SlaFacts(
+        run_facts,
+        _execution_facts(connection, window),
+        _event_facts(connection, window),
+        _dispatch_facts(connection, window),
+        _budgets(connection, {(run.workflow, run.version) for run in run_facts}),
+    )
 
-    run_facts = [
+
+def _run_facts(connection: Connection, in_window: Any) -> list[RunFacts]:
+    columns = (runs.c.id, runs.c.workflow_namespace, runs.c.workflow, runs.c.version)
+    return [
         RunFacts(
             row.id,
             qualified(row.workflow_namespace, row.workflow),  # two namespaces' are two
@@ -104,18 +115,13 @@ def read_facts(source: Tx | Connection, since: float, workflow: str | None = Non
             to_epoch(row.finished_at) if row.finished_at is not None else None,
         )
         for row in connection.execute(
-            select(
-                runs.c.id,
-                runs.c.workflow_namespace,
-                runs.c.workflow,
-                runs.c.version,
-                runs.c.status,
-                runs.c.created_at,
-                runs.c.finished_at,
-            ).where(in_window)
+            select(*columns, runs.c.status, runs.c.created_at, runs.c.finished_at).where(in_window)
         )
     ]
-    execution_facts = [
+
+
+def _execution_facts(connection: Connection, window: Any) -> list[ExecutionFacts]:
+    return [
         ExecutionFacts(
             row.run_id,
             row.node,
@@ -137,8 +143,11 @@ def read_facts(source: Tx | Connection, since: float, workflow: str | None = Non
             ).where(executions.c.run_id.in_(window))
         )
     ]
+
+
+def _event_facts(connection: Connection, window: Any) -> list[EventFacts]:
     data = events.c.data
-    event_facts = [
+    return [
         EventFacts(
             row.run_id,
             row.type,
@@ -167,6 +176,10 @@ def read_facts(source: Tx | Connection, since: float, workflow: str | None = Non
             )
         )
     ]
+
+
+def _dispatch_facts(connection: Connection, window: Any) -> list[DispatchFacts]:
+    """When each node of a run that retried or recovered was dispatched."""
     troubled = (
         select(executions.c.run_id)
         .where(
@@ -175,7 +188,7 @@ def read_facts(source: Tx | Connection, since: float, workflow: str | None = Non
         )
         .distinct()
     )
-    dispatch_facts = [
+    return [
         DispatchFacts(row.run_id, command["node"], int(command["iteration"]), float(row.at))
         for row in connection.execute(
             select(events.c.run_id, events.c.at, events.c.outcome).where(
@@ -185,23 +198,29 @@ def read_facts(source: Tx | Connection, since: float, workflow: str | None = Non
         for command in (row.outcome or {}).get("commands", ())
         if command.get("command") == "Dispatch" and command.get("phase", RUN_PHASE) == RUN_PHASE
     ]
-    versions = {(run.workflow, run.version) for run in run_facts}
+
+
+def _budgets(
+    connection: Connection, versions: set[tuple[str, int]]
+) -> dict[tuple[str, int], Mapping[str, float]]:
+    """The budget each (workflow, version) declares, for those that declare one."""
     budgets: dict[tuple[str, int], Mapping[str, float]] = {}
-    if versions:
-        names = sorted({unqualified(name)[1] for name, _ in versions})
-        for row in connection.execute(
-            select(
-                workflows.c.namespace,
-                workflows.c.name,
-                workflows.c.version,
-                workflows.c.spec["budget"].label("budget"),
-            ).where(workflows.c.name.in_(names))
-        ):
-            budget = _amounts(row.budget)
-            which = (qualified(row.namespace, row.name), int(row.version))
-            if which in versions and budget:
-                budgets[which] = budget
-    return SlaFacts(run_facts, execution_facts, event_facts, dispatch_facts, budgets)
+    if not versions:
+        return budgets
+    names = sorted({unqualified(name)[1] for name, _ in versions})
+    for row in connection.execute(
+        select(
+            workflows.c.namespace,
+            workflows.c.name,
+            workflows.c.version,
+            workflows.c.spec["budget"].label("budget"),
+        ).where(workflows.c.name.in_(names))
+    ):
+        budget = _amounts(row.budget)
+        which = (qualified(row.namespace, row.name), int(row.version))
+        if which in versions and budget:
+            budgets[which] = budget
+    return budgets
 
 
 def _amounts(value: Any) -> dict[str, float] | None:

@@ -29,7 +29,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.decider.graph import Decision, decide
@@ -286,85 +286,17 @@ def dry_run(
         {node.node: 1 for node in restarted_by_fork(point.state)},
     )
     sandbox = _Sandbox(definition, RunState(run_id, definition.name, definition.version))
-    clock = time.time()
+    walk = _DryWalk(definition, run_id, space, sandbox, time.time(), on_step)
     sandbox.apply(
         RunForked(
-            at=clock,
+            at=walk.clock,
             parent_run_id=point.run_id,
             fork_seq=point.seq,
             state=plain(point.state),
             patch=point.patch,
         )
     )
-    steps: list[DryStep] = []
-    ending, detail = None, ""
-    for _decision in range(max_steps):
-        state = sandbox.state
-        if state.status.terminal:
-            ending, detail = Ending.ENDED, f"the run {state.status.value}"
-            break
-        if sandbox.children:
-            child = sandbox.children[0]
-            ending = Ending.CHILD_RUN
-            detail = (
-                f"{child.node}#{child.iteration} would start a child run of "
-                f"{child.workflow}: not simulated in a dry run"
-            )
-            break
-        dispatch = sandbox.next_dispatch()
-        if dispatch is not None:
-            clock += 0.001  # executions follow each other in time
-            executed = space.execute(
-                definition,
-                state,
-                run_id=run_id,
-                node=dispatch.node,
-                iteration=dispatch.iteration,
-                attempt=dispatch.attempt,
-                phase=dispatch.phase,
-                at=clock,
-                resumed=dispatch.resumed,
-            )
-            # A refused effect, model call or HTTP request stops the dry run before its
-            # result counts: what the handler made of the refusal is not what the fork
-            # would do.
-            refusal = _refusal(executed)
-            moved = () if refusal else sandbox.apply(executed.event).transitions
-            step = DryStep(
-                dispatch.node,
-                dispatch.iteration,
-                dispatch.attempt,
-                dispatch.phase.value,
-                executed,
-                tuple(f"{t.source} -{t.label}-> {t.target}" for t in moved),
-                sandbox.state.status.value,
-            )
-            steps.append(step)
-            if on_step is not None:
-                on_step(step)
-            if refusal:
-                ending = Ending.REFUSED
-                detail = f"{step.label}: {refusal} (its result not applied)"
-                break
-            continue
-        timers = [t for t in state.timers.values() if t.kind is not TimerKind.WAIT]
-        if timers:  # a retry's backoff, a deadline: the virtual clock moves to it
-            timer = min(timers, key=lambda t: (t.due_at, t.timer_id))
-            clock = max(clock, timer.due_at)
-            sandbox.apply(TimerFired(at=clock, timer_id=timer.timer_id))
-            continue
-        ending = Ending.PARKED
-        detail = "it waits for " + (
-            ", ".join(
-                f"{entry.node}#{entry.iteration} ({', '.join(entry.signals)})"
-                for entry in awaiting(definition, state)
-            )
-            or "nothing it can be given here"
-        )
-        break
-    if ending is None:
-        ending = Ending.STEP_CAP
-        detail = f"still {sandbox.state.status.value} after {max_steps} decisions"
+    ending, detail = walk.run(max_steps)
     return DryRun(
         run_id,
         space.sandbox.namespace,
@@ -376,9 +308,98 @@ def dry_run(
         ending,
         detail,
         sandbox.state,
-        tuple(steps),
+        tuple(walk.steps),
         tuple(awaiting(definition, sandbox.state)) if ending == Ending.PARKED else (),
     )
+
+
+@dataclass
+class _DryWalk:
+    """A dry run's decisions, one at a time: a dispatch executed in the replay space, a
+    timer fired on the virtual clock, until the run ends or cannot go on."""
+
+    definition: WorkflowDefinition
+    run_id: str
+    space: ReplaySpace
+    sandbox: _Sandbox
+    clock: float
+    on_step: Callable[[DryStep], None] | None
+    steps: list[DryStep] = field(default_factory=list)
+
+    def run(self, max_steps: int) -> tuple[str, str]:
+        for _decision in range(max_steps):
+            ended = self._ended() or self._next()
+            if ended is not None:
+                return ended
+        return (
+            Ending.STEP_CAP,
+            f"still {self.sandbox.state.status.value} after {max_steps} decisions",
+        )
+
+    def _ended(self) -> tuple[str, str] | None:
+        state = self.sandbox.state
+        if state.status.terminal:
+            return Ending.ENDED, f"the run {state.status.value}"
+        if self.sandbox.children:
+            child = self.sandbox.children[0]
+            return Ending.CHILD_RUN, (
+                f"{child.node}#{child.iteration} would start a child run of "
+                f"{child.workflow}: not simulated in a dry run"
+            )
+        return None
+
+    def _next(self) -> tuple[str, str] | None:
+        """Take the next decision; how the dry run ended, if it did."""
+        dispatch = self.sandbox.next_dispatch()
+        if dispatch is not None:
+            return self._execute(dispatch)
+        state = self.sandbox.state
+        timers = [t for t in state.timers.values() if t.kind is not TimerKind.WAIT]
+        if timers:  # a retry's backoff, a deadline: the virtual clock moves to it
+            timer = min(timers, key=lambda t: (t.due_at, t.timer_id))
+            self.clock = max(self.clock, timer.due_at)
+            self.sandbox.apply(TimerFired(at=self.clock, timer_id=timer.timer_id))
+            return None
+        return Ending.PARKED, "it waits for " + (
+            ", ".join(
+                f"{entry.node}#{entry.iteration} ({', '.join(entry.signals)})"
+                for entry in awaiting(self.definition, state)
+            )
+            or "nothing it can be given here"
+        )
+
+    def _execute(self, dispatch: Dispatch) -> tuple[str, str] | None:
+        self.clock += 0.001  # executions follow each other in time
+        executed = self.space.execute(
+            self.definition,
+            self.sandbox.state,
+            run_id=self.run_id,
+            node=dispatch.node,
+            iteration=dispatch.iteration,
+            attempt=dispatch.attempt,
+            phase=dispatch.phase,
+            at=self.clock,
+            resumed=dispatch.resumed,
+        )
+        # A refused effect, model call or HTTP request stops the dry run before its
+        # result counts: what the handler made of the refusal is not what the fork would do.
+        refusal = _refusal(executed)
+        moved = () if refusal else self.sandbox.apply(executed.event).transitions
+        step = DryStep(
+            dispatch.node,
+            dispatch.iteration,
+            dispatch.attempt,
+            dispatch.phase.value,
+            executed,
+            tuple(f"{t.source} -{t.label}-> {t.target}" for t in moved),
+            self.sandbox.state.status.value,
+        )
+        self.steps.append(step)
+        if self.on_step is not None:
+            self.on_step(step)
+        if refusal:
+            return Ending.REFUSED, f"{step.label}: {refusal} (its result not applied)"
+        return None
 
 
 def _refusal(executed: Executed) -> str | None:
