@@ -1,0 +1,260 @@
+"""Migrating runs between versions of their workflow on the embedded engine (SQLite):
+each check that keeps a run where it is, the move itself (one ``run_migrated`` event,
+the run on the new version, restorable from its history), and its rollback.
+
+The same scenario runs on PostgreSQL with real workers in
+``tests/integration/test_migrations.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cairn.config import Settings
+from cairn.definitions.loader import load_definition, load_file
+from cairn.definitions.text import parse_text
+from cairn.engine.migrations import MigrationRequest
+from cairn.engine.reads import first_version, replay, restore, versions_of
+from cairn.errors import (
+    CodeUnavailable,
+    InvalidInput,
+    NotMigratable,
+    StoreError,
+    UnknownWorkflow,
+)
+from cairn.model.migrations import MigrationReport, Where
+from cairn.model.state import RunState
+from cairn.model.statuses import RunStatus
+from cairn.runtime import Runtime
+
+FLOWS = Path(__file__).resolve().parents[1] / "integration" / "migration_workflows"
+MAPS = "tests.integration.migration_maps"
+MAP = f"{MAPS}:trip_1_to_2"
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    built = Runtime.build(Settings(home=tmp_path, workflows=[]))
+    for name in ("trip_v1.yaml", "trip_v2.yaml"):
+        built.orchestrator.registry.register(load_file(FLOWS / name))
+    try:
+        yield built
+    finally:
+        built.close()
+
+
+def request(where: tuple[str, ...] = (), mapping: str = MAP) -> MigrationRequest:
+    return MigrationRequest("default", "trip", 1, 2, mapping, Where.parse(where), "tidy up")
+
+
+def migrate(runtime: Runtime, *, dry_run: bool, **asked: Any) -> MigrationReport:
+    return runtime.orchestrator.migrate_runs(request(**asked), actor="db:tester", dry_run=dry_run)
+
+
+def reasons(report: MigrationReport) -> dict[str, list[str]]:
+    return {v.run_id: [r.code for r in v.reasons] for v in report.runs if v.reasons}
+
+
+def start(runtime: Runtime, **run_input: Any) -> str:
+    """A run of version 1 (version 2 is the newest: a plain submit would start one)."""
+    return runtime.orchestrator.submit("trip", run_input, version=1)
+
+
+def events(runtime: Runtime, run_id: str) -> list[dict[str, Any]]:
+    return runtime.orchestrator.events(run_id)
+
+
+def test_a_dry_run_names_each_run_that_cannot_move_and_why_and_writes_nothing(
+    runtime: Runtime,
+) -> None:
+    fine = [start(runtime, kind="review", amount=12) for _ in range(3)]
+    held = start(runtime, kind="hold", amount=5)
+    wordy = start(runtime, kind="review", amount="twelve")
+    busy = start(runtime, kind="ship", amount=3)  # pack is dispatched: in flight
+    done = start(runtime, kind="review", amount=1)
+    runtime.orchestrator.cancel(done, "not needed")
+    seqs = {run_id: len(events(runtime, run_id)) for run_id in [*fine, held, wordy, busy]}
+
+    report = migrate(runtime, dry_run=True)
+
+    assert reasons(report) == {
+        held: ["node_removed"],
+        wordy: ["state_schema"],
+        busy: ["in_flight"],
+    }
+    assert {v.run_id for v in report.movable} == set(fine)
+    assert {v.to_node for v in report.movable} == {"approval"}
+    (why,) = next(v for v in report.runs if v.run_id == wordy).reasons
+    assert "amount: 'twelve' is not of type 'number'" in why.message
+    assert done not in {v.run_id for v in report.runs}  # finished: not selected
+    for run_id, seq in seqs.items():  # nothing written
+        assert len(events(runtime, run_id)) == seq
+        assert runtime.orchestrator.get_run(run_id).version == 1
+
+
+def test_the_migration_moves_each_movable_run_with_its_event_and_it_completes_on_v2(
+    runtime: Runtime,
+) -> None:
+    orchestrator = runtime.orchestrator
+    moving = start(runtime, kind="review", amount=12)
+    staying = start(runtime, kind="hold", amount=5)
+
+    report = migrate(runtime, dry_run=False)
+
+    (moved,) = [v for v in report.runs if v.moved]
+    assert (moved.run_id, moved.node, moved.to_node) == (moving, "review", "approval")
+    view = orchestrator.get_run(moving)
+    assert (view.version, view.status, view.current) == (2, RunStatus.WAITING, [])
+    assert view.state is not None and view.state.waiting_on is not None
+    assert view.state.waiting_on.node == "approval"
+    assert view.state.vars["migrated_from"] == 1
+    last = events(runtime, moving)[-1]
+    assert (last["seq"], last["type"]) == (moved.seq, "run_migrated")
+    assert last["data"]["actor"] == "db:tester" and last["data"]["reason"] == "tidy up"
+    assert (last["data"]["from_version"], last["data"]["to_version"]) == (1, 2)
+    assert orchestrator.get_run(staying).version == 1
+    assert [e["type"] for e in events(runtime, staying)][-1] != "run_migrated"
+
+    # Its history, replayed from the first event across both versions, is its state;
+    # the state before the move is version 1's.
+    with runtime.store.reading() as tx:
+        row = tx.run(moving)
+        assert row is not None and row.state is not None
+        v2 = orchestrator.registry.get(row.workflow_ref, 2, tx)
+        versions = versions_of(orchestrator.registry, row, tx)
+        rows = tx.events_after(moving, 0)
+        start_state = RunState(moving, "trip", first_version(rows, 2))
+        *_, (_last, state) = replay(v2, start_state, rows, versions)
+        assert state.to_dict() == RunState.from_dict(row.state).to_dict()
+        earlier = restore(tx, replace(row, state=None), v2, row.last_seq - 1, versions)
+        assert earlier.version == 1 and earlier.waiting_on is not None
+        with pytest.raises(StoreError, match="crosses versions"):
+            list(replay(v2, RunState(moving, "trip", 1), rows))
+
+    # A second migration finds it on version 2 already: it is no longer selected.
+    assert {v.run_id for v in migrate(runtime, dry_run=True).runs} == {staying}
+
+    runtime.start_workers()
+    orchestrator.signal(moving, "approve")
+    assert _finished(runtime, moving) is RunStatus.SUCCEEDED
+    ran = [e["data"].get("node") for e in events(runtime, moving) if e["type"] == "node_succeeded"]
+    assert ran == ["check", "book"]  # v2's nodes
+
+
+def test_a_migration_rolled_back_returns_the_run_to_v1_as_it_was(runtime: Runtime) -> None:
+    orchestrator = runtime.orchestrator
+    run_id = start(runtime, kind="review", amount=12)
+    before = orchestrator.get_run(run_id).state
+    assert before is not None
+    migrate(runtime, dry_run=False)
+    migrated_seq = events(runtime, run_id)[-1]["seq"]
+
+    decision = orchestrator.rollback_migration(run_id, actor="db:tester", reason="too soon")
+
+    view = orchestrator.get_run(run_id)
+    assert view.version == 1 and decision.state.version == 1
+    assert view.state is not None and view.state.vars == before.vars
+    assert view.state.waiting_on is not None and view.state.waiting_on.node == "review"
+    assert view.state.timers == before.timers  # the old deadline, not a new one
+    last = events(runtime, run_id)[-1]
+    assert last["type"] == "run_migrated"
+    assert last["data"]["undoes"] == migrated_seq and last["data"]["actor"] == "db:tester"
+    with pytest.raises(NotMigratable, match="rolled back already"):
+        orchestrator.rollback_migration(run_id, actor="db:tester")
+
+    runtime.start_workers()
+    orchestrator.signal(run_id, "approve")
+    assert _finished(runtime, run_id) is RunStatus.SUCCEEDED
+    ran = [e["data"].get("node") for e in events(runtime, run_id) if e["type"] == "node_succeeded"]
+    assert ran == ["book"]  # v1's path: no check
+
+
+def test_a_rollback_is_refused_once_the_run_has_moved_on_v2(runtime: Runtime) -> None:
+    orchestrator = runtime.orchestrator
+    never = start(runtime, kind="review", amount=1)
+    with pytest.raises(NotMigratable, match="never migrated"):
+        orchestrator.rollback_migration(never, actor="db:tester")
+    run_id = start(runtime, kind="review", amount=12)
+    migrate(runtime, dry_run=False)
+    orchestrator.signal(run_id, "approve")  # check is dispatched on v2
+    seq = events(runtime, run_id)[-1]["seq"]
+    with pytest.raises(NotMigratable, match="has moved since"):
+        orchestrator.rollback_migration(run_id, actor="db:tester")
+    assert events(runtime, run_id)[-1]["seq"] == seq
+    assert orchestrator.get_run(run_id).version == 2
+
+
+def test_where_selects_by_node_and_state_and_the_mapping_may_keep_runs(runtime: Runtime) -> None:
+    eu = start(runtime, kind="review", amount=1, region="eu")
+    start(runtime, kind="review", amount=1, region="us")
+    start(runtime, kind="hold", amount=1, region="eu")
+    picked = migrate(runtime, dry_run=True, where=("vars.region=eu", "node=review"))
+    assert [v.run_id for v in picked.runs] == [eu]
+    kept = migrate(runtime, dry_run=True, mapping=f"{MAPS}:keeps_everyone")
+    assert {r.code for v in kept.runs for r in v.reasons} >= {"stays"}
+    assert not kept.movable
+
+
+def test_a_mapping_that_raises_or_answers_nonsense_is_that_runs_verdict(
+    runtime: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "odd_maps.py").write_text(
+        "import itertools\n"
+        "from cairn.model.migrations import Migration\n"
+        "count = itertools.count()\n"
+        "def raises(run):\n    raise KeyError('amount')\n"
+        "def nonsense(run):\n    return {'node': 'approval'}\n"
+        "def unstable(run):\n    return Migration(node='approval', vars={'n': next(count)})\n"
+        "def nowhere(run):\n    return Migration(node='pack')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    start(runtime, kind="review", amount=1)
+    expected = {
+        "raises": "mapping_failed",
+        "nonsense": "mapping_failed",
+        "unstable": "mapping_unstable",
+        "nowhere": "unknown_target",
+    }
+    for name, code in expected.items():
+        (verdict,) = migrate(runtime, dry_run=True, mapping=f"odd_maps:{name}").runs
+        assert [r.code for r in verdict.reasons] == [code], name
+
+
+def test_what_is_asked_wrong_is_refused_before_anything_is_read(runtime: Runtime) -> None:
+    with pytest.raises(CodeUnavailable):
+        migrate(runtime, dry_run=True, mapping="nowhere_at_all:fn")
+    with pytest.raises(InvalidInput, match="KEY=VALUE"):
+        Where.parse(["node"])
+    with pytest.raises(InvalidInput, match="KEY is node"):
+        Where.parse(["colour=red"])
+    with pytest.raises(UnknownWorkflow):
+        runtime.orchestrator.migrate_runs(
+            MigrationRequest("default", "trip", 1, 3, MAP), actor=None, dry_run=True
+        )
+    with pytest.raises(InvalidInput, match="same version"):
+        runtime.orchestrator.migrate_runs(
+            MigrationRequest("default", "trip", 1, 1, MAP), actor=None, dry_run=True
+        )
+
+
+def test_a_state_schema_must_be_a_json_schema() -> None:
+    spec = (FLOWS / "trip_v2.yaml").read_text().replace("type: object", "type: objekt", 1)
+    with pytest.raises(Exception, match="bad_state_schema") as raised:
+        load_definition(parse_text(spec, ".yaml", source="trip_v2.yaml"))
+    assert "'state' is not a valid JSON Schema" in str(raised.value)
+
+
+def _finished(runtime: Runtime, run_id: str, timeout_s: float = 20.0) -> RunStatus:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = runtime.orchestrator.get_run(run_id).status
+        if status.terminal:
+            return status
+        time.sleep(0.02)
+    raise AssertionError(f"run {run_id} did not finish")
