@@ -52,6 +52,17 @@ class MigrationRequest:
         return qualified(self.namespace, self.workflow)
 
 
+@dataclass(frozen=True)
+class Undone:
+    """A migration undone: the run, back on ``version``, and the seq of the event."""
+
+    run_id: str
+    version: int
+    status: RunStatus
+    seq: int
+    decision: Decision
+
+
 class Migrations:
     def __init__(self, steps: Steps) -> None:
         self.steps = steps
@@ -83,7 +94,7 @@ class Migrations:
             tuple(verdicts),
         )
 
-    def rollback(self, run_id: str, *, actor: str | None, reason: str = "") -> Decision:
+    def rollback(self, run_id: str, *, actor: str | None, reason: str = "") -> Undone:
         """Undo run ``run_id``'s migration: back to its state just before it, on the old
         version, with an event of its own. Only while nothing else has happened to it
         since (:class:`NotMigratable` otherwise, and nothing is written)."""
@@ -111,7 +122,8 @@ class Migrations:
             tx.move_run_version(run_id, row.version, old.version)
             advanced = self.steps.advance(tx, row, old, state, undone)
         self.steps.after_commit(advanced)
-        return advanced.decision
+        state = advanced.decision.state
+        return Undone(run_id, state.version, state.status, row.last_seq + 1, advanced.decision)
 
     # -- one run -----------------------------------------------------------------------
 

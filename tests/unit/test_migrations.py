@@ -8,6 +8,8 @@ The same scenario runs on PostgreSQL with real workers in
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -15,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from cairn.cli.main import app
+from cairn.client import Client
 from cairn.config import Settings
 from cairn.definitions.loader import load_definition, load_file
 from cairn.definitions.text import parse_text
@@ -155,10 +160,11 @@ def test_a_migration_rolled_back_returns_the_run_to_v1_as_it_was(runtime: Runtim
     migrate(runtime, dry_run=False)
     migrated_seq = events(runtime, run_id)[-1]["seq"]
 
-    decision = orchestrator.rollback_migration(run_id, actor="db:tester", reason="too soon")
+    undone = orchestrator.rollback_migration(run_id, actor="db:tester", reason="too soon")
 
     view = orchestrator.get_run(run_id)
-    assert view.version == 1 and decision.state.version == 1
+    assert (undone.version, undone.status, undone.seq) == (1, RunStatus.WAITING, view.last_seq)
+    assert view.version == 1
     assert view.state is not None and view.state.vars == before.vars
     assert view.state.waiting_on is not None and view.state.waiting_on.node == "review"
     assert view.state.timers == before.timers  # the old deadline, not a new one
@@ -258,3 +264,46 @@ def _finished(runtime: Runtime, run_id: str, timeout_s: float = 20.0) -> RunStat
             return status
         time.sleep(0.02)
     raise AssertionError(f"run {run_id} did not finish")
+
+
+def test_cairn_runs_migrate_in_direct_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line: a dry run's lines and counts, the move (audited as db:<user>),
+    a rollback; ``cairn runs`` still lists."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    for key in [key for key in os.environ if key.startswith("CAIRN_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("CAIRN_HOME", str(tmp_path))
+    client = Client()
+    client.register(FLOWS / "trip_v1.yaml")
+    moving = client.submit("trip", {"kind": "review", "amount": 3})
+    staying = client.submit("trip", {"kind": "hold", "amount": 3})
+    client.register(FLOWS / "trip_v2.yaml")
+    move = ["runs", "migrate", "--from", "trip@1", "--to", "trip@2", "--map", MAP]
+
+    dry = CliRunner().invoke(app, [*move, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert f"{moving}  review -> approval  would move" in dry.output
+    assert f"{staying}  hold  stays: node_removed:" in dry.output
+    assert "2 selected, 1 would move, 1 stay (dry run: nothing written)" in dry.output
+    assert client.get_run(moving).version == 1
+
+    done = CliRunner().invoke(app, [*move, "--reason", "rename review", "--json"])
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.output)
+    assert (report["selected"], report["moved"]) == (2, 1)
+    assert client.get_run(moving).version == 2
+    last = client.events(moving)[-1]
+    assert last["type"] == "run_migrated" and last["data"]["actor"] == client.actor
+    listed = CliRunner().invoke(app, ["runs", "--workflow", "trip", "--json"])
+    assert {run["version"] for run in json.loads(listed.output)["runs"]} == {1, 2}
+
+    undone = CliRunner().invoke(app, ["runs", "migrate", "--rollback", moving])
+    assert undone.exit_code == 0, undone.output
+    assert f"{moving} back on version 1, waiting" in undone.output
+    # (cairn.cli.main turns these into one line and exit 2: tests/unit/test_cli.py)
+    again = CliRunner().invoke(app, ["runs", "migrate", "--rollback", moving])
+    assert isinstance(again.exception, NotMigratable)
+    wrong = CliRunner().invoke(app, [*move[:5], "trip", "--map", MAP])
+    assert isinstance(wrong.exception, InvalidInput)
+    assert "WORKFLOW@VERSION" in str(wrong.exception)
+    client.close()
