@@ -1,5 +1,5 @@
 """Mappings for the migration tests (``cairn runs migrate --map``): what a run of
-``trip@1`` becomes in ``trip@2``."""
+``journey@1`` becomes in ``journey@2``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from cairn.model.migrations import MigratingRun, Migration
 RENAMED = {"review": "approval"}
 
 
-def trip_1_to_2(run: MigratingRun) -> Migration | None:
+def journey_1_to_2(run: MigratingRun) -> Migration | None:
     """The review is the approval now, with the version it came from noted in the state;
     any other node keeps its name (``hold`` has none in version 2: such a run cannot
     move, and the dry run says so)."""

@@ -40,13 +40,13 @@ from cairn.runtime import Runtime
 
 FLOWS = Path(__file__).resolve().parents[1] / "integration" / "migration_workflows"
 MAPS = "tests.integration.migration_maps"
-MAP = f"{MAPS}:trip_1_to_2"
+MAP = f"{MAPS}:journey_1_to_2"
 
 
 @pytest.fixture
 def runtime(tmp_path: Path) -> Iterator[Runtime]:
     built = Runtime.build(Settings(home=tmp_path, workflows=[]))
-    for name in ("trip_v1.yaml", "trip_v2.yaml"):
+    for name in ("journey_v1.yaml", "journey_v2.yaml"):
         built.orchestrator.registry.register(load_file(FLOWS / name))
     try:
         yield built
@@ -55,7 +55,7 @@ def runtime(tmp_path: Path) -> Iterator[Runtime]:
 
 
 def request(where: tuple[str, ...] = (), mapping: str = MAP) -> MigrationRequest:
-    return MigrationRequest("default", "trip", 1, 2, mapping, Where.parse(where), "tidy up")
+    return MigrationRequest("default", "journey", 1, 2, mapping, Where.parse(where), "tidy up")
 
 
 def migrate(runtime: Runtime, *, dry_run: bool, **asked: Any) -> MigrationReport:
@@ -68,7 +68,7 @@ def reasons(report: MigrationReport) -> dict[str, list[str]]:
 
 def start(runtime: Runtime, **run_input: Any) -> str:
     """A run of version 1 (version 2 is the newest: a plain submit would start one)."""
-    return runtime.orchestrator.submit("trip", run_input, version=1)
+    return runtime.orchestrator.submit("journey", run_input, version=1)
 
 
 def events(runtime: Runtime, run_id: str) -> list[dict[str, Any]]:
@@ -134,13 +134,13 @@ def test_the_migration_moves_each_movable_run_with_its_event_and_it_completes_on
         v2 = orchestrator.registry.get(row.workflow_ref, 2, tx)
         versions = versions_of(orchestrator.registry, row, tx)
         rows = tx.events_after(moving, 0)
-        start_state = RunState(moving, "trip", first_version(rows, 2))
+        start_state = RunState(moving, "journey", first_version(rows, 2))
         *_, (_last, state) = replay(v2, start_state, rows, versions)
         assert state.to_dict() == RunState.from_dict(row.state).to_dict()
         earlier = restore(tx, replace(row, state=None), v2, row.last_seq - 1, versions)
         assert earlier.version == 1 and earlier.waiting_on is not None
         with pytest.raises(StoreError, match="crosses versions"):
-            list(replay(v2, RunState(moving, "trip", 1), rows))
+            list(replay(v2, RunState(moving, "journey", 1), rows))
 
     # A second migration finds it on version 2 already: it is no longer selected.
     assert {v.run_id for v in migrate(runtime, dry_run=True).runs} == {staying}
@@ -241,18 +241,18 @@ def test_what_is_asked_wrong_is_refused_before_anything_is_read(runtime: Runtime
         Where.parse(["colour=red"])
     with pytest.raises(UnknownWorkflow):
         runtime.orchestrator.migrate_runs(
-            MigrationRequest("default", "trip", 1, 3, MAP), actor=None, dry_run=True
+            MigrationRequest("default", "journey", 1, 3, MAP), actor=None, dry_run=True
         )
     with pytest.raises(InvalidInput, match="same version"):
         runtime.orchestrator.migrate_runs(
-            MigrationRequest("default", "trip", 1, 1, MAP), actor=None, dry_run=True
+            MigrationRequest("default", "journey", 1, 1, MAP), actor=None, dry_run=True
         )
 
 
 def test_a_state_schema_must_be_a_json_schema() -> None:
-    spec = (FLOWS / "trip_v2.yaml").read_text().replace("type: object", "type: objekt", 1)
+    spec = (FLOWS / "journey_v2.yaml").read_text().replace("type: object", "type: objekt", 1)
     with pytest.raises(Exception, match="bad_state_schema") as raised:
-        load_definition(parse_text(spec, ".yaml", source="trip_v2.yaml"))
+        load_definition(parse_text(spec, ".yaml", source="journey_v2.yaml"))
     assert "'state' is not a valid JSON Schema" in str(raised.value)
 
 
@@ -274,11 +274,11 @@ def test_cairn_runs_migrate_in_direct_mode(tmp_path: Path, monkeypatch: pytest.M
         monkeypatch.delenv(key)
     monkeypatch.setenv("CAIRN_HOME", str(tmp_path))
     client = Client()
-    client.register(FLOWS / "trip_v1.yaml")
-    moving = client.submit("trip", {"kind": "review", "amount": 3})
-    staying = client.submit("trip", {"kind": "hold", "amount": 3})
-    client.register(FLOWS / "trip_v2.yaml")
-    move = ["runs", "migrate", "--from", "trip@1", "--to", "trip@2", "--map", MAP]
+    client.register(FLOWS / "journey_v1.yaml")
+    moving = client.submit("journey", {"kind": "review", "amount": 3})
+    staying = client.submit("journey", {"kind": "hold", "amount": 3})
+    client.register(FLOWS / "journey_v2.yaml")
+    move = ["runs", "migrate", "--from", "journey@1", "--to", "journey@2", "--map", MAP]
 
     dry = CliRunner().invoke(app, [*move, "--dry-run"])
     assert dry.exit_code == 0, dry.output
@@ -294,7 +294,7 @@ def test_cairn_runs_migrate_in_direct_mode(tmp_path: Path, monkeypatch: pytest.M
     assert client.get_run(moving).version == 2
     last = client.events(moving)[-1]
     assert last["type"] == "run_migrated" and last["data"]["actor"] == client.actor
-    listed = CliRunner().invoke(app, ["runs", "--workflow", "trip", "--json"])
+    listed = CliRunner().invoke(app, ["runs", "--workflow", "journey", "--json"])
     assert {run["version"] for run in json.loads(listed.output)["runs"]} == {1, 2}
 
     undone = CliRunner().invoke(app, ["runs", "migrate", "--rollback", moving])
@@ -303,7 +303,7 @@ def test_cairn_runs_migrate_in_direct_mode(tmp_path: Path, monkeypatch: pytest.M
     # (cairn.cli.main turns these into one line and exit 2: tests/unit/test_cli.py)
     again = CliRunner().invoke(app, ["runs", "migrate", "--rollback", moving])
     assert isinstance(again.exception, NotMigratable)
-    wrong = CliRunner().invoke(app, [*move[:5], "trip", "--map", MAP])
+    wrong = CliRunner().invoke(app, [*move[:5], "journey", "--map", MAP])
     assert isinstance(wrong.exception, InvalidInput)
     assert "WORKFLOW@VERSION" in str(wrong.exception)
     client.close()
