@@ -64,8 +64,10 @@ def test_a_hundred_waiting_runs_are_checked_then_moved_and_one_moved_back(
     busy = [cluster.submit("journey", packing) for _ in range(3)]
     everyone = [*plain, *removed, *unfit, *busy]
     cluster.wait_for(
-        lambda: all(n == 1 for (r, node, _i), n in cluster.executions().items() if node == "pack")
-        and sum(node == "pack" for (_r, node, _i) in cluster.executions()) == 3,
+        lambda: (
+            all(n == 1 for (r, node, _i), n in cluster.executions().items() if node == "pack")
+            and sum(node == "pack" for (_r, node, _i) in cluster.executions()) == 3
+        ),
         60,
         "the packing to run",
     )
@@ -77,12 +79,15 @@ def test_a_hundred_waiting_runs_are_checked_then_moved_and_one_moved_back(
 
     dry = _migrate(cluster, "--dry-run")
 
-    unmovable = {run["run_id"]: [r["code"] for r in run["reasons"]] for run in dry["runs"]}
-    unmovable = {run_id: codes for run_id, codes in unmovable.items() if codes}
+    unmovable = {
+        run["run_id"]: tuple(r["code"] for r in run["reasons"])
+        for run in dry["runs"]
+        if run["reasons"]
+    }
     assert unmovable == {
-        **dict.fromkeys(removed, ["node_removed"]),
-        **dict.fromkeys(unfit, ["state_schema"]),
-        **dict.fromkeys(busy, ["in_flight"]),
+        **dict.fromkeys(removed, ("node_removed",)),
+        **dict.fromkeys(unfit, ("state_schema",)),
+        **dict.fromkeys(busy, ("in_flight",)),
     }
     assert (dry["selected"], dry["movable"], dry["moved"]) == (100, 90, 0)
     assert {run["to_node"] for run in dry["runs"] if run["movable"]} == {"approval"}
