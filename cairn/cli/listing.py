@@ -170,7 +170,8 @@ def migrate(  # noqa: PLR0917 - typer passes options by name
     asked = _asked(source, target, mapping) | {"where": where or [], "reason": reason or ""}
     if remote.active():
         with remote.api() as client:
-            report = client.migrate_runs(**asked, dry_run=dry_run).model_dump()
+            sent = asked | {"reason": asked["reason"] or None}  # None: the API's default
+            report = client.migrate_runs(**sent, dry_run=dry_run).model_dump()
     else:
         report = _migrate_directly(asked, namespace, dry_run=dry_run)
     if as_json:

@@ -89,6 +89,7 @@ def migrated(step: Moves, event: RunMigrated) -> str | None:
     misplaced = placeable(definition, event.node)
     if misplaced is not None:
         raise NotMigratable(f"run {state.run_id} cannot move: {misplaced}")
+    _forget_old_nodes(state, definition)
     state.vars = dict(event.vars)
     state.version = event.to_version
     step.set_run(RunStatus.RUNNING)
@@ -102,6 +103,16 @@ def _leave(step: Moves, reason: str) -> None:
         if not current.status.terminal:
             step.stop_execution(current, reason)
     step.disarm_all()
+
+
+def _forget_old_nodes(state: RunState, definition: WorkflowDefinition) -> None:
+    """What the state keeps per node, only for the new graph's nodes: whoever reads a
+    state looks its nodes up in its definition. (Visit counts stay whole: a node of the
+    old graph may come back with a rollback, and its execution keys are never reused.)"""
+    known = definition.nodes
+    state.nodes = {name: node for name, node in state.nodes.items() if name in known}
+    state.joins = {name: join for name, join in state.joins.items() if name in known}
+    state.early = {name: kept for name, kept in state.early.items() if name in known}
 
 
 def _return(step: Moves, event: RunMigrated) -> None:

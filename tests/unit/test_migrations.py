@@ -119,6 +119,12 @@ def test_the_migration_moves_each_movable_run_with_its_event_and_it_completes_on
     assert view.state is not None and view.state.waiting_on is not None
     assert view.state.waiting_on.node == "approval"
     assert view.state.vars["migrated_from"] == 1
+    # Only the new graph's nodes are in its state: whoever reads it looks them up in v2.
+    assert "review" not in view.state.nodes and view.state.visits["review"] == 1
+    assert [(entry.run_id, entry.node) for entry in orchestrator.waiting()] == [
+        (staying, "hold"),
+        (moving, "approval"),
+    ]
     last = events(runtime, moving)[-1]
     assert (last["seq"], last["type"]) == (moved.seq, "run_migrated")
     assert last["data"]["actor"] == "db:tester" and last["data"]["reason"] == "tidy up"
