@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from cairn.cli.main import app
 from cairn.client import Client
 from cairn.config import Settings
+from cairn.decider import decide
 from cairn.definitions.loader import load_definition, load_file
 from cairn.definitions.text import parse_text
 from cairn.engine.migrations import MigrationRequest
@@ -33,10 +34,12 @@ from cairn.errors import (
     StoreError,
     UnknownWorkflow,
 )
+from cairn.model.events import RunMigrated
 from cairn.model.migrations import MigrationReport, Where
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
+from cairn.testing.driver import Driver
 
 FLOWS = Path(__file__).resolve().parents[1] / "integration" / "migration_workflows"
 MAPS = "tests.integration.migration_maps"
@@ -313,3 +316,47 @@ def test_cairn_runs_migrate_in_direct_mode(tmp_path: Path, monkeypatch: pytest.M
     assert isinstance(wrong.exception, InvalidInput)
     assert "WORKFLOW@VERSION" in str(wrong.exception)
     client.close()
+
+
+# -- the decider's part, pure ---------------------------------------------------------------
+
+
+def _moved_to(node: str, **changes: Any) -> RunMigrated:
+    fields: dict[str, Any] = {"at": 2_000.0, "from_version": 1, "to_version": 2, "node": node}
+    return RunMigrated(**{**fields, "vars": {"amount": 1}, **changes})
+
+
+def test_the_decider_moves_a_waiting_run_and_arms_the_new_waits_timeout() -> None:
+    v1, v2 = (load_file(FLOWS / f"journey_v{n}.yaml") for n in (1, 2))
+    driver = Driver(v1)
+    driver.start(kind="review", amount=1)
+    decision = decide(v2, driver.state, _moved_to("approval"))
+    state = decision.state
+    assert (state.version, state.status, state.vars) == (2, RunStatus.WAITING, {"amount": 1})
+    assert [(t.source, t.label, t.target) for t in decision.transitions] == [
+        ("(migrate)", "migrated", "approval")
+    ]
+    assert set(state.timers) == {"wait:approval:1:0"}  # the review's is disarmed
+    assert state.timers["wait:approval:1:0"].due_at == 2_000.0 + 2 * 3600
+
+
+def test_the_decider_refuses_a_move_that_does_not_fit_and_changes_nothing() -> None:
+    v1, v2 = (load_file(FLOWS / f"journey_v{n}.yaml") for n in (1, 2))
+    waiting = Driver(v1)
+    waiting.start(kind="review", amount=1)
+    with pytest.raises(NotMigratable, match="does not apply"):
+        decide(v1, waiting.state, _moved_to("approval"))  # decided under the old version
+    with pytest.raises(NotMigratable, match="has no node 'nowhere'"):
+        decide(v2, waiting.state, _moved_to("nowhere"))
+    with pytest.raises(NotMigratable, match="branch of the parallel node"):
+        decide(v2, waiting.state, _moved_to("pack"))
+    packing = Driver(v1)
+    packing.start(kind="ship", amount=1)
+    with pytest.raises(NotMigratable, match="pack#1 is in flight"):
+        decide(v2, packing.state, _moved_to("approval"))
+    with pytest.raises(NotMigratable, match="carries the state to return to"):
+        decide(
+            v1,
+            decide(v2, waiting.state, _moved_to("approval")).state,
+            _moved_to("review", from_version=2, to_version=1, undoes=3),
+        )
