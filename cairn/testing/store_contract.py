@@ -155,9 +155,7 @@ class StoreContract:
         assert [event.seq for event in events] == [1]
         assert [t.timer_id for t in timers] == ["node_timeout:fetch:1:1"]
 
-    def test_a_run_moves_to_another_version_only_from_the_one_it_is_on(
-        self, store: Store
-    ) -> None:
+    def test_a_run_moves_to_another_version_only_from_the_one_it_is_on(self, store: Store) -> None:
         run_id, _key, _at = started(store)
         with store.transaction() as tx:
             version = the_run(tx, run_id).version
