@@ -144,6 +144,15 @@ class UnknownNode(EventRejected):
     code = "unknown_node"
 
 
+class NotMigratable(EventRejected):
+    """A run that may not move to another version of its workflow now (it is not
+    standing still, the mapping places it nowhere the new graph has), or a migration's
+    rollback that does not apply. Nothing is written."""
+
+    code = "not_migratable"
+    hint = "`cairn runs migrate --dry-run` says per run what would move and why not"
+
+
 class Forbidden(CairnError):
     """An authenticated principal asked for what its role — or a wait's approvers, or
     its namespace — does not allow. Nothing is written."""

@@ -28,6 +28,7 @@ from cairn.api import (
     errors,
     fleet,
     lineage,
+    migrations,
     model_calls,
     pauses,
     repair,
@@ -100,7 +101,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     errors.install(app)
     for module in (runs, run_views, lineage, timeline, repair, bulk, admin, stream):
         app.include_router(module.router)
-    for module in (model_calls, schedules, pauses, definitions, fleet):
+    for module in (model_calls, schedules, pauses, definitions, fleet, migrations):
         app.include_router(module.router)
     app.include_router(_operations())
     console.install(app, settings)  # the web console, under /console (docs/console.md)

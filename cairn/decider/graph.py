@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cairn.decider.migration import migrated
 from cairn.decider.moves import Moves
 from cairn.decider.signal_received import signal_received
 from cairn.decider.step import Transition
@@ -43,6 +44,7 @@ from cairn.model.events import (
     PlanInvalidated,
     RollbackRequested,
     RunForked,
+    RunMigrated,
     RunStarted,
     SignalReceived,
     TimerFired,
@@ -98,6 +100,7 @@ _HANDLERS: dict[type[Event], Callable[[Moves, Any], str | None]] = {
     CancelRequested: Moves.cancel_requested,
     RollbackRequested: Moves.rollback_requested,
     RunForked: Moves.forked,
+    RunMigrated: migrated,
 }
 
 

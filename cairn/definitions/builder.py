@@ -31,7 +31,7 @@ class Workflow:
     :meth:`parallel` and :meth:`end` (each returns the builder, so calls chain), then
     :meth:`build`. The first node added is the start unless ``start`` says otherwise;
     ``options`` are the file form's top-level keys (``description``, ``max_visits``,
-    ``budget``, ``input_schema``, ...: docs/definitions.md)."""
+    ``budget``, ``input``, ``state``, ...: docs/definitions.md)."""
 
     def __init__(
         self,
@@ -40,16 +40,23 @@ class Workflow:
         *,
         start: str | None = None,
         input: Mapping[str, Any] | None = None,  # the file form's key (shadows a builtin)
+        state: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> None:
         """``input``: the JSON Schema a run's input must match (refused at submit
-        otherwise); ``options``: the workflow's other keys (``description``, ``budget``,
-        ``max_visits``, ``node_timeout``, ``queue``, ...), as in the file form."""
+        otherwise); ``state``: the JSON Schema of the run's state (a run migrated onto
+        this version must match it: docs/versions.md); ``options``: the workflow's other
+        keys (``description``, ``budget``, ``max_visits``, ``node_timeout``, ``queue``,
+        ...), as in the file form."""
         self.name = name
         self.version = version
         self.start = start
         # description, max_visits, compensate_on_cancel, ...
-        self.options = options if input is None else {"input": dict(input), **options}
+        schemas = {"input": input, "state": state}
+        self.options = {
+            **{key: dict(schema) for key, schema in schemas.items() if schema is not None},
+            **options,
+        }
         self.nodes: dict[str, dict[str, Any]] = {}
         self._faults: list[DefinitionFault] = []
 

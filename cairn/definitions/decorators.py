@@ -179,9 +179,13 @@ def workflow(
     *,
     start: str | None = None,
     input: Mapping[str, Any] | None = None,  # the file form's key (shadows a builtin)
+    state: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> DecoratedWorkflow:
     """A workflow to declare with decorators: ``input`` is the JSON Schema a run's input
-    must match; ``options`` the workflow's other keys (``description``, ``budget``,
-    ``node_timeout``, ``max_visits``, ``queue``, ...), as in the builder and the file form."""
-    return DecoratedWorkflow(Workflow(name, version, start=start, input=input, **options))
+    must match, ``state`` the JSON Schema of its state; ``options`` the workflow's other
+    keys (``description``, ``budget``, ``node_timeout``, ``max_visits``, ``queue``, ...),
+    as in the builder and the file form."""
+    return DecoratedWorkflow(
+        Workflow(name, version, start=start, input=input, state=state, **options)
+    )

@@ -44,6 +44,7 @@ TOP = frozenset(
         "compensate_on_cancel",
         "cancel_timeout",
         "input",
+        "state",
         "on_resume",
         "budget",
         "anomaly",
@@ -139,6 +140,7 @@ SINCE: dict[str, int] = {
     "workflow.node_timeout": 2,
     "workflow.schedules": 2,
     "workflow.reducers": 2,
+    "workflow.state": 2,
 }
 
 # Hostile-file limits: far beyond any real definition, far below what would exhaust the

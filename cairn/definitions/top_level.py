@@ -1,6 +1,6 @@
 """The definition's top level: its name, version and start, its nodes (read by
 :mod:`cairn.definitions.nodes`), and the workflow-wide settings — the declared format,
-``node_timeout``, the input schema, ``on_resume``, the budget, the anomaly block, the
+``node_timeout``, the input and state schemas, ``on_resume``, the budget, the anomaly block, the
 schedules and the state keys that accumulate (``reducers``)."""
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
     description = spec.get("description", "")
     cancel_timeout = reader.duration(spec.get("cancel_timeout"), None, "cancel_timeout")
     input_schema = _input_schema(reader, spec.get("input"))
+    state_schema = _state_schema(reader, spec.get("state"))
     on_resume = _on_resume(reader, spec.get("on_resume"))
     budget = reader.amounts(spec.get("budget"), None, "budget") or {}
     anomaly = read_anomaly(reader, spec.get("anomaly"))
@@ -69,6 +70,7 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         node_timeout=reader.node_timeout,
         format=reader.format_version,
         input_schema=input_schema,
+        state_schema=state_schema,
         on_resume=on_resume,
         budget=budget,
         anomaly=anomaly,
@@ -146,11 +148,25 @@ def _default_timeout(reader: Reader, raw: object) -> timedelta | None:
 
 
 def _input_schema(reader: Reader, raw: object) -> Mapping[str, Any] | None:
+    schema, problem = _json_schema(raw, "input")
+    if problem is not None:
+        reader.fault("bad_input_schema", problem)
+    return schema
+
+
+def _state_schema(reader: Reader, raw: object) -> Mapping[str, Any] | None:
+    schema, problem = _json_schema(raw, "state")
+    if problem is not None:
+        reader.fault("bad_state_schema", problem)
+    return schema
+
+
+def _json_schema(raw: object, key: str) -> tuple[Mapping[str, Any] | None, str | None]:
+    """``input`` or ``state`` as a JSON Schema (draft 2020-12), or what is wrong with it."""
     if raw is None:
-        return None
+        return None, None
     if not isinstance(raw, Mapping):
-        reader.fault("bad_input_schema", "'input' must be a JSON Schema (a mapping)")
-        return None
+        return None, f"'{key}' must be a JSON Schema (a mapping)"
     # Imported for a definition that declares a schema, not for every one loaded.
     from jsonschema import Draft202012Validator  # noqa: PLC0415
     from jsonschema.exceptions import SchemaError  # noqa: PLC0415
@@ -158,9 +174,8 @@ def _input_schema(reader: Reader, raw: object) -> Mapping[str, Any] | None:
     try:
         Draft202012Validator.check_schema(raw)
     except SchemaError as exc:
-        reader.fault("bad_input_schema", f"'input' is not a valid JSON Schema: {exc.message}")
-        return None
-    return dict(raw)
+        return None, f"'{key}' is not a valid JSON Schema: {exc.message}"
+    return dict(raw), None
 
 
 def _on_resume(reader: Reader, raw: object) -> OnResume | None:

@@ -3,7 +3,8 @@
 It wires the engine's parts together and hands out their methods — submitting
 (:mod:`~cairn.engine.submit`, with flow control in :mod:`~cairn.engine.flow` and
 schedules in :mod:`~cairn.engine.schedules`), advancing (:mod:`~cairn.engine.advance`),
-requests from outside (:mod:`~cairn.engine.requests`), reading
+requests from outside (:mod:`~cairn.engine.requests`), migrations between versions
+(:mod:`~cairn.engine.migrations`), reading
 (:mod:`~cairn.engine.reads`) — over one store, one publisher and one registry of
 definitions.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from cairn.config import Settings
 from cairn.engine.advance import Steps
 from cairn.engine.hooks import AfterCommit
+from cairn.engine.migrations import Migrations
 from cairn.engine.notices import WebhookPolicy
 from cairn.engine.outbox import Outbox, Publisher
 from cairn.engine.pauses import PauseBook, Pauses
@@ -67,6 +69,10 @@ class Orchestrator:
         self.deliver = steps.deliver
         self.record = steps.record
         self.record_recovery = steps.record_recovery
+
+        migrations = Migrations(steps)  # runs moved between versions, and a move undone
+        self.migrate_runs = migrations.migrate
+        self.rollback_migration = migrations.rollback
 
         self.signal = requests.signal
         self.cancel = requests.cancel

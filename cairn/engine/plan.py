@@ -28,7 +28,7 @@ from cairn.model.commands import (
     StartChild,
 )
 from cairn.model.definition import WorkflowDefinition
-from cairn.model.events import Event, event_to_dict
+from cairn.model.events import Event, RunMigrated, event_to_dict
 from cairn.model.messages import NodeMessage, message_namespace
 from cairn.model.outcomes import NodeOutcome, StepWrites
 from cairn.model.state import STATE_FORMAT, RunState
@@ -101,7 +101,9 @@ class Planner:
         cacheable = 0 < len(state_json) <= self.settings.state_cache_bytes
         values["state"] = state_json if cacheable else None
         snapshot = None
-        if self.snapshot_due(row, new, seq, event.at):
+        # A migration's snapshot is the run's first state on its new version: restoring
+        # the run never replays across the change of definition.
+        if isinstance(event, RunMigrated) or self.snapshot_due(row, new, seq, event.at):
             snapshot = state_json
             values.update(snapshot_seq=seq, snapshot_at=from_epoch(event.at))
         dispatches = [

@@ -5,16 +5,16 @@ checkpoints). Nothing here writes."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.decider import decide
 from cairn.engine.awaiting import Awaiting, awaiting
 from cairn.engine.registry import Registry
-from cairn.errors import InvalidInput, RunNotFound
+from cairn.errors import InvalidInput, RunNotFound, StoreError
 from cairn.model.definition import WorkflowDefinition
-from cairn.model.events import event_from_dict
+from cairn.model.events import Event, RunMigrated, event_from_dict
 from cairn.model.keys import ExecutionKey
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
@@ -25,38 +25,93 @@ from cairn.store.sql import Store, Tx
 AUDIT_ONLY = "audit"  # events with this "type" prefix are history, not decider input
 
 
+# A definition of the run's workflow by version: a history that crosses a migration
+# (``run_migrated``) is decided under the version the run was on at each event.
+Versions = Callable[[int], WorkflowDefinition]
+
+
 def replay(
-    definition: WorkflowDefinition, state: RunState, event_rows: Iterable[Any]
+    definition: WorkflowDefinition,
+    state: RunState,
+    event_rows: Iterable[Any],
+    versions: Versions | None = None,
 ) -> Iterator[tuple[Any, RunState]]:
     """Each logged event with the run's state after it: the log folded into ``state`` (the
     state before the first of them) through the decider. Audit entries are history, not
-    the decider's input: the state after one is the state before it."""
+    the decider's input: the state after one is the state before it.
+
+    Each event is decided under the definition of the version the run is on then, and a
+    migration under the version it moves to: ``definition`` where that is its version,
+    else ``versions(version)``. Without ``versions``, a history that needs another
+    version raises :class:`~cairn.errors.StoreError` rather than misread it."""
     for event_row in event_rows:
         if not event_row.type.startswith(AUDIT_ONLY):
-            state = decide(definition, state, event_from_dict(event_row.data)).state
+            event = event_from_dict(event_row.data)
+            wanted = decided_under(event, state)
+            if wanted != definition.version:
+                definition = _other_version(definition, wanted, versions)
+            state = decide(definition, state, event).state
         yield event_row, state
 
 
+def decided_under(event: Event, state: RunState) -> int:
+    """The version whose definition decides ``event``: a migration's target, else the
+    version the run is on."""
+    return event.to_version if isinstance(event, RunMigrated) else state.version
+
+
+def first_version(event_rows: Sequence[Any], latest: int) -> int:
+    """The version a run's history starts on: where its first migration moved it from,
+    or (never migrated) the version it is on."""
+    for event_row in event_rows:
+        if event_row.type == RunMigrated.type:
+            return int(event_row.data["from_version"])
+    return latest
+
+
+def _other_version(
+    definition: WorkflowDefinition, version: int, versions: Versions | None
+) -> WorkflowDefinition:
+    if versions is None:
+        raise StoreError(
+            f"the history of a run of {definition.name} crosses versions (a migration) and "
+            f"this reader has only version {definition.version}"
+        )
+    return versions(version)
+
+
 def restore(
-    tx: Tx, row: RunRecord, definition: WorkflowDefinition, upto: int | None = None
+    tx: Tx,
+    row: RunRecord,
+    definition: WorkflowDefinition,
+    upto: int | None = None,
+    versions: Versions | None = None,
 ) -> RunState:
     """The run's state after event ``upto`` (default: its latest).
 
     The latest is cached on the run row; any other (or an uncached one) is the latest
-    snapshot at or before ``upto`` plus the events after it, replayed.
+    snapshot at or before ``upto`` plus the events after it, replayed (a migration writes
+    a snapshot, so the latest never replays across one; an earlier state may, and needs
+    ``versions``).
     """
     upto = row.last_seq if upto is None else upto
     if upto == row.last_seq and row.state is not None:
         return RunState.from_dict(row.state)
     snapshot = tx.latest_snapshot(row.id, at_or_before=upto)
+    event_rows = tx.events_after(row.id, snapshot.seq if snapshot else 0, upto)
     if snapshot is None:
-        state = RunState(row.id, definition.name, definition.version)
-        after = 0
+        whole = event_rows if upto == row.last_seq else tx.events_after(row.id, 0)
+        state = RunState(row.id, definition.name, first_version(whole, definition.version))
     else:
-        state, after = RunState.from_dict(snapshot.state), snapshot.seq
-    for _event_row, replayed in replay(definition, state, tx.events_after(row.id, after, upto)):
+        state = RunState.from_dict(snapshot.state)
+    for _event_row, replayed in replay(definition, state, event_rows, versions):
         state = replayed
     return state
+
+
+def versions_of(registry: Registry, row: RunRecord, tx: Tx) -> Versions:
+    """The definitions of ``row``'s workflow by version, as its history needs them."""
+    return lambda version: registry.get(row.workflow_ref, version, tx)
 
 
 @dataclass(frozen=True)
@@ -132,7 +187,8 @@ class Reads:
             if row is None:
                 raise RunNotFound(f"no run {run_id}")
             definition = self.registry.get(row.workflow_ref, row.version, tx)
-            return row, definition, restore(tx, row, definition, upto)
+            versions = versions_of(self.registry, row, tx)
+            return row, definition, restore(tx, row, definition, upto, versions)
 
     def get_run(self, run_id: str, *, with_executions: bool = False) -> RunView:
         row, _definition, state = self.load(run_id)
@@ -205,7 +261,7 @@ class Reads:
                     f"(not an audit entry) from 1 to {last} (cairn events)"
                 )
             definition = self.registry.get(row.workflow_ref, row.version, tx)
-            state = restore(tx, row, definition, upto=seq)
+            state = restore(tx, row, definition, seq, versions_of(self.registry, row, tx))
         if state.status not in (RunStatus.RUNNING, RunStatus.WAITING):
             raise InvalidInput(f"at seq {seq} run {run_id} was {state.status.value}: not resumable")
         if any(not join.done for join in state.joins.values()):

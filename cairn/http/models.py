@@ -273,6 +273,18 @@ class RolledBack(RollbackPlan):
     status: str
 
 
+class MigrationView(Report):
+    """``POST /v1/runs:migrate``: per run, where it stands and where it goes or why it
+    does not (docs/versions.md); a dry run writes nothing."""
+
+
+class MigrationUndone(Answer):
+    run_id: str
+    version: int = Field(description="The version the run is back on.")
+    status: str
+    seq: int = Field(description="The seq of the event that undid the migration.")
+
+
 class EffectList(Answer):
     effects: list[dict[str, Any]]
 

@@ -23,6 +23,8 @@ from cairn.http.models import (
     EffectView,
     Forked,
     HistoryView,
+    MigrationUndone,
+    MigrationView,
     ModelCallList,
     ReplayView,
     RollbackPlan,
@@ -121,6 +123,38 @@ def rollback(
         reason=reason, confirm=True, to_seq=to_seq, step=step, step_iteration=step_iteration
     )
     return Call("POST", f"{run_path(run_id)}/rollback", RolledBack.model_validate, body=body)
+
+
+def migrate_runs(
+    workflow: str,
+    from_version: int,
+    to_version: int,
+    mapping: str,
+    *,
+    where: Sequence[str] = (),
+    reason: str | None = None,
+    dry_run: bool = True,
+) -> Call[MigrationView]:
+    """Move the namespace's runs of ``workflow`` from one version to another through the
+    mapping at ``mapping`` (``module:function``, importable by the API): a dry run by
+    default, which checks every run and writes nothing (admin; docs/versions.md)."""
+    body = present(
+        workflow=workflow,
+        from_version=from_version,
+        to_version=to_version,
+        mapping=mapping,
+        where=list(where),
+        reason=reason,
+        dry_run=dry_run,
+    )
+    return Call("POST", "/v1/runs:migrate", MigrationView.model_validate, body=body)
+
+
+def rollback_migration(run_id: str, reason: str | None = None) -> Call[MigrationUndone]:
+    """Return a migrated run, unmoved since, to its old version as it was (admin)."""
+    body = present(reason=reason)
+    path = f"{run_path(run_id)}/migration/rollback"
+    return Call("POST", path, MigrationUndone.model_validate, body=body)
 
 
 def effects(run_id: str) -> Call[EffectList]:

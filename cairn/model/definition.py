@@ -528,8 +528,9 @@ class WorkflowDefinition:
     node_timeout: timedelta | None = None
     # The definition format it was compiled under (its semantics: format 2's defaults).
     format: int = 1
-    # A JSON Schema the run's input must match (checked at submit).
+    # JSON Schemas of the run's input (checked at submit) and state (docs/versions.md).
     input_schema: Mapping[str, Any] | None = None
+    state_schema: Mapping[str, Any] | None = None
     on_resume: OnResume | None = None
     # What the whole run may spend, per unit (model tokens, dollars): ``ctx.charge``.
     budget: Mapping[str, float] = field(default_factory=dict)
@@ -549,8 +550,7 @@ class WorkflowDefinition:
     extra: Mapping[str, Any] = field(default_factory=dict)
     # The definition in file form (callables as import paths): what is registered.
     spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    # The namespace it is registered in (the registry says; a file never does).
-    namespace: str = DEFAULT_NAMESPACE
+    namespace: str = DEFAULT_NAMESPACE  # where it is registered (the registry says; a file never)
 
     @property
     def key(self) -> str:

@@ -201,6 +201,26 @@ class RunForked(Event):
     type: ClassVar[str] = "run_forked"
 
 
+@dataclass(frozen=True)
+class RunMigrated(Event):
+    """The run moved to another version of its workflow (``cairn runs migrate``): it
+    leaves where it stood in ``from_version`` and enters ``node`` of ``to_version`` with
+    ``vars`` as its state, as its ``mapping`` placed it (docs/versions.md). Or, with
+    ``undoes`` (the seq of that migration), the migration rolled back: the run returns to
+    ``rewind``, its state just before the migration, on ``to_version`` (the old one)."""
+
+    from_version: int = 0
+    to_version: int = 0
+    node: str = ""
+    vars: Mapping[str, Any] = field(default_factory=dict)
+    mapping: str = ""  # the mapping's import path (module:function), for the history
+    reason: str = ""
+    actor: str | None = None  # who migrated it: the authenticated principal
+    undoes: int | None = None
+    rewind: Mapping[str, Any] | None = None
+    type: ClassVar[str] = "run_migrated"
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -216,6 +236,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CancelRequested,
         RollbackRequested,
         RunForked,
+        RunMigrated,
     )
 }
 

@@ -50,6 +50,9 @@ class Permission(StrEnum):
     # boundary, so it is an admin's too.
     SHARE = "share"
     RECONCILE = "reconcile"
+    # Move runs in flight to another version of their workflow, or undo a move: it changes
+    # what code those runs execute, as registering a definition does.
+    MIGRATE = "migrate"
     KEYS = "keys"  # create, rotate, revoke API keys
     AUDIT = "audit"  # read and export the audit log
 
@@ -70,6 +73,7 @@ _OPERATOR = _APPROVER | {
 }
 _ADMIN = _OPERATOR | {
     Permission.REGISTER,
+    Permission.MIGRATE,
     Permission.SHARE,
     Permission.RECONCILE,
     Permission.KEYS,

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select
+from sqlalchemy import and_, delete, func, or_, select, update
 
-from cairn.errors import StoreError
+from cairn.errors import StaleTransition, StoreError
 from cairn.model.workflow_names import qualified
 from cairn.store.listing import ListingTx
 from cairn.store.records import (
@@ -71,6 +71,18 @@ class RunsTx(ListingTx):
         if row is None:
             raise StoreError(f"run {run_id} was inserted in this transaction, yet is not there")
         return row
+
+    def move_run_version(self, run_id: str, from_version: int, to_version: int) -> None:
+        """Pin the run to another version of its workflow (a migration, or its rollback),
+        in the transaction that writes the move's event; :class:`StaleTransition` if the
+        run is no longer on ``from_version``."""
+        moved = self.connection.execute(
+            update(runs)
+            .where(runs.c.id == run_id, runs.c.version == from_version)
+            .values(version=to_version)
+        )
+        if not moved.rowcount:
+            raise StaleTransition(f"run {run_id} is no longer on version {from_version}")
 
     def list_runs(
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 100

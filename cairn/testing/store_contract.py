@@ -155,6 +155,16 @@ class StoreContract:
         assert [event.seq for event in events] == [1]
         assert [t.timer_id for t in timers] == ["node_timeout:fetch:1:1"]
 
+    def test_a_run_moves_to_another_version_only_from_the_one_it_is_on(self, store: Store) -> None:
+        run_id, _key, _at = started(store)
+        with store.transaction() as tx:
+            version = the_run(tx, run_id).version
+            tx.move_run_version(run_id, version, version + 1)
+        with pytest.raises(StaleTransition), store.transaction() as tx:
+            tx.move_run_version(run_id, version, version + 2)  # a move that lost a race
+        with store.reading() as tx:
+            assert the_run(tx, run_id).version == version + 1
+
     def test_a_request_id_names_one_run(self, store: Store) -> None:
         first = new_run_values(store, request_id="order-42")
         again = {**new_run_values(store, request_id="order-42")}

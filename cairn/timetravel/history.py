@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cairn.engine.reads import AUDIT_ONLY, replay
+from cairn.engine.reads import AUDIT_ONLY, Versions, first_version, replay
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.state import RunState
 from cairn.store.records import EventRecord
@@ -69,6 +69,7 @@ def build_history(
     run_id: str,
     event_rows: Iterable[Any],
     executions: Iterable[Any] = (),
+    versions: Versions | None = None,
 ) -> tuple[list[Step], list[RunEvent]]:
     """Fold the whole log once (every event through the decider, from the empty state)
     into its steps and its other events. ``executions`` are the run's idempotency rows,
@@ -80,8 +81,9 @@ def build_history(
     dispatches: dict[ExecutionAttempt, tuple[int, float, bool]] = {}
     recoveries: dict[ExecutionAttempt, list[Mapping[str, Any]]] = {}
     holds: dict[ExecutionAttempt, list[str]] = {}
-    before = RunState(run_id, definition.name, definition.version)
-    for event_row, after in replay(definition, before, event_rows):
+    event_rows = list(event_rows)
+    before = RunState(run_id, definition.name, first_version(event_rows, definition.version))
+    for event_row, after in replay(definition, before, event_rows, versions):
         result = result_of(event_row, before) if is_step(event_row) else None
         if result is not None:
             steps.append(

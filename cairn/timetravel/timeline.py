@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cairn.engine.orchestrator import Orchestrator
-from cairn.engine.reads import restore
+from cairn.engine.reads import Versions, restore, versions_of
 from cairn.errors import InvalidInput, RunNotFound
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.state import RunState
@@ -47,7 +47,8 @@ class Timeline:
             row, definition = self._run(tx)
             event_rows = tx.events_after(self.run_id, 0, row.last_seq)
             executions = tx.executions_of(self.run_id)
-        steps, others = build_history(definition, self.run_id, event_rows, executions)
+            versions = self._versions(row, tx)
+            steps, others = build_history(definition, self.run_id, event_rows, executions, versions)
         return History(
             self.run_id,
             row.workflow,
@@ -66,14 +67,15 @@ class Timeline:
         with self.orchestrator.store.reading() as tx:
             row, definition = self._run(tx)
             upto = row.last_seq if seq is None else self._in_range(seq, row.last_seq)
-            return restore(tx, row, definition, upto)
+            return restore(tx, row, definition, upto, self._versions(row, tx))
 
     def diff(self, from_seq: int, to_seq: int) -> list[Change]:
         """What changed in the state from after ``from_seq`` to after ``to_seq``."""
         with self.orchestrator.store.reading() as tx:
             row, definition = self._run(tx)
+            versions = self._versions(row, tx)
             old, new = (
-                restore(tx, row, definition, self._in_range(seq, row.last_seq))
+                restore(tx, row, definition, self._in_range(seq, row.last_seq), versions)
                 for seq in (from_seq, to_seq)
             )
         return diff_states(old, new)
@@ -90,7 +92,7 @@ class Timeline:
             return bisect_steps(
                 self.run_id,
                 results,
-                lambda seq: restore(tx, row, definition, seq),
+                lambda seq: restore(tx, row, definition, seq, self._versions(row, tx)),
                 predicate,
                 on_check,
             )
@@ -100,6 +102,9 @@ class Timeline:
         if row is None:
             raise RunNotFound(f"no run {self.run_id}")
         return row, self.orchestrator.registry.get(row.workflow_ref, row.version, tx)
+
+    def _versions(self, row: Any, tx: Tx) -> Versions:
+        return versions_of(self.orchestrator.registry, row, tx)
 
     def _in_range(self, seq: int, last_seq: int) -> int:
         if not 1 <= seq <= last_seq:

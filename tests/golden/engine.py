@@ -26,6 +26,7 @@ from cairn.config import Settings
 from cairn.definitions import format as definition_format
 from cairn.definitions.loader import load_definition
 from cairn.definitions.text import parse_text
+from cairn.engine.migrations import MigrationRequest
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.recovery import RecoveryPolicy
 from cairn.lease.memory import MemoryLeases
@@ -39,6 +40,7 @@ from cairn.model.events import (
 )
 from cairn.model.keys import lease_key
 from cairn.model.messages import NodeMessage
+from cairn.model.migrations import Where
 from cairn.model.outcomes import NodeOutcome
 from cairn.model.state import RunState, TimerKind
 from cairn.model.statuses import NodeStatus
@@ -159,11 +161,33 @@ class Engine:
 
     # -- runs ---------------------------------------------------------------------------
 
-    def submit(self, workflow: str, **run_input: Any) -> str:
+    def submit(self, workflow: str, *, version: int | None = None, **run_input: Any) -> str:
         self.tick()
-        self.run_id = self.orchestrator.submit(workflow, run_input)
+        self.run_id = self.orchestrator.submit(workflow, run_input, version=version)
         self.runs.append(self.run_id)
         return self.run_id
+
+    def migrate(self, to_version: int, mapping: str) -> None:
+        """Move the run to ``to_version`` of its workflow through ``mapping``, as ``cairn
+        runs migrate`` does (selected by its id)."""
+        self.tick()
+        state = self.state()
+        request = MigrationRequest(
+            "default",
+            state.workflow,
+            state.version,
+            to_version,
+            mapping,
+            Where(ids=(self.run_id,)),
+            reason="the review is an approval now",
+        )
+        report = self.orchestrator.migrate_runs(request, actor="alice", dry_run=False)
+        assert [verdict.moved for verdict in report.runs] == [True], report
+
+    def unmigrate(self) -> None:
+        """Undo the run's migration: back to its old version, as it was."""
+        self.tick()
+        self.orchestrator.rollback_migration(self.run_id, actor="alice", reason="too soon")
 
     def signal(
         self,

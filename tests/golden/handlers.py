@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cairn.model.migrations import MigratingRun, Migration
+
 
 def step(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     """Counts the steps taken so far (``steps``)."""
@@ -45,3 +47,10 @@ def answered(state: dict[str, Any]) -> bool:
 def quote_still_valid(ctx: Any, state: dict[str, Any]) -> str | None:
     """The payout's ``on_resume`` check: a quote does not outlive an interruption."""
     return f"the quote of {state['price']} expired while the payment was in doubt"
+
+
+def renamed(run: MigratingRun) -> Migration | None:
+    """A migration's mapping: the review is the approval in version 2, and says so."""
+    if run.node == "review":
+        return Migration(node="approval", vars={**run.vars, "moved_from": run.from_version})
+    return None

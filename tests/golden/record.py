@@ -378,6 +378,55 @@ def timeouts(engine: Engine) -> None:
     engine.time_out("wrap")  # the workflow's node_timeout, and no retry left: failed
 
 
+# -- runs migrated between versions: one goes on, one is moved back ---------------------
+
+RELOCATION_V1 = f"""
+name: relocation
+version: 1
+start: prepare
+nodes:
+  prepare: {{handler: "{STEP}", next: review}}
+  review:  {{wait: {{signals: {{approve: publish, reject: refused}}, timeout: 1h,
+             on_timeout: refused}}}}
+  publish: {{handler: "{STEP}", next: done}}
+  done:    {{end: succeeded}}
+  refused: {{end: failed}}
+"""
+
+RELOCATION_V2 = f"""
+name: relocation
+version: 2
+start: prepare
+state: {{type: object, required: [steps], properties: {{steps: {{type: integer}}}}}}
+nodes:
+  prepare:  {{handler: "{STEP}", next: approval}}
+  approval: {{wait: {{signals: {{approve: check, reject: refused}}, timeout: 2h,
+              on_timeout: refused}}}}
+  check:    {{handler: "{STEP}", next: publish}}
+  publish:  {{handler: "{STEP}", next: done}}
+  done:     {{end: succeeded}}
+  refused:  {{end: failed}}
+"""
+
+
+def migrated(engine: Engine) -> None:
+    # Moved to version 2 while it waits, then approved there: version 2's nodes run.
+    engine.submit("relocation", version=1)
+    engine.run("prepare")
+    engine.migrate(2, f"{HANDLERS}:renamed")
+    engine.signal("approve")
+    engine.run("check")
+    engine.run("publish")
+    # Moved, then moved back before anything happened on version 2: version 1 goes on,
+    # its review's deadline as it was.
+    engine.submit("relocation", version=1)
+    engine.run("prepare")
+    engine.migrate(2, f"{HANDLERS}:renamed")
+    engine.unmigrate()
+    engine.signal("approve")
+    engine.run("publish")
+
+
 # -- format 1: a definition registered before definition formats existed ----------------
 
 LEGACY = f"""
@@ -426,6 +475,12 @@ CASES: dict[str, Case] = {
         Case("agent", "an agent loop: many visits, messages, the anomaly watch", (AGENT,), agent),
         Case("held", "held nodes settled by an operator; re-planned on resume", (PAYOUT,), held),
         Case("timeouts", "node timeouts: retried, then failed", (TIMEOUTS,), timeouts),
+        Case(
+            "migrated",
+            "runs migrated to a new version: one goes on there, one is moved back",
+            (RELOCATION_V1, RELOCATION_V2),
+            migrated,
+        ),
         Case(
             "format1",
             "a definition registered under format 1 (no default retry or timeout)",

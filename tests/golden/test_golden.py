@@ -26,7 +26,7 @@ import pytest
 from cairn.decider import decide
 from cairn.definitions.loader import load_definition
 from cairn.engine.plan import outcome_record
-from cairn.engine.reads import AUDIT_ONLY
+from cairn.engine.reads import AUDIT_ONLY, decided_under
 from cairn.errors import CairnError
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import event_from_dict
@@ -105,15 +105,21 @@ def test_every_case_has_a_committed_log() -> None:
 
 @pytest.mark.parametrize(("path", "run"), _runs())
 def test_an_old_run_replays_to_what_was_recorded(path: Path, run: Mapping[str, Any]) -> None:
-    definition = _definition(_log(path), run["workflow"], run["version"])
+    log, name = _log(path), run["workflow"]
     snapshots = {snapshot["seq"]: snapshot for snapshot in run["snapshots"]}
-    where = f"{path.name}, run {run['run_id']} ({run['workflow']})"
-    state = RunState(run["run_id"], definition.name, definition.version)
+    where = f"{path.name}, run {run['run_id']} ({name})"
+    # A migrated run started on the version its first migration moved it from, and each
+    # event is decided under the version it was on then (a migration: the one it moves to).
+    migrations = [e["data"] for e in run["events"] if e["type"] == "run_migrated"]
+    state = RunState(
+        run["run_id"], name, migrations[0]["from_version"] if migrations else run["version"]
+    )
     for entry in run["events"]:
         seq = entry["seq"]
         if not entry["type"].startswith(AUDIT_ONLY):  # history for people, not input
             try:
                 event = event_from_dict(entry["data"])
+                definition = _definition(log, name, decided_under(event, state))
                 decision = decide(definition, state, event)
             except CairnError as refused:
                 pytest.fail(

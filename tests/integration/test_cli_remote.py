@@ -32,6 +32,8 @@ from tests.support.cluster import WORKFLOWS
 from tests.support.services import ROOT
 from tests.support.shop import ADAPTERS, Service, running_service
 
+MIGRATIONS = ROOT / "tests" / "integration" / "migration_workflows"
+MAPPING = "tests.integration.migration_maps:journey_1_to_2"
 ADMIN = "cli-bootstrap-key-0123456789abcd"
 NAMESPACE = "ops"
 ACTOR = f"key:{config_key_name(ADMIN)}"
@@ -56,6 +58,10 @@ NO_REMOTE: dict[tuple[str, ...], str] = {
 # are the runs and keys ``made`` prepares.
 INVOCATIONS: dict[tuple[str, ...], list[str]] = {
     ("runs",): ["runs", "--status", "succeeded", "--limit", "2"],
+    ("runs", "migrate"): [
+        "runs", "migrate", "--from", "approval@1", "--to", "approval@2", "--map", "{mapping}",
+        "--dry-run",
+    ],
     ("waiting",): ["waiting"],
     ("status",): ["status", "{done}"],
     ("events",): ["events", "{done}"],
@@ -178,6 +184,8 @@ def registered(group: typer.Typer, prefix: tuple[str, ...] = ()) -> Iterator[tup
         yield (*prefix, command.name or command.callback.__name__.replace("_", "-"))
     for sub in group.registered_groups:
         assert sub.typer_instance is not None and sub.name is not None
+        if sub.typer_instance.info.invoke_without_command:  # the group is a command too
+            yield (*prefix, sub.name)
         yield from registered(sub.typer_instance, (*prefix, sub.name))
 
 
@@ -251,6 +259,7 @@ def prepared(http: httpx.Client, deployment: Deployment) -> dict[str, str]:
         "key_id": key_id,
         "ledger_input": json.dumps({"ledger": ledger}),
         "checkout_file": str(WORKFLOWS / "checkout.yaml"),
+        "mapping": MAPPING,
     }
 
 
@@ -342,6 +351,43 @@ def test_signal_cancel_and_rollback_over_http(http: httpx.Client, deployment: De
     events = http.get(f"/v1/runs/{booking}/events").json()["events"]
     asked = next(e for e in events if e["type"] == "rollback_requested")
     assert asked["data"]["actor"] == ACTOR
+
+
+def test_runs_migrate_over_http_is_an_admins_and_records_its_key(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    env = remote_env(deployment)
+    registered_v1 = cli(env, "register", str(MIGRATIONS / "journey_v1.yaml"))
+    assert registered_v1.exit_code == 0, registered_v1.output
+    body = {"workflow": "journey", "input": {"kind": "review", "amount": 2}}
+    started = http.post("/v1/runs", json=body)
+    assert started.status_code == 202, started.text
+    run_id = started.json()["run_id"]
+    wait_for(http, run_id, "waiting")
+    assert cli(env, "register", str(MIGRATIONS / "journey_v2.yaml")).exit_code == 0
+    move = ["runs", "migrate", "--from", "journey@1", "--to", "journey@2", "--map", MAPPING]
+
+    assert http.post("/v1/principals", json={"name": "mover", "role": "operator"}).is_success
+    operator = http.post("/v1/principals/mover/keys", json={}).json()["key"]
+    refused = cli(remote_env(deployment, operator), *move, "--dry-run")
+    assert isinstance(refused.exception, ApiError) and refused.exception.status == 403
+
+    dry = cli(env, *move, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    (checked,) = json.loads(dry.stdout)["runs"]
+    assert (checked["run_id"], checked["to_node"], checked["moved"]) == (run_id, "approval", False)
+    moved = cli(env, *move, "--json")
+    assert moved.exit_code == 0 and json.loads(moved.stdout)["moved"] == 1, moved.output
+    run = http.get(f"/v1/runs/{run_id}").json()
+    assert run.get("version") == 2, run
+    events = http.get(f"/v1/runs/{run_id}/events").json()["events"]
+    assert events[-1]["type"] == "run_migrated" and events[-1]["data"]["actor"] == ACTOR
+
+    undone = cli(env, "runs", "migrate", "--rollback", run_id)
+    assert undone.exit_code == 0 and "back on version 1, waiting" in undone.stdout, undone.output
+    assert http.get(f"/v1/runs/{run_id}").json()["version"] == 1
+    again = http.post(f"/v1/runs/{run_id}/migration/rollback", json={})
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "not_migratable")
 
 
 def test_a_forks_dry_run_and_a_replay_over_http(http: httpx.Client, deployment: Deployment) -> None:

@@ -1,11 +1,11 @@
 """An expense claim declared with decorators (``tests/unit/test_decorators.py`` compiles
 the same workflow from YAML and from the builder, naming these handlers, and compares).
 
-Every kind of thing a definition holds is here: an input schema, a retrying task with a
-timeout, a branch on a guard, an approval wait with approvers and a quorum, a bounded
-escalation loop, a compensation declared after its task, a parallel fan-out with a
-critical join and a branch default, a routing decision with no handler, two ends, and
-state keys that accumulate (reducers).
+Every kind of thing a definition holds is here: an input schema, a state schema, a
+retrying task with a timeout, a branch on a guard, an approval wait with approvers and a
+quorum, a bounded escalation loop, a compensation declared after its task, a parallel
+fan-out with a critical join and a branch default, a routing decision with no handler,
+two ends, and state keys that accumulate (reducers).
 """
 
 from __future__ import annotations
@@ -23,12 +23,18 @@ CLAIM_INPUT = {
     },
     "additionalProperties": False,
 }
+CLAIM_STATE = {
+    "type": "object",
+    "required": ["employee", "amount_eur"],
+    "properties": {"amount_eur": {"type": "number"}, "reminded": {"type": "integer"}},
+}
 
 claims = cairn.workflow(
     "expense_claim",
     version=3,
     description="Receive, assess, approve if large, pay (undone on failure), notify.",
     input=CLAIM_INPUT,
+    state=CLAIM_STATE,
     budget={"usd": 5},
     reducers={"reminded": "add", "notes": "append"},
 )

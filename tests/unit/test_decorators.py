@@ -17,7 +17,7 @@ from cairn.definitions.text import parse_text
 from cairn.errors import WorkflowDefinitionError
 from cairn.model.definition import WorkflowDefinition
 from tests.unit import decorated_claims as claims
-from tests.unit.decorated_claims import CLAIM_INPUT
+from tests.unit.decorated_claims import CLAIM_INPUT, CLAIM_STATE
 
 M = "tests.unit.decorated_claims"
 
@@ -33,6 +33,10 @@ input:
     amount_eur: {{type: number, exclusiveMinimum: 0}}
     category: {{enum: [travel, meals, other]}}
   additionalProperties: false
+state:
+  type: object
+  required: [employee, amount_eur]
+  properties: {{amount_eur: {{type: number}}, reminded: {{type: integer}}}}
 budget: {{usd: 5}}
 reducers: {{reminded: add, notes: append}}
 start: receive
@@ -67,6 +71,7 @@ def built() -> Workflow:
             version=3,
             description="Receive, assess, approve if large, pay (undone on failure), notify.",
             input=CLAIM_INPUT,
+            state=CLAIM_STATE,
             budget={"usd": 5},
             reducers={"reminded": "add", "notes": "append"},
         )
@@ -124,6 +129,7 @@ def test_decorators_builder_and_yaml_compile_to_equal_definitions() -> None:
     compensate = decorated.nodes["pay"].compensate
     assert compensate is not None and compensate.target is claims.claw_back
     assert decorated.input_schema == CLAIM_INPUT
+    assert decorated.state_schema == CLAIM_STATE
     assert decorated.reducers == {"reminded": "add", "notes": "append"}
     assert claims.claims.to_spec() == built().to_spec()
 
@@ -135,6 +141,9 @@ def test_the_equality_is_not_vacuous() -> None:
     uncompensated = built()
     del uncompensated.nodes["pay"]["compensate"]
     assert uncompensated.build() != claims.claims.build()
+    unschematic = built()
+    del unschematic.options["state"]
+    assert unschematic.build() != claims.claims.build()
     unreduced = built()
     unreduced.options["reducers"] = {"reminded": "add"}
     assert unreduced.build() != claims.claims.build()
