@@ -97,6 +97,7 @@ class Runtime:
             gate=parts.gate,
             circuits=CircuitWatch(parts.circuits, orchestrator, count=leases.count),
             rates=parts.rates,
+            continues=broker is None and settings.continue_steps,
         )
         relay_after = EMBEDDED_RELAY_AFTER_S if broker is not None else None
         scheduler = Scheduler(

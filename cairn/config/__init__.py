@@ -143,6 +143,11 @@ class Settings(OidcSettings):
         description="Each namespace's share of the workers when several have work queued, as "
         "weights: 'acme=3,beta=1' (a namespace not named: 1). See docs/flow-control.md.",
     )
+    continue_steps: bool = Field(
+        default=True,
+        description="A Celery worker runs a step's only successor (same queue and priority, "
+        "no limit) itself, not through the broker; off: every step is a task of its own.",
+    )
     fairness: bool = Field(
         default=True,
         description="Order each queue's node messages so that a namespace with few queued "

@@ -70,6 +70,13 @@ class Completion:
     recorded: bool
     reason: str = ""
     decision: Decision | None = None
+    # The message its worker keeps to run next itself (see ``keep``), not published.
+    kept: NodeMessage | None = None
+
+
+# Given a committed step's messages, the one its worker runs next itself (None: publish
+# them all). The kept message's outbox row stays unsent: the relay's doorbell if it dies.
+Keep = Callable[[Sequence[NodeMessage]], NodeMessage | None]
 
 
 @dataclass
@@ -164,6 +171,8 @@ class Steps:
         worker: str,
         known: Restored | None = None,
         fence: int = ANY_FENCE,
+        *,
+        keep: Keep | None = None,
     ) -> Completion:
         """Record a worker's result and advance the run with it, in one transaction.
 
@@ -172,10 +181,10 @@ class Steps:
         (``fence``) another worker has taken over since. ``known`` is the run as the
         worker read it before running: if the run has not moved since, the whole
         completion is one statement where the backend has one; otherwise the run is
-        locked and read again.
+        locked and read again. ``keep``: what the worker runs next itself, unpublished.
         """
         if known is not None:
-            completion = self._complete_unmoved(message, outcome, worker, known, fence)
+            completion = self._complete_unmoved(message, outcome, worker, known, fence, keep=keep)
             if completion is not None:
                 return completion
         key = message.key
@@ -199,8 +208,8 @@ class Steps:
                     raise _Discard(advanced.decision)
         except _Discard as discard:  # the run has moved on: keep nothing of this result
             return Completion(False, discard.decision.ignored or "", discard.decision)
-        self.after_commit(advanced)
-        return Completion(True, decision=advanced.decision)
+        kept = self.after_commit(advanced, keep)
+        return Completion(True, decision=advanced.decision, kept=kept)
 
     def complete_fused(
         self, steps: Sequence[tuple[NodeMessage, NodeOutcome]], worker: str, fence: int
@@ -256,7 +265,14 @@ class Steps:
         return Completion(True, decision=advanced.decision)
 
     def _complete_unmoved(
-        self, message: NodeMessage, outcome: NodeOutcome, worker: str, known: Restored, fence: int
+        self,
+        message: NodeMessage,
+        outcome: NodeOutcome,
+        worker: str,
+        known: Restored,
+        fence: int,
+        *,
+        keep: Keep | None,
     ) -> Completion | None:
         """The store's one-step completion, when the decision only dispatches: it records
         the result and writes the step if the run is where the worker left it. None
@@ -283,8 +299,8 @@ class Steps:
             return Completion(
                 False, f"a result for {message.key} attempt {message.attempt} is already recorded"
             )
-        self.committed_plan(message.run_id, plan, ids)
-        return Completion(True, decision=decision)
+        kept = self.committed_plan(message.run_id, plan, ids, keep)
+        return Completion(True, decision=decision, kept=kept)
 
     # -- history -----------------------------------------------------------------------
 
@@ -366,11 +382,12 @@ class Steps:
         ]
         return advanced
 
-    def after_commit(self, advanced: Advanced) -> None:
-        """Once a step's transaction commits: tell the hooks, publish its messages,
-        deliver the inbox entries it posted (the scheduler delivers any left behind)."""
+    def after_commit(self, advanced: Advanced, keep: Keep | None = None) -> NodeMessage | None:
+        """Once a step's transaction commits: tell the hooks, publish its messages (but
+        the one ``keep`` takes, returned), deliver the inbox entries it posted (the
+        scheduler delivers any left behind)."""
         tell(self.hooks, advanced.decision.state.run_id, advanced.decision)
-        self.outbox.publish(advanced.messages)
+        kept = self._publish(advanced.messages, keep)
         if advanced.posted:
             fault_point("inbox.after_commit")
         for entry, run_id in advanced.posted:
@@ -380,15 +397,25 @@ class Steps:
                 log.warning(
                     "delivering inbox entry %d to run %s failed", entry, run_id, exc_info=True
                 )
+        return kept
 
     def committed_plan(
-        self, run_id: str, plan: Plan, outbox_ids: Mapping[tuple[str, int, str], int]
-    ) -> None:
+        self,
+        run_id: str,
+        plan: Plan,
+        outbox_ids: Mapping[tuple[str, int, str], int],
+        keep: Keep | None = None,
+    ) -> NodeMessage | None:
         """Once a plan the store wrote in one statement has committed (it writes no other
         rows, so posts nothing)."""
         log_finish(run_id, plan.decision)
         tell(self.hooks, run_id, plan.decision)
-        self.outbox.publish(with_outbox_ids(plan.dispatches, outbox_ids))
+        return self._publish(with_outbox_ids(plan.dispatches, outbox_ids), keep)
+
+    def _publish(self, messages: list[NodeMessage], keep: Keep | None) -> NodeMessage | None:
+        kept = keep(messages) if keep is not None and messages else None
+        self.outbox.publish([m for m in messages if m is not kept])
+        return kept
 
     def _carry_out(self, tx: Tx, row: RunRecord, plan: Plan, advanced: Advanced) -> None:
         """The rows a decision changes besides the step's own: cancellations, held
