@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
+from cairn import clock
 from cairn.config import Settings
 from cairn.engine.advance import Completion
 from cairn.engine.orchestrator import Orchestrator
@@ -26,6 +27,7 @@ from cairn.engine.slots import SlotGate
 from cairn.errors import UnknownNode
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.port import Lease, Leases
+from cairn.lease.waits import delivered
 from cairn.model.definition import ErrorClass
 from cairn.model.keys import lease_key
 from cairn.model.messages import InvalidMessage, NodeMessage
@@ -114,8 +116,9 @@ class NodeRunner:
         while following is not None:
             this = following
             outcome: Handled | Failed | str
-            try:
-                outcome, following = self.stages(this, continuation, continuing=True)
+            try:  # it waited in no queue: its lease wait runs from its predecessor's commit
+                with delivered(clock.wall()):
+                    outcome, following = self.stages(this, continuation, continuing=True)
             except Exception:  # its row is unsent: the relay publishes it, as after a crash
                 log.warning("the step continued with, %s, failed", this.key, exc_info=True)
                 outcome, following = "error", None
