@@ -21,6 +21,9 @@ KNOWN = frozenset(
         "relay.after_publish",  # the relay published, the rows are not marked sent
         "handler.after_return",  # the handler returned (its effects done), nothing committed
         "complete.after_commit",  # a result is committed, the broker message is not acked
+        # a result is committed whose next step this worker was to continue with: that
+        # step's message is in the outbox, unpublished
+        "continue.after_commit",
         "publish.after_commit",  # a decision is committed, its messages are not published
         "snapshot.before_commit",  # a step carrying a snapshot is ready, not committed
         "inbox.after_commit",  # an event for another run is committed, not yet applied

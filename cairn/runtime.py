@@ -103,7 +103,8 @@ class Runtime:
             pool_size=_pool_size(broker),
         )
         store, orchestrator, leases = parts.store, parts.orchestrator, parts.leases
-        runner = _runner(parts, worker or f"{socket.gethostname()}:{os.getpid()}")
+        name = worker or f"{socket.gethostname()}:{os.getpid()}"
+        runner = _runner(parts, name, continues=broker is None and settings.continue_steps)
         relay_after = EMBEDDED_RELAY_AFTER_S if broker is not None else None
         scheduler = Scheduler(
             orchestrator, leases, settings, relay_after=relay_after, gate=parts.gate
@@ -221,8 +222,9 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-def _runner(parts: Parts, worker: str) -> NodeRunner:
-    """The node runner on ``parts``, named ``worker``."""
+def _runner(parts: Parts, worker: str, *, continues: bool) -> NodeRunner:
+    """The node runner on ``parts``, named ``worker``; ``continues``: it runs a committed
+    step's one successor itself (see cairn.workers.step.continuation)."""
     settings, orchestrator, leases = parts.settings, parts.orchestrator, parts.leases
     cache: ResultCache = (
         RedisResultCache.from_url(settings.redis_url) if settings.redis_url else MemoryResultCache()
@@ -236,6 +238,7 @@ def _runner(parts: Parts, worker: str) -> NodeRunner:
         gate=parts.gate,
         circuits=CircuitWatch(parts.circuits, orchestrator, count=leases.count),
         rates=parts.rates,
+        continues=continues,
     )
 
 

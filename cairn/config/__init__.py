@@ -19,14 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from cairn.config.oidc import OidcSettings
 from cairn.errors import ConfigError
@@ -145,6 +138,11 @@ class Settings(OidcSettings):
         default_factory=dict,
         description="Each namespace's share of the workers when several have work queued, as "
         "weights: 'acme=3,beta=1' (a namespace not named: 1). See docs/flow-control.md.",
+    )
+    continue_steps: bool = Field(
+        default=True,
+        description="A Celery worker runs a step's only successor (same queue and priority, "
+        "no limit) itself, not through the broker; off: every step is a task of its own.",
     )
     fairness: bool = Field(
         default=True,

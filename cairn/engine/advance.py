@@ -71,6 +71,13 @@ class Completion:
     recorded: bool
     reason: str = ""
     decision: Decision | None = None
+    # The message its worker keeps to run next itself (see ``keep``), not published.
+    kept: NodeMessage | None = None
+
+
+# Given a committed step's messages, the one its worker runs next itself (None: publish
+# them all). The kept message's outbox row stays unsent: the relay's doorbell if it dies.
+Keep = Callable[[Sequence[NodeMessage]], NodeMessage | None]
 
 
 @dataclass
@@ -190,6 +197,8 @@ class Steps:
         worker: str,
         known: Restored | None = None,
         fence: int = ANY_FENCE,
+        *,
+        keep: Keep | None = None,
     ) -> Completion:
         """Record a worker's result and advance the run with it, in one transaction.
 
@@ -200,10 +209,12 @@ class Steps:
         completion is one statement where the backend has one — planned on the step a
         sibling branch committed here since, if one did, and on the run read again if
         another process moved it (a few times); otherwise the run is locked and read
-        again.
+        again. ``keep``: what the worker runs next itself, unpublished.
         """
         if known is not None:
-            completion = self._complete_optimistic(message, outcome, worker, known, fence)
+            completion = self._complete_optimistic(
+                message, outcome, worker, known, fence, keep=keep
+            )
             if completion is not None:
                 return completion
         key = message.key
@@ -227,8 +238,8 @@ class Steps:
                     raise _Discard(advanced.decision)
         except _Discard as discard:  # the run has moved on: keep nothing of this result
             return Completion(False, discard.decision.ignored or "", discard.decision)
-        self.after_commit(advanced)
-        return Completion(True, decision=advanced.decision)
+        kept = self.after_commit(advanced, keep)
+        return Completion(True, decision=advanced.decision, kept=kept)
 
     def complete_fused(
         self, steps: Sequence[tuple[NodeMessage, NodeOutcome]], worker: str, fence: int
@@ -284,7 +295,14 @@ class Steps:
         return Completion(True, decision=advanced.decision)
 
     def _complete_optimistic(
-        self, message: NodeMessage, outcome: NodeOutcome, worker: str, known: Restored, fence: int
+        self,
+        message: NodeMessage,
+        outcome: NodeOutcome,
+        worker: str,
+        known: Restored,
+        fence: int,
+        *,
+        keep: Keep | None,
     ) -> Completion | None:
         """The one-statement completion, under the run's lock of this process (see
         :mod:`cairn.engine.heads`), tried again on the run as it is now when it moved
@@ -303,8 +321,8 @@ class Steps:
             else:
                 return None
         if isinstance(done, _Committed):
-            self.committed_plan(message.run_id, done.plan, done.outbox_ids)
-            return done.completion
+            kept = self.committed_plan(message.run_id, done.plan, done.outbox_ids, keep)
+            return replace(done.completion, kept=kept)
         return done
 
     def _reread(self, key: ExecutionKey, known: Restored) -> Restored | None:
@@ -428,11 +446,12 @@ class Steps:
         ]
         return advanced
 
-    def after_commit(self, advanced: Advanced) -> None:
-        """Once a step's transaction commits: tell the hooks, publish its messages,
-        deliver the inbox entries it posted (the scheduler delivers any left behind)."""
+    def after_commit(self, advanced: Advanced, keep: Keep | None = None) -> NodeMessage | None:
+        """Once a step's transaction commits: tell the hooks, publish its messages (but
+        the one ``keep`` takes, returned), deliver the inbox entries it posted (the
+        scheduler delivers any left behind)."""
         tell(self.hooks, advanced.decision.state.run_id, advanced.decision)
-        self.outbox.publish(advanced.messages)
+        kept = self._publish(advanced.messages, keep)
         if advanced.posted:
             fault_point("inbox.after_commit")
         for entry, run_id in advanced.posted:
@@ -442,15 +461,25 @@ class Steps:
                 log.warning(
                     "delivering inbox entry %d to run %s failed", entry, run_id, exc_info=True
                 )
+        return kept
 
     def committed_plan(
-        self, run_id: str, plan: Plan, outbox_ids: Mapping[tuple[str, int, str], int]
-    ) -> None:
+        self,
+        run_id: str,
+        plan: Plan,
+        outbox_ids: Mapping[tuple[str, int, str], int],
+        keep: Keep | None = None,
+    ) -> NodeMessage | None:
         """Once a plan the store wrote in one statement has committed (it writes no other
         rows, so posts nothing)."""
         log_finish(run_id, plan.decision)
         tell(self.hooks, run_id, plan.decision)
-        self.outbox.publish(with_outbox_ids(plan.dispatches, outbox_ids))
+        return self._publish(with_outbox_ids(plan.dispatches, outbox_ids), keep)
+
+    def _publish(self, messages: list[NodeMessage], keep: Keep | None) -> NodeMessage | None:
+        kept = keep(messages) if keep is not None and messages else None
+        self.outbox.publish([m for m in messages if m is not kept])
+        return kept
 
     def _carry_out(self, tx: Tx, row: RunRecord, plan: Plan, advanced: Advanced) -> None:
         """The rows a decision changes besides the step's own: cancellations, held

@@ -23,6 +23,7 @@ gave); past the grace period, ``on_overrun`` (the worker replaces its process).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +34,10 @@ from cairn.lease.port import Lease, Leases
 from cairn.model.keys import lease_key
 
 log = logging.getLogger(__name__)
+
+# With nothing held, the thread still looks at its beats this often: a lease taken for a
+# step shorter than this is then held and let go without waking it at all.
+IDLE_LOOK_S = 1.0
 
 
 @dataclass
@@ -82,6 +87,9 @@ class Heartbeats:
         self._wake = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
         self._watching = False
+        # When the thread next looks at the beats untold (monotonic; -inf: it is busy and
+        # looks again at once). A beat due sooner must wake it; one due later need not.
+        self._looks_at = -math.inf
 
     def stop_announced(self, key: str) -> None:
         """Someone committed a decision that stops the execution holding ``key`` (a
@@ -116,7 +124,7 @@ class Heartbeats:
                     target=self._run, name="cairn-heartbeats", daemon=True
                 )
                 self._thread.start()
-            self._wake.notify()
+            self._nudge(beat)
         return beat
 
     def progress(self, beat: Beat, **record: Any) -> None:
@@ -154,7 +162,7 @@ class Heartbeats:
             beat.stop_at, beat.overrun_at = now + timeout_s, now + timeout_s + grace_s
             beat.on_stop, beat.on_overrun = on_stop, on_overrun
             beat.timed_out.clear()
-            self._wake.notify()
+            self._nudge(beat)
 
     def unlimit(self, beat: Beat) -> None:
         with self._wake:
@@ -165,14 +173,23 @@ class Heartbeats:
             if self._beats.get(beat.lease.key) is beat:
                 del self._beats[beat.lease.key]
 
+    def _nudge(self, beat: Beat) -> None:
+        """Wake the thread (under the lock) only if ``beat`` is due before it looks."""
+        if beat.next_due() < self._looks_at:
+            self._wake.notify()
+
     def _run(self) -> None:
         while True:
             with self._wake:
                 now = time.monotonic()
                 due = [b for b in self._beats.values() if b.next_due() <= now]
                 if not due:
-                    upcoming = min((b.next_due() for b in self._beats.values()), default=None)
-                    self._wake.wait(None if upcoming is None else upcoming - now)
+                    upcoming = min(
+                        (b.next_due() for b in self._beats.values()), default=now + IDLE_LOOK_S
+                    )
+                    self._looks_at = upcoming
+                    self._wake.wait(upcoming - now)
+                    self._looks_at = -math.inf
                     continue
             for beat in due:
                 self._deadlines(beat, now)

@@ -8,7 +8,8 @@ one histogram for the whole fleet, whichever process (or prefork child) took the
 
 The wait is the message's time in the queue plus the worker's read of the execution
 before it claims it. It starts at the publish, which follows the dispatch commit at once
-on the fast path; a message the relay publishes later starts at that later publish. The
+on the fast path; a message the relay publishes later starts at that later publish; a
+step its worker continues with (never published) starts at the commit before it. The
 two ends are wall clocks of two processes (publisher and worker), so skew between hosts
 shows up in the numbers; a negative wait counts as zero.
 """

@@ -85,7 +85,9 @@ class Scheduler:
     _repeats: Repeats = field(default_factory=lambda: Repeats(log), init=False)
 
     def __post_init__(self) -> None:
-        self.messages = Relay(self.orchestrator, self.settings, self.metrics, self.relay_after)
+        self.messages = Relay(
+            self.orchestrator, self.settings, self.metrics, self.relay_after, self.leases
+        )
         self.timers = Timers(self.orchestrator, self.leases, self.settings, self.metrics)
         self.schedules = ScheduleTicks(self.orchestrator, self.settings, self.metrics)
         self.recovery = Recovery(self.orchestrator, self.leases, self.settings, self.metrics)

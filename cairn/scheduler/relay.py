@@ -2,7 +2,10 @@
 
 - **relay**: outbox rows a crash left unpublished are claimed with ``FOR UPDATE SKIP
   LOCKED``, published, and marked sent in the same transaction — several schedulers at
-  once are safe, and a message published twice is a duplicate the workers turn away;
+  once are safe, and a message published twice is a duplicate the workers turn away. A
+  row whose execution's lease is held is in hand (a worker continued with that step
+  instead of publishing it, :mod:`cairn.workers.step.continuation`): it waits another
+  interval, and is published once no lease holds it — its worker died;
 - **inbox**: events one run left for another (a child's end, a parent's cancel) that
   were not applied right after their commit are applied, each once.
 """
@@ -11,11 +14,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from cairn.config import Settings
 from cairn.engine.orchestrator import Orchestrator
 from cairn.faults import fault_point
+from cairn.lease.port import Leases
 from cairn.model.events import Phase
+from cairn.model.keys import lease_key
 from cairn.model.messages import NodeMessage
 from cairn.observe.metrics.scheduler import SchedulerMetrics
 
@@ -30,6 +36,8 @@ class Relay:
     settings: Settings
     metrics: SchedulerMetrics
     relay_after: float | None = None  # seconds; default from settings
+    # Whose leases say a row is in a worker's hand (None: no row ever is).
+    leases: Leases | None = None
 
     def relay(self) -> int:
         relay_after = (
@@ -43,6 +51,10 @@ class Relay:
                 return 0
         with store.transaction() as tx:
             rows = tx.claim_unsent(tx.now() - relay_after, BATCH, held)
+            in_hand = self._in_hand(rows)
+            if in_hand:
+                tx.defer_unsent(sorted(in_hand))
+                rows = [row for row in rows if row.id not in in_hand]
             if not rows:
                 return 0
             messages = [
@@ -58,6 +70,24 @@ class Relay:
         self.metrics.relayed.inc(len(rows))
         log.info("relayed %d unsent message(s)", len(rows))
         return len(rows)
+
+    def _in_hand(self, rows: list[Any]) -> set[int]:
+        """The rows whose execution's lease some worker holds."""
+        if self.leases is None:
+            return set()
+        leases = self.leases
+        return {
+            row.id
+            for row in rows
+            if leases.held(
+                lease_key(
+                    row.payload["run_id"],
+                    row.payload["node"],
+                    int(row.payload["iteration"]),
+                    str(row.payload.get("phase", Phase.RUN.value)),
+                )
+            )
+        }
 
     def deliver(self) -> int:
         with self.orchestrator.store.reading() as tx:

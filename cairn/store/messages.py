@@ -66,6 +66,16 @@ class MessagesTx(TxBase):
         query = select(outbox).where(*_unsent(older_than, held)).order_by(outbox.c.id).limit(limit)
         return list(self.connection.execute(self._skip_locked(query)))
 
+    def defer_unsent(self, ids: Sequence[int]) -> None:
+        """Unsent rows the relay found in hand (their execution's lease held: a worker
+        continued with it instead of publishing it) wait a full relay interval again."""
+        if ids:
+            self.connection.execute(
+                update(outbox)
+                .where(outbox.c.id.in_(list(ids)), outbox.c.sent_at.is_(None))
+                .values(created_at=self.stamp())
+            )
+
     def _mark_sent_statement(self, ids: Sequence[int]) -> Any:
         return self._sent_update(outbox.c.id.in_(list(ids)))
 

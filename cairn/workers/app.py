@@ -124,13 +124,13 @@ def make_celery(
         if fair is not None:
             _taken(app, fair)
         with delivered(_published_at(task.request)):
-            try:
-                handled = _process_runtime(app).runner.run(message)
+            try:  # continued: the steps it went on with, named in its result
+                handled = _process_runtime(app).runner.run(message, continued := list[str]())
             except Exception as error:
                 if is_outage(error):  # outlasted the retries: give it back, never ack
                     raise Reject(error, requeue=True) from error
                 raise
-        return task_result(handled, getattr(task.request, "shadow", None) or NODE_TASK)
+        return task_result(handled, getattr(task.request, "shadow", None) or NODE_TASK, continued)
 
     @app.task(name=SUBMIT_TASK, ignore_result=True, shared=False)
     def submit(  # noqa: PLR0917 - the task's arguments are a wire format: args or kwargs

@@ -5,16 +5,19 @@ stages (:mod:`cairn.workers.step`) —
 
 each returning the next stage's input, or a :class:`Handled` that ends the message. A
 message a worker is sent, one redelivered after its worker died (resumed), one the
-embedded default runs in a thread, and a node run on after an ephemeral one in the same
-chain all pass through these same stages."""
+embedded default runs in a thread, a node run on after an ephemeral one in the same
+chain, and the next step this worker continues with after a commit instead of publishing
+it (:mod:`cairn.workers.step.continuation`) all pass through these same stages."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
+from cairn import clock
 from cairn.config import Settings
 from cairn.engine.advance import Completion
 from cairn.engine.orchestrator import Orchestrator
@@ -24,6 +27,7 @@ from cairn.engine.slots import SlotGate
 from cairn.errors import UnknownNode
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.port import Lease, Leases
+from cairn.lease.waits import delivered
 from cairn.model.definition import ErrorClass
 from cairn.model.keys import lease_key
 from cairn.model.messages import InvalidMessage, NodeMessage
@@ -36,6 +40,7 @@ from cairn.workers.failed import Failed
 from cairn.workers.setup import StepSetup
 from cairn.workers.step.admit import admit
 from cairn.workers.step.commit import cancel_unstarted, commit
+from cairn.workers.step.continuation import Continuation, next_to_run
 from cairn.workers.step.execute import Ran, execute
 from cairn.workers.step.handled import Handled
 from cairn.workers.step.hold import hold
@@ -62,6 +67,10 @@ class NodeRunner:
     circuits: CircuitWatch | None = None
     # Rate limits: the buckets model calls take from (None: rate limits are not kept).
     rates: Rates | None = None
+    # After a commit, run the step's only successor here rather than publish it (see
+    # cairn.workers.step.continuation): a Celery worker's saving; the embedded broker's
+    # queue is in memory already.
+    continues: bool = False
     heartbeats: Heartbeats = field(init=False)
     recovery: RecoveryPolicy = field(init=False)
     setup: StepSetup = field(init=False)
@@ -80,12 +89,14 @@ class NodeRunner:
             self.rates,
         )
 
-    def run(self, body: Any) -> Handled | Failed:
+    def run(self, body: Any, continued: list[str] | None = None) -> Handled | Failed:
+        """How the message's own step ended; ``continued`` gets how each step this
+        worker continued with after it ended (``node#iteration outcome``)."""
         try:
             message = NodeMessage.from_dict(body)
             with node_scope(message):
                 try:
-                    return self.step(message)
+                    return self.step(message, continued)
                 except Exception as error:  # cairn's own failure: tagged, then as before
                     rejected = isinstance(error, InvalidMessage | UnknownNode | CodeMissing)
                     if not rejected and not is_outage(error):
@@ -98,16 +109,37 @@ class NodeRunner:
             self.code.missing(missing)
             return Handled.CODE_UNAVAILABLE
 
-    def step(self, message: NodeMessage) -> Handled | Failed:
-        """read → admit → hold → execute → commit → release."""
+    def step(self, message: NodeMessage, continued: list[str] | None = None) -> Handled | Failed:
+        """The message's step; then each step this worker continues with, as its own."""
+        continuation = Continuation()
+        handled, following = self.stages(message, continuation)
+        while following is not None:
+            this = following
+            outcome: Handled | Failed | str
+            try:  # it waited in no queue: its lease wait runs from its predecessor's commit
+                with delivered(clock.wall()):
+                    outcome, following = self.stages(this, continuation, continuing=True)
+            except Exception:  # its row is unsent: the relay publishes it, as after a crash
+                log.warning("the step continued with, %s, failed", this.key, exc_info=True)
+                outcome, following = "error", None
+            continuation.steps.append(f"{this.node}#{this.iteration} {_named(outcome)}")
+        if continued is not None:
+            continued.extend(continuation.steps)
+        return handled
+
+    def stages(
+        self, message: NodeMessage, continuation: Continuation, *, continuing: bool = False
+    ) -> tuple[Handled | Failed, NodeMessage | None]:
+        """read → admit → hold → execute → commit → release; and the message this worker
+        continues with (kept from the commit, unpublished), if any."""
         found = read(self, message)  # one statement and the database's clock
         if isinstance(found, Handled):
-            return found  # ALREADY_DONE, RUN_FINISHED, PAUSED, UNCONFIRMED
+            return found, None  # ALREADY_DONE, RUN_FINISHED, PAUSED, UNCONFIRMED
         if isinstance(found, Unstarted):
-            return cancel_unstarted(self, found)  # lease, commit, release
+            return cancel_unstarted(self, found), None  # lease, commit, release
         admitted = admit(self, found)  # lease, circuits, an irreversible node's slots
         if isinstance(admitted, Handled):
-            return admitted  # LEASE_HELD, PARKED: holds nothing
+            return admitted, None  # LEASE_HELD, PARKED: holds nothing
         try:
             held = hold(self, admitted)  # claim, takeover, slots, heartbeat
         except BaseException:
@@ -115,15 +147,24 @@ class NodeRunner:
             raise
         if isinstance(held, Handled):
             self.leases.release(admitted.lease)
-            return held  # UNCONFIRMED, ALREADY_DONE, GAVE_UP, PARKED
+            return held, None  # UNCONFIRMED, ALREADY_DONE, GAVE_UP, PARKED
         ran: Ran | None = None
         completion: Completion | Handled | None = None
+        keep = (
+            partial(next_to_run, self, continuation, held.message, found.definition)
+            if self.continues
+            else None
+        )
         try:
             ran = execute(self, held)  # the handler, or the cache; fused successors too
-            completion = commit(self, held, ran)  # the lease confirmed, then one transaction
+            # the lease confirmed, then one transaction (marking its own row sent when
+            # continued with: the row is unsent until then, the relay's if this dies)
+            completion = commit(self, held, ran, keep=keep, continuing=continuing)
         finally:
             release(self, held, ran, completion)  # heartbeat, lease, slots
-        return settle(self, held, ran, completion)  # COMMITTED, DISCARDED, LEASE_LOST
+        handled = settle(self, held, ran, completion)  # COMMITTED, DISCARDED, LEASE_LOST
+        kept = completion.kept if isinstance(completion, Completion) else None
+        return handled, kept
 
     def _acquire(self, message: NodeMessage, fence_floor: int) -> Lease | None:
         return self._through_outages(
@@ -152,6 +193,12 @@ class NodeRunner:
 
     def _through_outages(self, what: str, call: Callable[[], _T]) -> _T:
         return through_outages(self.settings.reconnect_within, what, call)
+
+
+def _named(outcome: Handled | Failed | str) -> str:
+    if isinstance(outcome, Failed):
+        return "failed"
+    return str(outcome)
 
 
 def _short(body: Any) -> str:

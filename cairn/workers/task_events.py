@@ -5,7 +5,9 @@ Flower builds its task list from the workers' task events, and Celery sends
 execution: a node whose handler failed, a duplicate delivery, a node parked for a
 concurrency slot. Now:
 
-- a node that ran and committed its result: ``task-succeeded`` — SUCCESS;
+- a node that ran and committed its result: ``task-succeeded`` — SUCCESS; if its worker
+  then continued with the steps after it (:mod:`cairn.workers.step.continuation`), the
+  result names them: they run inside this task, and have no task of their own;
 - a node whose committed result is a failure (:class:`~cairn.workers.failed.Failed`), or
   one failed without running again because its workers kept dying (``gave_up``): the
   task raises :class:`NodeFailure` — ``task-failed``, FAILURE, with the node and error;
@@ -24,6 +26,7 @@ events are off sends none of these either.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from celery.worker.request import Request
@@ -52,8 +55,11 @@ class NodeFailure(CairnError):
     code = "node_failed"
 
 
-def task_result(handled: Handled | Failed, task_name: str) -> str:
-    """The node task's return value, or :class:`NodeFailure` for a node that failed."""
+def task_result(handled: Handled | Failed, task_name: str, continued: Sequence[str] = ()) -> str:
+    """The node task's return value, or :class:`NodeFailure` for a node that failed.
+    A committed step that its worker continued from names the steps it went on with
+    (``committed; continued: s2#1 committed, s3#1 committed``): they have no task of
+    their own."""
     if isinstance(handled, Failed):
         raise NodeFailure(str(handled))
     if handled is Handled.GAVE_UP:
@@ -61,6 +67,8 @@ def task_result(handled: Handled | Failed, task_name: str) -> str:
             f"{task_name} failed (gave up): its worker was lost too often "
             "(CAIRN_MAX_RECOVERIES); not run again"
         )
+    if continued and handled is Handled.COMMITTED:
+        return f"{handled.value}; continued: {', '.join(continued)}"
     return handled.value
 
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from cairn import clock
+from cairn.client import Client
 from cairn.config import Settings
 from cairn.effects.ledger import EffectLedger
 from cairn.model.effects import Policy
@@ -37,7 +38,12 @@ def test_workers_five_minutes_fast_and_slow_neither_steal_nor_lose_a_lease(
     cluster.scheduler(CAIRN_CLOCK_SKEW_S=str(-SKEW_S), **twice)
     # b outlives several lease periods (TTL 2 s), renewed by whichever worker holds it.
     slow_b = {"b": 3 * cluster.settings.lease_ttl}
-    run_ids = [cluster.submit("skewed", {"slow": slow_b}) for _ in range(RUNS)]
+    # The nodes' messages come from this process (a's from the submit, b's from the
+    # signal), each published twice too: the relay sends no copy of a row whose lease
+    # is held, so the copies that contend for a live lease are these.
+    twice_client = Client(cluster.settings.model_copy(update={"duplicate_deliveries": True}))
+    ledger = {"ledger": str(cluster.ledger)}
+    run_ids = [str(twice_client.submit("skewed", {**ledger, "slow": slow_b})) for _ in range(RUNS)]
     cluster.wait_for(
         lambda: all(cluster.client.get_run(r).status is RunStatus.WAITING for r in run_ids),
         30,
@@ -45,7 +51,8 @@ def test_workers_five_minutes_fast_and_slow_neither_steal_nor_lose_a_lease(
     )
     time.sleep(2.0)  # a wait timer armed five minutes early would have fired by now
     for run_id in run_ids:
-        assert cluster.client.signal(run_id, "go")
+        assert twice_client.signal(run_id, "go")
+    twice_client.close()
     for run_id in run_ids:
         view = cluster.wait(run_id, timeout_s=60)
         assert view.status is RunStatus.SUCCEEDED, (run_id, view.reason)

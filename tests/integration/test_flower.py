@@ -1,7 +1,8 @@
 """Flower watches a real fleet: `make flower` against the cluster's broker sees the node
 tasks of a real run by their workflow/node names, while the run is going and after it,
 and each task's state says what became of its message: a node that failed shows
-FAILURE, a duplicate delivery shows what it was, never SUCCESS."""
+FAILURE, a duplicate delivery shows what it was, never SUCCESS; a step its worker
+continued with after a commit is named in the result of the task it followed."""
 
 from __future__ import annotations
 
@@ -91,7 +92,8 @@ def wait_listening(cluster: Cluster, port: int) -> None:
 def test_flower_shows_the_node_tasks_of_a_running_workflow(cluster: Cluster) -> None:
     (port,) = free_ports(1)
     process = flower(cluster, port)
-    worker = cluster.worker(CAIRN_TASK_EVENTS="true")
+    # Every step a task of its own (a worker would otherwise continue n1 into n2...).
+    worker = cluster.worker(CAIRN_TASK_EVENTS="true", CAIRN_CONTINUE_STEPS="false")
     # Relay and recovery at their patient pace: a node message published by the fast path
     # is then delivered once, and the slow node's task is the one Flower shows running.
     cluster.scheduler(CAIRN_OUTBOX_RELAY_AFTER="10", CAIRN_RECOVERY_AFTER="10")
@@ -157,7 +159,12 @@ def test_flower_shows_a_failed_node_as_failed_and_a_duplicate_delivery_as_no_suc
     flower(cluster, port)
     # Task events on from the start (-E), and every node message a worker publishes
     # published twice: each node but the first is delivered once more than it runs.
-    cluster.spawn("worker", "--concurrency=2", "-E", env={"CAIRN_DUPLICATE_DELIVERIES": "true"})
+    cluster.spawn(
+        "worker",
+        "--concurrency=2",
+        "-E",
+        env={"CAIRN_DUPLICATE_DELIVERIES": "true", "CAIRN_CONTINUE_STEPS": "false"},
+    )
     cluster.scheduler(CAIRN_OUTBOX_RELAY_AFTER="10", CAIRN_RECOVERY_AFTER="10")
     wait_listening(cluster, port)
 
@@ -204,3 +211,43 @@ def test_flower_shows_a_failed_node_as_failed_and_a_duplicate_delivery_as_no_suc
 
     # Acknowledged as before, whatever Flower shows: no node message is left pending.
     cluster.wait_for(lambda: node_messages_pending(cluster) == 0, 10, "every message acked")
+
+
+def test_flower_names_the_continued_steps_in_the_result_of_the_task_they_followed(
+    cluster: Cluster,
+) -> None:
+    """Continued steps (the default) have no task of their own: the task of the step
+    they followed runs them, succeeds, and its result names each with its outcome."""
+    (port,) = free_ports(1)
+    flower(cluster, port)
+    cluster.worker(CAIRN_TASK_EVENTS="true")
+    cluster.scheduler(CAIRN_OUTBOX_RELAY_AFTER="10", CAIRN_RECOVERY_AFTER="10")
+    wait_listening(cluster, port)
+    run_id = cluster.submit("chain10")
+    assert cluster.wait(run_id, 30).status is RunStatus.SUCCEEDED
+
+    def continued_in(tasks: dict[str, list[dict[str, Any]]]) -> list[str]:
+        named = []
+        for task in (t for ts in tasks.values() for t in ts):
+            _committed, _, steps = (
+                str(task.get("result") or "").strip("'").partition("; continued: ")
+            )
+            named += [f"chain10.{step.split('#')[0]}" for step in steps.split(", ") if step]
+        return named
+
+    def shown() -> bool:
+        tasks = tasks_of(port, run_id)
+        ran = [t for ts in tasks.values() for t in ts]
+        return (
+            bool(ran)
+            and all(t["state"] == "SUCCESS" for t in ran)
+            and (sorted([*tasks, *continued_in(tasks)]) == sorted(NODES))
+        )
+
+    cluster.wait_for(shown, 20, "Flower to show every node, as a task or continued in one")
+    tasks = tasks_of(port, run_id)
+    assert "chain10.n1" in tasks  # the first step is always a task: the submit published it
+    continued = continued_in(tasks)
+    assert continued and not set(continued) & set(tasks)
+    results = [str(t["result"]) for ts in tasks.values() for t in ts]
+    assert any(" committed, " in r or r.endswith(" committed'") for r in results if "; " in r)

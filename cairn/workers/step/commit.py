@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from cairn.engine.advance import Completion
+from cairn.engine.advance import Completion, Keep
 from cairn.faults import fault_point
 from cairn.model.events import NodeCancelled
 from cairn.model.outcomes import NodeOutcome
@@ -23,21 +23,32 @@ if TYPE_CHECKING:
     from cairn.workers.runner import NodeRunner
 
 
-def commit(runner: NodeRunner, held: Held, ran: Ran) -> Completion | Handled:
-    """The completion, recorded or refused; LEASE_LOST if the lease said so first."""
+def commit(
+    runner: NodeRunner, held: Held, ran: Ran, *, keep: Keep | None = None, continuing: bool = False
+) -> Completion | Handled:
+    """The completion, recorded or refused; LEASE_LOST if the lease said so first.
+    ``keep`` picks the message this worker continues with (unpublished); ``continuing``:
+    this step is one, its outbox row unsent until this commit marks it."""
     fault_point("handler.after_return")
     message, fence = held.message, held.claimed.fence
     if not runner.heartbeats.confirm(held.beat):
         record_stale(runner, message, fence, caught_by="lease")
         return Handled.LEASE_LOST
     orchestrator, steps = runner.orchestrator, ran.steps
+    if continuing and message.outbox_id is not None:
+        orchestrator.outbox.sent.add([message.outbox_id])  # rides on this commit
     committing = time.perf_counter()
     # The result exists only here: ride out a database restart rather than lose it.
     completion = runner._through_outages(
         f"committing {message.key}",
         lambda: (
             orchestrator.complete(
-                message, steps[0][1], runner.worker, known=held.claimed.known, fence=fence
+                message,
+                steps[0][1],
+                runner.worker,
+                known=held.claimed.known,
+                fence=fence,
+                keep=keep,
             )
             if len(steps) == 1
             else orchestrator.complete_fused(steps, runner.worker, fence=fence)
@@ -45,6 +56,8 @@ def commit(runner: NodeRunner, held: Held, ran: Ran) -> Completion | Handled:
     )
     ran.timings["commit"] = time.perf_counter() - committing
     fault_point("complete.after_commit")
+    if completion.kept is not None:
+        fault_point("continue.after_commit")  # to be continued here, its message unsent
     return completion
 
 

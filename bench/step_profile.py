@@ -1,0 +1,340 @@
+"""What one trivial step costs, counted: a chain of ten trivial steps on one ``cairn
+worker`` process (prefork, one child) and the scheduler, on PostgreSQL and two Redis
+servers of the bench's own (the broker's and the leases'), so that nothing else on the
+machine is in the counts.
+
+    python -m bench.step_profile --runs 100 [--py-spy PATH] [--set CAIRN_X=value ...]
+
+``--set`` passes settings to the fleet, e.g. ``--set CAIRN_CONTINUE_STEPS=false`` for
+every step through the broker; ``--compare CAIRN_X=value`` profiles the fleet once with
+the setting and once without, in that order, in the same invocation.
+
+Prints, per step, over a burst of ``--runs`` runs submitted at once:
+
+- PostgreSQL transactions of the run's database (commits; rollbacks, which is how a
+  read-only round trip ends), less the scheduler's idle polling measured just before;
+- Redis commands on each server by name (``INFO commandstats``), the broker's and the
+  leases', less their idle rate;
+- CPU per step of each process (the worker's parent and child, the scheduler, both
+  Redis servers, the PostgreSQL backends of the run's database) from ``/proc``;
+- with ``--py-spy``: where the worker child's CPU goes, by function (self and
+  inclusive samples), sampled by py-spy for the burst.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+
+from bench.chain import admin, fresh_database, spawn, stop, wait_finished
+
+IDLE_WINDOW_S = 3.0
+INCLUSIVE_SHOWN = ("cairn.", "json.", "psycopg.connection", "redis.client", "sqlalchemy.engine")
+STEPS = 10
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def redis_server(workdir: Path, name: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=open(workdir / f"{name}-redis.log", "wb"),  # noqa: SIM115 - the server's
+        stderr=subprocess.STDOUT,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    for _try in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    try:
+        yield url, process
+    finally:
+        process.terminate()
+        process.wait()
+
+
+def cpu_s(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as found:
+            return [int(child) for child in found.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def backends(database: str) -> list[int]:
+    with admin() as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchall()
+    return [int(row[0]) for row in rows]
+
+
+def transactions(database: str) -> tuple[int, int]:
+    with admin() as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = %s",
+            (database,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def commandstats(url: str) -> collections.Counter[str]:
+    info: dict[str, Any] = redis.Redis.from_url(url).info("commandstats")
+    return collections.Counter(
+        {name.removeprefix("cmdstat_"): int(stats["calls"]) for name, stats in info.items()}
+    )
+
+
+class Meter:
+    """Counts and CPU of the fleet between two readings."""
+
+    def __init__(self, database: str, servers: dict[str, str], pids: dict[str, int]) -> None:
+        self.database, self.servers, self.pids = database, servers, pids
+
+    def read(self) -> dict[str, Any]:
+        pids = dict(self.pids)
+        pids.update({f"worker child {n}": c for n, c in enumerate(children(pids["worker"]))})
+        cpu = {name: cpu_s(pid) for name, pid in pids.items()}
+        cpu["postgres backends"] = sum(cpu_s(pid) for pid in backends(self.database))
+        return {
+            "time": time.perf_counter(),
+            "xact": transactions(self.database),
+            "redis": {name: commandstats(url) for name, url in self.servers.items()},
+            "cpu": cpu,
+        }
+
+
+def delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "seconds": after["time"] - before["time"],
+        "commits": after["xact"][0] - before["xact"][0],
+        "rollbacks": after["xact"][1] - before["xact"][1],
+        "redis": {name: after["redis"][name] - before["redis"][name] for name in after["redis"]},
+        "cpu": {name: after["cpu"][name] - before["cpu"].get(name, 0.0) for name in after["cpu"]},
+    }
+
+
+def less_idle(burst: dict[str, Any], idle: dict[str, Any]) -> dict[str, Any]:
+    """The burst's counts less what the idle fleet did in as long a time."""
+    scale = burst["seconds"] / idle["seconds"]
+    return {
+        "commits": burst["commits"] - idle["commits"] * scale,
+        "rollbacks": burst["rollbacks"] - idle["rollbacks"] * scale,
+        "redis": {
+            name: {
+                command: calls - idle["redis"][name].get(command, 0) * scale
+                for command, calls in counts.items()
+            }
+            for name, counts in burst["redis"].items()
+        },
+        "cpu": {
+            name: used - idle["cpu"].get(name, 0.0) * scale for name, used in burst["cpu"].items()
+        },
+    }
+
+
+def report(measured: dict[str, Any], steps: int) -> None:
+    print(f"\nper step (over {steps} steps, less the idle fleet):")
+    print(f"  PostgreSQL commits   {measured['commits'] / steps:6.2f}")
+    print(f"  PostgreSQL rollbacks {measured['rollbacks'] / steps:6.2f}  (read-only round trips)")
+    for name, counts in measured["redis"].items():
+        total = sum(counts.values()) / steps
+        shown = ", ".join(
+            f"{command} {calls / steps:.2f}"
+            for command, calls in sorted(counts.items(), key=lambda item: -item[1])
+            if calls / steps >= 0.05
+        )
+        print(f"  Redis {name:<8} {total:6.2f} commands: {shown}")
+    print("  CPU ms per step:")
+    for name, used in sorted(measured["cpu"].items(), key=lambda item: -item[1]):
+        print(f"    {name:<20} {used * 1000 / steps:6.3f}")
+    print(f"    {'total':<20} {sum(measured['cpu'].values()) * 1000 / steps:6.3f}")
+
+
+def spy_summary(raw: Path, top: int) -> None:
+    """py-spy's raw (collapsed) stacks: samples by function, self and inclusive."""
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        count = int(count_text)
+        frames = [_short(frame) for frame in stack.split(";")]
+        total += count
+        own[frames[-1]] += count
+        for frame in set(frames):
+            inclusive[frame] += count
+    print(f"\nworker child, {total} samples: by own time")
+    for frame, count in own.most_common(top):
+        print(f"  {100 * count / total:5.1f}%  {frame}")
+    print("by inclusive time (cairn's frames, and where they spend it)")
+    shown = [
+        (frame, count)
+        for frame, count in inclusive.most_common()
+        if frame.startswith(INCLUSIVE_SHOWN) and count < 0.86 * total
+    ]
+    for frame, count in shown[: top * 2]:
+        print(f"  {100 * count / total:5.1f}%  {frame}")
+
+
+def _short(frame: str) -> str:
+    """``function (path/to/module.py:line)`` as ``module.function``, lines dropped."""
+    function, _, where = frame.partition(" (")
+    path = where.rsplit(":", 1)[0]
+    for marker in ("site-packages/", "/wt-corridor/", "/lib/python3"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+    return f"{path.removesuffix('.py').replace('/', '.')}.{function}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--workflow", default="bench_chain10")
+    parser.add_argument("--py-spy", dest="py_spy", default=shutil.which("py-spy"))
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--set", dest="settings", action="append", default=[])
+    parser.add_argument("--compare", default=None)
+    args = parser.parse_args()
+    fixed = dict(setting.split("=", 1) for setting in args.settings)
+    variants = (
+        [fixed] if args.compare is None else [fixed | dict([args.compare.split("=", 1)]), fixed]
+    )
+    for variant in variants:
+        print(f"\n=== {' '.join(f'{k}={v}' for k, v in variant.items()) or 'defaults'}")
+        profile(args, variant)
+
+
+def profile(args: argparse.Namespace, settings: dict[str, str]) -> None:
+    from cairn.client import Client  # noqa: PLC0415
+    from cairn.config import Settings  # noqa: PLC0415
+
+    print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
+    root = Path(__file__).resolve().parents[1]
+    workdir = Path(tempfile.mkdtemp(prefix="step-profile-"))
+    database, url = fresh_database("step_profile")
+    with redis_server(workdir, "broker") as broker, redis_server(workdir, "leases") as leases:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+        env.update(
+            CAIRN_DATABASE_URL=url,
+            CAIRN_BROKER_URL=broker[0],
+            CAIRN_REDIS_URL=leases[0],
+            CAIRN_WORKFLOWS="bench.workflows",
+            CAIRN_LOG_LEVEL="WARNING",
+            PYTHONPATH=str(root),
+            **settings,
+        )
+        worker = spawn(
+            [sys.executable, "-m", "cairn.cli", "worker", "--concurrency=1", "--pool=prefork"],
+            env,
+            workdir / "worker.log",
+        )
+        scheduler = spawn(
+            [sys.executable, "-m", "cairn.cli", "scheduler"], env, workdir / "scheduler.log"
+        )
+        cairn_env = {k: v for k, v in env.items() if k.startswith("CAIRN_")}
+        client = Client(Settings.from_env(cairn_env))
+        try:
+            for _warm in range(5):
+                client.wait(client.submit(args.workflow, {}), 60)
+            meter = Meter(
+                database,
+                {"broker": broker[0], "leases": leases[0]},
+                {
+                    "worker": worker.pid,
+                    "scheduler": scheduler.pid,
+                    "redis broker": broker[1].pid,
+                    "redis leases": leases[1].pid,
+                },
+            )
+            time.sleep(1.0)
+            start = meter.read()
+            time.sleep(IDLE_WINDOW_S)
+            idle = delta(meter.read(), start)
+            spy = None
+            raw = workdir / "spy.txt"
+            (child,) = children(worker.pid)
+            if args.py_spy:
+                spy = subprocess.Popen(
+                    [
+                        *(args.py_spy, "record", "--pid", str(child), "--rate", "250"),
+                        *("--format", "raw", "--output", str(raw), "--nonblocking", "--gil"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=open(workdir / "spy.log", "wb"),  # noqa: SIM115
+                )
+                time.sleep(1.0)
+            before = meter.read()
+            run_ids = [str(client.submit(args.workflow, {})) for _ in range(args.runs)]
+            wait_finished(url, run_ids)
+            burst = delta(meter.read(), before)
+            if spy is not None:
+                spy.send_signal(2)
+                spy.wait(30)
+        finally:
+            client.close()
+            stop(scheduler)
+            stop(worker)
+            with psycopg.connect(url) as conn:
+                steps = conn.execute(
+                    "SELECT count(*) FROM node_executions WHERE run_id = ANY(%s)", (run_ids,)
+                ).fetchone()
+            with admin() as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    total = int(steps[0]) if steps else args.runs * STEPS
+    print(f"{args.runs} runs of {args.workflow}: {total} steps in {burst['seconds']:.2f} s")
+    report(less_idle(burst, idle), total)
+    if spy is not None and raw.exists():
+        spy_summary(raw, args.top)
+    print(f"\nlogs in {workdir}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""After the commit: a step whose only successor is one plain task continues in the same
+worker, instead of a broker round trip — a publish, a consume, a message through the
+worker's pool pipe, all to land on a worker that could have run it now.
+
+The next execution is run as any worker would run it, through every stage again: its own
+read, its own lease and fence (admit), hold, execute, commit and release. Nothing is
+shared with the step before but the process. Its message was written to the outbox in the
+step's commit like any other and is simply not published: the row stays the doorbell. The
+relay leaves an unsent row alone while its execution's lease is held (this worker holds
+it), and publishes it as it would any other once it is not — if this worker dies before
+or while running it. The worker marks the row sent once it holds the lease; the mark rides
+on the next commit, the continued step's own.
+
+Bounded, like a fused chain (:mod:`cairn.decider.fusion`): at most :data:`MAX_CONTINUED`
+steps after a message's own, and none begun past :data:`CONTINUE_WITHIN_S` after it
+started — a run does not keep a worker from the queue for long, and the Celery message it
+began with is acknowledged (late) soon. Never across what the broker would have decided:
+a queue (a worker consumes only its own), a priority (the message's band), or a limit
+the next node declares (concurrency, rate, a dependency's circuit: those admit through
+their own waits, parked with no lease held) — such a message is published."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cairn.model.definition import TaskNode, WorkflowDefinition
+from cairn.model.events import Phase
+from cairn.model.messages import NodeMessage
+
+if TYPE_CHECKING:
+    from cairn.workers.runner import NodeRunner
+
+# Steps continued after a message's own, at most; then the next message is published.
+MAX_CONTINUED = 16
+# No step is continued once this long has passed since the message's own step began.
+CONTINUE_WITHIN_S = 1.0
+
+
+@dataclass
+class Continuation:
+    """One delivered message's chain of continued steps: since when, and which
+    (``node#iteration outcome``, what the task's result shows)."""
+
+    started: float = field(default_factory=time.monotonic)
+    steps: list[str] = field(default_factory=list)
+
+    def open(self) -> bool:
+        return (
+            len(self.steps) < MAX_CONTINUED and time.monotonic() - self.started < CONTINUE_WITHIN_S
+        )
+
+
+def next_to_run(
+    runner: NodeRunner,
+    continuation: Continuation,
+    current: NodeMessage,
+    definition: WorkflowDefinition,
+    messages: Sequence[NodeMessage],
+) -> NodeMessage | None:
+    """Of a committed step's messages, the one this worker runs next itself — only when
+    it is the only one, a plain task on the same queue at the same priority declaring no
+    limit, and the chain is still within its bounds. None: publish them all."""
+    if len(messages) != 1 or not continuation.open():
+        return None
+    (following,) = messages
+    node = definition.nodes.get(following.node)
+    if (
+        following.run_id != current.run_id
+        or following.phase is not Phase.RUN
+        or following.resumed
+        or following.outbox_id is None  # no row to be recovered from
+        or not isinstance(node, TaskNode)
+        or node.handler is None
+        or node.irreversible  # its one claim is recorded before it runs: its own message
+        or following.queue != current.queue
+        or definition.queue_of(following.node) != definition.queue_of(current.node)
+        or following.priority != current.priority
+        or _limited(runner, definition, node)
+        or runner.orchestrator.pause_book.holds(following)
+    ):
+        return None
+    return following
+
+
+def _limited(runner: NodeRunner, definition: WorkflowDefinition, node: TaskNode) -> bool:
+    """Whether the node is under a limit that admits it through a wait of its own."""
+    return bool(
+        node.concurrency
+        or definition.concurrency
+        or node.rate
+        or definition.rate
+        or node.dependencies
+        or runner.settings.namespace_concurrency
+    )
