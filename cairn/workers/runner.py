@@ -6,7 +6,9 @@ stages (:mod:`cairn.workers.step`) —
 each returning the next stage's input, or a :class:`Handled` that ends the message. A
 message a worker is sent, one redelivered after its worker died (resumed), one the
 embedded default runs in a thread, and a node run on after an ephemeral one in the same
-chain all pass through these same stages."""
+chain all pass through these same stages. A Celery worker may hand an async node, once
+held, to its process's event loop (``hand_over``): it is awaited there, and concluded —
+commit → release — by :mod:`cairn.workers.awaiting`, with no pool slot held meanwhile."""
 
 from __future__ import annotations
 
@@ -36,15 +38,18 @@ from cairn.workers.failed import Failed
 from cairn.workers.setup import StepSetup
 from cairn.workers.step.admit import admit
 from cairn.workers.step.commit import cancel_unstarted, commit
-from cairn.workers.step.execute import Ran, execute
+from cairn.workers.step.execute import Awaitable, Ran, awaitable, execute
 from cairn.workers.step.handled import Handled
-from cairn.workers.step.hold import hold
+from cairn.workers.step.hold import Held, hold
 from cairn.workers.step.read import Unstarted, read
 from cairn.workers.step.release import release, settle
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+# Takes a held node to await on the process's loop; from then on, all it holds is its own.
+HandOver = Callable[[Awaitable], None]
 
 __all__ = ["Handled", "NodeRunner"]
 
@@ -80,12 +85,12 @@ class NodeRunner:
             self.rates,
         )
 
-    def run(self, body: Any) -> Handled | Failed:
+    def run(self, body: Any, hand_over: HandOver | None = None) -> Handled | Failed:
         try:
             message = NodeMessage.from_dict(body)
             with node_scope(message):
                 try:
-                    return self.step(message)
+                    return self.step(message, hand_over)
                 except Exception as error:  # cairn's own failure: tagged, then as before
                     rejected = isinstance(error, InvalidMessage | UnknownNode | CodeMissing)
                     if not rejected and not is_outage(error):
@@ -98,7 +103,7 @@ class NodeRunner:
             self.code.missing(missing)
             return Handled.CODE_UNAVAILABLE
 
-    def step(self, message: NodeMessage) -> Handled | Failed:
+    def step(self, message: NodeMessage, hand_over: HandOver | None = None) -> Handled | Failed:
         """read → admit → hold → execute → commit → release."""
         found = read(self, message)  # one statement and the database's clock
         if isinstance(found, Handled):
@@ -116,6 +121,8 @@ class NodeRunner:
         if isinstance(held, Handled):
             self.leases.release(admitted.lease)
             return held  # UNCONFIRMED, ALREADY_DONE, GAVE_UP, PARKED
+        if hand_over is not None and self._handed_over(held, hand_over):
+            return Handled.AWAITING  # awaited on the loop, concluded there
         ran: Ran | None = None
         completion: Completion | Handled | None = None
         try:
@@ -124,6 +131,19 @@ class NodeRunner:
         finally:
             release(self, held, ran, completion)  # heartbeat, lease, slots
         return settle(self, held, ran, completion)  # COMMITTED, DISCARDED, LEASE_LOST
+
+    def _handed_over(self, held: Held, hand_over: HandOver) -> bool:
+        """An async node made ready and handed over to be awaited (True), or not one to
+        await: it runs here."""
+        try:
+            ready = awaitable(self, held)
+            if ready is None:
+                return False
+            hand_over(ready)  # the last thing it does, or it raises having taken nothing
+        except BaseException:
+            release(self, held, None, None)
+            raise
+        return True
 
     def _acquire(self, message: NodeMessage, fence_floor: int) -> Lease | None:
         return self._through_outages(
