@@ -5,6 +5,7 @@ returned, or how it failed, as the node's outcome.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 import traceback
@@ -232,8 +233,11 @@ async def execute_awaited(
 
 
 async def _awaited(fn: Callable[..., Any], ctx: StepContext, coroutines: Coroutines) -> Any:
-    produced = fn(ctx, ctx.handler_state())
-    if not inspect.isawaitable(produced):  # a plain on_resume check beside an async handler
+    if is_async(fn):
+        produced = fn(ctx, ctx.handler_state())
+    else:  # a plain on_resume check beside an async handler: off the loop
+        produced = await asyncio.to_thread(fn, ctx, ctx.handler_state())
+    if not inspect.isawaitable(produced):
         return produced
     return await coroutines.run_here(produced)
 

@@ -7,11 +7,13 @@ kill from its record, the one it was awaiting sent again."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from cairn.engine.batches import SubmitItem
 from cairn.model.statuses import RunStatus
@@ -81,6 +83,8 @@ def test_one_default_worker_keeps_200_async_nodes_awaiting_and_a_kill_loses_none
     cluster.wait_for(lambda: model.in_flight >= RUNS, 120, f"{RUNS} more calls open")
     assert _counted(model.answered, second) == Counter({("first", r): 1 for r in second})
     cluster.kill(worker)
+    # Their messages were not acked when their tasks returned: they still are not.
+    assert redis.Redis.from_url(cluster.env["CAIRN_BROKER_URL"]).hlen("unacked") >= RUNS
     cluster.wait_for(lambda: model.in_flight == 0, 30, "the killed worker's calls closed")
     assert not any(call == "held" for call, _run in _counted(model.answered, second))
     model.release()
@@ -101,3 +105,29 @@ def test_one_default_worker_keeps_200_async_nodes_awaiting_and_a_kill_loses_none
         f"\none default worker: {peak} calls open at once ({RUNS} runs; all open "
         f"{opened_s:.1f} s after submit); killed with {RUNS} awaiting, every run succeeded"
     )
+
+
+def test_a_warm_stop_waits_for_the_awaiting_nodes_and_sends_no_call_twice(
+    cluster: Cluster, model: ModelServer
+) -> None:
+    """SIGTERM to the worker (what Kubernetes sends) while 20 nodes await: it takes no
+    more messages, each of its pool processes waits for its nodes to conclude, and the
+    worker exits once they are committed and acked — no call sent twice, none lost."""
+    worker = cluster.spawn("worker", env=LEASES)
+    cluster.consuming(worker)
+    cluster.scheduler(**LEASES)
+    runs = _submit(cluster, 20)
+    cluster.wait_for(lambda: model.in_flight >= 20, 60, "20 calls open")
+    worker.send_signal(signal.SIGTERM)  # the main process only, as Kubernetes does
+    time.sleep(1)  # it is stopping: the nodes still await
+    assert worker.poll() is None and model.in_flight == 20
+    model.release()
+    assert worker.wait(timeout=60) == 0
+    cluster.all_succeeded(runs, timeout_s=30)
+    assert _counted(model.requests, runs) == Counter(
+        {(call, r): 1 for r in runs for call in ("first", "held")}
+    )
+    log = worker.log_path.read_text(errors="replace")  # type: ignore[attr-defined]
+    assert "did not say they concluded" not in log, log[-3000:]
+    broker = redis.Redis.from_url(cluster.env["CAIRN_BROKER_URL"])
+    assert broker.hlen("unacked") == 0  # acked before the connection closed: none restored

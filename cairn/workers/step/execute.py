@@ -81,18 +81,19 @@ class Awaitable:
 
 def awaitable(runner: NodeRunner, held: Held) -> Awaitable | None:
     """The held node, made ready to be awaited by :func:`execute_awaited` — or None: it
-    runs as ever (:func:`execute`). Awaited: an async handler (or on_resume check) of a
-    durable node. An ephemeral node's successors run on after it, a cached node's result
-    may come from the cache: both are run by the thread that holds them."""
+    runs as ever (:func:`execute`). Awaited: an async handler of a durable node. An
+    ephemeral node's successors run on after it, a cached node's result may come from
+    the cache: both are run by the thread that holds them, as is a plain handler (with
+    an async on_resume check or not)."""
     read, message, claimed = held.admitted.read, held.message, held.claimed
     node = read.node
     if not isinstance(node, TaskNode) or node.persist.kind is not PersistKind.DURABLE:
         return None
     handler = read.handler.resolve()
+    if not is_async(handler):  # a plain one is run by a thread, whatever its check is
+        return None
     definition = claimed.definition
     check = definition.on_resume if message.resumed and message.phase is Phase.RUN else None
-    if not is_async(handler) and not (check is not None and is_async(check.check.resolve())):
-        return None
     state = claimed.known.state
     recorders = _equip(runner, claimed, message, state, held.chain)
     ctx = runner.setup.context(
