@@ -92,7 +92,7 @@ def _measure(
         with admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     print(
-        f"{label:<52} {nodes:>6} {elapsed:>9.2f} {nodes / elapsed:>9.1f} {_Slow.peak:>6}",
+        f"{label:<58} {nodes:>6} {elapsed:>9.2f} {nodes / elapsed:>9.1f} {_Slow.peak:>6}",
         flush=True,
     )
     return nodes / elapsed
@@ -112,7 +112,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{server.server_address[1]}/slow"
     print(
         f"{args.nodes} nodes, each one {args.delay:g} s call\n"
-        f"{'':<52} {'nodes':>6} {'wall s':>9} {'nodes/s':>9} {'open':>6}"
+        f"{'':<58} {'nodes':>6} {'wall s':>9} {'nodes/s':>9} {'open':>6}"
     )
     n = args.nodes
 

@@ -21,9 +21,10 @@ from cairn.testing.model_server import ModelServer, Reply, Request
 from tests.support.cluster import Cluster
 
 RUNS = 200
-# Leases renewed for 200 nodes per process: the fast test settings' 0.5 s would be
-# most of what the machine does, and a lapse a takeover.
-LEASES = {"CAIRN_LEASE_TTL": "6", "CAIRN_HEARTBEAT_INTERVAL": "2"}
+# Leases renewed for 100 nodes a process, one after the other by its heartbeat thread
+# (a Redis call and a cancel check each, about 5 ms here): the fast test settings' 0.5 s
+# interval and 2 s TTL would leave no room on a busy machine, and a lapse is a takeover.
+LEASES = {"CAIRN_LEASE_TTL": "10", "CAIRN_HEARTBEAT_INTERVAL": "2"}
 
 
 def _call(request: Request) -> tuple[str, str]:
