@@ -22,9 +22,15 @@ from tests.support.cluster import Cluster
 
 RUNS = 200
 # Leases renewed for 100 nodes a process, one after the other by its heartbeat thread
-# (a Redis call and a cancel check each, about 5 ms here): the fast test settings' 0.5 s
-# interval and 2 s TTL would leave no room on a busy machine, and a lapse is a takeover.
-LEASES = {"CAIRN_LEASE_TTL": "10", "CAIRN_HEARTBEAT_INTERVAL": "2"}
+# (a Redis call and a cancel check each, about 5 ms here, many times that on a machine
+# whose cores are all taken): the fast test settings (renewed every 0.5 s, a 2 s TTL,
+# a node without a lease for 2 s recovered) would let leases lapse while their nodes
+# await, and a queue 200 deep would have its waiting messages dispatched again.
+LEASES = {
+    "CAIRN_LEASE_TTL": "15",
+    "CAIRN_HEARTBEAT_INTERVAL": "3",
+    "CAIRN_RECOVERY_AFTER": "15",
+}
 
 
 def _call(request: Request) -> tuple[str, str]:
@@ -59,6 +65,7 @@ def _counted(requests: list[Request], run_ids: list[str]) -> Counter[tuple[str, 
     return Counter(call for call in map(_call, requests) if call[1] in mine)
 
 
+@pytest.mark.timeout(420)  # 400 runs and a recovery: over a minute alone, more beside others
 def test_one_default_worker_keeps_200_async_nodes_awaiting_and_a_kill_loses_none(
     cluster: Cluster, model: ModelServer
 ) -> None:
@@ -108,6 +115,7 @@ def test_one_default_worker_keeps_200_async_nodes_awaiting_and_a_kill_loses_none
     )
 
 
+@pytest.mark.timeout(240)
 def test_a_warm_stop_waits_for_the_awaiting_nodes_and_sends_no_call_twice(
     cluster: Cluster, model: ModelServer
 ) -> None:

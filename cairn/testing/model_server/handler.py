@@ -56,6 +56,9 @@ class HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     # Many short-lived servers in a test run: rebinding a just-freed port must not fail.
     allow_reuse_address = True
+    # Hundreds of clients connecting at once (a worker's awaiting nodes): socketserver's
+    # backlog of 5 would drop their SYNs, and a client's connect timeout would fail them.
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], owner: ModelServer) -> None:
         self.owner = owner
