@@ -78,6 +78,9 @@ class DeferredAcks:
         self.consumer: Any = None
         self._lock = threading.Lock()
         self._held: dict[str, list[Any]] = {}
+        # The prefetch window each held request widened (by the request's id): a consumer
+        # rebuilt after a reconnect has a window of its own, which it must not narrow.
+        self._widened: dict[int, Any] = {}
         self._early: dict[str, tuple[float, dict[str, Any]]] = {}
         self._partial = b""
         _made.append(self)
@@ -134,7 +137,10 @@ class DeferredAcks:
             if early is None:
                 self._held.setdefault(request.id, []).append(request)
         if self.consumer is not None:
-            self.consumer.qos.increment_eventually()
+            qos = self.consumer.qos
+            qos.increment_eventually()
+            with self._lock:
+                self._widened[id(request)] = qos
         if early is not None:
             self._conclude(request, early[1])
 
@@ -183,6 +189,7 @@ class DeferredAcks:
         with self._lock:
             held = [request for requests in self._held.values() for request in requests]
             self._held.clear()
+            self._widened.clear()
         return held
 
     def _entries(self) -> Iterable[dict[str, Any]]:
@@ -223,8 +230,10 @@ class DeferredAcks:
             else:
                 request.acknowledge()
         finally:
-            if self.consumer is not None:
-                self.consumer.qos.decrement_eventually()
+            with self._lock:
+                widened = self._widened.pop(id(request), None)
+            if widened is not None and self.consumer is not None and self.consumer.qos is widened:
+                widened.decrement_eventually()
 
 
 def _alive(pid: int | None) -> bool:

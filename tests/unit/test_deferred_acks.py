@@ -126,3 +126,16 @@ def test_a_line_torn_between_two_reads_is_read_whole(worker: Worker) -> None:
     os.write(worker.acks._write, line[9:])
     worker.acks.readable()
     assert worker.done == ["ack"]
+
+
+def test_a_node_concluded_after_a_reconnect_leaves_the_new_window_as_it_is(
+    worker: Worker,
+) -> None:
+    """Celery rebuilds its consumer's prefetch window after a reconnect: a node held
+    before it (its message is the broker's again) must not narrow the new one."""
+    request = worker.handed_over()
+    rebuilt = QoS()
+    worker.acks.consumer.qos = rebuilt
+    worker.acks.concluded(request.id, Handled.COMMITTED)
+    worker.acks.readable()
+    assert rebuilt.value == 2 and worker.qos.value == 3
