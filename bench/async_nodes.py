@@ -3,13 +3,15 @@
     python -m bench.async_nodes                       # 200 nodes, each a 2 s call
     python -m bench.async_nodes --nodes 400 --delay 1
 
-Each node makes one HTTP call that a local stand-in answers after ``--delay`` seconds.
-One worker process runs them all (``--pool threads --concurrency N``): as ``async def``
-handlers, each awaiting on the process's event loop, and — the baseline, in the same run —
-as plain handlers blocking their pool threads; then plain handlers on the default pool
-(prefork, two processes: one node each at a time) for a tenth of the nodes. Prints each
-one's wall time from submit to the last run's end, nodes/s, and how far it is from the
-ideal (every node at once: one delay).
+Each node makes one HTTP call that a local stand-in answers after ``--delay`` seconds;
+the stand-in counts the calls open at once. In one run: ``async def`` nodes on a default
+``cairn worker`` (prefork, two processes, no options), each handed to its process's
+event loop and holding no pool slot; the baseline, the same on the same worker with
+``CAIRN_ASYNC_NODES=0`` (each async node holds its pool process while it awaits, as
+before) for a tenth of the nodes; then one process with ``--pool threads --concurrency N``
+(what such nodes needed before), async and, blocking their threads, plain. Prints each
+one's wall time from submit to the last run's end, nodes/s, the most calls open at once,
+and how far it is from the ideal (every node at once: one delay).
 """
 
 from __future__ import annotations
@@ -28,9 +30,19 @@ from bench.chain import admin, cairn_env, fresh_database, spawn, stop, wait_fini
 
 class _Slow(BaseHTTPRequestHandler):
     delay_s = 2.0
+    lock = threading.Lock()
+    open_now = 0
+    peak = 0
 
     def do_GET(self) -> None:
-        time.sleep(self.delay_s)
+        with self.lock:
+            _Slow.open_now += 1
+            _Slow.peak = max(_Slow.peak, _Slow.open_now)
+        try:
+            time.sleep(self.delay_s)
+        finally:
+            with self.lock:
+                _Slow.open_now -= 1
         body = b'{"ok": true}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -43,31 +55,32 @@ class _Slow(BaseHTTPRequestHandler):
 
 
 def _measure(
-    label: str, workflow: str, nodes: int, *, pool: str, concurrency: int, url: str, workdir: Path
+    label: str,
+    workflow: str,
+    nodes: int,
+    *,
+    options: list[str],
+    url: str,
+    workdir: Path,
+    **settings: str,
 ) -> float:
     from cairn.client import Client  # noqa: PLC0415
     from cairn.config import Settings  # noqa: PLC0415
     from cairn.engine.batches import SubmitItem  # noqa: PLC0415
 
     database, db_url = fresh_database("cairn_async")
-    env = cairn_env(db_url, broker_db=12, leases_db=13)
-    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
+    env = cairn_env(db_url, broker_db=12, leases_db=13, **settings)
+    config = Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")})
     worker = spawn(
-        [
-            sys.executable,
-            "-m",
-            "cairn.cli",
-            "worker",
-            f"--pool={pool}",
-            f"--concurrency={concurrency}",
-        ],
+        [sys.executable, "-m", "cairn.cli", "worker", *options],
         env,
-        workdir / f"worker-{workflow}-{pool}.log",
+        workdir / f"worker-{workflow}-{len(os.listdir(workdir))}.log",
     )
-    client = Client(settings)
+    client = Client(config)
     try:
         client.wait(client.submit(workflow, {"url": url}), 60)  # the worker is up, warm
         items = [SubmitItem(workflow, {"url": url}) for _ in range(nodes)]
+        _Slow.peak = _Slow.open_now
         started = time.monotonic()
         run_ids = [s.run_id for s in client.runtime.orchestrator.submit_batch(items)]
         assert all(run_ids), "a submit was refused"
@@ -79,7 +92,7 @@ def _measure(
         with admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     print(
-        f"{label:<44} {nodes:>6} {elapsed:>9.2f} {nodes / elapsed:>9.1f}",
+        f"{label:<58} {nodes:>6} {elapsed:>9.2f} {nodes / elapsed:>9.1f} {_Slow.peak:>6}",
         flush=True,
     )
     return nodes / elapsed
@@ -98,33 +111,44 @@ def main() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/slow"
     print(
-        f"{args.nodes} nodes, each one {args.delay:g} s call; one worker process unless said\n"
-        f"{'':<44} {'nodes':>6} {'wall s':>9} {'nodes/s':>9}"
+        f"{args.nodes} nodes, each one {args.delay:g} s call\n"
+        f"{'':<58} {'nodes':>6} {'wall s':>9} {'nodes/s':>9} {'open':>6}"
     )
     n = args.nodes
 
-    def measure(label: str, workflow: str, nodes: int, pool: str, concurrency: int) -> float:
+    def measure(label: str, workflow: str, nodes: int, *options: str, **settings: str) -> float:
         return _measure(
-            label, workflow, nodes, pool=pool, concurrency=concurrency, url=url, workdir=workdir
+            label, workflow, nodes, options=list(options), url=url, workdir=workdir, **settings
         )
 
-    rate_async = measure(f"async def, threads pool x{n}", "bench_await_async", n, "threads", n)
-    rate_sync = measure(
-        f"plain def, threads pool x{n} (baseline)", "bench_await_sync", n, "threads", n
-    )
-    rate_prefork = measure(
-        "plain def, prefork x2 (the default pool)",
-        "bench_await_sync",
+    awaiting = measure("async def, default worker (prefork x2)", "bench_await_async", n)
+    holding = measure(
+        "async def, default worker, each holding its slot (before)",
+        "bench_await_async",
         max(2, n // 10),
-        "prefork",
-        2,
+        CAIRN_ASYNC_NODES="0",
+    )
+    threads = f"--concurrency={n}"
+    measure(
+        f"async def, one process, threads pool x{n}",
+        "bench_await_async",
+        n,
+        "--pool=threads",
+        threads,
+    )
+    measure(
+        f"plain def, one process, threads pool x{n}",
+        "bench_await_sync",
+        n,
+        "--pool=threads",
+        threads,
     )
     server.shutdown()
     ideal = n / args.delay
     print(
-        f"\nasync: {rate_async / ideal:.2f} of the ideal ({ideal:.0f} nodes/s: all at once); "
-        f"{rate_async / rate_sync:.2f}x blocking threads, {rate_async / rate_prefork:.0f}x "
-        "the default prefork pool"
+        f"\nasync nodes on a default worker: {awaiting / ideal:.2f} of the ideal ({ideal:.0f} "
+        f"nodes/s: all at once); {awaiting / holding:.0f}x the same worker with each "
+        "holding its pool slot"
     )
 
 

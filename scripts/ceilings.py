@@ -33,10 +33,9 @@ KNOWN: dict[str, int] = {
     "cairn/model/messages.py:NodeMessage.from_dict": 76,
     "cairn/store/steps.py:StepsTx.write_step": 65,
     "cairn/timetravel/replay_space.py:ReplaySpace.execute": 70,
-    "cairn/workers/app.py:make_celery": 125,
+    "cairn/workers/app.py:make_celery": 101,
     "cairn/workers/context.py:StepContext.__init__": 71,
     "cairn/workers/deadlines.py:limited": 72,
-    "cairn/workers/execute.py:execute": 99,
     "cairn/recording/calls.py:ModelCalls.record": 68,
 }
 

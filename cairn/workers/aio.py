@@ -2,13 +2,13 @@
 worker thread that waits for it sees it.
 
 Each worker process owns one event loop, on a thread of its own, started when the first
-``async def`` handler arrives (after the fork, in a prefork child). The pool's thread that
-took the node's message hands the coroutine to the loop and waits; the loop interleaves
-every coroutine of the process, so a process with many pool threads (``--pool threads
---concurrency 200``) has as many nodes awaiting their model calls at once — no thread of
-its own runs any of them. A node's timeout, a run's cancel, or a join that no longer needs
-the node cancels the coroutine at its current ``await`` (an open model stream is closed
-by the SDK as the cancellation unwinds it), and the thread waits for its cleanup to end.
+``async def`` handler arrives (after the fork, in a prefork child). A Celery worker hands
+an async node to the loop whole and takes its next message (:mod:`cairn.workers.awaiting`):
+no thread waits while it awaits. Elsewhere (the embedded mode, an ephemeral node, a cached
+one) the thread that took the node hands the coroutine to the loop and waits for it. A
+node's timeout, a run's cancel, or a join that no longer needs the node cancels the
+coroutine at its current ``await`` (an open model stream is closed by the SDK as the
+cancellation unwinds it), and its cleanup runs before the node's outcome is taken.
 """
 
 from __future__ import annotations
@@ -93,6 +93,8 @@ class Running(Generic[T]):
         self._loop = loop
         self._task: asyncio.Task[T] | None = None
         self._ended = threading.Event()
+        # For a waiter on the loop itself (:meth:`awaited`): set with ``_ended``.
+        self._ended_here: asyncio.Future[None] | None = None
         self._reason: BaseException | None = None
         self._abandoned = False
 
@@ -101,9 +103,16 @@ class Running(Generic[T]):
             self._task = self._loop.create_task(awaitable, context=context)
         else:
             self._task = asyncio.ensure_future(awaitable, loop=self._loop)
-        self._task.add_done_callback(lambda _task: self._ended.set())
+        self._task.add_done_callback(lambda _task: self._end())
         if self._reason is not None:  # cancelled before it started
             self._task.cancel()
+
+    def _end(self) -> None:
+        """On the loop: the coroutine ended, or its waiter gave up on it."""
+        self._ended.set()
+        ended_here = self._ended_here
+        if ended_here is not None and not ended_here.done():
+            ended_here.set_result(None)
 
     def cancel(self, reason: BaseException) -> None:
         """Cancel the coroutine at its current ``await`` (once; the first reason
@@ -122,9 +131,21 @@ class Running(Generic[T]):
         the loop; nothing it does is committed)."""
         self._abandoned = True
         self._ended.set()
+        self._loop.call_soon_threadsafe(self._end)
 
     def wait(self) -> T:
         self._ended.wait()
+        return self._result()
+
+    async def awaited(self) -> T:
+        """:meth:`wait`, for a caller on the loop itself: awaits, holding no thread."""
+        if not self._ended.is_set():
+            self._ended_here = self._loop.create_future()
+            if not self._ended.is_set():
+                await self._ended_here
+        return self._result()
+
+    def _result(self) -> T:
         task = self._task
         if self._abandoned or task is None or not task.done():
             log.error("a coroutine did not end when cancelled (%s): left running", self._reason)
@@ -144,18 +165,36 @@ class Coroutines:
         self._reason: BaseException | None = None
 
     def run(self, awaitable: Awaitable[T]) -> T:
-        with self._lock:
-            if self._reason is not None:  # cancelled before it could start: never started
-                if inspect.iscoroutine(awaitable):
-                    awaitable.close()
-                raise self._reason
-            running = EventLoop.of_process().start(awaitable)
-            self._running = running
+        running = self._started(awaitable, here=False)
         try:
             return running.wait()
         finally:
             with self._lock:
                 self._running = None
+
+    async def run_here(self, awaitable: Awaitable[T]) -> T:
+        """:meth:`run`, from a coroutine on this process's loop: awaited there, in the
+        caller's context, holding no thread."""
+        running = self._started(awaitable, here=True)
+        try:
+            return await running.awaited()
+        finally:
+            with self._lock:
+                self._running = None
+
+    def _started(self, awaitable: Awaitable[T], *, here: bool) -> Running[T]:
+        with self._lock:
+            if self._reason is not None:  # cancelled before it could start: never started
+                if inspect.iscoroutine(awaitable):
+                    awaitable.close()
+                raise self._reason
+            if here:
+                running: Running[T] = Running(asyncio.get_running_loop())
+                running._start(awaitable, contextvars.copy_context())
+            else:
+                running = EventLoop.of_process().start(awaitable)
+            self._running = running
+        return running
 
     def cancel(self, reason: BaseException) -> None:
         with self._lock:

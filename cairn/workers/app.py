@@ -21,6 +21,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -42,8 +43,11 @@ from cairn.model.messages import NodeMessage
 from cairn.model.principals import Principal, PrincipalKind, Role
 from cairn.reconnect import is_outage
 from cairn.workers import deadlines
+from cairn.workers.awaiting import AwaitingNodes
+from cairn.workers.deferred import DeferredAcks, Held, in_pool_process
 from cairn.workers.fairness import FAIR_HEADER, PRIORITY_STEPS, Fairness
 from cairn.workers.liveness import PING_TASK, Liveness
+from cairn.workers.runner import HandOver
 from cairn.workers.task_events import NodeFailure, NodeRequest, task_result
 from cairn.workers.transport import TRANSPORT as REDIS_TRANSPORT
 
@@ -75,36 +79,11 @@ def make_celery(
             "make_celery needs CAIRN_BROKER_URL; without it cairn runs nodes in-process"
         )
     app = Celery("cairn", broker=settings.broker_url, set_as_current=False)
-    if urlsplit(settings.broker_url).scheme in ("redis", "rediss"):
-        app.conf.broker_transport = REDIS_TRANSPORT
-    transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
-    if urlsplit(settings.broker_url).scheme in ("redis", "rediss"):
-        # A list per level, the lowest served first (cairn.workers.fairness).
-        transport["priority_steps"] = PRIORITY_STEPS
-    app.conf.update(
-        task_serializer="json",
-        accept_content=["json"],
-        result_accept_content=["json"],
-        event_serializer="json",
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
-        task_acks_on_failure_or_timeout=True,
-        worker_prefetch_multiplier=1,
-        task_ignore_result=True,
-        result_backend=None,
-        task_default_queue=settings.queue,
-        task_create_missing_queues=True,
-        broker_transport_options=transport,
-        result_backend_transport_options=transport,
-        visibility_timeout=settings.visibility_timeout,
-        broker_connection_retry_on_startup=True,
-        worker_hijack_root_logger=False,
-        worker_send_task_events=settings.task_events,
-        worker_cancel_long_running_tasks_on_connection_loss=True,
-    )
+    _configure(app, settings)
     app.cairn_settings = settings
     app.cairn_runtime = runtime
     app.steps["consumer"].add(Liveness)
+    app.steps["consumer"].add(Held)  # acks of the async nodes awaiting in its processes
 
     # shared=False throughout: each app owns its tasks. Celery's shared tasks would be
     # added to every app made later in the process, closing over the first one's app.
@@ -125,7 +104,8 @@ def make_celery(
             _taken(app, fair)
         with delivered(_published_at(task.request)):
             try:  # continued: the steps it went on with, named in its result
-                handled = _process_runtime(app).runner.run(message, continued := list[str]())
+                runner, continued = _process_runtime(app).runner, list[str]()
+                handled = runner.run(message, continued, _hand_over(app, runner, task.request.id))
             except Exception as error:
                 if is_outage(error):  # outlasted the retries: give it back, never ack
                     raise Reject(error, requeue=True) from error
@@ -192,6 +172,36 @@ def make_celery(
     return app
 
 
+def _configure(app: Celery, settings: Settings) -> None:
+    if urlsplit(settings.broker_url).scheme in ("redis", "rediss"):
+        app.conf.broker_transport = REDIS_TRANSPORT
+    transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
+    if urlsplit(settings.broker_url).scheme in ("redis", "rediss"):
+        # A list per level, the lowest served first (cairn.workers.fairness).
+        transport["priority_steps"] = PRIORITY_STEPS
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        event_serializer="json",
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        result_backend=None,
+        task_default_queue=settings.queue,
+        task_create_missing_queues=True,
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        visibility_timeout=settings.visibility_timeout,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=settings.task_events,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+    )
+
+
 def _submitter(app: Celery, runtime: Any, namespace: str | None, what: str) -> Principal | None:
     """Who a broker submission is made by, as configured — or None (logged, audited,
     acknowledged: sending it again would be refused again)."""
@@ -232,6 +242,18 @@ def _submitted(runtime: Any, items: list[SubmitItem], who: Principal) -> list[Su
         )
     )
     return answers
+
+
+def _hand_over(app: Celery, runner: Any, task_id: str) -> HandOver | None:
+    """How this task hands its node over to be awaited, if it is async: acked when it
+    concludes, by the main process (None: awaited holding its pool slot)."""
+    acks: DeferredAcks | None = getattr(app, "cairn_deferred", None)
+    limit = app.cairn_settings.async_nodes
+    if acks is None or limit == 0:
+        return None
+    nodes = AwaitingNodes.of_process(limit)
+    concluded = partial(acks.concluded, task_id)
+    return lambda ready: nodes.hand_over(runner, ready, concluded)
 
 
 def _taken(app: Celery, header: object) -> None:
@@ -403,6 +425,7 @@ def _process_runtime(app: Celery) -> Any:
 def _forget_parent_runtimes(**_kwargs: Any) -> None:
     # Connections opened before the fork belong to the parent.
     _runtimes.clear()
+    in_pool_process()
     # A prefork child runs one node at a time and is replaced when it ends: a handler
     # that outlives its timeout and grace period ends it (see cairn.workers.deadlines).
     deadlines.isolate()
@@ -410,6 +433,10 @@ def _forget_parent_runtimes(**_kwargs: Any) -> None:
 
 @worker_process_shutdown.connect
 def _close_runtimes(**_kwargs: Any) -> None:
+    # A warm shutdown: the async nodes awaiting in this process conclude first.
+    awaiting = AwaitingNodes.in_process()
+    if awaiting is not None:
+        awaiting.drain()
     for runtime in list(_runtimes.values()):
         runtime.close()
     _runtimes.clear()

@@ -13,7 +13,9 @@ lease of the one that would not stop.
 
 An ``async def`` handler is cancelled at its current ``await`` instead, wherever it runs
 (:mod:`cairn.workers.aio`); past the grace period, one that would not end is left to the
-loop and its lease given up — or, in a prefork child, its process ends.
+loop and its lease given up — or, awaited by a prefork child's main thread, its process
+ends. One handed to the loop (:mod:`cairn.workers.awaiting`) is limited from the loop's
+thread, so it never ends the process the other awaiting nodes share.
 
 A synchronous handler on a thread of a process that runs others (``--pool threads``, the
 embedded mode) cannot be interrupted nor killed: it is told to stop, its lease is given up at the

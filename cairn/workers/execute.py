@@ -5,10 +5,13 @@ returned, or how it failed, as the node's outcome.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -74,91 +77,110 @@ def succeeded(
     return NodeOutcome(event, NodeStatus.SUCCEEDED, result=output, duration_s=duration)
 
 
-def execute(
-    handler: Callable[..., Any],
-    ctx: StepContext,
-    message: NodeMessage,
-    *,
-    check: OnResume | None,
-    timeout_s: float | None,
-    heartbeats: Heartbeats,
-    beat: Beat,
-    grace_s: float,
-    give_up: Callable[[], None],
-    limit_bytes: int,
-    http_calls: ModelCalls | None = None,
-) -> NodeOutcome:
-    """Run the handler — after the workflow's on_resume ``check``, if there is one —
-    held to ``timeout_s`` (``give_up``: past it and ``grace_s``, let the claim go)."""
-    node, iteration, attempt, phase = (
-        message.node,
-        message.iteration,
-        message.attempt,
-        message.phase,
-    )
-    checker = check.check.resolve() if check is not None else None
-    coroutines = None
-    if is_async(handler) or (checker is not None and is_async(checker)):
-        coroutines = Coroutines()
-        stop = Cancelled(f"run {ctx.run_id} no longer needs {message.key}: stopped at its await")
-        beat.on_cancel = partial(coroutines.cancel, stop)
-        if beat.cancelled.is_set():  # found before the hook was in place
-            coroutines.cancel(stop)
-    started = time.perf_counter()
-    try:
-        with (
-            limited(
-                heartbeats,
-                beat,
-                timeout_s,
-                grace_s,
-                what=f"{message.key} attempt {attempt}",
-                give_up=give_up,
-                coroutines=coroutines,
-            ),
-            recording(http_calls),
-        ):
-            if check is not None and checker is not None:
-                verdict = call_handler(checker, ctx, coroutines)
-                if verdict is False or isinstance(verdict, str):
-                    reason = verdict or f"{check.check.path} found the plan no longer holds"
-                    ctx.log.warning("plan no longer valid on resume: %s", reason)
-                    invalidated = PlanInvalidated(
-                        at=0.0, node=node, iteration=iteration, attempt=attempt, reason=reason
-                    )
-                    return NodeOutcome(invalidated, NodeStatus.CANCELLED, error=reason)
-            output = check_output(
-                call_handler(handler, ctx, coroutines), limit_bytes, hint=OUTPUT_HINT
+@dataclass
+class Execution:
+    """One handler's run, as :func:`execute` and :func:`execute_awaited` share it: what it
+    is held to (its timeout, its cancel), and its outcome however it ends."""
+
+    handler: Callable[..., Any]
+    ctx: StepContext
+    message: NodeMessage
+    check: OnResume | None
+    timeout_s: float | None
+    heartbeats: Heartbeats
+    beat: Beat
+    grace_s: float
+    give_up: Callable[[], None]
+    limit_bytes: int
+    http_calls: ModelCalls | None = None
+    checker: Callable[..., Any] | None = field(init=False, default=None)
+    coroutines: Coroutines | None = field(init=False, default=None)
+    started: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self.checker = self.check.check.resolve() if self.check is not None else None
+        if is_async(self.handler) or (self.checker is not None and is_async(self.checker)):
+            coroutines = self.coroutines = Coroutines()
+            stop = Cancelled(
+                f"run {self.ctx.run_id} no longer needs {self.message.key}: stopped at its await"
             )
-    except Cancelled:
-        ctx.log.info("stopped at a safe point: the run is being cancelled")
-        cancelled = NodeCancelled(
+            self.beat.on_cancel = partial(coroutines.cancel, stop)
+            if self.beat.cancelled.is_set():  # found before the hook was in place
+                coroutines.cancel(stop)
+        self.started = time.perf_counter()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Held to the node's timeout, its HTTP recorded if it says so."""
+        message = self.message
+        try:
+            with (
+                limited(
+                    self.heartbeats,
+                    self.beat,
+                    self.timeout_s,
+                    self.grace_s,
+                    what=f"{message.key} attempt {message.attempt}",
+                    give_up=self.give_up,
+                    coroutines=self.coroutines,
+                ),
+                recording(self.http_calls),
+            ):
+                yield
+        finally:
+            self.beat.on_cancel = None
+
+    def invalidated(self, verdict: Any) -> NodeOutcome | None:
+        """The on_resume check's verdict: None if the plan still holds."""
+        if not (verdict is False or isinstance(verdict, str)):
+            return None
+        assert self.check is not None
+        reason = verdict or f"{self.check.check.path} found the plan no longer holds"
+        self.ctx.log.warning("plan no longer valid on resume: %s", reason)
+        message = self.message
+        invalidated = PlanInvalidated(
             at=0.0,
-            node=node,
-            iteration=iteration,
-            attempt=attempt,
-            phase=phase,
-            charges=ctx.charges or None,
+            node=message.node,
+            iteration=message.iteration,
+            attempt=message.attempt,
+            reason=reason,
         )
-        return NodeOutcome(
-            cancelled, NodeStatus.CANCELLED, duration_s=time.perf_counter() - started
-        )
-    except StoreUnavailable:  # cairn's outage, not the handler's failure: give it back
-        raise
-    except (DeadlineExceeded, Exception) as exc:  # a deadline: transient, "timed out"
-        duration = time.perf_counter() - started
-        error_class = classify(exc)
+        return NodeOutcome(invalidated, NodeStatus.CANCELLED, error=reason)
+
+    def returned(self, output: Any) -> NodeOutcome:
+        checked = check_output(output, self.limit_bytes, hint=OUTPUT_HINT)
+        return succeeded(self.ctx, self.message, checked, time.perf_counter() - self.started)
+
+    def ended_by(self, exc: BaseException) -> NodeOutcome:
+        """The outcome of a handler that raised ``exc`` — or ``exc`` raised again: cairn's
+        own outage (the message is given back), or what is not the handler's to raise."""
+        if isinstance(exc, StoreUnavailable) or not isinstance(exc, DeadlineExceeded | Exception):
+            raise exc
+        ctx, message = self.ctx, self.message
+        duration = time.perf_counter() - self.started
+        if isinstance(exc, Cancelled):
+            ctx.log.info("stopped at a safe point: the run is being cancelled")
+            cancelled = NodeCancelled(
+                at=0.0,
+                node=message.node,
+                iteration=message.iteration,
+                attempt=message.attempt,
+                phase=message.phase,
+                charges=ctx.charges or None,
+            )
+            return NodeOutcome(cancelled, NodeStatus.CANCELLED, duration_s=duration)
+        error_class = classify(exc)  # a deadline: transient, "timed out"
         report_failure(exc, error_class)
         text = f"{type(exc).__name__}: {exc}"
         ctx.log.warning("handler failed (%s): %s", error_class.value, text)
         failed = NodeFailed(
             at=0.0,
-            node=node,
-            iteration=iteration,
-            attempt=attempt,
+            node=message.node,
+            iteration=message.iteration,
+            attempt=message.attempt,
             error_class=error_class,
             message=text,
-            phase=phase,
+            phase=message.phase,
             charges=ctx.charges or None,
             timings=ctx.execution_timings(duration),
             retry_after_s=getattr(exc, "retry_after_s", None),
@@ -167,12 +189,57 @@ def execute(
             failed,
             NodeStatus.FAILED,
             error_class=error_class.value,
-            error=traceback.format_exc(limit=20),
+            error="".join(traceback.format_exception(exc, limit=20)),
             duration_s=duration,
         )
-    finally:
-        beat.on_cancel = None
-    return succeeded(ctx, message, output, time.perf_counter() - started)
+
+
+def execute(
+    handler: Callable[..., Any], ctx: StepContext, message: NodeMessage, **how: Any
+) -> NodeOutcome:
+    """Run the handler — after the workflow's on_resume ``check``, if there is one —
+    held to ``timeout_s`` (``give_up``: past it and ``grace_s``, let the claim go); the
+    calling thread waits for it (an async one, on the process's loop). ``how``: the
+    rest of :class:`Execution`."""
+    run = Execution(handler, ctx, message, **how)
+    try:
+        with run.held():
+            if run.checker is not None:
+                invalid = run.invalidated(call_handler(run.checker, ctx, run.coroutines))
+                if invalid is not None:
+                    return invalid
+            return run.returned(call_handler(handler, ctx, run.coroutines))
+    except BaseException as exc:
+        return run.ended_by(exc)
+
+
+async def execute_awaited(
+    handler: Callable[..., Any], ctx: StepContext, message: NodeMessage, **how: Any
+) -> NodeOutcome:
+    """:func:`execute` for an async handler, from a coroutine on the process's loop: the
+    handler is awaited there, and no thread waits for it."""
+    run = Execution(handler, ctx, message, **how)
+    assert run.coroutines is not None, "execute_awaited runs async handlers"
+    try:
+        with run.held():
+            if run.checker is not None:
+                verdict = await _awaited(run.checker, ctx, run.coroutines)
+                invalid = run.invalidated(verdict)
+                if invalid is not None:
+                    return invalid
+            return run.returned(await _awaited(handler, ctx, run.coroutines))
+    except BaseException as exc:
+        return run.ended_by(exc)
+
+
+async def _awaited(fn: Callable[..., Any], ctx: StepContext, coroutines: Coroutines) -> Any:
+    if is_async(fn):
+        produced = fn(ctx, ctx.handler_state())
+    else:  # a plain on_resume check beside an async handler: off the loop
+        produced = await asyncio.to_thread(fn, ctx, ctx.handler_state())
+    if not inspect.isawaitable(produced):
+        return produced
+    return await coroutines.run_here(produced)
 
 
 def call_handler(fn: Callable[..., Any], ctx: StepContext, coroutines: Coroutines | None) -> Any:

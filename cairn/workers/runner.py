@@ -7,7 +7,10 @@ each returning the next stage's input, or a :class:`Handled` that ends the messa
 message a worker is sent, one redelivered after its worker died (resumed), one the
 embedded default runs in a thread, a node run on after an ephemeral one in the same
 chain, and the next step this worker continues with after a commit instead of publishing
-it (:mod:`cairn.workers.step.continuation`) all pass through these same stages."""
+it (:mod:`cairn.workers.step.continuation`) all pass through these same stages. A Celery
+worker may hand an async node, once held, to its process's event loop (``hand_over``):
+it is awaited there, and concluded — commit → release — by :mod:`cairn.workers.awaiting`,
+with no pool slot held meanwhile."""
 
 from __future__ import annotations
 
@@ -41,15 +44,18 @@ from cairn.workers.setup import StepSetup
 from cairn.workers.step.admit import admit
 from cairn.workers.step.commit import cancel_unstarted, commit
 from cairn.workers.step.continuation import Continuation, next_to_run
-from cairn.workers.step.execute import Ran, execute
+from cairn.workers.step.execute import Awaitable, Ran, awaitable, execute
 from cairn.workers.step.handled import Handled
-from cairn.workers.step.hold import hold
+from cairn.workers.step.hold import Held, hold
 from cairn.workers.step.read import Unstarted, read
 from cairn.workers.step.release import release, settle
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+# Takes a held node to await on the process's loop; from then on, all it holds is its own.
+HandOver = Callable[[Awaitable], None]
 
 __all__ = ["Handled", "NodeRunner"]
 
@@ -89,14 +95,16 @@ class NodeRunner:
             self.rates,
         )
 
-    def run(self, body: Any, continued: list[str] | None = None) -> Handled | Failed:
+    def run(
+        self, body: Any, continued: list[str] | None = None, hand_over: HandOver | None = None
+    ) -> Handled | Failed:
         """How the message's own step ended; ``continued`` gets how each step this
         worker continued with after it ended (``node#iteration outcome``)."""
         try:
             message = NodeMessage.from_dict(body)
             with node_scope(message):
                 try:
-                    return self.step(message, continued)
+                    return self.step(message, continued, hand_over)
                 except Exception as error:  # cairn's own failure: tagged, then as before
                     rejected = isinstance(error, InvalidMessage | UnknownNode | CodeMissing)
                     if not rejected and not is_outage(error):
@@ -109,10 +117,15 @@ class NodeRunner:
             self.code.missing(missing)
             return Handled.CODE_UNAVAILABLE
 
-    def step(self, message: NodeMessage, continued: list[str] | None = None) -> Handled | Failed:
+    def step(
+        self,
+        message: NodeMessage,
+        continued: list[str] | None = None,
+        hand_over: HandOver | None = None,
+    ) -> Handled | Failed:
         """The message's step; then each step this worker continues with, as its own."""
         continuation = Continuation()
-        handled, following = self.stages(message, continuation)
+        handled, following = self.stages(message, continuation, hand_over=hand_over)
         while following is not None:
             this = following
             outcome: Handled | Failed | str
@@ -128,7 +141,12 @@ class NodeRunner:
         return handled
 
     def stages(
-        self, message: NodeMessage, continuation: Continuation, *, continuing: bool = False
+        self,
+        message: NodeMessage,
+        continuation: Continuation,
+        *,
+        continuing: bool = False,
+        hand_over: HandOver | None = None,
     ) -> tuple[Handled | Failed, NodeMessage | None]:
         """read → admit → hold → execute → commit → release; and the message this worker
         continues with (kept from the commit, unpublished), if any."""
@@ -148,6 +166,8 @@ class NodeRunner:
         if isinstance(held, Handled):
             self.leases.release(admitted.lease)
             return held, None  # UNCONFIRMED, ALREADY_DONE, GAVE_UP, PARKED
+        if hand_over is not None and self._handed_over(held, hand_over):
+            return Handled.AWAITING, None  # awaited on the loop, concluded there
         ran: Ran | None = None
         completion: Completion | Handled | None = None
         keep = (
@@ -165,6 +185,19 @@ class NodeRunner:
         handled = settle(self, held, ran, completion)  # COMMITTED, DISCARDED, LEASE_LOST
         kept = completion.kept if isinstance(completion, Completion) else None
         return handled, kept
+
+    def _handed_over(self, held: Held, hand_over: HandOver) -> bool:
+        """An async node made ready and handed over to be awaited (True), or not one to
+        await: it runs here."""
+        try:
+            ready = awaitable(self, held)
+            if ready is None:
+                return False
+            hand_over(ready)  # the last thing it does, or it raises having taken nothing
+        except BaseException:
+            release(self, held, None, None)
+            raise
+        return True
 
     def _acquire(self, message: NodeMessage, fence_floor: int) -> Lease | None:
         return self._through_outages(

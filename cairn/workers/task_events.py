@@ -26,7 +26,7 @@ events are off sends none of these either.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery.worker.request import Request
@@ -72,9 +72,35 @@ def task_result(handled: Handled | Failed, task_name: str, continued: Sequence[s
     return handled.value
 
 
+# What the main process sees a task return when it handed its async node over.
+AWAITING_RESULTS = frozenset({Handled.AWAITING.value, repr(Handled.AWAITING.value)})
+
+
 class NodeRequest(Request):  # type: ignore[misc]  # celery is untyped
     """Celery's request for a node task, sending the outcome's own event where Celery
-    would send ``task-succeeded`` for a message that did not run a node to success."""
+    would send ``task-succeeded`` for a message that did not run a node to success — and
+    holding the message of a task that handed its async node over, unacked, until the
+    node concludes (:mod:`cairn.workers.deferred`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Celery's strategy subclasses this class with an on_success of its own, which
+        # acks at once: the instance's attribute is what the pool calls back.
+        self._acked_on_success: Callable[..., Any] = super().__getattribute__("on_success")
+        self.on_success = self._returned
+
+    def _returned(self, failed__retval__runtime: Any, **kwargs: Any) -> Any:
+        failed, retval, _runtime = failed__retval__runtime
+        acks = getattr(self._app, "cairn_deferred", None)
+        if (
+            not failed
+            and acks is not None
+            and isinstance(retval, str)
+            and retval in AWAITING_RESULTS
+        ):
+            acks.hold(self)
+            return None
+        return self._acked_on_success(failed__retval__runtime, **kwargs)
 
     def send_event(self, event: str, **fields: Any) -> None:
         if event == "task-succeeded":

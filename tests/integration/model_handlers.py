@@ -205,3 +205,16 @@ def fused_think(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     with httpx.Client() as client:
         looked = client.get(os.environ["TOOLS_URL"] + "/lookup").json()
     return {"answer": reply.choices[0].message.content, "checkpoint": saved, "looked": looked}
+
+
+async def awaits_model(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """Two calls through the async client, each naming its run for the stand-in to count
+    by: ``first``, then ``held`` — the one a test has the stand-in hold open."""
+    model = ctx.model(_async_client())
+    said = []
+    for call in ("first", "held"):
+        reply = await model.chat.completions.create(
+            model="gpt-stand-in", messages=[{"role": "user", "content": f"{call} {ctx.run_id}"}]
+        )
+        said.append(reply.choices[0].message.content)
+    return {"said": said}

@@ -120,6 +120,32 @@ def test_a_coroutine_that_keeps_its_partial_result_on_cancel_returns_it() -> Non
     assert set(kept) == {"partial"} and kept["partial"].startswith("tok")
 
 
+def test_a_coroutine_awaited_from_the_loop_itself_holds_no_thread_and_is_cancelled_there() -> None:
+    """What a handed-over node does: the handler awaited by a coroutine on the loop (no
+    thread waits); a cancel from another thread stops it at its await, as ever."""
+    cleaned = threading.Event()
+
+    async def waits_forever() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleaned.set()
+
+    async def node() -> tuple[int, str]:
+        stopped = Coroutines()
+        waiting = asyncio.ensure_future(stopped.run_here(waits_forever()))
+        await asyncio.sleep(0)
+        threading.Thread(target=stopped.cancel, args=(Cancelled("run r is cancelled"),)).start()
+        try:
+            await waiting
+        except Cancelled as error:
+            why = str(error)
+        return await Coroutines().run_here(_answer(3)), why
+
+    assert EventLoop.of_process().run(node()) == (3, "run r is cancelled")
+    assert cleaned.is_set()
+
+
 def test_the_timeout_cancels_a_coroutine_at_its_await_without_a_signal() -> None:
     heartbeats, beat = held()
     cleaned = threading.Event()

@@ -234,6 +234,13 @@ def test_the_worker_stops_warmly_within_its_grace_and_probes_for_deafness(
     assert container["startupProbe"]["exec"]["command"] == probe
     # The probe starts a Python process; a second is typical.
     assert container["livenessProbe"]["timeoutSeconds"] >= 5
+    # Async nodes await on each pool process's loop, holding none of its processes: a pod
+    # keeps hundreds awaiting their models beside its four plain nodes at a time.
+    args = container["args"]
+    assert "--pool=prefork" in args or not any(a.startswith("--pool") for a in args)
+    assert int(env["CAIRN_ASYNC_NODES"]) >= 100
+    processes = int(next(a for a in args if a.startswith("--concurrency=")).split("=")[1])
+    assert processes * int(env["CAIRN_ASYNC_NODES"]) >= 400
 
 
 def test_each_process_runs_its_command(docs: list[dict[str, Any]]) -> None:

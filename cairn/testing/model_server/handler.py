@@ -56,6 +56,9 @@ class HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     # Many short-lived servers in a test run: rebinding a just-freed port must not fail.
     allow_reuse_address = True
+    # Hundreds of clients connecting at once (a worker's awaiting nodes): socketserver's
+    # backlog of 5 would drop their SYNs, and a client's connect timeout would fail them.
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], owner: ModelServer) -> None:
         self.owner = owner
@@ -163,12 +166,16 @@ class Handler(BaseHTTPRequestHandler):
             reply = Reply(text=CUT_OFF_TEXT)
         else:
             reply = item
-            if reply.delay_s and not self._hold(reply.delay_s):
+            if (reply.delay_s and not self._hold(reply.delay_s)) or (
+                reply.until_released and not self._held_until_released()
+            ):
                 self.close_connection = True
                 return
         turn = Turn.of(reply, body, self.owner._new_id)
         answer = BUILDERS[api, stream](turn, reply_headers)
         self._write(answer, chunk_delay_s=reply.chunk_delay_s, drop_after=drop_after)
+        if drop_after is None:
+            self.owner._answered(request)
 
     def _hold(self, seconds: float) -> bool:
         """Wait ``seconds`` before answering; False if the server is stopping or the
@@ -181,6 +188,13 @@ class Handler(BaseHTTPRequestHandler):
             if self._client_gone():
                 return False
         return True
+
+    def _held_until_released(self) -> bool:
+        """Wait for :meth:`ModelServer.release`; False as :meth:`_hold`."""
+        while not self.owner._released.wait(0.05):
+            if self.owner._stopping.is_set() or self._client_gone():
+                return False
+        return not self._client_gone()
 
     def _client_gone(self) -> bool:
         readable, _, _ = select.select([self.connection], [], [], 0)

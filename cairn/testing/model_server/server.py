@@ -47,6 +47,9 @@ class ModelServer:
         self._lock = threading.Lock()
         self._queue: deque[Reply | Fault] = deque()
         self._log: list[Request] = []
+        self._answered_log: list[Request] = []
+        # Replies scripted ``until_released`` wait for this.
+        self._released = threading.Event()
         self._defaults = 0
         self._serial = itertools.count(1)
         self._stopping = threading.Event()
@@ -136,6 +139,7 @@ class ModelServer:
         with self._lock:
             self._queue.clear()
             self._log.clear()
+            self._answered_log.clear()
             self._defaults = 0
             self._peak_in_flight = self._in_flight
             self._over_limit = 0
@@ -147,6 +151,21 @@ class ModelServer:
         """The requests received, in arrival order, faulted ones included."""
         with self._lock:
             return list(self._log)
+
+    @property
+    def answered(self) -> list[Request]:
+        """The requests answered with a reply, whole, in the order their answers ended (a
+        request whose client went away first, or that was faulted, is not among them)."""
+        with self._lock:
+            return list(self._answered_log)
+
+    def release(self) -> None:
+        """Answer the replies held ``until_released``, and those to come, at once."""
+        self._released.set()
+
+    def hold(self) -> None:
+        """Hold the replies scripted ``until_released`` again, until :meth:`release`."""
+        self._released.clear()
 
     def count(self, provider: str | None = None) -> int:
         with self._lock:
@@ -219,6 +238,10 @@ class ModelServer:
         """Requests refused (429) for being past ``limit_in_flight``."""
         with self._lock:
             return self._over_limit
+
+    def _answered(self, request: Request) -> None:
+        with self._lock:
+            self._answered_log.append(request)
 
     def _logged(self, request: Request) -> None:
         with self._lock:

@@ -30,7 +30,8 @@ class Reply:
     request's message text and of the reply; they are reported as given, in each provider's
     own terms (OpenAI counts cached tokens inside ``prompt_tokens``, Anthropic does not count
     them in ``input_tokens``). ``chunk_delay_s`` paces a streamed reply; ``delay_s`` holds
-    the whole answer back.
+    the whole answer back; ``until_released`` holds it until :meth:`ModelServer.release`
+    (a client that goes away meanwhile is not answered).
     """
 
     text: str = ""
@@ -41,6 +42,7 @@ class Reply:
     cached_tokens: int = 0
     chunk_delay_s: float = 0.0
     delay_s: float = 0.0
+    until_released: bool = False
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,12 @@
 recorders fenced by the chain's claim, its model calls under its rate limits, held to its
 node's timeout (:mod:`cairn.workers.deadlines`) — or a cached node's result taken from the
 cache. After an ephemeral node, what it leads to runs here and now through the same
-admission and the same execution (:func:`run_on`), to be committed together."""
+admission and the same execution (:func:`run_on`), to be committed together.
+
+An async handler of a durable node may be awaited instead (:func:`awaitable`, then
+:func:`execute_awaited` on the process's loop): equipped and given its context here, by
+the thread that holds it, then awaited with no thread waiting for it (a Celery worker's
+pool slot goes back to the pool meanwhile: :mod:`cairn.workers.awaiting`)."""
 
 from __future__ import annotations
 
@@ -12,16 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.decider.fusion import MAX_FUSED, fused_next
 from cairn.lease.waits import current_wait
-from cairn.model.definition import TaskNode
+from cairn.model.definition import OnResume, PersistKind, TaskNode
 from cairn.model.events import Phase
 from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome
 from cairn.model.state import RunState
 from cairn.model.statuses import NodeStatus
+from cairn.workers.aio import is_async
 from cairn.workers.cache import keep, node_entry
 from cairn.workers.circuits import Guarded
 from cairn.workers.context import StepContext
 from cairn.workers.execute import execute as run_handler
+from cairn.workers.execute import execute_awaited as await_handler
 from cairn.workers.execute import succeeded
 from cairn.workers.setup import Claimed, Recorders
 from cairn.workers.step.admit import Chain, admit_successor
@@ -58,6 +65,56 @@ def execute(runner: NodeRunner, held: Held) -> Ran:
     if outcome.duration_s is not None:
         ran.timings["execution"] = outcome.duration_s
     ran.steps += run_on(runner, held, message, outcome)
+    return ran
+
+
+@dataclass(frozen=True)
+class Awaitable:
+    """A held node ready to be awaited on the loop: its handler, its context (recorders
+    made, a checkpoint restored), and how it is run."""
+
+    held: Held
+    handler: Any
+    ctx: StepContext
+    how: dict[str, Any]
+
+
+def awaitable(runner: NodeRunner, held: Held) -> Awaitable | None:
+    """The held node, made ready to be awaited by :func:`execute_awaited` — or None: it
+    runs as ever (:func:`execute`). Awaited: an async handler of a durable node. An
+    ephemeral node's successors run on after it, a cached node's result may come from
+    the cache: both are run by the thread that holds them, as is a plain handler (with
+    an async on_resume check or not)."""
+    read, message, claimed = held.admitted.read, held.message, held.claimed
+    node = read.node
+    if not isinstance(node, TaskNode) or node.persist.kind is not PersistKind.DURABLE:
+        return None
+    handler = read.handler.resolve()
+    if not is_async(handler):  # a plain one is run by a thread, whatever its check is
+        return None
+    definition = claimed.definition
+    check = definition.on_resume if message.resumed and message.phase is Phase.RUN else None
+    state = claimed.known.state
+    recorders = _equip(runner, claimed, message, state, held.chain)
+    ctx = runner.setup.context(
+        claimed,
+        message,
+        state,
+        queued_s=current_wait(),
+        recorders=recorders,
+        restore=message.resumed or message.attempt > 1,
+    )
+    return Awaitable(held, handler, ctx, _how(runner, claimed, message, ctx, check))
+
+
+async def execute_awaited(runner: NodeRunner, ready: Awaitable) -> Ran:
+    """The handler awaited on this process's loop: no thread waits for it. What follows
+    (its circuits told, the commit, the release) is for a thread to do."""
+    message = ready.held.message
+    outcome = await await_handler(ready.handler, ready.ctx, message, **ready.how)
+    ran = Ran([(message, outcome)])
+    if outcome.duration_s is not None:
+        ran.timings["execution"] = outcome.duration_s
     return ran
 
 
@@ -170,21 +227,31 @@ def _outcome(
     if cached is not None:
         ctx.log.info("result taken from the cache (%s)", entry)
         return succeeded(ctx, message, cached, 0.0)
-    node = definition.nodes[message.node]
-    records_http = isinstance(node, TaskNode) and node.record_http
-    outcome = run_handler(
-        handler,
-        ctx,
-        message,
-        check=check,
-        timeout_s=node.timeout.total_seconds() if node.timeout is not None else None,
-        heartbeats=runner.heartbeats,
-        beat=claimed.beat,
-        grace_s=runner.settings.timeout_grace,
-        give_up=partial(runner._give_up_lease, claimed.beat.lease),
-        limit_bytes=runner.settings.max_payload_bytes,
-        http_calls=ctx.model_calls if records_http else None,
-    )
+    outcome = run_handler(handler, ctx, message, **_how(runner, claimed, message, ctx, check))
     if entry is not None and outcome.status is NodeStatus.SUCCEEDED:
         keep(runner.cache, definition, message, entry, outcome.result or {})
     return outcome
+
+
+def _how(
+    runner: NodeRunner,
+    claimed: Claimed,
+    message: NodeMessage,
+    ctx: StepContext,
+    check: OnResume | None,
+) -> dict[str, Any]:
+    """How a node's handler is run: its check, its timeout and grace, its lease given up
+    at an overrun, its output's limit, its HTTP recorded if it says so."""
+    node = claimed.definition.nodes[message.node]
+    records_http = isinstance(node, TaskNode) and node.record_http
+    timeout = node.timeout if isinstance(node, TaskNode) else None
+    return {
+        "check": check,
+        "timeout_s": timeout.total_seconds() if timeout is not None else None,
+        "heartbeats": runner.heartbeats,
+        "beat": claimed.beat,
+        "grace_s": runner.settings.timeout_grace,
+        "give_up": partial(runner._give_up_lease, claimed.beat.lease),
+        "limit_bytes": runner.settings.max_payload_bytes,
+        "http_calls": ctx.model_calls if records_http else None,
+    }

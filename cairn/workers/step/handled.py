@@ -24,3 +24,6 @@ class Handled(StrEnum):
     PARKED = "parked"
     PAUSED = "paused"  # its queue is paused: back in the outbox until it resumes
     CODE_UNAVAILABLE = "code_unavailable"  # this worker cannot import the handlers: it waits
+    # An async node handed to its process's event loop: it awaits there, holding no pool
+    # slot; its message is acked once it is committed (cairn.workers.awaiting).
+    AWAITING = "awaiting"
