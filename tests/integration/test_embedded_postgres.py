@@ -3,7 +3,6 @@ the scheduler and the engine in it — on a real database it migrates itself."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from cairn.runtime import Runtime
 from cairn.store.database import make_engine, shipped_revision
 from tests.support.cluster import WORKFLOWS
 from tests.support.services import admin, db_url, drop
+from tests.unit.test_embedded import wait
 
 
 @pytest.fixture
@@ -28,16 +28,6 @@ def blank_database_url() -> Iterator[str]:
         connection.execute(f'CREATE DATABASE "{name}"')
     yield db_url(name)
     drop(name)
-
-
-def wait(runtime: Runtime, run_id: str, timeout_s: float = 30.0) -> RunStatus:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = runtime.orchestrator.get_run(run_id).status
-        if status.terminal:
-            return status
-        time.sleep(0.05)
-    raise AssertionError(f"run {run_id} did not finish")
 
 
 def test_an_embedded_runtime_migrates_a_blank_postgresql_database_and_runs_on_its_threads(
@@ -55,7 +45,7 @@ def test_an_embedded_runtime_migrates_a_blank_postgresql_database_and_runs_on_it
         runtime.start_workers()
         runtime.start_scheduler()
         run_id = runtime.orchestrator.submit("fan_all", {"ledger": str(tmp_path / "ledger")})
-        assert wait(runtime, run_id) is RunStatus.SUCCEEDED
+        assert wait(runtime, run_id, 30.0) is RunStatus.SUCCEEDED
     finally:
         runtime.close()
     engine = make_engine(blank_database_url)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -40,6 +39,7 @@ from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.testing.driver import Driver
+from tests.unit.test_embedded import wait
 
 FLOWS = Path(__file__).resolve().parents[1] / "integration" / "migration_workflows"
 MAPS = "tests.integration.migration_maps"
@@ -156,7 +156,7 @@ def test_the_migration_moves_each_movable_run_with_its_event_and_it_completes_on
 
     runtime.start_workers()
     orchestrator.signal(moving, "approve")
-    assert _finished(runtime, moving) is RunStatus.SUCCEEDED
+    assert wait(runtime, moving) is RunStatus.SUCCEEDED
     ran = [e["data"].get("node") for e in events(runtime, moving) if e["type"] == "node_succeeded"]
     assert ran == ["check", "book"]  # v2's nodes
 
@@ -185,7 +185,7 @@ def test_a_migration_rolled_back_returns_the_run_to_v1_as_it_was(runtime: Runtim
 
     runtime.start_workers()
     orchestrator.signal(run_id, "approve")
-    assert _finished(runtime, run_id) is RunStatus.SUCCEEDED
+    assert wait(runtime, run_id) is RunStatus.SUCCEEDED
     ran = [e["data"].get("node") for e in events(runtime, run_id) if e["type"] == "node_succeeded"]
     assert ran == ["book"]  # v1's path: no check
 
@@ -263,16 +263,6 @@ def test_a_state_schema_must_be_a_json_schema() -> None:
     with pytest.raises(Exception, match="bad_state_schema") as raised:
         load_definition(parse_text(spec, ".yaml", source="journey_v2.yaml"))
     assert "'state' is not a valid JSON Schema" in str(raised.value)
-
-
-def _finished(runtime: Runtime, run_id: str, timeout_s: float = 20.0) -> RunStatus:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = runtime.orchestrator.get_run(run_id).status
-        if status.terminal:
-            return status
-        time.sleep(0.02)
-    raise AssertionError(f"run {run_id} did not finish")
 
 
 def test_cairn_runs_migrate_in_direct_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
