@@ -63,6 +63,7 @@ INVOCATIONS: dict[tuple[str, ...], list[str]] = {
         "--dry-run",
     ],
     ("waiting",): ["waiting"],
+    ("versions",): ["versions"],
     ("status",): ["status", "{done}"],
     ("events",): ["events", "{done}"],
     ("history",): ["history", "{done}"],
@@ -320,6 +321,21 @@ def test_a_run_reads_the_same_over_http_and_from_the_database(
         direct = cli(direct_env(deployment), *args)
         assert over_http.exit_code == direct.exit_code == 0, (args, over_http.output)
         assert over_http.stdout == direct.stdout, args
+
+
+def test_versions_read_the_same_over_http_and_from_the_database(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    ledger = str(deployment.ledger)
+    for run_id in [submit(http, "approval", {"ledger": ledger}) for _ in range(2)]:
+        wait_for(http, run_id, "waiting")
+    over_http = cli(remote_env(deployment), "versions", "approval", "--json")
+    direct = cli(direct_env(deployment), "versions", "approval", "--json", "--namespace", NAMESPACE)
+    assert over_http.exit_code == direct.exit_code == 0, over_http.output
+    assert json.loads(over_http.stdout) == json.loads(direct.stdout)
+    (approval,) = json.loads(over_http.stdout)
+    (newest,) = [v for v in approval["versions"] if v["newest"]]
+    assert newest["in_flight"] >= newest["waiting"] >= 2 and not newest["drained"]
 
 
 def test_signal_cancel_and_rollback_over_http(http: httpx.Client, deployment: Deployment) -> None:
