@@ -28,7 +28,6 @@ KNOWN: dict[str, int] = {
     "cairn/timetravel/replay_space.py:ReplaySpace.execute": 70,
     "cairn/workers/app.py:make_celery": 101,
     "cairn/workers/context.py:StepContext.__init__": 71,
-    "cairn/recording/calls.py:ModelCalls.record": 68,
 }
 
 
