@@ -206,6 +206,9 @@ class RunState:
     # Signals kept for waits that had not opened yet (accept_early): wait node -> the
     # signal's event data, applied when the wait opens.
     early: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The run's answers to ``ctx.patched``: patch id -> answer, the first one given
+    # (cairn.model.patches). Written only once there is one.
+    patches: dict[str, bool] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def copy(self) -> RunState:
@@ -226,6 +229,7 @@ class RunState:
             spent=dict(self.spent),
             anomalies=list(self.anomalies),
             early=dict(self.early),
+            patches=dict(self.patches),
         )
 
     @property
@@ -275,6 +279,8 @@ class RunState:
             watch["anomalies"] = self.anomalies
         if self.early:
             watch["early"] = self.early
+        if self.patches:
+            watch["patches"] = self.patches
         return {
             **self.extra,
             "run_id": self.run_id,
@@ -364,6 +370,7 @@ class RunState:
             ),
             anomalies=list(data.get("anomalies", [])),
             early=dict(data.get("early", {})),
+            patches=dict(data.get("patches", {})),
             extra={key: value for key, value in data.items() if key not in known},
         )
 

@@ -133,9 +133,13 @@ class ReplaySpace:
         phase: Phase,
         at: float,
         resumed: bool = False,
+        recorded_patches: Mapping[str, bool] | None = None,
     ) -> Executed:
         """Run the handler (or compensation) registered now for ``node`` on ``state``,
-        in a replay context; its result as the event a worker would have reported."""
+        in a replay context; its result as the event a worker would have reported.
+        ``recorded_patches``: a replay's, the answers to ``ctx.patched`` the recorded
+        execution was given (None: a dry run's new execution, answered by the rule
+        from ``state``, as a live fork would be)."""
         declared = definition.nodes.get(node)
         if declared is None:
             raise UnknownNode(f"{definition.key} has no node {node!r}")
@@ -177,6 +181,7 @@ class ReplaySpace:
             effects=ledger,
             model_calls=calls,
             checkpoints=checkpoints,
+            recorded_patches=recorded_patches,
         )
         # Every replay intercepts the handler's HTTP, whether or not its node records it:
         # answered from the record, or refused — never sent (DESIGN.md, guarantee 3).
@@ -274,6 +279,7 @@ def _run(
             message=f"{type(exc).__name__}: {exc}",
             charges=ctx.charges or None,
             timings=ctx.execution_timings(time.perf_counter() - started),
+            patches=dict(ctx.patches) or None,
         )
     return NodeSucceeded(
         **common,
@@ -283,4 +289,5 @@ def _run(
         charges=ctx.charges or None,
         artifacts=ctx.added_artifacts() or None,
         timings=ctx.execution_timings(time.perf_counter() - started),
+        patches=dict(ctx.patches) or None,
     )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeAlias, TypeVar, o
 from cairn.model.effects import Policy
 from cairn.model.failures import BudgetExceeded, Cancelled
 from cairn.model.handlers import JSONValue, Message, State
+from cairn.model.patches import answer, check_patch_id, ran_before, recorded_answer
 from cairn.model.state import RunState
 from cairn.workers.aio import running_loop
 
@@ -84,6 +85,7 @@ class StepContext:
         checkpoints: Checkpoints | None = None,
         restored: CheckpointRecord | None = None,
         model_calls: ModelCalls | None = None,
+        recorded_patches: Mapping[str, bool] | None = None,
     ) -> None:
         self.run_id = run_id
         self.workflow = workflow
@@ -132,6 +134,13 @@ class StepContext:
         self._model_calls = model_calls
         # The checkpoint this execution resumed from (its number), or None.
         self.resumed_from: int | None = None
+        # ``ctx.patched``: the run's answers so far, whether this node ran before (the
+        # rule's inputs), or in a replay the answers the recorded execution was given;
+        # and the answers given here, which ride on the step's result event.
+        self._run_patches = dict(state.patches)
+        self._ran_before = ran_before(iteration, phase)
+        self._recorded_patches = recorded_patches
+        self.patches: dict[str, bool] = {}
         if restored is not None:
             self._restore(restored)
 
@@ -186,6 +195,8 @@ class StepContext:
                 # Where the execution's recorded model calls stand: a resumed loop's next
                 # call is the one after the checkpoint's.
                 "model_calls": 0 if self._model_calls is None else self._model_calls.next_index,
+                # A resumed execution answers ctx.patched as this one did.
+                **({"patches": dict(self.patches)} if self.patches else {}),
             }
         )
 
@@ -203,7 +214,28 @@ class StepContext:
             self.last_progress = Progress(**saved["progress"])
         if self._model_calls is not None:
             self._model_calls.next_index = int(saved.get("model_calls") or 0)
+        self.patches.update(saved.get("patches") or {})
         self.resumed, self.resumed_from = True, checkpoint.seq
+
+    # -- patch markers ------------------------------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the code path of patch ``patch_id``: True for a run
+        that reaches this point on code with the patch, False for one that passed it
+        before (this node already ran in this run without asking). The first answer a run
+        gets is its answer from then on — in every node, after a crash, in a replay and
+        in a fork — so branch on it, keeping the old path until ``cairn versions`` says
+        no run in flight needs it. :class:`~cairn.model.patches.BadPatchId` for an id
+        that is not one. See docs/versions.md#patch-markers."""
+        check_patch_id(patch_id)
+        given = self.patches.get(patch_id)
+        if given is None:
+            if self._recorded_patches is not None:
+                given = recorded_answer(self._recorded_patches, patch_id)
+            else:
+                given = answer(self._run_patches, patch_id, node_ran_before=self._ran_before)
+            self.patches[patch_id] = given
+        return given
 
     def _safe_point(self) -> None:
         checkpoints = self._checkpoints
