@@ -33,7 +33,6 @@ from cairn.decider.timer_fired import timer_fired
 from cairn.errors import EventRejected
 from cairn.model.commands import Command
 from cairn.model.definition import WorkflowDefinition
-from cairn.model.patches import with_answers
 from cairn.model.events import (
     CancelRequested,
     ChildFinished,
@@ -50,6 +49,7 @@ from cairn.model.events import (
     SignalReceived,
     TimerFired,
 )
+from cairn.model.patches import with_answers
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from cairn.errors import InvalidInput
 
@@ -73,6 +74,41 @@ def recorded_answer(recorded: Mapping[str, bool], patch_id: str) -> bool:
     return bool(recorded.get(patch_id, False))
 
 
+@dataclass
+class PatchAnswers:
+    """One execution's answers to ``ctx.patched``: those it gave (``given``, which ride on
+    its result event), from the run's answers so far (``held``) and whether its node ran
+    before — or, in a replay, from what the recorded execution was told (``recorded``)."""
+
+    held: Mapping[str, bool]
+    node_ran_before: bool
+    recorded: Mapping[str, bool] | None = None
+    given: dict[str, bool] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        held: Mapping[str, bool],
+        iteration: int,
+        phase: str,
+        recorded: Mapping[str, bool] | None = None,
+    ) -> PatchAnswers:
+        return cls(dict(held), ran_before(iteration, phase), recorded)
+
+    def ask(self, patch_id: str) -> bool:
+        """The answer about ``patch_id`` (the same every time);
+        :class:`BadPatchId` for an id that is not one."""
+        check_patch_id(patch_id)
+        found = self.given.get(patch_id)
+        if found is None:
+            if self.recorded is not None:
+                found = recorded_answer(self.recorded, patch_id)
+            else:
+                found = answer(self.held, patch_id, node_ran_before=self.node_ran_before)
+            self.given[patch_id] = found
+        return found
+
+
 def with_answers(held: Mapping[str, bool], answers: Mapping[str, bool] | None) -> dict[str, bool]:
     """The run's answers with a step's added: a patch already answered keeps its first
     answer (two branches asking at once for the first time may be told differently —
@@ -86,6 +122,7 @@ def with_answers(held: Mapping[str, bool], answers: Mapping[str, bool] | None) -
 __all__ = [
     "MAX_PATCH_ID",
     "BadPatchId",
+    "PatchAnswers",
     "answer",
     "check_patch_id",
     "ran_before",

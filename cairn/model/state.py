@@ -275,12 +275,9 @@ class RunState:
         watch: dict[str, Any] = {}
         if self.anomaly is not None:  # absent for the workflows that do not watch
             watch["anomaly"] = self.anomaly.to_dict()
-        if self.anomalies:
-            watch["anomalies"] = self.anomalies
-        if self.early:
-            watch["early"] = self.early
-        if self.patches:
-            watch["patches"] = self.patches
+        for name in ("anomalies", "early", "patches"):  # written only once there is one
+            if getattr(self, name):
+                watch[name] = getattr(self, name)
         return {
             **self.extra,
             "run_id": self.run_id,

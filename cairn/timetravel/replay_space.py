@@ -149,19 +149,7 @@ class ReplaySpace:
         if ref is None:
             raise InvalidInput(f"{definition.key} node {node!r} has nothing to run in {phase}")
         execution = _Execution(run_id, node, iteration, attempt, phase)
-        ephemeral = task is not None and task.persist.kind is PersistKind.EPHEMERAL
-        ledger = ReplayLedger(
-            self.store,
-            namespace=self.namespace,
-            run_id=run_id,
-            node=node,
-            iteration=iteration,
-            attempt=attempt,
-            fence=0,
-            max_payload_bytes=self.settings.max_payload_bytes,
-            refusal=f"{node} is ephemeral: it cannot have external effects" if ephemeral else None,
-            scope=self.scope,
-        )
+        ledger = self._ledger(task, execution)
         calls, checkpoints = self._recorders(task, execution)
         progress: list[dict[str, Any]] = []
         ctx = StepContext(
@@ -195,6 +183,24 @@ class ReplaySpace:
             tuple(calls.stood_in),
             tuple(calls.refused),
             len(checkpoints.saved_contexts),
+        )
+
+    def _ledger(self, task: TaskNode | None, execution: _Execution) -> ReplayLedger:
+        """The effects ledger, read only: what the recorded run's effects answered."""
+        ephemeral = task is not None and task.persist.kind is PersistKind.EPHEMERAL
+        return ReplayLedger(
+            self.store,
+            namespace=self.namespace,
+            run_id=execution.run_id,
+            node=execution.node,
+            iteration=execution.iteration,
+            attempt=execution.attempt,
+            fence=0,
+            max_payload_bytes=self.settings.max_payload_bytes,
+            refusal=f"{execution.node} is ephemeral: it cannot have external effects"
+            if ephemeral
+            else None,
+            scope=self.scope,
         )
 
     def _recorders(

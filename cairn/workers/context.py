@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeAlias, TypeVar, o
 from cairn.model.effects import Policy
 from cairn.model.failures import BudgetExceeded, Cancelled
 from cairn.model.handlers import JSONValue, Message, State
-from cairn.model.patches import answer, check_patch_id, ran_before, recorded_answer
+from cairn.model.patches import PatchAnswers
 from cairn.model.state import RunState
 from cairn.workers.aio import running_loop
 
@@ -107,11 +107,7 @@ class StepContext:
         self._cancel_requested = cancel_requested
         self.last_progress: Progress | None = None
         # Put and read artifacts (large content, with provenance): see docs/artifacts.md.
-        if artifacts is None:
-            from cairn.artifacts import Artifacts  # noqa: PLC0415 - see the imports
-
-            artifacts = Artifacts.unavailable(run_id, node)
-        self.artifacts: Artifacts = artifacts
+        self.artifacts: Artifacts = _artifacts_or_none(artifacts, run_id, node)
         if model_calls is not None:  # where its calls' large payloads go, and come back from
             model_calls.artifacts = self.artifacts
         self._effects = effects
@@ -134,13 +130,7 @@ class StepContext:
         self._model_calls = model_calls
         # The checkpoint this execution resumed from (its number), or None.
         self.resumed_from: int | None = None
-        # ``ctx.patched``: the run's answers so far, whether this node ran before (the
-        # rule's inputs), or in a replay the answers the recorded execution was given;
-        # and the answers given here, which ride on the step's result event.
-        self._run_patches = dict(state.patches)
-        self._ran_before = ran_before(iteration, phase)
-        self._recorded_patches = recorded_patches
-        self.patches: dict[str, bool] = {}
+        self._patches = PatchAnswers.of(state.patches, iteration, phase, recorded_patches)
         if restored is not None:
             self._restore(restored)
 
@@ -214,7 +204,7 @@ class StepContext:
             self.last_progress = Progress(**saved["progress"])
         if self._model_calls is not None:
             self._model_calls.next_index = int(saved.get("model_calls") or 0)
-        self.patches.update(saved.get("patches") or {})
+        self._patches.given.update(saved.get("patches") or {})
         self.resumed, self.resumed_from = True, checkpoint.seq
 
     # -- patch markers ------------------------------------------------------------------
@@ -227,15 +217,13 @@ class StepContext:
         in a fork — so branch on it, keeping the old path until ``cairn versions`` says
         no run in flight needs it. :class:`~cairn.model.patches.BadPatchId` for an id
         that is not one. See docs/versions.md#patch-markers."""
-        check_patch_id(patch_id)
-        given = self.patches.get(patch_id)
-        if given is None:
-            if self._recorded_patches is not None:
-                given = recorded_answer(self._recorded_patches, patch_id)
-            else:
-                given = answer(self._run_patches, patch_id, node_ran_before=self._ran_before)
-            self.patches[patch_id] = given
-        return given
+        return self._patches.ask(patch_id)
+
+    @property
+    def patches(self) -> dict[str, bool]:
+        """The answers ``ctx.patched`` gave in this execution (for the worker: they ride
+        on the step's result event, and a checkpoint keeps them)."""
+        return self._patches.given
 
     def _safe_point(self) -> None:
         checkpoints = self._checkpoints
@@ -491,6 +479,16 @@ class StepContext:
             if name not in self.sessions:
                 changed[name] = None
         return changed
+
+
+def _artifacts_or_none(artifacts: Artifacts | None, run_id: str, node: str) -> Artifacts:
+    """``artifacts``; for a context built without them (by hand, in a test), artifacts
+    that say they are unavailable."""
+    if artifacts is not None:
+        return artifacts
+    from cairn.artifacts import Artifacts  # noqa: PLC0415 - see the imports
+
+    return Artifacts.unavailable(run_id, node)
 
 
 SyncHandler: TypeAlias = Callable[[StepContext, State], State | None]

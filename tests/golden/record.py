@@ -434,7 +434,7 @@ name: pricing
 version: 1
 start: price
 nodes:
-  price:  {{handler: "{STEP}", next: review}}
+  price:  {{handler: "{STEP}", next: review, max_visits: 10}}
   review: {{wait: {{signals: {{again: price, approve: done}}, timeout: 1d, on_timeout: done}}}}
   done:   {{end: succeeded}}
 """

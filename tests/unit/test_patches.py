@@ -20,7 +20,6 @@ from cairn.model.events import (
     NodeFailed,
     NodeSucceeded,
     RunForked,
-    RunStarted,
     event_from_dict,
     event_to_dict,
 )
@@ -96,7 +95,7 @@ def test_the_answers_are_part_of_the_state_and_left_out_while_there_are_none() -
 
 def loop() -> Workflow:
     wf = Workflow("loop", version=1)
-    wf.task("price", handlers.noop, next="review")
+    wf.task("price", handlers.noop, next="review", max_visits=10)
     wf.wait(
         "review", signals={"again": "price", "approve": "done"}, timeout="1h", on_timeout="done"
     )
@@ -261,10 +260,12 @@ def test_a_run_that_passed_the_point_keeps_the_old_path_and_replays_the_same(
     ]
     # An id no run in flight asked yet: each may have passed it on older code — unless
     # it started after the code with the patch was deployed.
-    (unasked,) = answers_in_flight(orchestrator, "patched_pricing", 1, patches=["later-fix"])
+    listed = answers_in_flight(orchestrator, "patched_pricing", 1, patches=["later-fix"])
+    assert [found.patch for found in listed] == [PATCH, "later-fix"]
+    unasked = listed[1]
     assert (unasked.unanswered, unasked.unanswered_before, unasked.needs_old_path) == (2, 2, True)
     assert unasked.old_path_runs == (old, new)
-    (since,) = answers_in_flight(orchestrator, "patched_pricing", patches=["later-fix"], since=0.0)
+    since = answers_in_flight(orchestrator, "patched_pricing", patches=["later-fix"], since=0.0)[1]
     assert (since.unanswered, since.unanswered_before, since.needs_old_path) == (2, 0, False)
     assert answers_in_flight(orchestrator, "patched_pricing", 2) == []
     with pytest.raises(BadPatchId):
