@@ -123,3 +123,18 @@ def test_old_and_new_runs_take_their_own_paths_and_replay_the_same(
         assert replayed.exit_code == 0, replayed.output
         counts = json.loads(replayed.stdout)["counts"]
         assert counts["diverged"] == counts["refused"] == 0 and counts["same"] >= 1, counts
+
+
+def test_answers_of_runs_whose_state_is_not_cached_are_restored(cluster: Cluster) -> None:
+    # The worker caches no state on the rows it writes: the run's row holds none after
+    # its step, and its answers are read from its restored state.
+    no_cache = {"CAIRN_STATE_CACHE_BYTES": "0", patch_handlers.FIX: "1"}
+    cluster.consuming(cluster.worker(concurrency=1, **no_cache))
+    run_id = cluster.submit(WORKFLOW, {"amount": 2.5})
+    assert priced(cluster, run_id, 1).patches == {PATCH: True}
+    orchestrator = cluster.client.runtime.orchestrator
+    with orchestrator.store.reading() as tx:
+        (listed,) = tx.patch_answers("default", WORKFLOW)
+    assert (listed.id, listed.patches) == (run_id, None)
+    (counted,) = answers_in_flight(orchestrator, WORKFLOW)
+    assert (counted.answered_true, counted.answered_false, counted.needs_old_path) == (1, 0, False)

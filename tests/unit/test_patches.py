@@ -224,8 +224,13 @@ def visits(runtime: Runtime, run_id: str, count: int, timeout_s: float = 20.0) -
 
 
 @pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[Runtime]:
-    built = Runtime.build(Settings(home=tmp_path, workflows=[WORKFLOWS], scheduler_interval=0.02))
+def runtime(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Runtime]:
+    cache = getattr(request, "param", 65_536)  # state_cache_bytes
+    built = Runtime.build(
+        Settings(
+            home=tmp_path, workflows=[WORKFLOWS], scheduler_interval=0.02, state_cache_bytes=cache
+        )
+    )
     built.start_workers()
     built.start_scheduler()
     try:
@@ -281,3 +286,17 @@ def test_a_run_that_passed_the_point_keeps_the_old_path_and_replays_the_same(
     for run_id in (old, new):  # replayed on the code with the fix
         replay = Replayer(orchestrator, run_id).run()
         assert [s.verdict for s in replay.steps] == [Verdict.SAME, Verdict.SAME]
+
+
+@pytest.mark.parametrize("runtime", [0], indirect=True)  # no state cached on a run's row
+def test_the_answers_of_runs_whose_state_is_not_cached_are_restored(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(patch_handlers.FIX, "1")
+    run_id = runtime.orchestrator.submit("patched_pricing", {"amount": 2.5})
+    visits(runtime, run_id, 1)
+    with runtime.store.reading() as tx:
+        (listed,) = tx.patch_answers("default", "patched_pricing")
+    assert (listed.id, listed.patches) == (run_id, None)
+    (counted,) = answers_in_flight(runtime.orchestrator, "patched_pricing")
+    assert (counted.answered_true, counted.answered_false, counted.needs_old_path) == (1, 0, False)
