@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from cairn.decider.step import OPERATOR, RECOVERY_SIGNALS, Step, Transition
+from cairn.decider.step import OPERATOR, Step, Transition
 from cairn.errors import EventRejected, NotWaiting, UnknownSignal
+from cairn.model.awaiting import RECOVERY_SIGNALS
 from cairn.model.commands import Dispatch, HoldExecution, SettleExecution
 from cairn.model.definition import ErrorClass
 from cairn.model.events import (

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cairn.decider.anomaly import watched
-from cairn.decider.step import FORK, OPERATOR, RECOVERY_SIGNALS, REWIND, START, outcome_node
+from cairn.decider.step import FORK, OPERATOR, REWIND, START, outcome_node
+from cairn.model.awaiting import RECOVERY_SIGNALS
 from cairn.model.definition import (
     AnomalyKind,
     AnomalyPolicy,
