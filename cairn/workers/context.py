@@ -107,7 +107,7 @@ class StepContext:
         self._cancel_requested = cancel_requested
         self.last_progress: Progress | None = None
         # Put and read artifacts (large content, with provenance): see docs/artifacts.md.
-        self.artifacts: Artifacts = _artifacts_or_none(artifacts, run_id, node)
+        self.artifacts: Artifacts = _artifacts_or_unavailable(artifacts, run_id, node)
         if model_calls is not None:  # where its calls' large payloads go, and come back from
             model_calls.artifacts = self.artifacts
         self._effects = effects
@@ -481,7 +481,7 @@ class StepContext:
         return changed
 
 
-def _artifacts_or_none(artifacts: Artifacts | None, run_id: str, node: str) -> Artifacts:
+def _artifacts_or_unavailable(artifacts: Artifacts | None, run_id: str, node: str) -> Artifacts:
     """``artifacts``; for a context built without them (by hand, in a test), artifacts
     that say they are unavailable."""
     if artifacts is not None:
