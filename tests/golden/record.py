@@ -513,17 +513,17 @@ CASES: dict[str, Case] = {
             migrated,
         ),
         Case(
-            "patched",
-            "patch markers: answers on result events, kept by the run's state",
-            (PRICING,),
-            patched,
-        ),
-        Case(
             "format1",
             "a definition registered under format 1 (no default retry or timeout)",
             (LEGACY,),
             legacy,
             implied_format=1,
+        ),
+        Case(
+            "patched",
+            "patch markers: answers on result events, kept by the run's state",
+            (PRICING,),
+            patched,
         ),
     )
 }
