@@ -20,6 +20,7 @@ from typer.testing import CliRunner, Result
 
 from cairn.cli import replay as replay_cli  # noqa: F401 - registers cairn replay
 from cairn.cli import timeline as timeline_cli  # noqa: F401 - registers cairn state
+from cairn.cli import versions as versions_cli  # noqa: F401 - registers cairn versions
 from cairn.cli.main import app
 from cairn.engine.patches import answers_in_flight
 from cairn.model.state import RunState
@@ -91,6 +92,12 @@ def test_old_and_new_runs_take_their_own_paths_and_replay_the_same(
     shown = command(cluster, "state", old)
     assert shown.exit_code == 0 and f"patches: {PATCH}=false" in shown.output, shown.output
     assert f"patches: {PATCH}=true" in command(cluster, "state", new).output
+    listed = command(cluster, "versions", WORKFLOW)  # what an operator reads before deleting
+    assert listed.exit_code == 0, listed.output
+    assert (
+        f"patch {PATCH}: 1 took the new path, 1 the old, 0 not asked yet — a run in flight "
+        "may still need the old path"
+    ) in " ".join(listed.output.split()), listed.output
 
     # Live forks: from each run's latest state, and from the old run before it asked.
     forks = {
@@ -115,6 +122,8 @@ def test_old_and_new_runs_take_their_own_paths_and_replay_the_same(
     assert state_of(cluster, old).vars["total"] == 2
     assert state_of(cluster, new).vars["total"] == 3
     assert answers_in_flight(orchestrator, WORKFLOW) == []
+    (drained,) = json.loads(command(cluster, "versions", WORKFLOW, "--json").stdout)
+    assert drained["in_flight"] == 0 and drained["versions"][0]["drained"]
 
     # Replayed on the code with the fix (this process's), every step is the same.
     monkeypatch.setenv(patch_handlers.FIX, "1")
