@@ -26,5 +26,5 @@ WorkflowQuery = Annotated[
 def list_versions(runtime: Runtime_, who: Reader, workflow: WorkflowQuery = None) -> VersionList:
     """The namespace's workflows, each version registered or still run: its runs in
     flight, how many of them wait, when the oldest was created, whether it is drained."""
-    shown = versions_of(runtime.store, who.namespace, workflow)
+    shown = versions_of(runtime.orchestrator, who.namespace, workflow)
     return VersionList.model_validate({"workflows": [w.to_dict() for w in shown]})

@@ -35,7 +35,7 @@ def versions(
 
         with deployment() as opened:
             where = namespace or remote.DEFAULT_NAMESPACE
-            shown = [w.to_dict() for w in versions_of(opened.orchestrator.store, where, workflow)]
+            shown = [w.to_dict() for w in versions_of(opened.orchestrator, where, workflow)]
     if as_json:
         print(json.dumps(shown, indent=2))
         return
@@ -47,6 +47,8 @@ def versions(
         out.print(f"{entry['workflow']}: {entry['in_flight']} run(s) in flight", markup=False)
         for version in entry["versions"]:
             out.print(f"  {_version_line(version, now)}", markup=False)
+            for patch in version.get("patches", ()):
+                out.print(f"    {_patch_line(patch)}", markup=False)
 
 
 def _version_line(version: dict[str, Any], now: float) -> str:
@@ -59,6 +61,19 @@ def _version_line(version: dict[str, Any], now: float) -> str:
         f"{head}  {version['in_flight']} in flight, {version['waiting']} waiting, "
         f"oldest started {oldest} ago"
     )
+
+
+def _patch_line(patch: dict[str, Any]) -> str:
+    counts = (
+        f"{patch['answered_true']} took the new path, {patch['answered_false']} the old, "
+        f"{patch['unanswered']} not asked yet"
+    )
+    verdict = (
+        "a run in flight may still need the old path"
+        if patch["needs_old_path"]
+        else "no run in flight needs the old path"
+    )
+    return f"patch {patch['patch']}: {counts} — {verdict}"
 
 
 def _ago(seconds: float) -> str:

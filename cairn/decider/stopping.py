@@ -272,6 +272,7 @@ class Stopping(Step):
         state.spent, state.budget = dict(target.spent), target.budget
         state.signals_seen = list(target.signals_seen)
         state.anomaly, state.anomalies = target.anomaly, list(target.anomalies)
+        state.patches = dict(target.patches)  # it passed the same points on the same code
         state.started_at = event.at
         self.still_since = target.updated_at
         for node in in_progress:

@@ -9,10 +9,11 @@ finished runs reads through it)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cairn.store.sql import Store
+from cairn.engine.orchestrator import Orchestrator
+from cairn.engine.patches import PatchInFlight, answers_in_flight
 from cairn.store.versions import InFlight, Registered
 
 
@@ -26,13 +27,25 @@ class VersionView:
     in_flight: int = 0
     waiting: int = 0
     oldest_at: float | None = None  # the oldest run in flight's creation (epoch seconds)
+    # The patch markers its runs in flight answered, and whether one still needs the old
+    # path (docs/versions.md#patch-markers).
+    patches: tuple[PatchInFlight, ...] = ()
 
     @property
     def drained(self) -> bool:
         return self.in_flight == 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "drained": self.drained}
+        return {
+            "version": self.version,
+            "registered_at": self.registered_at,
+            "newest": self.newest,
+            "in_flight": self.in_flight,
+            "waiting": self.waiting,
+            "oldest_at": self.oldest_at,
+            "drained": self.drained,
+            "patches": [patch.to_dict() for patch in self.patches],
+        }
 
 
 @dataclass(frozen=True)
@@ -55,14 +68,36 @@ class WorkflowVersions:
 
 
 def versions_of(
-    store: Store, namespace: str, workflow: str | None = None
+    orchestrator: Orchestrator, namespace: str, workflow: str | None = None
 ) -> list[WorkflowVersions]:
     """Every workflow ``namespace`` registered or runs (``workflow`` only, if given), each
-    with its versions and their runs in flight."""
-    with store.reading() as tx:
+    with its versions, their runs in flight and the patch markers those answered."""
+    with orchestrator.store.reading() as tx:
         registered = tx.registered_versions(namespace, workflow)
         in_flight = tx.in_flight_by_version(namespace, workflow)
-    return assemble(namespace, registered, in_flight)
+    shown = assemble(namespace, registered, in_flight)
+    return [_with_patches(orchestrator, namespace, entry) for entry in shown]
+
+
+def _with_patches(
+    orchestrator: Orchestrator, namespace: str, entry: WorkflowVersions
+) -> WorkflowVersions:
+    """The patch answers of each version with runs in flight (a workflow another namespace
+    shares is named ``owner/name``: its runs' answers are not read here)."""
+    if "/" in entry.workflow:
+        return entry
+    views = [
+        replace(
+            view,
+            patches=tuple(
+                answers_in_flight(orchestrator, entry.workflow, view.version, namespace=namespace)
+            ),
+        )
+        if view.in_flight
+        else view
+        for view in entry.versions
+    ]
+    return replace(entry, versions=views)
 
 
 def assemble(

@@ -196,6 +196,12 @@ class VersionInfo(Answer):
     waiting: int = Field(description="Of them, those waiting (a signal, a timer, a person).")
     oldest_at: float | None = Field(description="When the oldest run in flight was created.")
     drained: bool = Field(description="No run of it is in flight.")
+    patches: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Per patch marker its runs in flight answered: answered_true, "
+        "answered_false, unanswered, needs_old_path, old_path_runs "
+        "(docs/versions.md#patch-markers).",
+    )
 
 
 class WorkflowVersionsInfo(Answer):

@@ -46,23 +46,23 @@ def test_each_version_says_what_of_it_is_in_flight_and_the_newest_is_where_runs_
     assert theirs.registered_at is None and not theirs.newest and theirs.in_flight == 1
     assert shown["ship"].versions[0].to_dict() == {
         "version": 1, "registered_at": 5.0, "newest": True, "in_flight": 0, "waiting": 0,
-        "oldest_at": None, "drained": True,
+        "oldest_at": None, "drained": True, "patches": [],
     }  # fmt: skip
 
 
 def test_runs_in_flight_are_counted_per_version_and_finished_ones_are_not(runtime: Runtime) -> None:
-    before = _gate(versions_of(runtime.store, "default", "gate"))
+    before = _gate(versions_of(runtime.orchestrator, "default", "gate"))
     waiting = [waiting_run(runtime) for _ in range(2)]
     runtime.orchestrator.cancel(waiting[0], reason="no longer needed", actor="test")
     deadline = time.monotonic() + 20
     while not runtime.orchestrator.get_run(waiting[0]).status.terminal:
         assert time.monotonic() < deadline, "the cancelled run never ended"
         time.sleep(0.02)
-    after = _gate(versions_of(runtime.store, "default", "gate"))
+    after = _gate(versions_of(runtime.orchestrator, "default", "gate"))
     assert after["waiting"] == before["waiting"] + 1
     assert after["in_flight"] == before["in_flight"] + 1
     assert after["oldest_at"] is not None and after["newest"]
-    assert versions_of(runtime.store, "elsewhere", "gate") == []
+    assert versions_of(runtime.orchestrator, "elsewhere", "gate") == []
 
 
 def test_the_api_the_page_and_the_command_line_show_the_same(
