@@ -161,11 +161,11 @@ class StepSetup:
             "lease_trusted": partial(self.heartbeats.confirm, beat),
             "claim": None if own else claim,
         }
-        store, key, attempt = self.orchestrator.store, message.key, message.attempt
+        door, key, attempt = self.orchestrator.executions, message.key, message.attempt
         return Recorders(
-            Checkpoints(store, key, attempt, fence, policy=node.checkpoint, **common),
+            Checkpoints(door.checkpoints, key, attempt, fence, policy=node.checkpoint, **common),
             ModelCalls(
-                store,
+                door.model_calls,
                 key,
                 attempt,
                 fence,

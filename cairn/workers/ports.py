@@ -1,0 +1,60 @@
+"""The narrow parts of the engine a worker uses, as ports: each consumer is handed the
+one it needs, never the whole :class:`~cairn.engine.orchestrator.Orchestrator` to
+reach through for its store. The transactions behind them are the engine's to open
+(:mod:`cairn.engine.executions`, :mod:`cairn.engine.node_checkpoints`,
+:mod:`cairn.engine.code_faults`, :mod:`cairn.engine.outbox`): no worker module opens
+one (``tests/unit/test_worker_transactions.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from cairn.engine.executions import Begun, Skip
+from cairn.model.keys import Claim, ExecutionKey
+from cairn.model.messages import NodeMessage
+from cairn.store.records import CheckpointRecord, ExecutionClaim
+
+
+class ExecutionDoor(Protocol):
+    """A step's read, the database's clock, its claim and a takeover's count
+    (:class:`cairn.engine.executions.Executions`)."""
+
+    def begin(self, message: NodeMessage) -> Begun | Skip: ...
+    def now(self) -> float: ...
+    def claim(
+        self, key: ExecutionKey, attempt: int, fence: int, *, first: bool
+    ) -> ExecutionClaim | None: ...
+    def take_over(self, key: ExecutionKey, attempt: int) -> int | None: ...
+
+
+class CheckpointRecords(Protocol):
+    """An execution's checkpoints (:class:`cairn.engine.node_checkpoints.NodeCheckpoints`)."""
+
+    def save(
+        self,
+        key: ExecutionKey,
+        attempt: int,
+        fence: int,
+        context: Mapping[str, Any],
+        *,
+        base: int,
+        claim: Claim | None,
+    ) -> int | None: ...
+    def checkpoint_of(self, key: ExecutionKey) -> CheckpointRecord | None: ...
+    def drop(self, key: ExecutionKey) -> None: ...
+
+
+class CodeFaultRecords(Protocol):
+    """A worker's code faults (:class:`cairn.engine.code_faults.CodeFaultBook`)."""
+
+    def record(
+        self, workflow: str, version: int, worker: str, *, fault: str, seen: int
+    ) -> None: ...
+    def clear(self, workflow: str, version: int, worker: str) -> None: ...
+
+
+class HeldMessages(Protocol):
+    """Where a message for a paused queue goes back to (:class:`cairn.engine.outbox.Outbox`)."""
+
+    def hold(self, message: NodeMessage) -> None: ...
