@@ -14,6 +14,7 @@ Pure: the caller reads the live builds and the clock; this decides.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -28,6 +29,23 @@ class Versioning(StrEnum):
 # The separator of a build's own queue: ``cairn@1.4.0-3f2a9c01b2de``. ``@`` is no
 # character of a queue name (cairn.model.queues), so the two never collide.
 BUILD_QUEUE_SEPARATOR = "@"
+
+
+MAX_BUILD_ID = 64
+BUILD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+\-]*$")
+
+
+def build_id_problem(value: object) -> str | None:
+    """Why ``value`` is not a build id, or None if it is one: it names a broker queue
+    (``<queue>@<build>``), so it keeps to what a queue name may hold, and ``+``."""
+    if not isinstance(value, str) or not value or len(value) > MAX_BUILD_ID:
+        return f"a build id is a string of 1 to {MAX_BUILD_ID} characters, got {value!r}"
+    if not BUILD_ID.match(value):
+        return (
+            f"build id {value!r} may only hold letters, digits, '_', '-', '.' and '+', "
+            "and starts with a letter or a digit"
+        )
+    return None
 
 
 def build_queue(queue: str, build: str | None) -> str:
