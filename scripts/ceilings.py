@@ -30,7 +30,7 @@ KNOWN: dict[str, int] = {
     "cairn/engine/advance.py:Steps._start_child": 64,
     "cairn/engine/flow.py:FlowControl.submit_debounced": 62,
     "cairn/lease/rates.py:MemoryRates.take": 62,
-    "cairn/model/messages.py:NodeMessage.from_dict": 76,
+    "cairn/model/messages.py:NodeMessage.from_dict": 62,
     "cairn/store/steps.py:StepsTx.write_step": 65,
     "cairn/timetravel/replay_space.py:ReplaySpace.execute": 70,
     "cairn/workers/app.py:make_celery": 101,
