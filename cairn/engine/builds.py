@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -75,9 +75,7 @@ def _refs(value: object, seen: set[int]) -> Iterator[Ref]:
 def handler_modules(definitions: Iterable[WorkflowDefinition]) -> list[str]:
     """The modules the definitions' handlers, guards and compensations live in, sorted."""
     seen: set[int] = set()
-    return sorted(
-        {ref.path.partition(":")[0] for d in definitions for ref in _refs(d, seen)}
-    )
+    return sorted({ref.path.partition(":")[0] for d in definitions for ref in _refs(d, seen)})
 
 
 def source_digest(modules: Sequence[str]) -> str:
@@ -224,10 +222,14 @@ class Announcer:
         self.every_s = settings.build_announce_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.after_each: Callable[[], None] = lambda: None
 
     def announce(self) -> None:
-        with self.store.transaction() as tx:
-            tx.announce_build(self.build, self.workflows, self.compatible)
+        try:
+            with self.store.transaction() as tx:
+                tx.announce_build(self.build, self.workflows, self.compatible)
+        finally:
+            self.after_each()
 
     def start(self) -> Announcer:
         self._thread = threading.Thread(target=self._loop, name="cairn-build", daemon=True)

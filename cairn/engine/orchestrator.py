@@ -46,8 +46,7 @@ class Orchestrator:
         self.after_commit: list[AfterCommit] = []
         # What is paused, as this process sees it (cairn.engine.pauses).
         self.pause_book = PauseBook(store, settings.queue)
-        # The live builds and the runs' builds: where a node of a routed run goes.
-        self.builds = BuildBook(store, self.registry, settings)
+        self.builds = BuildBook(store, self.registry, settings)  # where routed nodes go
         self.outbox = Outbox(store, self._routed(publisher), held=self.pause_book.holds)
         self.webhooks = WebhookPolicy(settings)
         limit = settings.max_payload_bytes
@@ -81,7 +80,6 @@ class Orchestrator:
         self.cancel = requests.cancel
         self.rollback = requests.rollback
         self.rollback_plan = requests.rollback_plan
-
         self.load = reads.load
         self.get_run = reads.get_run
         self.waiting = reads.waiting

@@ -257,9 +257,7 @@ _ENUM_FIELDS: dict[str, type[StrEnum]] = {"phase": Phase, "error_class": ErrorCl
 # them reads the same in code from before they existed (a rolling upgrade's old workers).
 # Fields added since logs were first written: left out while unset, so that an event
 # without them is written as it always was (the golden logs hold them to that).
-_OMITTED_WHEN_UNSET = frozenset(
-    {"timings", "retry_after_s", "actor", "comment", "role", "build"}
-)
+_OMITTED_WHEN_UNSET = frozenset({"timings", "retry_after_s", "actor", "comment", "role", "build"})
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

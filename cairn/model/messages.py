@@ -168,9 +168,7 @@ def _optional_problems(data: Mapping[str, Any]) -> list[str]:
     """What is wrong with a message body's optional fields."""
     problems: list[str] = []
     outbox_id = data.get("outbox_id")
-    if outbox_id is not None and (
-        isinstance(outbox_id, bool) or not isinstance(outbox_id, int)
-    ):
+    if outbox_id is not None and (isinstance(outbox_id, bool) or not isinstance(outbox_id, int)):
         problems.append("outbox_id must be an integer")
     resumed = data.get("resumed", False)
     if not isinstance(resumed, bool):
@@ -195,4 +193,3 @@ def _optional_problems(data: Mapping[str, Any]) -> list[str]:
     if build is not None and (problem := build_id_problem(build)) is not None:
         problems.append(f"build: {problem}")
     return problems
-

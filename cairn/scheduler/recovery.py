@@ -83,6 +83,8 @@ class Recovery:
             if self.leases.held(lease):
                 continue  # a live worker holds it
             died = self.leases.beats([lease])[0] is not None
+            if not died and self._waits_for_build(execution):
+                continue  # no live worker of its run's build: it waits for one
             if not died and self._maybe_queued(execution, now):
                 # Its own queue's: a node waiting for the one GPU worker is not lost
                 # because the default queue is empty.
@@ -179,6 +181,16 @@ class Recovery:
             for e in stalled
             if e.run_id in pinned
         }
+
+    def _waits_for_build(self, execution: ExecutionRecord) -> bool:
+        """Its run is routed to a build no live worker runs (docs/versions.md): its
+        message waits in that build's queue, neither lost nor to be sent again."""
+        with self.orchestrator.store.reading() as tx:
+            pinned = tx.pinned_versions([execution.run_id])
+        if execution.run_id not in pinned:
+            return False
+        definition = self.orchestrator.registry.get(*pinned[execution.run_id])
+        return self.orchestrator.builds.waiting_for(execution.run_id, definition) is not None
 
     def _maybe_queued(self, execution: ExecutionRecord, now: float) -> bool:
         """Nobody has started it (no claim in PostgreSQL, no heartbeat record), and it

@@ -1,6 +1,6 @@
 """What the fleet reports about itself, as stored: the definitions a worker could not
-load (migration 0026), and the builds workers announce (0029). Declared on :data:`~cairn.store.schema.metadata`; that module
-imports this one last."""
+load (migration 0026), and the builds workers announce (0029). Declared on
+:data:`~cairn.store.schema.metadata`; that module imports this one last."""
 
 from __future__ import annotations
 
