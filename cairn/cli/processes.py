@@ -261,7 +261,11 @@ def _serve(runtime: Runtime) -> None:
             runtime.leases,
             runtime.settings.metrics_port,
             FleetCollector(
-                runtime.store, runtime.slots, circuits=runtime.circuits, rates=runtime.rates
+                runtime.store,
+                runtime.slots,
+                circuits=runtime.circuits,
+                rates=runtime.rates,
+                builds=runtime.orchestrator.builds,
             ),
             runtime.scheduler.metrics.registry,
         )

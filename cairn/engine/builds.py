@@ -32,6 +32,7 @@ from cairn.model.builds import LiveBuild, Versioning, route, starting_build, wai
 from cairn.model.builds import workflow_key as key_of
 from cairn.model.definition import Ref, WorkflowDefinition
 from cairn.model.messages import NodeMessage
+from cairn.model.statuses import RunStatus
 from cairn.store.sql import Store
 
 log = logging.getLogger(__name__)
@@ -183,6 +184,24 @@ class BuildBook:
         workflow = key_of(definition.qualified, definition.version)
         run_build = self.run_build(run_id, workflow, start=False)
         return waiting_for(definition.versioning, run_build, self.live(), workflow)
+
+    def waiting_runs(self) -> dict[tuple[str, str], int]:
+        """Unfinished runs waiting for a worker of a build, by (workflow ref, build): the
+        gauge ``cairn_runs_waiting_for_worker``."""
+        unfinished = [status.value for status in RunStatus if not status.terminal]
+        with self.store.reading() as tx:
+            counts = tx.runs_by_build(unfinished)
+        live = self.live()
+        waiting: dict[tuple[str, str], int] = {}
+        for (workflow, version, build), count in counts.items():
+            try:
+                versioning = self.registry.get(workflow, version).versioning
+            except CairnError:
+                continue
+            target = waiting_for(versioning, build, live, key_of(workflow, version))
+            if target is not None:
+                waiting[(workflow, target)] = waiting.get((workflow, target), 0) + count
+        return waiting
 
 
 class RoutingPublisher:

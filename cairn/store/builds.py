@@ -93,15 +93,16 @@ class BuildsTx(TxBase):
         )
         return self.run_build(run_id)
 
-    def runs_by_build(self, statuses: Sequence[str]) -> dict[tuple[str, str], int]:
-        """How many runs in ``statuses`` started on each build, by (workflow ref, build)."""
+    def runs_by_build(self, statuses: Sequence[str]) -> dict[tuple[str, int, str], int]:
+        """How many runs in ``statuses`` started on each build, by (workflow ref, version,
+        build)."""
         c = runs.c
         query = (
-            select(c.workflow_namespace, c.workflow, c.build, func.count())
+            select(c.workflow_namespace, c.workflow, c.version, c.build, func.count())
             .where(c.build.is_not(None), c.status.in_(list(statuses)))
-            .group_by(c.workflow_namespace, c.workflow, c.build)
+            .group_by(c.workflow_namespace, c.workflow, c.version, c.build)
         )
         return {
-            (qualified(ns, wf), build): int(count)
-            for ns, wf, build, count in self.connection.execute(query)
+            (qualified(ns, wf), int(version), build): int(count)
+            for ns, wf, version, build, count in self.connection.execute(query)
         }
