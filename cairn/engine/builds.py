@@ -233,7 +233,9 @@ class Announcer:
     thread of its own, until stopped. A failed announcement is logged and tried again
     at the next period: a build unannounced for a while only stops taking new runs."""
 
-    def __init__(self, store: Store, settings: Settings, build: str, workflows: Sequence[str]):
+    def __init__(
+        self, store: Store, settings: Settings, build: str, workflows: Sequence[str]
+    ) -> None:
         self.store = store
         self.build = build
         self.workflows = list(workflows)
