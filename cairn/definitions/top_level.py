@@ -90,12 +90,11 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
 
 def _versioning(reader: Reader, raw: object) -> Versioning:
     """Which build runs the workflow's nodes (docs/versions.md); ``any`` where faulty."""
-    try:
+    if isinstance(raw, str) and raw in {v.value for v in Versioning}:
         return Versioning(raw)
-    except ValueError:
-        choices = ", ".join(repr(v.value) for v in Versioning)
-        reader.fault("bad_versioning", f"'versioning' must be one of {choices}, got {raw!r}")
-        return Versioning.ANY
+    choices = ", ".join(repr(v.value) for v in Versioning)
+    reader.fault("bad_versioning", f"'versioning' must be one of {choices}, got {raw!r}")
+    return Versioning.ANY
 
 
 def _identity(reader: Reader, spec: Mapping[str, Any]) -> tuple[str, int, str]:
