@@ -63,12 +63,12 @@ def _live(client: Client) -> set[str]:
 
 def _waiting_metric(port: int, workflow: str, build: str) -> float | None:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    pattern = (
-        r'^cairn_runs_waiting_for_worker\{workflow="' + re.escape(workflow)
-        + r'",build="' + re.escape(build) + r'"\} (\S+)$'
-    )  # fmt: skip
-    found = re.search(pattern, text, re.MULTILINE)
-    return float(found.group(1)) if found else None
+    # Prometheus writes a sample's labels in its own order: match them as a set.
+    wanted = {f'workflow="{workflow}"', f'build="{build}"'}
+    for found in re.finditer(r"^cairn_runs_waiting_for_worker\{(.*)\} (\S+)$", text, re.M):
+        if set(found.group(1).split(",")) == wanted:
+            return float(found.group(2))
+    return None
 
 
 def test_pinned_runs_stay_on_their_build_auto_upgrade_runs_move_on(
