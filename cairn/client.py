@@ -26,11 +26,11 @@ from typing import Any
 from cairn.access.local import LocalWrites, db_principal
 from cairn.config import Settings
 from cairn.definitions.catalog import load_all
-from cairn.engine.awaiting import Awaiting
 from cairn.engine.batches import SubmitItem, Submitted
 from cairn.engine.reads import RunView
 from cairn.engine.schedules import Schedules
 from cairn.errors import CairnError
+from cairn.model.awaiting import Awaiting
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.flow import Debounce, Singleton
 from cairn.model.selection import RunFilter

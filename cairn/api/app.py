@@ -37,6 +37,7 @@ from cairn.api import (
     schedules,
     stream,
     timeline,
+    versions,
 )
 from cairn.api.access import AuditMiddleware
 from cairn.api.limits import BodyLimitMiddleware
@@ -101,7 +102,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     errors.install(app)
     for module in (runs, run_views, lineage, timeline, repair, bulk, admin, stream):
         app.include_router(module.router)
-    for module in (model_calls, schedules, pauses, definitions, fleet, migrations):
+    for module in (model_calls, schedules, pauses, definitions, fleet, migrations, versions):
         app.include_router(module.router)
     app.include_router(_operations())
     console.install(app, settings)  # the web console, under /console (docs/console.md)

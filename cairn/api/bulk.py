@@ -17,8 +17,8 @@ from cairn.api.models import Reason, RequestId
 from cairn.api.models import Request as Body
 from cairn.api.scope import ERRORS
 from cairn.api.selection import FilterBody
-from cairn.decider.step import RECOVERY_SIGNALS
 from cairn.http.models import BulkResult
+from cairn.model.awaiting import RECOVERY_SIGNALS
 from cairn.model.principals import Permission, Principal
 from cairn.operations.bulk import Bulk, BulkOutcome
 

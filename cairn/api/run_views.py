@@ -17,7 +17,7 @@ from cairn.api.redact import event_for, reason_for
 from cairn.api.scope import ERRORS, RunId, head_in, status_url, visible
 from cairn.api.selection import run_filter
 from cairn.decider.signal_received import may_decide
-from cairn.engine.awaiting import Awaiting, awaiting
+from cairn.engine.awaiting import awaiting
 from cairn.errors import RunNotFound
 from cairn.http.models import (
     ArtifactList,
@@ -31,6 +31,7 @@ from cairn.http.models import (
     WaitingList,
 )
 from cairn.lease.heartbeat import beat_view, run_beats
+from cairn.model.awaiting import Awaiting
 from cairn.model.definition import TaskNode
 from cairn.model.principals import Permission, Principal
 from cairn.model.selection import RunFilter, cursor_position, page_cursor

@@ -27,7 +27,6 @@ from cairn.api.models import (
     SubmitRequest,
 )
 from cairn.api.scope import ERRORS, RunId, head_in, status_url
-from cairn.decider.step import RECOVERY_SIGNALS
 from cairn.engine import batches
 from cairn.engine.batches import SubmitItem
 from cairn.errors import IdempotencyConflict, InvalidInput
@@ -39,6 +38,7 @@ from cairn.http.models import (
     SignalResult,
     Submitted,
 )
+from cairn.model.awaiting import RECOVERY_SIGNALS
 from cairn.model.flow import Debounce, Singleton
 from cairn.model.principals import Permission, Principal
 from cairn.model.workflow_names import WorkflowName

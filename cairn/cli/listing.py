@@ -25,7 +25,7 @@ from cairn.cli.options import (
 from cairn.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from cairn.engine.awaiting import Awaiting
+    pass
 
 PAGE_MAX = 500  # as GET /v1/runs
 REASON_WIDTH = 60
@@ -274,7 +274,8 @@ def waiting(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """List runs waiting for a person, longest waiting first, with what would answer."""
-    from cairn.observe.explain import describe
+    from cairn.model.awaiting import Awaiting
+    from cairn.observe.waits import describe
 
     if remote.active():
         remote.key_namespace(namespace)
@@ -291,14 +292,4 @@ def waiting(
         return
     now = time.time()
     for entry in shown:
-        out.print(f"{entry['run_id']}  {describe(_awaiting(entry), now)}", markup=False)
-
-
-def _awaiting(shown: dict[str, Any]) -> Awaiting:
-    """An :class:`Awaiting` again, from its JSON form."""
-    from cairn.engine.awaiting import Awaiting
-
-    fields = {name: value for name, value in shown.items() if name != "held"}
-    fields["signals"] = tuple(fields.get("signals") or ())
-    fields["approvers"] = tuple(fields.get("approvers") or ())
-    return Awaiting(**fields)
+        out.print(f"{entry['run_id']}  {describe(Awaiting.from_dict(entry), now)}", markup=False)

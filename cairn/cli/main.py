@@ -62,6 +62,7 @@ COMMAND_MODULES: Final = {
     "schedule": "schedules",
     "shares": "shares",
     "sla": "sla",
+    "versions": "versions",
     "history": "timeline",
     "state": "timeline",
     "diff": "timeline",

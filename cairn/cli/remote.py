@@ -51,13 +51,37 @@ def use_url(url: str) -> None:
     os.environ[URL_VARIABLE] = url
 
 
+# Modules the HTTP stack imports only to probe for them: httpcore looks for trio (which a
+# test or tool may have installed), httpx for its own command line's rich and click,
+# tenacity for tornado — a third of a remote command's start, for nothing the CLI's
+# blocking client uses.
+UNUSED_PROBES = ("trio", "httpx._main", "tornado")
+
+
 @contextmanager
 def api() -> Iterator[Client]:
     """The API client of one command, closed after it."""
-    from cairn.http import Client, RetryPolicy
+    with _not_probing(UNUSED_PROBES):
+        from cairn.http import Client, RetryPolicy
 
-    with Client(timeout_s=TIMEOUT_S, retry=RetryPolicy(attempts=ATTEMPTS)) as client:
+        client = Client(timeout_s=TIMEOUT_S, retry=RetryPolicy(attempts=ATTEMPTS))
+    with client:
         yield client
+
+
+@contextmanager
+def _not_probing(modules: tuple[str, ...]) -> Iterator[None]:
+    """While open, importing one of ``modules`` that is not loaded yet raises ImportError
+    (a ``None`` in ``sys.modules``, as Python documents); afterwards they import again."""
+    blocked = [name for name in modules if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name in blocked:
+            if sys.modules.get(name, ...) is None:
+                del sys.modules[name]
 
 
 def direct_only(command: str, why: str) -> None:

@@ -82,6 +82,9 @@ def state(
         out.print(f"messages: {len(found['messages'])}", markup=False)
     if found["spent"]:
         out.print(f"spent: {json.dumps(found['spent'])}", markup=False)
+    if found.get("patches"):  # the run's answers to ctx.patched
+        answers = ", ".join(f"{p}={str(a).lower()}" for p, a in sorted(found["patches"].items()))
+        out.print(f"patches: {answers}", markup=False, soft_wrap=True)
     if found["reason"]:
         out.print(f"reason: {found['reason']}", markup=False, soft_wrap=True)
 

@@ -1,6 +1,7 @@
 """The fleet page (what the workers do: the workers and their heartbeats, the queues'
 depths, the stalled executions; what they share: concurrency pools, rate buckets,
-circuits; what is paused; the schedules, with pause and resume) and the audit log (admins). Read
+circuits; what is paused; the schedules, with pause and resume), the workflows' versions
+and what of each is in flight, and the audit log (admins). Read
 and acted on through the API's own functions, as the signed-in principal."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from cairn.api import admin, fleet, pauses, schedules
+from cairn.api import admin, fleet, pauses, schedules, versions
 from cairn.console.web import PREFIX, ConsoleRoute, Form, Runtime_, Who, as_api, render, see_other
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute)
@@ -34,6 +35,13 @@ def fleet_page(request: Request, runtime: Runtime_, who: Who) -> Response:
         schedules=schedules.list_schedules(runtime, who).schedules,
         now=time.time(),
     )
+
+
+@router.get("/versions", response_class=HTMLResponse)
+def versions_page(request: Request, runtime: Runtime_, who: Who) -> Response:
+    """Which versions still have runs in flight, and which are drained."""
+    shown = versions.list_versions(runtime, who).workflows
+    return render(request, "versions.html", workflows=shown)
 
 
 @router.post("/schedules/{name}/pause")

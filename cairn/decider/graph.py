@@ -49,6 +49,7 @@ from cairn.model.events import (
     SignalReceived,
     TimerFired,
 )
+from cairn.model.patches import with_answers
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 
@@ -78,6 +79,9 @@ def decide(definition: WorkflowDefinition, state: RunState, event: Event) -> Dec
     ignored = handler(step, event)
     if ignored is not None:
         return Decision(state=state, ignored=ignored)
+    if isinstance(event, NodeSucceeded | NodeFailed) and event.patches:
+        # What the step was told by ctx.patched is the run's answer from now on.
+        step.state.patches = with_answers(step.state.patches, event.patches)
     if step.state.waits and step.state.status in (RunStatus.RUNNING, RunStatus.WAITING):
         step.settle_waiting()  # (runs only with a wait open: as before, for the rest)
     if step.state.status.terminal and not state.status.terminal and state.parent:

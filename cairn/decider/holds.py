@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
-from cairn.decider.step import OPERATOR, RECOVERY_SIGNALS, Step, Transition
+from cairn.decider.step import OPERATOR, Step, Transition
 from cairn.errors import EventRejected, NotWaiting, UnknownSignal
+from cairn.model.awaiting import RECOVERY_SIGNALS
 from cairn.model.commands import Dispatch, HoldExecution, SettleExecution
-from cairn.model.definition import ErrorClass
+from cairn.model.definition import AnyNode, ErrorClass
 from cairn.model.events import (
     NodeFailed,
     NodeHeld,
@@ -18,6 +20,7 @@ from cairn.model.events import (
     PlanInvalidated,
     SignalReceived,
 )
+from cairn.model.state import NodeState
 from cairn.model.statuses import NodeStatus, RunStatus
 
 
@@ -51,6 +54,22 @@ class Holds(Step):
     def resolve_hold(self, event: SignalReceived) -> str | None:
         """An operator's decision about a held execution: run it again (a new attempt),
         or settle it as having succeeded (with the output they vouch for) or failed."""
+        current, phase = self.held_execution(event)
+        payload = dict(event.payload or {})
+        output = payload.get("output", {})
+        if not isinstance(output, Mapping):
+            raise EventRejected("recovery.complete takes the node's output as a JSON object")
+        if event.signal_id:
+            self.state.signals_seen.append(event.signal_id)
+        node = self.definition.nodes[current.node]
+        self.transitions.append(Transition(OPERATOR, event.name, node.id))
+        if event.name == "recovery.retry":
+            self.retry_held(node, current, phase)
+            return None
+        return self.settle_held(event, node, current, phase, output)
+
+    def held_execution(self, event: SignalReceived) -> tuple[NodeState, Phase]:
+        """The one held execution a recovery signal decides on, or why it is refused."""
         state = self.state
         if event.name not in RECOVERY_SIGNALS:
             raise UnknownSignal(
@@ -71,34 +90,36 @@ class Holds(Step):
         if len(held) > 1:
             names = sorted(f"{current.node}#{current.iteration}" for current, _ in held)
             raise EventRejected(f"several nodes are held ({names}): name the one to decide on")
-        current, phase = held[0]
-        payload = dict(event.payload or {})
-        output = payload.get("output", {})
-        if not isinstance(output, Mapping):
-            raise EventRejected("recovery.complete takes the node's output as a JSON object")
-        if event.signal_id:
-            state.signals_seen.append(event.signal_id)
-        node = self.definition.nodes[current.node]
-        self.transitions.append(Transition(OPERATOR, event.name, node.id))
-        if event.name == "recovery.retry":
-            attempt = current.attempt + 1
-            if phase is Phase.COMPENSATE:
-                self.set_compensation(
-                    self.moved(current, NodeStatus.SCHEDULED, attempt=attempt, error=None)
-                )
-                self.commands.append(
-                    Dispatch(node.id, current.iteration, attempt, phase, resumed=True)
-                )
-            else:
-                self.schedule(node, current.iteration, attempt, current, resumed=True)
-            self.resume_run()
-            return None
+        return held[0]
+
+    def retry_held(self, node: AnyNode, current: NodeState, phase: Phase) -> None:
+        """``recovery.retry``: a new attempt of the held execution, in its own phase."""
+        attempt = current.attempt + 1
+        if phase is Phase.COMPENSATE:
+            self.set_compensation(
+                self.moved(current, NodeStatus.SCHEDULED, attempt=attempt, error=None)
+            )
+            self.commands.append(Dispatch(node.id, current.iteration, attempt, phase, resumed=True))
+        else:
+            self.schedule(node, current.iteration, attempt, current, resumed=True)
+        self.resume_run()
+
+    def settle_held(
+        self,
+        event: SignalReceived,
+        node: AnyNode,
+        current: NodeState,
+        phase: Phase,
+        output: Mapping[str, Any],
+    ) -> str | None:
+        """``recovery.complete`` or ``recovery.fail``: the held execution's outcome as the
+        operator vouches for it."""
         # Settled by the operator: the execution ends as if its worker had reported it.
         running = self.moved(current, NodeStatus.RUNNING, error=None)
         if phase is Phase.COMPENSATE:
             self.set_compensation(running)
         else:
-            state.nodes[current.node] = running
+            self.state.nodes[current.node] = running
         self.resume_run()
         iteration, attempt = current.iteration, current.attempt
         if event.name == "recovery.complete":
@@ -108,6 +129,7 @@ class Holds(Step):
             return self.node_succeeded(
                 NodeSucceeded(event.at, node.id, iteration, attempt, output, phase)
             )
+        payload = event.payload or {}
         reason = str(payload.get("reason") or "failed by an operator after its worker was lost")
         self.commands.append(
             SettleExecution(node.id, iteration, phase, NodeStatus.FAILED, error=reason)

@@ -207,63 +207,84 @@ class Moves(Watch, Holds, Stopping, Joins, Step):
         if self.anomaly_diverted(node_id):
             return
         if isinstance(node, EndNode):
-            self.transitions.append(Transition(node_id, "end", outcome_node(node.status)))
-            if node.status is RunStatus.FAILED:
-                self.fail_run(f"reached end node {node_id!r}")
-            else:
-                self.finish(
-                    node.status,
-                    None if node.status is RunStatus.SUCCEEDED else f"reached end node {node_id!r}",
-                )
+            self.enter_end(node)
         elif isinstance(node, WaitNode):
-            assert node.timeout is not None
-            state.nodes[node_id] = NodeState(node_id, visits, NodeStatus.WAITING, first_at=self.at)
+            self.enter_wait(node, visits)
+        elif isinstance(node, ParallelNode):
+            self.enter_parallel(node, visits)
+        else:
+            self.enter_task(node, visits)
+
+    def enter_end(self, node: EndNode) -> None:
+        """An end node: the run finishes with the status it names."""
+        node_id = node.id
+        self.transitions.append(Transition(node_id, "end", outcome_node(node.status)))
+        if node.status is RunStatus.FAILED:
+            self.fail_run(f"reached end node {node_id!r}")
+        else:
+            self.finish(
+                node.status,
+                None if node.status is RunStatus.SUCCEEDED else f"reached end node {node_id!r}",
+            )
+
+    def enter_wait(self, node: WaitNode, visits: int) -> None:
+        """A wait node: the run waits for its signal, against the node's timeout."""
+        node_id = node.id
+        assert node.timeout is not None
+        self.state.nodes[node_id] = NodeState(node_id, visits, NodeStatus.WAITING, first_at=self.at)
+        self.arm(
+            TimerState(
+                timer_id(TimerKind.WAIT, node_id, visits),
+                TimerKind.WAIT,
+                self.at + node.timeout.total_seconds(),
+                node_id,
+                visits,
+            )
+        )
+        self.set_run(RunStatus.WAITING)
+        self.open_wait(node, self.state.nodes[node_id])
+
+    def enter_parallel(self, node: ParallelNode, visits: int) -> None:
+        """A fan-out: its join is opened (with its timeout, if any), then each branch is
+        entered while the run still moves."""
+        definition, state = self.definition, self.state
+        node_id = node.id
+        self.set_run(RunStatus.RUNNING)
+        state.nodes[node_id] = NodeState(
+            node_id, visits, NodeStatus.RUNNING, first_at=self.at, dispatched=False
+        )
+        state.joins[node_id] = JoinState(
+            node_id,
+            visits,
+            dict.fromkeys(node.branches, BranchOutcome.PENDING),
+            allowances=branch_allowances(definition, state, node),
+        )
+        if node.join.timeout is not None:
             self.arm(
                 TimerState(
-                    timer_id(TimerKind.WAIT, node_id, visits),
-                    TimerKind.WAIT,
-                    self.at + node.timeout.total_seconds(),
+                    timer_id(TimerKind.JOIN_TIMEOUT, node_id, visits),
+                    TimerKind.JOIN_TIMEOUT,
+                    self.at + node.join.timeout.total_seconds(),
                     node_id,
                     visits,
                 )
             )
-            self.set_run(RunStatus.WAITING)
-            self.open_wait(node, state.nodes[node_id])
-        elif isinstance(node, ParallelNode):
-            self.set_run(RunStatus.RUNNING)
-            state.nodes[node_id] = NodeState(
-                node_id, visits, NodeStatus.RUNNING, first_at=self.at, dispatched=False
-            )
-            state.joins[node_id] = JoinState(
-                node_id,
-                visits,
-                dict.fromkeys(node.branches, BranchOutcome.PENDING),
-                allowances=branch_allowances(definition, state, node),
-            )
-            if node.join.timeout is not None:
-                self.arm(
-                    TimerState(
-                        timer_id(TimerKind.JOIN_TIMEOUT, node_id, visits),
-                        TimerKind.JOIN_TIMEOUT,
-                        self.at + node.join.timeout.total_seconds(),
-                        node_id,
-                        visits,
-                    )
-                )
-            for branch in node.branches:
-                if not self.moving:
-                    break
-                self.enter(branch, node_id, "fan_out")
-            if self.moving:
-                self.settle_waiting()
-        else:
-            self.set_run(RunStatus.RUNNING)
-            if node.handler is not None or node.child is not None:
-                self.schedule(node, visits, 1, None)
-            else:  # a pure decision node: no work to dispatch, follow the edge now
-                current = NodeState(node_id, visits, NodeStatus.SCHEDULED, first_at=self.at)
-                state.nodes[node_id] = current
-                self.follow(node, current, {})
+        for branch in node.branches:
+            if not self.moving:
+                break
+            self.enter(branch, node_id, "fan_out")
+        if self.moving:
+            self.settle_waiting()
+
+    def enter_task(self, node: TaskNode, visits: int) -> None:
+        """A task: its work (a handler or a child run) is scheduled, its first attempt."""
+        self.set_run(RunStatus.RUNNING)
+        if node.handler is not None or node.child is not None:
+            self.schedule(node, visits, 1, None)
+        else:  # a pure decision node: no work to dispatch, follow the edge now
+            current = NodeState(node.id, visits, NodeStatus.SCHEDULED, first_at=self.at)
+            self.state.nodes[node.id] = current
+            self.follow(node, current, {})
 
     def open_wait(self, node: WaitNode, waiting: NodeState) -> None:
         """A wait just opened: the signal kept for it (``accept_early``), if any, decides

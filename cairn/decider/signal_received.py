@@ -27,8 +27,8 @@ from functools import cache
 from typing import TYPE_CHECKING, NoReturn
 
 from cairn.decider.moves import Moves
-from cairn.decider.step import RECOVERY_PREFIX
 from cairn.errors import EventRejected, Forbidden, InvalidInput, NotWaiting, UnknownSignal
+from cairn.model.awaiting import RECOVERY_PREFIX
 from cairn.model.definition import WaitNode
 from cairn.model.events import SignalReceived
 from cairn.model.state import NodeState

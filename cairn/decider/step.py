@@ -40,10 +40,6 @@ OPERATOR = "(operator)"  # who decides about a held node
 REWIND = "(rewind)"  # where a rollback to a checkpoint resumes the run from
 FORK = "(fork)"  # where a forked run resumes its parent's checkpoint from
 DECISIONS_KEY = "decisions"  # state field where wait decisions (signal, payload, actor) land
-# An operator's decision about a held node (see NodeHeld). The prefix is reserved: no
-# wait node may declare a signal of that name.
-RECOVERY_PREFIX = "recovery."
-RECOVERY_SIGNALS = ("recovery.retry", "recovery.complete", "recovery.fail")
 
 
 def outcome_node(status: RunStatus) -> str:

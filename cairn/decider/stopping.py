@@ -20,7 +20,7 @@ from cairn.decider.step import (
 )
 from cairn.errors import EventRejected, IllegalTransition
 from cairn.model.commands import CancelNode, DetachNode, Dispatch, FinishRun, HoldExecution
-from cairn.model.definition import ErrorClass
+from cairn.model.definition import ErrorClass, RetryPolicy
 from cairn.model.events import (
     CancelRequested,
     NodeFailed,
@@ -272,6 +272,7 @@ class Stopping(Step):
         state.spent, state.budget = dict(target.spent), target.budget
         state.signals_seen = list(target.signals_seen)
         state.anomaly, state.anomalies = target.anomaly, list(target.anomalies)
+        state.patches = dict(target.patches)  # it passed the same points on the same code
         state.started_at = event.at
         self.still_since = target.updated_at
         for node in in_progress:
@@ -331,53 +332,11 @@ class Stopping(Step):
             return found
         compensation, current = found
         policy = self.definition.nodes[event.node].retry
-        if settled:
-            pass
-        elif event.error_class is ErrorClass.TRANSIENT and current.attempt < policy.attempts:
-            retrying = replace(
-                current,
-                status=advance_node(self.subject(current), current.status, NodeStatus.RETRYING),
-                error_class=event.error_class.value,
-                error=event.message,
-            )
-            self.state.compensation = replace(compensation, current=retrying)
-            delay = retry_delay_s(
-                policy,
-                self.state.run_id,
-                f"{event.node}:compensate",
-                current.iteration,
-                current.attempt,
-            )
-            self.arm(
-                TimerState(
-                    timer_id(
-                        TimerKind.COMPENSATION_RETRY,
-                        event.node,
-                        current.iteration,
-                        current.attempt,
-                    ),
-                    TimerKind.COMPENSATION_RETRY,
-                    self.at + delay,
-                    event.node,
-                    current.iteration,
-                    current.attempt,
-                )
-            )
-            return None
-        else:
-            reason = (
-                f"compensation failed ({event.error_class.value}: {event.message}) and "
-                "its retries are exhausted"
-            )
-            self.set_compensation(
-                self.moved(
-                    current, NodeStatus.HELD, error_class=event.error_class.value, error=reason
-                )
-            )
-            self.commands.append(
-                HoldExecution(event.node, event.iteration, event.attempt, Phase.COMPENSATE)
-            )
-            self.transitions.append(Transition(event.node, "held", OPERATOR))
+        if not settled:
+            if event.error_class is ErrorClass.TRANSIENT and current.attempt < policy.attempts:
+                self.retry_compensation(event, compensation, current, policy)
+            else:
+                self.hold_compensation(event, current)
             return None
         advance_node(self.subject(current), current.status, NodeStatus.FAILED)
         self.state.compensation = None
@@ -388,6 +347,59 @@ class Stopping(Step):
             f"Original failure: {compensation.reason}",
         )
         return None
+
+    def retry_compensation(
+        self,
+        event: NodeFailed,
+        compensation: Compensation,
+        current: NodeState,
+        policy: RetryPolicy,
+    ) -> None:
+        """A transient failure with attempts left: the compensation retries after the
+        policy's delay."""
+        retrying = replace(
+            current,
+            status=advance_node(self.subject(current), current.status, NodeStatus.RETRYING),
+            error_class=event.error_class.value,
+            error=event.message,
+        )
+        self.state.compensation = replace(compensation, current=retrying)
+        delay = retry_delay_s(
+            policy,
+            self.state.run_id,
+            f"{event.node}:compensate",
+            current.iteration,
+            current.attempt,
+        )
+        self.arm(
+            TimerState(
+                timer_id(
+                    TimerKind.COMPENSATION_RETRY,
+                    event.node,
+                    current.iteration,
+                    current.attempt,
+                ),
+                TimerKind.COMPENSATION_RETRY,
+                self.at + delay,
+                event.node,
+                current.iteration,
+                current.attempt,
+            )
+        )
+
+    def hold_compensation(self, event: NodeFailed, current: NodeState) -> None:
+        """A compensation that failed for good: held for an operator to decide."""
+        reason = (
+            f"compensation failed ({event.error_class.value}: {event.message}) and "
+            "its retries are exhausted"
+        )
+        self.set_compensation(
+            self.moved(current, NodeStatus.HELD, error_class=event.error_class.value, error=reason)
+        )
+        self.commands.append(
+            HoldExecution(event.node, event.iteration, event.attempt, Phase.COMPENSATE)
+        )
+        self.transitions.append(Transition(event.node, "held", OPERATOR))
 
     def compensation_retry_due(self) -> None:
         compensation = self.state.compensation

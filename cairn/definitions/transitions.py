@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cairn.decider.anomaly import watched
-from cairn.decider.step import FORK, OPERATOR, RECOVERY_SIGNALS, REWIND, START, outcome_node
+from cairn.decider.step import FORK, OPERATOR, REWIND, START, outcome_node
+from cairn.model.awaiting import RECOVERY_SIGNALS
 from cairn.model.definition import (
     AnomalyKind,
     AnomalyPolicy,
@@ -42,66 +43,87 @@ class TransitionRow:
 
 def transition_table(definition: WorkflowDefinition) -> list[TransitionRow]:
     rows = [TransitionRow(START, "started", "", definition.start)]
-    failed = outcome_node(RunStatus.FAILED)
     for node_id, node in definition.nodes.items():
-        parent = definition.branch_parents.get(node_id)
-        if isinstance(node, EndNode):
-            rows.append(TransitionRow(node_id, "end", "", outcome_node(node.status)))
-            continue
-        if isinstance(node, TaskNode):
-            rows.extend(_task_rows(node))
-        elif isinstance(node, WaitNode):
-            for name, target in node.signals.items():
-                rows.append(TransitionRow(node_id, f"signal:{name}", "", target))
-            timeout = format_duration(node.timeout) if node.timeout else "?"
-            rows.append(
-                TransitionRow(node_id, "timeout", f"no decision within {timeout}", node.on_timeout)
+        rows.extend(_node_rows(definition, node_id, node))
+    rows.extend(_run_rows(definition))
+    return rows
+
+
+def _node_rows(definition: WorkflowDefinition, node_id: str, node: AnyNode) -> list[TransitionRow]:
+    """Every move out of one node: by its kind, on failure, past its visits, into its
+    compensation, to and from an operator, and on an anomaly."""
+    if isinstance(node, EndNode):
+        return [TransitionRow(node_id, "end", "", outcome_node(node.status))]
+    rows = []
+    if isinstance(node, TaskNode):
+        rows.extend(_task_rows(node))
+    elif isinstance(node, WaitNode):
+        rows.extend(_wait_rows(node))
+    elif isinstance(node, ParallelNode):
+        rows.extend(_parallel_rows(node))
+    rows.extend(_failure_rows(definition, node_id, node))
+    limit = definition.visit_limit(node_id)
+    if limit is not None:
+        rows.append(
+            TransitionRow(
+                node_id, "visits_exceeded", f"visit > {limit}", outcome_node(RunStatus.FAILED)
             )
-        elif isinstance(node, ParallelNode):
-            for branch in node.branches:
-                rows.append(TransitionRow(node_id, "fan_out", "", branch))
-            rows.append(TransitionRow(node_id, "joined", _join_guard(node), node.next))
-        # A task's timeout is a transient failure: say so where it leads.
-        failure = (
-            f"transient failure or timed out after {format_duration(node.timeout)}"
-            if isinstance(node, TaskNode) and node.timeout is not None
-            else ""
         )
-        if node.retry.attempts > 1:
-            failure = failure or "transient failure"
+    if node.compensate is not None:
+        rows.append(
+            TransitionRow(
+                node_id, "compensate", "a later step failed the run", f"{node.compensate.path}"
+            )
+        )
+    rows.extend(_hold_rows(node))
+    rows.extend(_anomaly_rows(definition, node_id))
+    return rows
+
+
+def _failure_rows(
+    definition: WorkflowDefinition, node_id: str, node: AnyNode
+) -> list[TransitionRow]:
+    """Where a failed node goes: a retry while attempts are left, then its parent's join
+    (in a branch) or its ``on_error`` target by error class (the run's failure unless
+    named). A wait node does not fail: its timeout is one of its own moves."""
+    rows = []
+    failed = outcome_node(RunStatus.FAILED)
+    # A task's timeout is a transient failure: say so where it leads.
+    failure = (
+        f"transient failure or timed out after {format_duration(node.timeout)}"
+        if isinstance(node, TaskNode) and node.timeout is not None
+        else ""
+    )
+    if node.retry.attempts > 1:
+        failure = failure or "transient failure"
+        rows.append(
+            TransitionRow(node_id, "retry", f"{failure}, attempt < {node.retry.attempts}", node_id)
+        )
+    parent = definition.branch_parents.get(node_id)
+    if parent is not None:
+        rows.append(TransitionRow(node_id, "branch_succeeded", "", parent))
+        rows.append(TransitionRow(node_id, "branch_failed", "", parent))
+    elif not isinstance(node, WaitNode):
+        classes = [ErrorClass.PERMANENT] if isinstance(node, ParallelNode) else list(ErrorClass)
+        for error_class in classes:
+            guard = ""
+            if error_class is ErrorClass.TRANSIENT:
+                guard = "retries exhausted" if node.retry.attempts > 1 else failure
             rows.append(
                 TransitionRow(
-                    node_id, "retry", f"{failure}, attempt < {node.retry.attempts}", node_id
+                    node_id,
+                    f"failed:{error_class.value}",
+                    guard,
+                    node.on_error.get(error_class, failed),
                 )
             )
-        if parent is not None:
-            rows.append(TransitionRow(node_id, "branch_succeeded", "", parent))
-            rows.append(TransitionRow(node_id, "branch_failed", "", parent))
-        elif not isinstance(node, WaitNode):
-            classes = [ErrorClass.PERMANENT] if isinstance(node, ParallelNode) else list(ErrorClass)
-            for error_class in classes:
-                guard = ""
-                if error_class is ErrorClass.TRANSIENT:
-                    guard = "retries exhausted" if node.retry.attempts > 1 else failure
-                rows.append(
-                    TransitionRow(
-                        node_id,
-                        f"failed:{error_class.value}",
-                        guard,
-                        node.on_error.get(error_class, failed),
-                    )
-                )
-        limit = definition.visit_limit(node_id)
-        if limit is not None:
-            rows.append(TransitionRow(node_id, "visits_exceeded", f"visit > {limit}", failed))
-        if node.compensate is not None:
-            rows.append(
-                TransitionRow(
-                    node_id, "compensate", "a later step failed the run", f"{node.compensate.path}"
-                )
-            )
-        rows.extend(_hold_rows(node))
-        rows.extend(_anomaly_rows(definition, node_id))
+    return rows
+
+
+def _run_rows(definition: WorkflowDefinition) -> list[TransitionRow]:
+    """The moves of the whole run, from any node (``*``): re-planning, cancelling, rolling
+    back; and where a rewind or a fork starts again."""
+    rows = []
     if definition.on_resume is not None:
         rows.append(
             TransitionRow(
@@ -215,6 +237,22 @@ def _task_rows(node: TaskNode) -> list[TransitionRow]:
                 node.route.default,
             )
         )
+    return rows
+
+
+def _wait_rows(node: WaitNode) -> list[TransitionRow]:
+    rows = [
+        TransitionRow(node.id, f"signal:{name}", "", target)
+        for name, target in node.signals.items()
+    ]
+    timeout = format_duration(node.timeout) if node.timeout else "?"
+    rows.append(TransitionRow(node.id, "timeout", f"no decision within {timeout}", node.on_timeout))
+    return rows
+
+
+def _parallel_rows(node: ParallelNode) -> list[TransitionRow]:
+    rows = [TransitionRow(node.id, "fan_out", "", branch) for branch in node.branches]
+    rows.append(TransitionRow(node.id, "joined", _join_guard(node), node.next))
     return rows
 
 

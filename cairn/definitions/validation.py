@@ -10,8 +10,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 
 from cairn.decider.anomaly import watched
-from cairn.decider.step import RECOVERY_PREFIX
 from cairn.errors import DefinitionFault
+from cairn.model.awaiting import RECOVERY_PREFIX
 from cairn.model.definition import (
     BRANCH_OUTCOMES,
     EndNode,

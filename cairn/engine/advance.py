@@ -23,7 +23,7 @@ from cairn.decider import Decision
 from cairn.decider.children import child_run_id
 from cairn.engine.heads import RunHeads
 from cairn.engine.hooks import AfterCommit, log_finish, tell
-from cairn.engine.inputs import check_input, new_run
+from cairn.engine.inputs import check_input, child_link, child_refused, new_run
 from cairn.engine.outbox import Outbox, with_outbox_ids
 from cairn.engine.plan import Plan, Planner, result_values
 from cairn.engine.reads import AUDIT_ONLY, Reads, Restored, restore
@@ -41,7 +41,6 @@ from cairn.model.commands import (
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import (
     CancelRequested,
-    ChildFinished,
     Event,
     Phase,
     RunStarted,
@@ -53,7 +52,7 @@ from cairn.model.keys import ExecutionKey
 from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome, StepWrites
 from cairn.model.state import RunState
-from cairn.model.statuses import NodeStatus, RunStatus, stopped_execution
+from cairn.model.statuses import NodeStatus, stopped_execution
 from cairn.store.records import RunRecord, from_epoch, utcnow
 from cairn.store.sql import Store, Tx
 
@@ -533,38 +532,12 @@ class Steps:
         """Insert the child run and take its first step, in the parent's transaction.
         Its id derives from the parent execution: started twice is started once."""
         at = at if at is not None else utcnow().timestamp()
-        link = {
-            "run_id": parent.id,
-            "node": command.node,
-            "iteration": command.iteration,
-            "attempt": command.attempt,
-            "correlation_id": command.correlation_id,
-            "depth": command.depth,
-        }
-        refused: str | None = None
-        try:
-            # Named by the parent's definition: within the namespace that owns it.
-            definition = self.registry.resolve_for(
-                parent.workflow_namespace, command.workflow, command.version, tx
-            )
-            payload = check_input(
-                definition, command.input, limit_bytes=self.planner.settings.max_payload_bytes
-            )
-        except (UnknownWorkflow, InvalidInput) as exc:
-            refused = str(exc)
-        if refused is not None:  # the parent's node fails; nothing else can be done here
-            finished = ChildFinished(
-                at=at,
-                node=command.node,
-                iteration=command.iteration,
-                attempt=command.attempt,
-                child_run_id=command.run_id,
-                correlation_id=command.correlation_id,
-                status=RunStatus.FAILED.value,
-                reason=f"the child run could not start: {refused}",
-            )
-            advanced.posted.append((tx.post(parent.id, event_to_dict(finished)), parent.id))
+        resolved = self._child_definition(tx, parent, command)
+        if isinstance(resolved, str):  # the parent's node fails; nothing else can be done here
+            refused = child_refused(command, at, resolved)
+            advanced.posted.append((tx.post(parent.id, event_to_dict(refused)), parent.id))
             return
+        definition, payload = resolved
         values = new_run(
             command.run_id, parent.namespace, definition, payload, request_id=None, at=at
         )
@@ -581,7 +554,7 @@ class Steps:
         started = RunStarted(
             at=at,
             input=payload,
-            parent=link,
+            parent=child_link(parent.id, command),
             budget=command.budget,
             actor=f"system:run/{parent.id}",
         )
@@ -591,3 +564,19 @@ class Steps:
         )
         advanced.messages.extend(child.messages)
         advanced.posted.extend(child.posted)
+
+    def _child_definition(
+        self, tx: Tx, parent: Any, command: StartChild
+    ) -> tuple[WorkflowDefinition, dict[str, Any]] | str:
+        """The child's definition and its checked input, or why the child cannot start."""
+        try:
+            # Named by the parent's definition: within the namespace that owns it.
+            definition = self.registry.resolve_for(
+                parent.workflow_namespace, command.workflow, command.version, tx
+            )
+            payload = check_input(
+                definition, command.input, limit_bytes=self.planner.settings.max_payload_bytes
+            )
+        except (UnknownWorkflow, InvalidInput) as exc:
+            return str(exc)
+        return definition, payload

@@ -3,48 +3,13 @@ about a held execution — the read model behind ``cairn waiting`` and the API's
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cairn.decider.step import RECOVERY_SIGNALS
+from cairn.model.awaiting import RECOVERY_SIGNALS, Awaiting
 from cairn.model.definition import WaitNode, WorkflowDefinition
 from cairn.model.events import Phase
 from cairn.model.state import RunState, TimerKind
 from cairn.model.statuses import NodeStatus
-
-
-@dataclass(frozen=True)
-class Awaiting:
-    """One execution that waits for a person: a wait node's signal, or an operator's
-    decision about a held node."""
-
-    run_id: str
-    node: str
-    iteration: int
-    phase: str
-    signals: tuple[str, ...]  # what would answer it
-    since: float  # epoch seconds
-    times_out_at: float | None = None
-    reason: str | None = None  # why a held node is held
-    # Who may decide it, how many must agree, the votes so far (signal -> actors).
-    approvers: tuple[str, ...] = ()
-    quorum: int = 1
-    votes: dict[str, list[str]] = field(default_factory=dict)
-    # What the wait shows whoever decides it: the state fields it names, the last
-    # messages, the budget spent (see :func:`context_of`); None: it names none.
-    context: dict[str, Any] | None = None
-
-    @property
-    def held(self) -> bool:
-        return self.signals == RECOVERY_SIGNALS
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **asdict(self),
-            "signals": list(self.signals),
-            "approvers": list(self.approvers),
-            "held": self.held,
-        }
 
 
 def awaiting(definition: WorkflowDefinition, state: RunState) -> list[Awaiting]:

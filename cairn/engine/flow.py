@@ -193,17 +193,7 @@ class FlowControl:
             with self.store.transaction() as tx:
                 now = tx.now()
                 run_id = str(uuid.uuid4())
-                deadline = None if debounce.max_wait_s is None else now + debounce.max_wait_s
-                window = {
-                    "namespace": namespace,
-                    "key": debounce.key,
-                    "run_id": run_id,
-                    "workflow": definition.qualified,  # acme/checkout: one definition
-                    "version": definition.version,
-                    "first_at": now,
-                    "due_at": now + debounce.wait_s,
-                    "deadline_at": deadline,
-                }
+                window = _window(namespace, debounce, run_id, definition, now)
                 values = new_run(
                     run_id,
                     namespace,
@@ -223,10 +213,7 @@ class FlowControl:
                     continue
                 self._joinable(held, definition, version)
                 if tx.set_pending_input(held.run_id, payload):
-                    due = now + debounce.wait_s
-                    if held.deadline_at is not None:
-                        due = min(due, held.deadline_at)
-                    tx.extend_debounce(namespace, debounce.key, due)
+                    tx.extend_debounce(namespace, debounce.key, _put_off(held, debounce, now))
                     return held.run_id
                 # Its run ended while pending (cancelled): this submission starts afresh.
                 tx.reopen_debounce(window)
@@ -287,3 +274,29 @@ class FlowControl:
             self.after_commit(advanced)
             started += 1
         return started
+
+
+def _window(
+    namespace: str, debounce: Debounce, run_id: str, definition: WorkflowDefinition, now: float
+) -> dict[str, Any]:
+    """The row of a debounce window its first submission opens, for its pending run."""
+    deadline = None if debounce.max_wait_s is None else now + debounce.max_wait_s
+    return {
+        "namespace": namespace,
+        "key": debounce.key,
+        "run_id": run_id,
+        "workflow": definition.qualified,  # acme/checkout: one definition
+        "version": definition.version,
+        "first_at": now,
+        "due_at": now + debounce.wait_s,
+        "deadline_at": deadline,
+    }
+
+
+def _put_off(held: DebounceRecord, debounce: Debounce, now: float) -> float:
+    """When a joined window is due now: its wait from this submission, never past its
+    deadline."""
+    due = now + debounce.wait_s
+    if held.deadline_at is not None:
+        due = min(due, held.deadline_at)
+    return due

@@ -1,4 +1,5 @@
-"""What a run starts from: its input, checked against the definition, and its row."""
+"""What a run starts from: its input, checked against the definition, and its row; a
+child run's link to its parent, or why it could not start."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from cairn.errors import InvalidInput
+from cairn.model.commands import StartChild
 from cairn.model.definition import WorkflowDefinition
+from cairn.model.events import ChildFinished
 from cairn.model.payloads import storable_json
 from cairn.model.statuses import RunStatus
 from cairn.store.records import from_epoch
@@ -70,6 +73,32 @@ def new_run(
         "created_at": stamp,
         "updated_at": stamp,
     }
+
+
+def child_link(parent_id: str, command: StartChild) -> dict[str, Any]:
+    """What a child run's first event says of the execution that started it."""
+    return {
+        "run_id": parent_id,
+        "node": command.node,
+        "iteration": command.iteration,
+        "attempt": command.attempt,
+        "correlation_id": command.correlation_id,
+        "depth": command.depth,
+    }
+
+
+def child_refused(command: StartChild, at: float, refused: str) -> ChildFinished:
+    """What the parent is told of a child run that could not start: its node failed."""
+    return ChildFinished(
+        at=at,
+        node=command.node,
+        iteration=command.iteration,
+        attempt=command.attempt,
+        child_run_id=command.run_id,
+        correlation_id=command.correlation_id,
+        status=RunStatus.FAILED.value,
+        reason=f"the child run could not start: {refused}",
+    )
 
 
 @dataclass(frozen=True)

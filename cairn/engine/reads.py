@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.decider import decide
-from cairn.engine.awaiting import Awaiting, awaiting
+from cairn.engine.awaiting import awaiting
 from cairn.engine.registry import Registry
 from cairn.errors import InvalidInput, RunNotFound, StoreError
+from cairn.model.awaiting import Awaiting
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import Event, RunMigrated, event_from_dict
 from cairn.model.keys import ExecutionKey

@@ -26,6 +26,7 @@ from cairn.http.models import (
     ScheduleView,
     ShareList,
     ShareView,
+    VersionList,
     WorkflowDetail,
 )
 
@@ -88,6 +89,13 @@ def workflow(name: str, version: int | None = None) -> Call[WorkflowDetail]:
         WorkflowDetail.model_validate,
         params=present(version=version),
     )
+
+
+def versions(workflow: str | None = None) -> Call[VersionList]:
+    """Per workflow (``workflow`` only, if given), each version with its runs in flight,
+    how many of them wait and since when the oldest: what draining a version watches."""
+    params = present(workflow=workflow)
+    return Call("GET", "/v1/versions", VersionList.model_validate, params=params)
 
 
 def share(workflow: str, grantee: str, version: int | None = None) -> Call[ShareView]:

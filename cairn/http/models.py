@@ -194,6 +194,34 @@ class WorkflowDetail(Answer):
     spec: dict[str, Any] = Field(description="The definition, as registered.")
 
 
+class VersionInfo(Answer):
+    version: int
+    registered_at: float | None = Field(
+        description="Epoch seconds; null for a version another namespace registered and shares."
+    )
+    newest: bool = Field(description="New runs start on it.")
+    in_flight: int = Field(description="Its runs not yet finished.")
+    waiting: int = Field(description="Of them, those waiting (a signal, a timer, a person).")
+    oldest_at: float | None = Field(description="When the oldest run in flight was created.")
+    drained: bool = Field(description="No run of it is in flight.")
+    patches: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Per patch marker its runs in flight answered: answered_true, "
+        "answered_false, unanswered, needs_old_path, old_path_runs "
+        "(docs/versions.md#patch-markers).",
+    )
+
+
+class WorkflowVersionsInfo(Answer):
+    workflow: str = Field(description="Its name; namespace/name for one shared with this one.")
+    in_flight: int
+    versions: list[VersionInfo]
+
+
+class VersionList(Answer):
+    workflows: list[WorkflowVersionsInfo]
+
+
 class Registered(Answer):
     namespace: str
     name: str

@@ -75,6 +75,63 @@ class _Bucket:
     tokens: dict[str, float] = field(default_factory=dict)
     amounts: dict[str, int] = field(default_factory=dict)
 
+    def declare(self, bucket: Bucket) -> None:
+        """The limits as this caller declares them."""
+        rl, rp, tl, tp = _limits(bucket)
+        self.limits = (rl, rp, tl, tp)
+        self.kept = (max(rp, self.kept[0]), max(tp, self.kept[1]))
+
+    def requests_free(self, start: float, now: float) -> float:
+        """The earliest a request may be taken, from ``start``: once the limit's oldest
+        request in the window leaves it, never before the newest (the expired dropped)."""
+        rl, rp, _tl, _tp = self.limits
+        period = rp / 1000
+        for other, when in list(self.requests.items()):
+            if when < now - self.kept[0] / 1000:
+                del self.requests[other]
+        times = sorted(self.requests.values(), reverse=True)
+        if len(times) >= rl:
+            start = max(start, times[rl - 1] + period)
+        if times:
+            start = max(start, times[0])
+        return start
+
+    def tokens_free(self, start: float, now: float, want: int) -> float:
+        """The earliest ``want`` tokens may be taken, from ``start``: once enough of the
+        window's tokens leave it, never before the newest (the expired dropped)."""
+        _rl, _rp, tl, tp = self.limits
+        period = tp / 1000
+        for other, when in list(self.tokens.items()):
+            if when < now - self.kept[1] / 1000:
+                del self.tokens[other]
+                self.amounts.pop(other, None)
+        newest = sorted(self.tokens.items(), key=lambda item: item[1], reverse=True)
+        if newest:
+            start = max(start, newest[0][1])
+        acc = 0
+        for other, when in newest:
+            amount = self.amounts.get(other, 0)
+            if acc + amount + want > tl:
+                start = max(start, when + period)
+                break
+            acc += amount
+        return start
+
+    def reserve(self, call: str, start: float, want: int) -> None:
+        """The call's units, at ``start``, under each limit the bucket has."""
+        rl, _rp, tl, _tp = self.limits
+        if rl:
+            self.requests[call] = start
+        if tl:
+            self.tokens[call] = start
+            self.amounts[call] = want
+
+    def forget(self, call: str) -> None:
+        """The call's units dropped: given back, or to be taken anew."""
+        self.requests.pop(call, None)
+        self.tokens.pop(call, None)
+        self.amounts.pop(call, None)
+
 
 class MemoryRates:
     """Rate buckets in this process's memory (the embedded runtime's), by its monotonic
@@ -103,49 +160,19 @@ class MemoryRates:
                 elif paused <= at:
                     return at - now
                 for b in held:  # too late for its time, or a pause came after it was given
-                    b.requests.pop(call, None)
-                    b.tokens.pop(call, None)
-                    b.amounts.pop(call, None)
+                    b.forget(call)
             start = max(now, paused)
             wants: list[int] = []
             for bucket, b in zip(buckets, held, strict=True):
-                rl, rp, tl, tp = _limits(bucket)
-                b.limits = (rl, rp, tl, tp)
-                b.kept = (max(rp, b.kept[0]), max(tp, b.kept[1]))
-                if rl:
-                    period = rp / 1000
-                    for other, when in list(b.requests.items()):
-                        if when < now - b.kept[0] / 1000:
-                            del b.requests[other]
-                    times = sorted(b.requests.values(), reverse=True)
-                    if len(times) >= rl:
-                        start = max(start, times[rl - 1] + period)
-                    if times:
-                        start = max(start, times[0])
-                wants.append(min(tokens, tl) if tl else 0)
-                if tl:
-                    period = tp / 1000
-                    for other, when in list(b.tokens.items()):
-                        if when < now - b.kept[1] / 1000:
-                            del b.tokens[other]
-                            b.amounts.pop(other, None)
-                    newest = sorted(b.tokens.items(), key=lambda item: item[1], reverse=True)
-                    if newest:
-                        start = max(start, newest[0][1])
-                    acc = 0
-                    for other, when in newest:
-                        amount = b.amounts.get(other, 0)
-                        if acc + amount + wants[-1] > tl:
-                            start = max(start, when + period)
-                            break
-                        acc += amount
-            for b, want in zip(held, wants, strict=True):
+                b.declare(bucket)
                 rl, _rp, tl, _tp = b.limits
                 if rl:
-                    b.requests[call] = start
+                    start = b.requests_free(start, now)
+                wants.append(min(tokens, tl) if tl else 0)
                 if tl:
-                    b.tokens[call] = start
-                    b.amounts[call] = want
+                    start = b.tokens_free(start, now, wants[-1])
+            for b, want in zip(held, wants, strict=True):
+                b.reserve(call, start, want)
             return start - now
 
     def settle(self, buckets: Sequence[str], call: str, tokens: int) -> None:
@@ -160,9 +187,7 @@ class MemoryRates:
             for name in buckets:
                 b = self._buckets.get(name)
                 if b is not None:
-                    b.requests.pop(call, None)
-                    b.tokens.pop(call, None)
-                    b.amounts.pop(call, None)
+                    b.forget(call)
 
     def pause(self, buckets: Sequence[str], seconds: float) -> None:
         with self._lock:

@@ -62,6 +62,8 @@ class NodeSucceeded(Event):
     timings: Mapping[str, float] | None = None
     # The build of the worker that ran it (docs/versions.md); None: not recorded.
     build: str | None = None
+    # The handler's answers to ``ctx.patched``: patch id -> answer (cairn.model.patches).
+    patches: Mapping[str, bool] | None = None
     type: ClassVar[str] = "node_succeeded"
 
 
@@ -78,6 +80,7 @@ class NodeFailed(Event):
     # The server's word on when to try again (a 429's Retry-After): the retry's delay.
     retry_after_s: float | None = None
     build: str | None = None  # as NodeSucceeded's
+    patches: Mapping[str, bool] | None = None  # as on NodeSucceeded
     type: ClassVar[str] = "node_failed"
 
 
@@ -258,6 +261,9 @@ _ENUM_FIELDS: dict[str, type[StrEnum]] = {"phase": Phase, "error_class": ErrorCl
 # Fields added since logs were first written: left out while unset, so that an event
 # without them is written as it always was (the golden logs hold them to that).
 _OMITTED_WHEN_UNSET = frozenset({"timings", "retry_after_s", "actor", "comment", "role", "build"})
+
+# A step that asked no patch marker writes its result event as before patches existed.
+_OMITTED_WHEN_UNSET = _OMITTED_WHEN_UNSET | {"patches"}
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

@@ -206,6 +206,9 @@ class RunState:
     # Signals kept for waits that had not opened yet (accept_early): wait node -> the
     # signal's event data, applied when the wait opens.
     early: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The run's answers to ``ctx.patched``: patch id -> answer, the first one given
+    # (cairn.model.patches). Written only once there is one.
+    patches: dict[str, bool] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def copy(self) -> RunState:
@@ -226,6 +229,7 @@ class RunState:
             spent=dict(self.spent),
             anomalies=list(self.anomalies),
             early=dict(self.early),
+            patches=dict(self.patches),
         )
 
     @property
@@ -271,10 +275,9 @@ class RunState:
         watch: dict[str, Any] = {}
         if self.anomaly is not None:  # absent for the workflows that do not watch
             watch["anomaly"] = self.anomaly.to_dict()
-        if self.anomalies:
-            watch["anomalies"] = self.anomalies
-        if self.early:
-            watch["early"] = self.early
+        for name in ("anomalies", "early", "patches"):  # written only once there is one
+            if getattr(self, name):
+                watch[name] = getattr(self, name)
         return {
             **self.extra,
             "run_id": self.run_id,
@@ -364,6 +367,7 @@ class RunState:
             ),
             anomalies=list(data.get("anomalies", [])),
             early=dict(data.get("early", {})),
+            patches=dict(data.get("patches", {})),
             extra={key: value for key, value in data.items() if key not in known},
         )
 

@@ -7,12 +7,12 @@ in (:func:`context_lines`)."""
 from __future__ import annotations
 
 from cairn.decider.budget import run_limits
-from cairn.engine.awaiting import Awaiting, awaiting, due_at
+from cairn.engine.awaiting import awaiting, due_at
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.durations import format_duration
-from cairn.model.events import Phase
 from cairn.model.state import RunState, TimerKind
 from cairn.model.statuses import NodeStatus, RunStatus
+from cairn.observe.waits import describe, in_words
 
 
 def waiting_lines(
@@ -24,7 +24,7 @@ def waiting_lines(
         if current.status is NodeStatus.RETRYING:
             attempts = definition.nodes[current.node].retry.attempts
             due = due_at(state, TimerKind.RETRY, current.node)
-            when = "" if due is None else f", next in {_seconds(due - now)}"
+            when = "" if due is None else f", next in {in_words(due - now)}"
             error = f": {current.error}" if payloads else ""
             lines.append(
                 f"{current.node}#{current.iteration}: retrying (attempt "
@@ -94,30 +94,3 @@ def anomaly_lines(state: RunState, *, payloads: bool = True) -> list[str]:
         for name, changes in (scene.get("transitions") or {}).items():
             lines.append(f"  {name}: {' -> '.join(value for _step, value in changes)}")
     return lines
-
-
-def describe(entry: Awaiting, now: float) -> str:
-    name = f"{entry.node}#{entry.iteration}"
-    if entry.held:
-        what = " (compensation)" if entry.phase == Phase.COMPENSATE.value else ""
-        return (
-            f"{name}{what}: held for an operator: {entry.reason}\n"
-            f"  decide with: cairn signal {entry.run_id} recovery.retry | recovery.complete "
-            "--payload '{\"output\": {...}}' | recovery.fail"
-        )
-    timeout = (
-        "" if entry.times_out_at is None else f"; times out in {_seconds(entry.times_out_at - now)}"
-    )
-    return (
-        f"{name}: waiting for a signal ({', '.join(entry.signals)}) for "
-        f"{_seconds(now - entry.since)}{timeout}"
-    )
-
-
-def _seconds(seconds: float) -> str:
-    seconds = max(seconds, 0.0)
-    if seconds < 90:
-        return f"{seconds:.1f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -315,11 +315,39 @@ class ModelCalls:
         if self.lease_trusted is not None and not self.lease_trusted():
             raise StaleClaim(f"{self.key}: the claim is stale; model call {index} not recorded")
         recorded = {i: c for i, c in self._load().items() if i < index}
+        call = self._call_row(index, request, response, latency_s, recorded)
+        try:
+            storable_json(call, what="a model call's record", limit_bytes=self.max_bytes)
+        except InvalidInput as exc:
+            raise PermanentError(str(exc)) from exc
+        bodies = self._new_messages(request, recorded)
+
+        def write() -> bool:
+            with self.store.transaction() as tx:
+                return tx.record_model_call(
+                    self.key, self.attempt, self.fence, call, bodies, claim=self.claim
+                )
+
+        what = f"{self.key}: recording model call {index}"
+        if not store_through_outages(self.reconnect_within, what, write):
+            raise StaleClaim(f"{self.key}: finished or taken over; model call {index} not recorded")
+        self._load()[index] = self._as_recorded(index, request, response, latency_s)
+
+    def _call_row(
+        self,
+        index: int,
+        request: ModelRequest,
+        response: dict[str, Any],
+        latency_s: float,
+        recorded: Mapping[int, ModelCallRecord],
+    ) -> dict[str, Any]:
+        """The call as it is written: its messages (and history) as digests, each relative
+        to what the ``recorded`` calls before it stored; its response offloaded if large."""
         earlier = {i: list(c.messages) for i, c in recorded.items()}
         passed = {i: list(c.history or c.messages) for i, c in recorded.items()}
         history = request.history
         stored_response = self._offloaded(response, f"response {index}", request.model)
-        call = {
+        return {
             "call_index": index,
             "provider": request.provider,
             "operation": request.operation,
@@ -331,30 +359,27 @@ class ModelCalls:
             "latency_s": latency_s,
             "history": None if history is None else messages_stored(history, passed),
         }
-        try:
-            storable_json(call, what="a model call's record", limit_bytes=self.max_bytes)
-        except InvalidInput as exc:
-            raise PermanentError(str(exc)) from exc
 
+    def _new_messages(
+        self, request: ModelRequest, recorded: Mapping[int, ModelCallRecord]
+    ) -> dict[str, Any]:
+        """The bodies of the call's messages no ``recorded`` call stored, by digest."""
         # The messages an earlier call stored are not sent again: an agent's call repeats
         # the whole conversation, and only what it added is new.
         stored = {d for c in recorded.values() for d in (*c.messages, *(c.history or ()))}
-        bodies = {
+        return {
             digest: self._offloaded(body, f"message {digest[:16]}", request.model)
             for digest, body in request.messages.items()
             if digest not in stored
         }
 
-        def write() -> bool:
-            with self.store.transaction() as tx:
-                return tx.record_model_call(
-                    self.key, self.attempt, self.fence, call, bodies, claim=self.claim
-                )
-
-        what = f"{self.key}: recording model call {index}"
-        if not store_through_outages(self.reconnect_within, what, write):
-            raise StaleClaim(f"{self.key}: finished or taken over; model call {index} not recorded")
-        self._load()[index] = ModelCallRecord(
+    def _as_recorded(
+        self, index: int, request: ModelRequest, response: dict[str, Any], latency_s: float
+    ) -> ModelCallRecord:
+        """The call just committed, as reading the record back would give it (its
+        response as sent, not offloaded)."""
+        history = request.history
+        return ModelCallRecord(
             self.key.run_id,
             self.key.node,
             self.key.iteration,

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
+
 from sqlalchemy import Engine
 
 from cairn.errors import StoreError
-from cairn.store.postgres import PostgresStore
 from cairn.store.sql import Store
-from cairn.store.sqlite import SqliteStore
 
-BACKENDS: dict[str, type[Store]] = {"postgresql": PostgresStore, "sqlite": SqliteStore}
+# Each backend's module and class, imported for the database in use only: the embedded
+# default (SQLite) does not load psycopg and PostgreSQL's hot path.
+BACKENDS: dict[str, tuple[str, str]] = {
+    "postgresql": ("cairn.store.postgres", "PostgresStore"),
+    "sqlite": ("cairn.store.sqlite", "SqliteStore"),
+}
 
 
 def store_for(engine: Engine) -> Store:
@@ -18,4 +23,6 @@ def store_for(engine: Engine) -> Store:
     backend = BACKENDS.get(engine.dialect.name)
     if backend is None:
         raise StoreError(f"no store for {engine.dialect.name}: PostgreSQL or SQLite")
-    return backend(engine)
+    module, name = backend
+    store_class: type[Store] = getattr(importlib.import_module(module), name)
+    return store_class(engine)

@@ -11,15 +11,15 @@ cap" beyond it — an exact ``count(*)`` grows with the table.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, Select, func, select, tuple_, union_all
 
 from cairn.model.selection import RunFilter
-from cairn.model.statuses import RunStatus
+from cairn.model.statuses import RUN_TERMINAL, RunStatus
 from cairn.store.base import TxBase
-from cairn.store.records import ListedRun, from_epoch
+from cairn.store.records import ListedRun, from_epoch, to_epoch
 from cairn.store.schema import runs
 
 LISTED = (
@@ -36,7 +36,54 @@ LISTED = (
 )
 
 
+IN_FLIGHT = tuple(status for status in RunStatus if status not in RUN_TERMINAL)
+
+
+@dataclass(frozen=True, slots=True)
+class AnsweringRun:
+    """A run in flight and its answers to ``ctx.patched`` (patch id -> answer; None:
+    its state is too large to be cached on its row — restore it to know)."""
+
+    id: str
+    version: int
+    status: RunStatus
+    created_at: float
+    patches: dict[str, bool] | None
+
+
 class ListingTx(TxBase):
+    def patch_answers(
+        self, namespace: str, workflow: str, version: int | None = None
+    ) -> list[AnsweringRun]:
+        """Every run of ``workflow`` (of ``version``, or any) in ``namespace`` that has
+        not ended, oldest first, with the answers its cached state holds: only that part
+        of the state is read."""
+        cached = runs.c.state
+        query = (
+            select(
+                runs.c.id,
+                runs.c.version,
+                runs.c.status,
+                runs.c.created_at,
+                cached["patches"].label("patches"),
+                # Every cached state has its run id; a state too large to cache is SQL
+                # NULL or JSON null, depending on the path that wrote the row.
+                cached["run_id"].as_string().is_(None).label("uncached"),
+            )
+            .where(*listing_where(namespace, RunFilter(IN_FLIGHT, workflow, version)))
+            .order_by(runs.c.created_at, runs.c.id)
+        )
+        return [
+            AnsweringRun(
+                row.id,
+                row.version,
+                RunStatus(row.status),
+                to_epoch(row.created_at),
+                None if row.uncached else {str(k): bool(v) for k, v in (row.patches or {}).items()},
+            )
+            for row in self.connection.execute(query)
+        ]
+
     def runs_page(
         self,
         namespace: str,

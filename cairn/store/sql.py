@@ -3,7 +3,8 @@ statement the engine, workers and scheduler run, grouped by the tables they touc
 (:mod:`~cairn.store.runs`, :mod:`~cairn.store.executions`,
 :mod:`~cairn.store.messages`, :mod:`~cairn.store.effects`,
 :mod:`~cairn.store.checkpoints`, :mod:`~cairn.store.model_calls`, :mod:`~cairn.store.schedules`,
-:mod:`~cairn.store.flow`, :mod:`~cairn.store.access`, :mod:`~cairn.store.definitions`)
+:mod:`~cairn.store.flow`, :mod:`~cairn.store.access`, :mod:`~cairn.store.definitions`,
+:mod:`~cairn.store.versions`)
 and the write path of a step above them (:mod:`~cairn.store.steps`), written once in
 dialect-neutral SQLAlchemy Core. A backend subclasses both — PostgreSQL with its
 one-statement hot path (:mod:`cairn.store.postgres`), SQLite for the embedded default
@@ -36,6 +37,7 @@ from cairn.store.schedules import SchedulesTx
 from cairn.store.sessions import SessionsTx
 from cairn.store.slots import SlotsTx
 from cairn.store.steps import StepsTx
+from cairn.store.versions import VersionsTx
 
 
 class Tx(
@@ -52,6 +54,7 @@ class Tx(
     SessionsTx,
     CodeFaultsTx,
     BuildsTx,
+    VersionsTx,
 ):
     """Every statement of the store, on one transaction."""
 

@@ -35,9 +35,10 @@ from typing import Any
 from cairn.decider.graph import Decision, decide
 from cairn.decider.stopping import restarted_by_fork
 from cairn.effects.ledger import effect_scope
-from cairn.engine.awaiting import Awaiting, awaiting
+from cairn.engine.awaiting import awaiting
 from cairn.engine.orchestrator import Orchestrator
 from cairn.errors import InvalidInput, RunNotFound
+from cairn.model.awaiting import Awaiting
 from cairn.model.commands import Dispatch, StartChild
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import Event, Phase, RunForked, TimerFired

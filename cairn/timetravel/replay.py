@@ -205,6 +205,8 @@ class Replayer:
             phase=Phase(step.phase),
             at=step.at,
             resumed="resumed" in step.marks,
+            # Told what the recorded execution was told (False: it never asked).
+            recorded_patches=recorded.get("patches") or {},
         )
         same, changes, note = compare(recorded, executed.event)
         refused = executed.refused

@@ -133,9 +133,13 @@ class ReplaySpace:
         phase: Phase,
         at: float,
         resumed: bool = False,
+        recorded_patches: Mapping[str, bool] | None = None,
     ) -> Executed:
         """Run the handler (or compensation) registered now for ``node`` on ``state``,
-        in a replay context; its result as the event a worker would have reported."""
+        in a replay context; its result as the event a worker would have reported.
+        ``recorded_patches``: a replay's, the answers to ``ctx.patched`` the recorded
+        execution was given (None: a dry run's new execution, answered by the rule
+        from ``state``, as a live fork would be)."""
         declared = definition.nodes.get(node)
         if declared is None:
             raise UnknownNode(f"{definition.key} has no node {node!r}")
@@ -145,19 +149,7 @@ class ReplaySpace:
         if ref is None:
             raise InvalidInput(f"{definition.key} node {node!r} has nothing to run in {phase}")
         execution = _Execution(run_id, node, iteration, attempt, phase)
-        ephemeral = task is not None and task.persist.kind is PersistKind.EPHEMERAL
-        ledger = ReplayLedger(
-            self.store,
-            namespace=self.namespace,
-            run_id=run_id,
-            node=node,
-            iteration=iteration,
-            attempt=attempt,
-            fence=0,
-            max_payload_bytes=self.settings.max_payload_bytes,
-            refusal=f"{node} is ephemeral: it cannot have external effects" if ephemeral else None,
-            scope=self.scope,
-        )
+        ledger = self._ledger(task, execution)
         calls, checkpoints = self._recorders(task, execution)
         progress: list[dict[str, Any]] = []
         ctx = StepContext(
@@ -177,6 +169,7 @@ class ReplaySpace:
             effects=ledger,
             model_calls=calls,
             checkpoints=checkpoints,
+            recorded_patches=recorded_patches,
         )
         # Every replay intercepts the handler's HTTP, whether or not its node records it:
         # answered from the record, or refused — never sent (DESIGN.md, guarantee 3).
@@ -190,6 +183,24 @@ class ReplaySpace:
             tuple(calls.stood_in),
             tuple(calls.refused),
             len(checkpoints.saved_contexts),
+        )
+
+    def _ledger(self, task: TaskNode | None, execution: _Execution) -> ReplayLedger:
+        """The effects ledger, read only: what the recorded run's effects answered."""
+        ephemeral = task is not None and task.persist.kind is PersistKind.EPHEMERAL
+        return ReplayLedger(
+            self.store,
+            namespace=self.namespace,
+            run_id=execution.run_id,
+            node=execution.node,
+            iteration=execution.iteration,
+            attempt=execution.attempt,
+            fence=0,
+            max_payload_bytes=self.settings.max_payload_bytes,
+            refusal=f"{execution.node} is ephemeral: it cannot have external effects"
+            if ephemeral
+            else None,
+            scope=self.scope,
         )
 
     def _recorders(
@@ -274,6 +285,7 @@ def _run(
             message=f"{type(exc).__name__}: {exc}",
             charges=ctx.charges or None,
             timings=ctx.execution_timings(time.perf_counter() - started),
+            patches=dict(ctx.patches) or None,
         )
     return NodeSucceeded(
         **common,
@@ -283,4 +295,5 @@ def _run(
         charges=ctx.charges or None,
         artifacts=ctx.added_artifacts() or None,
         timings=ctx.execution_timings(time.perf_counter() - started),
+        patches=dict(ctx.patches) or None,
     )

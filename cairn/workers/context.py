@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeAlias, TypeVar, o
 from cairn.model.effects import Policy
 from cairn.model.failures import BudgetExceeded, Cancelled
 from cairn.model.handlers import JSONValue, Message, State
+from cairn.model.patches import PatchAnswers
 from cairn.model.state import RunState
 from cairn.workers.aio import running_loop
 
@@ -84,6 +85,7 @@ class StepContext:
         checkpoints: Checkpoints | None = None,
         restored: CheckpointRecord | None = None,
         model_calls: ModelCalls | None = None,
+        recorded_patches: Mapping[str, bool] | None = None,
     ) -> None:
         self.run_id = run_id
         self.workflow = workflow
@@ -105,11 +107,7 @@ class StepContext:
         self._cancel_requested = cancel_requested
         self.last_progress: Progress | None = None
         # Put and read artifacts (large content, with provenance): see docs/artifacts.md.
-        if artifacts is None:
-            from cairn.artifacts import Artifacts  # noqa: PLC0415 - see the imports
-
-            artifacts = Artifacts.unavailable(run_id, node)
-        self.artifacts: Artifacts = artifacts
+        self.artifacts: Artifacts = _artifacts_or_unavailable(artifacts, run_id, node)
         if model_calls is not None:  # where its calls' large payloads go, and come back from
             model_calls.artifacts = self.artifacts
         self._effects = effects
@@ -132,6 +130,7 @@ class StepContext:
         self._model_calls = model_calls
         # The checkpoint this execution resumed from (its number), or None.
         self.resumed_from: int | None = None
+        self._patches = PatchAnswers.of(state.patches, iteration, phase, recorded_patches)
         if restored is not None:
             self._restore(restored)
 
@@ -186,6 +185,8 @@ class StepContext:
                 # Where the execution's recorded model calls stand: a resumed loop's next
                 # call is the one after the checkpoint's.
                 "model_calls": 0 if self._model_calls is None else self._model_calls.next_index,
+                # A resumed execution answers ctx.patched as this one did.
+                **({"patches": dict(self.patches)} if self.patches else {}),
             }
         )
 
@@ -203,7 +204,26 @@ class StepContext:
             self.last_progress = Progress(**saved["progress"])
         if self._model_calls is not None:
             self._model_calls.next_index = int(saved.get("model_calls") or 0)
+        self._patches.given.update(saved.get("patches") or {})
         self.resumed, self.resumed_from = True, checkpoint.seq
+
+    # -- patch markers ------------------------------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the code path of patch ``patch_id``: True for a run
+        that reaches this point on code with the patch, False for one that passed it
+        before (this node already ran in this run without asking). The first answer a run
+        gets is its answer from then on — in every node, after a crash, in a replay and
+        in a fork — so branch on it, keeping the old path until ``cairn versions`` says
+        no run in flight needs it. :class:`~cairn.model.patches.BadPatchId` for an id
+        that is not one. See docs/versions.md#patch-markers."""
+        return self._patches.ask(patch_id)
+
+    @property
+    def patches(self) -> dict[str, bool]:
+        """The answers ``ctx.patched`` gave in this execution (for the worker: they ride
+        on the step's result event, and a checkpoint keeps them)."""
+        return self._patches.given
 
     def _safe_point(self) -> None:
         checkpoints = self._checkpoints
@@ -459,6 +479,16 @@ class StepContext:
             if name not in self.sessions:
                 changed[name] = None
         return changed
+
+
+def _artifacts_or_unavailable(artifacts: Artifacts | None, run_id: str, node: str) -> Artifacts:
+    """``artifacts``; for a context built without them (by hand, in a test), artifacts
+    that say they are unavailable."""
+    if artifacts is not None:
+        return artifacts
+    from cairn.artifacts import Artifacts  # noqa: PLC0415 - see the imports
+
+    return Artifacts.unavailable(run_id, node)
 
 
 SyncHandler: TypeAlias = Callable[[StepContext, State], State | None]

@@ -100,21 +100,57 @@ def limited(
         return
     in_main = threading.current_thread() is threading.main_thread()
     message = f"{what} timed out after {timeout_s:g} s"
-    on_stop: Callable[[], None] | None = None
+    on_stop = _stopper(message, in_main, coroutines)
+    on_overrun = _overrunner(
+        beat, give_up, what=what, grace_s=grace_s, coroutines=coroutines, in_main=in_main
+    )
+    _Process.armed = message if in_main and coroutines is None else None
+    heartbeats.limit(beat, timeout_s, grace_s, on_stop=on_stop, on_overrun=on_overrun)
+    try:
+        yield
+    finally:
+        _Process.armed = None
+        heartbeats.unlimit(beat)
+
+
+def _stopper(
+    message: str, in_main: bool, coroutines: Coroutines | None
+) -> Callable[[], None] | None:
+    """How the block is stopped at its timeout: its coroutines cancelled, or
+    :class:`DeadlineExceeded` raised into the main thread by a SIGALRM; None on a thread
+    that cannot be interrupted."""
     if coroutines is not None:
         cancel = coroutines
 
-        def on_stop() -> None:
+        def cancel_coroutines() -> None:
             cancel.cancel(DeadlineExceeded(message))
 
-    elif in_main:
+        return cancel_coroutines
+    if in_main:
         _install()
         main = threading.main_thread().ident
         assert main is not None
 
-        def on_stop() -> None:
+        def interrupt_main() -> None:
             _Process.pending += 1
             signal.pthread_kill(main, signal.SIGALRM)
+
+        return interrupt_main
+    return None
+
+
+def _overrunner(
+    beat: Beat,
+    give_up: Callable[[], None],
+    *,
+    what: str,
+    grace_s: float,
+    coroutines: Coroutines | None,
+    in_main: bool,
+) -> Callable[[], None]:
+    """What is done when the block outlives its grace period: its lease given up, then
+    its process ended (when the pool replaces it), or its coroutines or thread left
+    behind."""
 
     def on_overrun() -> None:
         beat.lost.set()  # nothing it returns from now on is committed
@@ -147,10 +183,4 @@ def limited(
             grace_s,
         )
 
-    _Process.armed = message if in_main and coroutines is None else None
-    heartbeats.limit(beat, timeout_s, grace_s, on_stop=on_stop, on_overrun=on_overrun)
-    try:
-        yield
-    finally:
-        _Process.armed = None
-        heartbeats.unlimit(beat)
+    return on_overrun

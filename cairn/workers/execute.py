@@ -73,6 +73,7 @@ def succeeded(
         charges=ctx.charges or None,
         artifacts=ctx.added_artifacts() or None,
         timings=ctx.execution_timings(duration),
+        patches=dict(ctx.patches) or None,
     )
     return NodeOutcome(event, NodeStatus.SUCCEEDED, result=output, duration_s=duration)
 
@@ -184,6 +185,7 @@ class Execution:
             charges=ctx.charges or None,
             timings=ctx.execution_timings(duration),
             retry_after_s=getattr(exc, "retry_after_s", None),
+            patches=dict(ctx.patches) or None,
         )
         return NodeOutcome(
             failed,

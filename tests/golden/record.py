@@ -427,6 +427,37 @@ def migrated(engine: Engine) -> None:
     engine.run("publish")
 
 
+# -- patch markers: a run that passed the point before the patch, and one after ---------
+
+PRICING = f"""
+name: pricing
+version: 1
+start: price
+nodes:
+  price:  {{handler: "{STEP}", next: review, max_visits: 10}}
+  review: {{wait: {{signals: {{again: price, approve: done}}, timeout: 1d, on_timeout: done}}}}
+  done:   {{end: succeeded}}
+"""
+
+
+def patched(engine: Engine) -> None:
+    # Priced on code without the patch (its result says nothing of it), then again on
+    # code that asks: the node ran before, so the run keeps the old path (False).
+    engine.submit("pricing", amount=2.5)
+    engine.run("price")
+    engine.signal("again")
+    engine.run("price", patches={"fix-rounding": False})
+    engine.signal("approve")
+    # A run that reaches the point on code with the patch: True, kept through a failed
+    # attempt (whose result carries the answer too) and its retry.
+    engine.submit("pricing", amount=2.5)
+    engine.fail("price", ErrorClass.TRANSIENT, "HTTP 503", patches={"fix-rounding": True})
+    engine.fire("retry:price:")
+    engine.run("price", patches={"fix-rounding": True, "tax-2027": True})
+    engine.signal("again")
+    engine.run("price", patches={"fix-rounding": True, "tax-2027": True})
+
+
 # -- format 1: a definition registered before definition formats existed ----------------
 
 LEGACY = f"""
@@ -542,6 +573,12 @@ CASES: dict[str, Case] = {
             (LEGACY,),
             legacy,
             implied_format=1,
+        ),
+        Case(
+            "patched",
+            "patch markers: answers on result events, kept by the run's state",
+            (PRICING,),
+            patched,
         ),
     )
 }

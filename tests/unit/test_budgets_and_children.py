@@ -333,3 +333,33 @@ def test_status_shows_spending_and_the_parent_link() -> None:
         "spent: 120.5 of 300 tokens, 0 of 1 usd",
         "child of run p (node f#1, correlation p/f#1.1)",
     ]
+
+
+def test_a_child_its_definition_refuses_fails_its_parents_node(tmp_path: Path) -> None:
+    workflows = tmp_path / "workflows"
+    workflows.mkdir()
+    (workflows / "parent.yaml").write_text(
+        "name: errand\nversion: 1\nstart: ask\nnodes:\n"
+        "  ask: {child: {workflow: picky, input: [city]}, next: done}\n"
+        "  done: {end: succeeded}\n"
+    )
+    (workflows / "picky.yaml").write_text(
+        "name: picky\nversion: 1\nstart: done\n"
+        "input: {type: object, required: [city], properties: {city: {type: string}}}\n"
+        "nodes:\n  done: {end: succeeded}\n"
+    )
+    runtime = Runtime.build(settings(tmp_path, workflows=[str(workflows)]))
+    runtime.start_workers()
+    runtime.start_scheduler()
+    try:
+        run_id = runtime.orchestrator.submit("errand", {"city": 7})
+        assert wait(runtime, run_id) is RunStatus.FAILED
+        view = runtime.orchestrator.get_run(run_id)
+        assert view.state is not None
+        ask = view.state.nodes["ask"]
+        assert ask.status is NodeStatus.FAILED
+        assert "the child run could not start: input does not match picky" in (ask.error or "")
+        finished = [e for e in runtime.orchestrator.events(run_id) if e["type"] == "child_finished"]
+        assert [e["data"]["status"] for e in finished] == ["failed"]
+    finally:
+        runtime.close()

@@ -23,7 +23,9 @@ from cairn.cli import watch
 from cairn.cli.main import COMMAND_MODULES, app, main, modules_for
 from cairn.client import Client
 from cairn.errors import CairnError, ConfigError
-from cairn.model.events import NodeHeld, stamped
+from cairn.model.awaiting import RECOVERY_SIGNALS, Awaiting
+from cairn.model.events import NodeHeld, Phase, stamped
+from cairn.observe.waits import describe
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BROKEN = "tests/fixtures/broken.yaml"
@@ -682,3 +684,12 @@ def test_register_of_a_new_version_prints_what_it_changes_in_the_transitions(
         "+ check --succeeded--> done",
     ]
     assert all(line.startswith("+ ") and "check" in line for line in shown[3:]), shown
+
+
+def test_a_held_compensation_reads_as_one_from_its_json_form() -> None:
+    """`cairn waiting` rebuilds what waits from JSON (the API's, or the database's
+    answer) and words it without loading the engine's Phase: the two must agree."""
+    held = Awaiting("r", "refund", 1, Phase.COMPENSATE.value, RECOVERY_SIGNALS, 0.0, reason="x")
+    again = Awaiting.from_dict(json.loads(json.dumps(held.to_dict())))
+    assert again == held
+    assert describe(again, 0.0).startswith("refund#1 (compensation): held for an operator: x")

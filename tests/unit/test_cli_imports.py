@@ -46,6 +46,9 @@ NEVER_FOR_RUNS = {
     "cairn.workers", "cairn.scheduler", "cairn.api", "cairn.runtime", "cairn.client",
     "cairn.effects", "cairn.artifacts", HANDLERS,
     "sqlalchemy.orm",  # the tables are Core: the ORM is a tenth of the import time
+    # On the embedded default (these tests'): a current schema is one query, and
+    # PostgreSQL's driver is PostgreSQL's business.
+    "alembic", "psycopg",
 }  # fmt: skip
 
 PROBE = """\
@@ -136,3 +139,22 @@ def test_commands_that_only_read_the_log_need_no_redis(
     env = {**env, "CAIRN_REDIS_URL": "redis://127.0.0.1:9/1"}
     for args in (["events", first], ["state", first], ["waiting"], ["calls", first]):
         assert loaded(imported(env, *args), {"redis", "cairn.lease.redis"}) == [], args
+
+
+def test_the_probes_a_remote_command_skips_import_again_after_its_client_is_built() -> None:
+    """Remote mode keeps httpcore and tenacity from importing trio and tornado while it
+    builds its client; code that runs after it (or beside it) imports them as ever."""
+    code = """\
+import sys
+from cairn.cli.remote import api
+with api():
+    assert "trio" not in sys.modules and "tornado" not in sys.modules, sorted(sys.modules)
+import tornado
+print("imported")
+"""
+    env = {**os.environ, "CAIRN_API_URL": "http://127.0.0.1:9", "CAIRN_API_KEY": "k"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "imported", done.stderr

@@ -36,10 +36,10 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from cairn.decider.graph import Decision, decide
-from cairn.decider.step import RECOVERY_SIGNALS
 from cairn.definitions.loader import load_definition, load_file
 from cairn.definitions.transitions import transition_table
 from cairn.errors import CairnError, IllegalTransition, NotWaiting, UnknownNode, UnknownSignal
+from cairn.model.awaiting import RECOVERY_SIGNALS
 from cairn.model.commands import (
     ArmTimer,
     CancelNode,
