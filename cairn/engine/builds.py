@@ -176,6 +176,14 @@ class BuildBook:
         target = route(definition.versioning, run_build, self.live(), workflow)
         return message if target is None else replace(message, build=target)
 
+    def target(self, run_id: str, definition: WorkflowDefinition) -> str | None:
+        """The build a node of ``run_id`` goes to now (None: any worker); no write."""
+        if definition.versioning is Versioning.ANY:
+            return None
+        workflow = key_of(definition.qualified, definition.version)
+        run_build = self.run_build(run_id, workflow, start=False)
+        return route(definition.versioning, run_build, self.live(), workflow)
+
     def waiting_for(self, run_id: str, definition: WorkflowDefinition) -> str | None:
         """The build a run waits for because no live worker runs it (docs/versions.md);
         None when one does, or its workflow does not route by build."""

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 
 import cairn
 from cairn.config import Settings
@@ -36,8 +39,11 @@ from cairn.model.builds import (
 )
 from cairn.model.events import NodeFailed, NodeSucceeded, event_from_dict, event_to_dict
 from cairn.model.messages import InvalidMessage, NodeMessage
+from cairn.runtime import Runtime
 from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
+from cairn.store.schema import executions
+from cairn.store.schema_fleet import builds
 
 STEP = "tests.unit.handlers:noop"
 
@@ -256,3 +262,70 @@ def test_a_pinned_run_whose_build_is_gone_waits_for_it(orchestrator: Orchestrato
     assert later.waiting_for(run_id, orchestrator.registry.get("booking", 1)) == "v1"
     assert later.waiting_runs() == {("booking", "v1"): 1}
     assert later.routed(NodeMessage(run_id, "booking", 1, "quote", 1, 1)).build == "v1"
+
+
+# -- recovery: the build's queue, and a run waiting for its build ----------------------
+
+
+class Queued:
+    """A publisher that keeps what it is given, with a backlog per queue."""
+
+    def __init__(self) -> None:
+        self.messages: list[NodeMessage] = []
+        self.queued: dict[str | None, int] = {}
+        self.asked: list[str | None] = []
+
+    def publish(self, messages: Sequence[NodeMessage]) -> bool:
+        self.messages.extend(messages)
+        return True
+
+    def backlog(self, queue: str | None = None) -> int | None:
+        self.asked.append(queue)
+        return self.queued.get(queue, 0)
+
+
+def test_recovery_asks_the_builds_queue_and_leaves_a_run_waiting_for_its_build(
+    tmp_path: Path,
+) -> None:
+    runtime = Runtime.build(Settings(home=tmp_path / "home"))
+    try:
+        broker = Queued()
+        runtime.orchestrator.publisher = broker
+        runtime.orchestrator.registry.register(
+            load_definition(parse_text(PINNED_YAML), resolve=False)
+        )
+        store, book = runtime.store, runtime.orchestrator.builds
+        with store.transaction() as tx:
+            tx.announce_build("v1", ["booking@1"], [])
+        run_id = runtime.orchestrator.submit("booking")
+        assert book.routed(NodeMessage(run_id, "booking", 1, "quote", 1, 1)).build == "v1"
+        broker.messages.clear()  # its first dispatch (embedded: not routed)
+        # Dispatched long ago, never claimed: lost, unless its build's queue holds it.
+        with store.transaction() as tx:
+            tx.connection.execute(
+                update(executions)
+                .where(executions.c.run_id == run_id)
+                .values(dispatched_at=datetime.now(UTC) - timedelta(seconds=120))
+            )
+        broker.queued = {"cairn@v1": 1}
+        assert runtime.scheduler.recover() == 0
+        assert broker.asked == ["cairn@v1"]
+        # v1's workers are gone: the node waits for one, whatever the queues say.
+        with store.transaction() as tx:
+            tx.connection.execute(
+                update(builds).values(last_at=datetime.now(UTC) - timedelta(hours=1))
+            )
+        book.forget_live()
+        broker.queued, broker.asked = {}, []
+        assert runtime.scheduler.recover() == 0
+        assert broker.asked == [] and broker.messages == []
+        assert runtime.orchestrator.get_run(run_id).waiting_for_build == "v1"
+        # A v1 worker again, its queue empty: the message was lost, and is sent again.
+        with store.transaction() as tx:
+            tx.announce_build("v1", ["booking@1"], [])
+        book.forget_live()
+        assert runtime.scheduler.recover() == 1
+        (again,) = broker.messages
+        assert (again.node, again.resumed) == ("quote", True)
+    finally:
+        runtime.close()
