@@ -100,6 +100,14 @@ class RunDetail(RunSummary):
         "the workflow with it.",
     )
     priority: int = Field(default=0, description="-5..5, higher first.")
+    build: str | None = Field(
+        default=None, description="The build it started on (docs/versions.md)."
+    )
+    waiting_for_build: str | None = Field(
+        default=None,
+        description="The build it waits for a worker of: its workflow routes its nodes by "
+        "build and no live worker runs them (it waits; it has not failed).",
+    )
     nodes: dict[str, str]
     visits: dict[str, int]
     progress: Progress
