@@ -11,11 +11,13 @@ and do not fail, past several recovery periods; a v1 worker started again finish
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from cairn.client import Client
 from cairn.model.statuses import RunStatus
@@ -59,6 +61,13 @@ def _live(client: Client) -> set[str]:
     book = client.runtime.orchestrator.builds
     book.forget_live()
     return {build.build for build in book.live()}
+
+
+def _builds(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """``cairn versions``' builds, by id."""
+    listed = cluster.cli("versions", "--json", env=ANNOUNCE)
+    assert listed.returncode == 0, listed.stderr
+    return {build["build"]: build for build in json.loads(listed.stdout)["builds"]}
 
 
 def _waiting_metric(port: int, workflow: str, build: str) -> float | None:
@@ -132,6 +141,12 @@ def test_pinned_runs_stay_on_their_build_auto_upgrade_runs_move_on(
         shown = cluster.cli("status", kept[0], env=ANNOUNCE)
         assert shown.returncode == 0, shown.stderr
         assert "waiting for a worker of build v1" in shown.stdout
+        builds = _builds(cluster)  # v1 may not go: pinned runs wait for it; v2 may
+        assert (builds["v1"]["live"], builds["v1"]["needed_by"]) == (False, len(kept))
+        assert not builds["v1"]["safe_to_retire"] and builds["v2"]["safe_to_retire"]
+        listed = cluster.cli("versions", "pinned_trip", env=ANNOUNCE)
+        assert "v1  not seen for" in listed.stdout, listed.stdout
+        assert f"{len(kept)} run(s) in flight wait for a worker of it" in listed.stdout
 
         # A v1 worker again: they finish, on v1.
         again = cluster.worker(CAIRN_BUILD="v1", **env)
@@ -145,5 +160,6 @@ def test_pinned_runs_stay_on_their_build_auto_upgrade_runs_move_on(
             30,
             "the metric to drop the runs once they finished",
         )
+        assert _builds(cluster)["v1"]["safe_to_retire"]  # drained: nothing needs it
     finally:
         client.close()
