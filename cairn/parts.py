@@ -84,7 +84,8 @@ class Parts:
             store, queues=settings.queues, default_queue=settings.queue, resolve=resolve
         )
         orchestrator = Orchestrator(store, publisher, settings, registry)
-        parts = cls(settings, store, orchestrator, publisher)
+        # The orchestrator's publisher routes messages to builds: a slot's wake too.
+        parts = cls(settings, store, orchestrator, orchestrator.publisher)
         orchestrator.after_commit.extend(
             [parts._wake_stopped, parts._report_anomalies, parts._announce_stops]
         )

@@ -11,12 +11,14 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.config import Settings
 from cairn.definitions.catalog import load_all
 from cairn.effects.adapters import load_adapters
+from cairn.engine.builds import Announcer, build_of, workflow_keys
 from cairn.engine.circuits import Circuits
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.outbox import RelayOnly
@@ -24,6 +26,7 @@ from cairn.engine.rates import Rates
 from cairn.engine.registry import Registry
 from cairn.engine.slots import Slots
 from cairn.lease.port import Leases
+from cairn.model.definition import WorkflowDefinition
 from cairn.observe.sentry import init_sentry
 from cairn.parts import Migrate, Parts, celery_publisher
 from cairn.scheduler.notifier import Notifier
@@ -56,6 +59,10 @@ class Runtime:
     scheduler: Scheduler
     broker: InProcessBroker | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
+    # The definitions of CAIRN_WORKFLOWS this process registered, and its announcement
+    # of its build (an embedded worker's: see start_workers).
+    registered: list[WorkflowDefinition] = field(default_factory=list)
+    _announcer: Announcer | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _notifier: Notifier | None = None
 
@@ -121,7 +128,7 @@ class Runtime:
     def register_configured(self) -> None:
         """Register every definition named by ``CAIRN_WORKFLOWS``, and the schedules they
         declare; refuse invalid ones."""
-        _register(self.orchestrator, self.settings)
+        self.registered = _register(self.orchestrator, self.settings)
 
     @property
     def slots(self) -> Slots | None:
@@ -145,6 +152,11 @@ class Runtime:
                 "workers run in-process only without CAIRN_BROKER_URL; "
                 "start `cairn worker` processes instead"
             )
+        build = build_of(self.settings, self.registered)
+        self.runner.build = build
+        self._announcer = Announcer(
+            self.store, self.settings, build, workflow_keys(self.registered)
+        ).start()
         self.broker.start(self.runner.run)
 
     def start_scheduler(self) -> None:
@@ -166,6 +178,8 @@ class Runtime:
 
     def close(self) -> None:
         self._stop.set()
+        if self._announcer is not None:
+            self._announcer.stop()
         for thread in self._threads:
             thread.join(timeout=5)
         if self._notifier is not None:
@@ -242,26 +256,41 @@ def _runner(parts: Parts, worker: str, *, continues: bool) -> NodeRunner:
     )
 
 
-def register_definitions(settings: Settings) -> None:
+def register_definitions(settings: Settings) -> list[WorkflowDefinition]:
     """Register the definitions of CAIRN_WORKFLOWS and their schedules, and let go of the
     database: what a Celery worker does once before forking its children, so that no
-    child spends its first task on it."""
+    child spends its first task on it. The definitions as registered."""
     engine = make_engine(settings.effective_database_url)
     try:
         require_schema(engine)
         store = store_for(engine)
         registry = Registry(store, queues=settings.queues, default_queue=settings.queue)
-        _register(Orchestrator(store, RelayOnly(), settings, registry), settings)
+        return _register(Orchestrator(store, RelayOnly(), settings, registry), settings)
     finally:
         engine.dispose()
 
 
-def _register(orchestrator: Orchestrator, settings: Settings) -> None:
+def announce_build(settings: Settings, definitions: Sequence[WorkflowDefinition]) -> Announcer:
+    """A Celery worker's parent announcing its build (:func:`build_of` the definitions),
+    every CAIRN_BUILD_ANNOUNCE_S, on a thread. Each announcement lets go of its
+    connection: the parent forks its pool's children meanwhile, and a child must not
+    inherit a connection the parent still uses."""
+    engine = make_engine(settings.effective_database_url, pool_size=1)
+    announcer = Announcer(
+        store_for(engine), settings, build_of(settings, definitions), workflow_keys(definitions)
+    )
+    announcer.after_each = engine.dispose
+    return announcer.start()
+
+
+def _register(orchestrator: Orchestrator, settings: Settings) -> list[WorkflowDefinition]:
     """Register every definition found into CAIRN_WORKFLOWS_NAMESPACE, or none: a process
     that starts must not run with half its workflows, and its operator sees every fault
     of every file at once. Then add, or bring up to date, the schedules they declare: a
     deployment's schedules come with its code, and one an operator paused stays paused."""
     workflows, namespace = settings.workflows, settings.workflows_namespace
     found = load_all(workflows) if workflows else []
-    for definition in orchestrator.registry.register_all(found, namespace):
+    registered = orchestrator.registry.register_all(found, namespace)
+    for definition in registered:
         orchestrator.schedules.declare(namespace, definition)
+    return registered

@@ -23,7 +23,7 @@ SKIPPED = (PACKAGE / "store" / "migrations",)
 
 # Functions over the ceiling today, at their length: to be split, never to grow.
 KNOWN: dict[str, int] = {
-    "cairn/model/messages.py:NodeMessage.from_dict": 76,
+    "cairn/model/messages.py:NodeMessage.from_dict": 62,
     "cairn/store/steps.py:StepsTx.write_step": 65,
     "cairn/timetravel/replay_space.py:ReplaySpace.execute": 70,
     "cairn/workers/app.py:make_celery": 101,

@@ -104,6 +104,8 @@ def get_run(run_id: RunId, runtime: Runtime_, who: Reader) -> RunDetail:
         updated_at=view.updated_at,
         parent_run_id=view.parent_run_id,
         fork_seq=view.fork_seq,
+        build=view.build,
+        waiting_for_build=view.waiting_for_build,
         webhooks=[_delivery(row) for row in notifications],
         nodes={name: node.status.value for name, node in state.nodes.items()},
         visits=dict(state.visits),

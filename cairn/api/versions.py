@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query
 from cairn.api.access import Reader
 from cairn.api.deps import Runtime_
 from cairn.api.scope import ERRORS
+from cairn.engine.retiring import builds_of
 from cairn.engine.versions import versions_of
 from cairn.http.models import VersionList
 
@@ -25,6 +26,11 @@ WorkflowQuery = Annotated[
 @router.get("/versions", response_model=VersionList, responses=ERRORS)
 def list_versions(runtime: Runtime_, who: Reader, workflow: WorkflowQuery = None) -> VersionList:
     """The namespace's workflows, each version registered or still run: its runs in
-    flight, how many of them wait, when the oldest was created, whether it is drained."""
+    flight (and on which builds), how many of them wait, when the oldest was created,
+    whether it is drained; and the fleet's builds, each live or not and safe to retire
+    or not."""
     shown = versions_of(runtime.orchestrator, who.namespace, workflow)
-    return VersionList.model_validate({"workflows": [w.to_dict() for w in shown]})
+    builds = builds_of(runtime.orchestrator)
+    return VersionList.model_validate(
+        {"workflows": [w.to_dict() for w in shown], "builds": [b.to_dict() for b in builds]}
+    )

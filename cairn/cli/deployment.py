@@ -93,8 +93,8 @@ class Deployment:
             return
         from cairn.parts import celery_publisher
 
+        self.orchestrator.publisher = celery_publisher(self.settings)  # routed to builds
         outbox = self.orchestrator.outbox
-        outbox.publisher = celery_publisher(self.settings)
         outbox.publish(held)
         try:
             outbox.flush()

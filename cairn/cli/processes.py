@@ -113,7 +113,8 @@ def _celery_worker(
 ) -> None:
     """A Celery worker: the definitions registered once, then Celery's own loop."""
     from cairn.lease.redis import RedisLeases
-    from cairn.runtime import register_definitions, worker_app
+    from cairn.model.builds import build_queue
+    from cairn.runtime import announce_build, register_definitions, worker_app
     from cairn.workers.logs import log_through_root
 
     if settings.metrics_port is not None:
@@ -126,7 +127,12 @@ def _celery_worker(
         # The parent serves: its children come and go, the counters are in Redis.
         _serve_metrics(RedisLeases.from_url(settings.redis_url), settings.metrics_port)
     consumed = _consumed_queues(settings, queues)
-    register_definitions(settings)
+    announcer = announce_build(settings, register_definitions(settings))
+    # Its children record the build in what they run; it consumes each queue's messages
+    # routed to its build besides the queue's own (docs/versions.md).
+    settings = settings.model_copy(update={"build": announcer.build})
+    consumed += [build_queue(queue, announcer.build) for queue in consumed]
+    log.info("build %s", announcer.build)
     celery_app = worker_app(settings)
     log_through_root()
     argv = [
@@ -255,7 +261,11 @@ def _serve(runtime: Runtime) -> None:
             runtime.leases,
             runtime.settings.metrics_port,
             FleetCollector(
-                runtime.store, runtime.slots, circuits=runtime.circuits, rates=runtime.rates
+                runtime.store,
+                runtime.slots,
+                circuits=runtime.circuits,
+                rates=runtime.rates,
+                builds=runtime.orchestrator.builds,
             ),
             runtime.scheduler.metrics.registry,
         )

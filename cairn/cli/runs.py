@@ -254,6 +254,8 @@ def status(
         out.print(f"{running}: {liveness(beat, shown.interval_s)}", markup=False)
     for line in shown.explained:
         out.print(line, markup=False)
+    if view.get("waiting_for_build"):
+        out.print(f"waiting for a worker of build {view['waiting_for_build']}", markup=False)
     if view["priority"]:
         out.print(f"priority: {view['priority']}", markup=False)
     if view["parent_run_id"] is not None:

@@ -23,32 +23,59 @@ def versions(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Each workflow's versions: runs in flight, waiting, the oldest, and which versions
-    are drained (no run in flight: nothing will run their graph again)."""
+    """Each workflow's versions: runs in flight (on which builds), waiting, the oldest,
+    the patch markers they answered, and which versions are drained; then the fleet's
+    builds, and which are safe to retire (no run in flight needs them)."""
     remote.key_namespace(namespace)
     if remote.active():
         with remote.api() as client:
-            shown = [w.model_dump() for w in client.versions(workflow).workflows]
+            shown = client.versions(workflow).model_dump()
     else:
-        from cairn.cli.deployment import deployment
-        from cairn.engine.versions import versions_of
-
-        with deployment() as opened:
-            where = namespace or remote.DEFAULT_NAMESPACE
-            shown = [w.to_dict() for w in versions_of(opened.orchestrator, where, workflow)]
+        shown = _from_database(namespace or remote.DEFAULT_NAMESPACE, workflow)
     if as_json:
         print(json.dumps(shown, indent=2))
         return
-    if not shown:
-        out.print("no workflow is registered or run here", markup=False)
-        return
     now = time.time()
-    for entry in shown:
+    if not shown["workflows"]:
+        out.print("no workflow is registered or run here", markup=False)
+    for entry in shown["workflows"]:
         out.print(f"{entry['workflow']}: {entry['in_flight']} run(s) in flight", markup=False)
         for version in entry["versions"]:
             out.print(f"  {_version_line(version, now)}", markup=False)
+            for share in version.get("builds", ()):
+                out.print(f"    on build {share['build']}: {share['in_flight']}", markup=False)
             for patch in version.get("patches", ()):
                 out.print(f"    {_patch_line(patch)}", markup=False)
+    if shown["builds"]:
+        out.print("builds (the fleet's, newest first):", markup=False)
+    for build in shown["builds"]:
+        out.print(f"  {_build_line(build, now)}", markup=False)
+
+
+def _from_database(namespace: str, workflow: str | None) -> dict[str, Any]:
+    from cairn.cli.deployment import deployment
+    from cairn.engine.retiring import builds_of
+    from cairn.engine.versions import versions_of
+
+    with deployment() as opened:
+        workflows = versions_of(opened.orchestrator, namespace, workflow)
+        builds = builds_of(opened.orchestrator)
+    return {
+        "workflows": [w.to_dict() for w in workflows],
+        "builds": [b.to_dict() for b in builds],
+    }
+
+
+def _build_line(build: dict[str, Any], now: float) -> str:
+    state = "live" if build["live"] else f"not seen for {_ago(now - build['last_at'])}"
+    needed = build["needed_by"]
+    if build["safe_to_retire"]:
+        verdict = "safe to retire: no run in flight needs it"
+    elif build["live"]:
+        verdict = f"needed by {needed} run(s) in flight"
+    else:
+        verdict = f"{needed} run(s) in flight wait for a worker of it"
+    return f"{build['build']}  {state}; {verdict}"
 
 
 def _version_line(version: dict[str, Any], now: float) -> str:

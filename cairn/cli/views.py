@@ -31,6 +31,8 @@ RUN_VIEW_FIELDS = (
     "fork_seq",
     "priority",
     "workflow_namespace",
+    "build",
+    "waiting_for_build",
 )
 
 

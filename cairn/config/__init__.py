@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from cairn.config.builds import BuildSettings
 from cairn.config.oidc import OidcSettings
 from cairn.config.workers import WorkerSettings
 from cairn.errors import ConfigError
@@ -34,7 +35,7 @@ TEST_PREFIX = "CAIRN_TEST_"
 EVERY_WORKFLOW = "*"
 
 
-class Settings(OidcSettings, WorkerSettings):
+class Settings(OidcSettings, WorkerSettings, BuildSettings):
     """Build with :meth:`from_env` (or directly, in tests and embedding code). A plain
     model rather than pydantic-settings: the mapping given to ``from_env`` is the only
     source, so settings built for another process never pick up this one's variables.

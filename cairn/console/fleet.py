@@ -40,8 +40,8 @@ def fleet_page(request: Request, runtime: Runtime_, who: Who) -> Response:
 @router.get("/versions", response_class=HTMLResponse)
 def versions_page(request: Request, runtime: Runtime_, who: Who) -> Response:
     """Which versions still have runs in flight, and which are drained."""
-    shown = versions.list_versions(runtime, who).workflows
-    return render(request, "versions.html", workflows=shown)
+    shown = versions.list_versions(runtime, who)
+    return render(request, "versions.html", workflows=shown.workflows, builds=shown.builds)
 
 
 @router.post("/schedules/{name}/pause")

@@ -55,6 +55,7 @@ TOP = frozenset(
         "schedules",
         "queue",
         "reducers",
+        "versioning",
     }
 )
 TASK = COMMON | {
@@ -141,6 +142,7 @@ SINCE: dict[str, int] = {
     "workflow.schedules": 2,
     "workflow.reducers": 2,
     "workflow.state": 2,
+    "workflow.versioning": 2,
 }
 
 # Hostile-file limits: far beyond any real definition, far below what would exhaust the

@@ -1,7 +1,7 @@
 """The definition's top level: its name, version and start, its nodes (read by
 :mod:`cairn.definitions.nodes`), and the workflow-wide settings — the declared format,
 ``node_timeout``, the input and state schemas, ``on_resume``, the budget, the anomaly block, the
-schedules and the state keys that accumulate (``reducers``)."""
+schedules, the state keys that accumulate (``reducers``) and ``versioning``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from cairn.definitions.nodes import read_node
 from cairn.definitions.reader import Reader, label
 from cairn.definitions.reducers_block import read_reducers
 from cairn.definitions.schedules_block import read_schedules
+from cairn.model.builds import Versioning
 from cairn.model.definition import (
     DEFAULT_CANCEL_TIMEOUT,
     DEFAULT_NODE_TIMEOUT,
@@ -79,11 +80,21 @@ def read_workflow(reader: Reader, spec: object) -> WorkflowDefinition | None:
         schedules=schedules,
         queue=reader.default_queue,
         reducers=reducers,
+        versioning=_versioning(reader, spec.get("versioning", Versioning.ANY.value)),
         extra=reader.metadata(spec, None),
         # Schedules say when runs start, not how they run: they may change without a
         # new version, so they are no part of what a version pins.
         spec=plain_spec({key: value for key, value in spec.items() if key != "schedules"}),
     )
+
+
+def _versioning(reader: Reader, raw: object) -> Versioning:
+    """Which build runs the workflow's nodes (docs/versions.md); ``any`` where faulty."""
+    if isinstance(raw, str) and raw in {v.value for v in Versioning}:
+        return Versioning(raw)
+    choices = ", ".join(repr(v.value) for v in Versioning)
+    reader.fault("bad_versioning", f"'versioning' must be one of {choices}, got {raw!r}")
+    return Versioning.ANY
 
 
 def _identity(reader: Reader, spec: Mapping[str, Any]) -> tuple[str, int, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from cairn.config import Settings
 from cairn.engine.advance import Steps
+from cairn.engine.builds import BuildBook, RoutingPublisher
 from cairn.engine.executions import Executions
 from cairn.engine.hooks import AfterCommit
 from cairn.engine.migrations import Migrations
@@ -45,10 +46,11 @@ class Orchestrator:
         self.after_commit: list[AfterCommit] = []
         # What is paused, as this process sees it (cairn.engine.pauses).
         self.pause_book = PauseBook(store, settings.queue)
-        self.outbox = Outbox(store, publisher, held=self.pause_book.holds)
+        self.builds = BuildBook(store, self.registry, settings)  # where routed nodes go
+        self.outbox = Outbox(store, self._routed(publisher), held=self.pause_book.holds)
         self.webhooks = WebhookPolicy(settings)
         limit = settings.max_payload_bytes
-        reads = Reads(store, self.registry)
+        reads = Reads(store, self.registry, self.builds.waiting_for)
         self.executions = Executions(store, self.registry)  # the worker's transactions
         steps = Steps(Planner(settings), self.outbox, reads, self.after_commit)
         submissions = Submissions(steps, self.webhooks, self.pause_book, limit_bytes=limit)
@@ -79,7 +81,6 @@ class Orchestrator:
         self.cancel = requests.cancel
         self.rollback = requests.rollback
         self.rollback_plan = requests.rollback_plan
-
         self.load = reads.load
         self.get_run = reads.get_run
         self.waiting = reads.waiting
@@ -96,4 +97,12 @@ class Orchestrator:
 
     @publisher.setter
     def publisher(self, publisher: Publisher) -> None:
-        self.outbox.publisher = publisher
+        self.outbox.publisher = self._routed(publisher)
+
+    def _routed(self, publisher: Publisher) -> Publisher:
+        """A broker's publisher routes node messages to builds (docs/versions.md). The
+        embedded default has one process, of one build, and SQLite one writer: its relay
+        publishes in a transaction a routing read would wait for."""
+        if self.settings.broker_url is None or isinstance(publisher, RoutingPublisher):
+            return publisher
+        return RoutingPublisher(publisher, self.builds)

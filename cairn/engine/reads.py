@@ -153,6 +153,10 @@ class RunView:
     priority: int = 0  # -5..5, higher first
     # Whose definition it runs: its own namespace's, or the one that shared it.
     workflow_namespace: str = DEFAULT_NAMESPACE
+    # The build it started on, and the one it waits for while no live worker runs its
+    # nodes (docs/versions.md); None: not routed by build, or a worker can run it.
+    build: str | None = None
+    waiting_for_build: str | None = None
 
     @property
     def workflow_ref(self) -> str:
@@ -176,9 +180,16 @@ class RunView:
 class Reads:
     """The engine's read side: each read one read-only transaction."""
 
-    def __init__(self, store: Store, registry: Registry) -> None:
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        waiting_for: Callable[[str, WorkflowDefinition], str | None] | None = None,
+    ) -> None:
         self.store = store
         self.registry = registry
+        # The build a run waits for a worker of (cairn.engine.builds.BuildBook).
+        self.waiting_for = waiting_for
 
     def load(
         self, run_id: str, upto: int | None = None
@@ -192,7 +203,7 @@ class Reads:
             return row, definition, restore(tx, row, definition, upto, versions)
 
     def get_run(self, run_id: str, *, with_executions: bool = False) -> RunView:
-        row, _definition, state = self.load(run_id)
+        row, definition, state = self.load(run_id)
         view = RunView(
             id=row.id,
             workflow=row.workflow,
@@ -210,7 +221,10 @@ class Reads:
             parent_run_id=row.parent_run_id,
             fork_seq=row.fork_seq,
             priority=row.priority,
+            build=row.build,
         )
+        if self.waiting_for is not None and not row.status.terminal:
+            view.waiting_for_build = self.waiting_for(row.id, definition)
         if with_executions:
             with self.store.reading() as tx:
                 view.executions = [

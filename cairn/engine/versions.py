@@ -9,12 +9,22 @@ finished runs reads through it)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.patches import PatchInFlight, answers_in_flight
 from cairn.store.versions import InFlight, Registered
+
+
+@dataclass(frozen=True)
+class OnBuild:
+    """The runs in flight of a version that started on one build."""
+
+    build: str
+    in_flight: int
+    waiting: int
+    oldest_at: float
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,8 @@ class VersionView:
     in_flight: int = 0
     waiting: int = 0
     oldest_at: float | None = None  # the oldest run in flight's creation (epoch seconds)
+    # Its runs in flight by the build they started on (those routed by build).
+    builds: tuple[OnBuild, ...] = ()
     # The patch markers its runs in flight answered, and whether one still needs the old
     # path (docs/versions.md#patch-markers).
     patches: tuple[PatchInFlight, ...] = ()
@@ -44,6 +56,7 @@ class VersionView:
             "waiting": self.waiting,
             "oldest_at": self.oldest_at,
             "drained": self.drained,
+            "builds": [asdict(share) for share in self.builds],
             "patches": [patch.to_dict() for patch in self.patches],
         }
 
@@ -107,14 +120,14 @@ def assemble(
     since: dict[tuple[str, int], float | None] = {
         (r.workflow, r.version): r.registered_at for r in registered
     }
-    running: dict[tuple[str, int], InFlight] = {}
+    running: dict[tuple[str, int], list[InFlight]] = defaultdict(list)
     for group in in_flight:
         name = (
             group.workflow
             if group.workflow_namespace == namespace
             else f"{group.workflow_namespace}/{group.workflow}"
         )
-        running[(name, group.version)] = group
+        running[(name, group.version)].append(group)
         since.setdefault((name, group.version), None)
     by_workflow: dict[str, list[int]] = defaultdict(list)
     for name, version in sorted(since):
@@ -124,7 +137,7 @@ def assemble(
         # New runs start on the newest version the namespace registered.
         newest = max((v for v in versions if since[(name, v)] is not None), default=None)
         views = [
-            _view(version, since[(name, version)], version == newest, running.get((name, version)))
+            _view(version, since[(name, version)], version == newest, running[(name, version)])
             for version in versions
         ]
         shown.append(WorkflowVersions(name, views))
@@ -132,8 +145,19 @@ def assemble(
 
 
 def _view(
-    version: int, registered_at: float | None, newest: bool, group: InFlight | None
+    version: int, registered_at: float | None, newest: bool, groups: list[InFlight]
 ) -> VersionView:
-    if group is None:
+    if not groups:
         return VersionView(version, registered_at, newest)
-    return VersionView(version, registered_at, newest, group.runs, group.waiting, group.oldest_at)
+    on_builds = tuple(
+        OnBuild(g.build, g.runs, g.waiting, g.oldest_at) for g in groups if g.build is not None
+    )
+    return VersionView(
+        version,
+        registered_at,
+        newest,
+        in_flight=sum(g.runs for g in groups),
+        waiting=sum(g.waiting for g in groups),
+        oldest_at=min(g.oldest_at for g in groups),
+        builds=tuple(sorted(on_builds, key=lambda share: share.build)),
+    )

@@ -100,6 +100,14 @@ class RunDetail(RunSummary):
         "the workflow with it.",
     )
     priority: int = Field(default=0, description="-5..5, higher first.")
+    build: str | None = Field(
+        default=None, description="The build it started on (docs/versions.md)."
+    )
+    waiting_for_build: str | None = Field(
+        default=None,
+        description="The build it waits for a worker of: its workflow routes its nodes by "
+        "build and no live worker runs them (it waits; it has not failed).",
+    )
     nodes: dict[str, str]
     visits: dict[str, int]
     progress: Progress
@@ -196,6 +204,11 @@ class VersionInfo(Answer):
     waiting: int = Field(description="Of them, those waiting (a signal, a timer, a person).")
     oldest_at: float | None = Field(description="When the oldest run in flight was created.")
     drained: bool = Field(description="No run of it is in flight.")
+    builds: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Its runs in flight by the build they started on: build, in_flight, "
+        "waiting, oldest_at.",
+    )
     patches: list[dict[str, Any]] = Field(
         default_factory=list,
         description="Per patch marker its runs in flight answered: answered_true, "
@@ -210,8 +223,24 @@ class WorkflowVersionsInfo(Answer):
     versions: list[VersionInfo]
 
 
+class BuildInfo(Answer):
+    build: str
+    first_at: float = Field(description="When a worker first announced it (epoch seconds).")
+    last_at: float = Field(description="When a worker last announced it.")
+    live: bool = Field(description="Announced within the live window: its workers are up.")
+    workflows: list[str] = Field(description="The workflow versions it runs (name@version).")
+    compatible: list[str] = Field(description="The earlier builds it can take over.")
+    needed_by: int = Field(
+        description="Runs in flight (every namespace's) whose next node only it may run."
+    )
+    safe_to_retire: bool = Field(description="No run in flight needs it.")
+
+
 class VersionList(Answer):
     workflows: list[WorkflowVersionsInfo]
+    builds: list[BuildInfo] = Field(
+        default_factory=list, description="The builds the fleet's workers announced, newest first."
+    )
 
 
 class Registered(Answer):

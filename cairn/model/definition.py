@@ -15,6 +15,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
+from cairn.model.builds import Versioning
 from cairn.model.reducers import Reducer
 from cairn.model.schedules import ScheduleSpec
 from cairn.model.statuses import RunStatus
@@ -518,8 +519,7 @@ class WorkflowDefinition:
     start: str
     nodes: Mapping[str, AnyNode]
     description: str = ""
-    # Workflow-wide bound for every node without its own max_visits.
-    max_visits: int | None = None
+    max_visits: int | None = None  # for every node without its own
     compensate_on_cancel: bool = False
     # How long a cancelled run waits for running nodes to stop before detaching them.
     cancel_timeout: timedelta = DEFAULT_CANCEL_TIMEOUT
@@ -532,13 +532,11 @@ class WorkflowDefinition:
     input_schema: Mapping[str, Any] | None = None
     state_schema: Mapping[str, Any] | None = None
     on_resume: OnResume | None = None
-    # What the whole run may spend, per unit (model tokens, dollars): ``ctx.charge``.
-    budget: Mapping[str, float] = field(default_factory=dict)
-    # Runtime anomaly detection (no-progress loops, ping-pong, oscillation); off if None.
-    anomaly: AnomalyPolicy | None = None
-    # Limits every execution of its tasks' handlers holds a slot of (see TaskNode).
+    budget: Mapping[str, float] = field(default_factory=dict)  # per unit: ``ctx.charge``
+    anomaly: AnomalyPolicy | None = None  # loops, ping-pong, oscillation; off if None
+    # Limits every execution of its tasks' handlers holds a slot of, and rate limits on
+    # the model calls of every task's handler (see TaskNode).
     concurrency: tuple[ConcurrencyLimit, ...] = ()
-    # Rate limits on the model calls of every task's handler (see TaskNode).
     rate: tuple[RateLimit, ...] = ()
     # Cron schedules that start runs of it (``cairn register`` keeps them); not part of
     # ``spec``: a schedule is when runs start, not how they run, and changes freely.
@@ -547,6 +545,8 @@ class WorkflowDefinition:
     # compensations of its other nodes; None: the deployment's default queue.
     queue: str | None = None
     reducers: Mapping[str, Reducer] = field(default_factory=dict)  # keys that accumulate
+    # Which build of the code runs its nodes: any, the run's own, or the newest compatible.
+    versioning: Versioning = Versioning.ANY
     extra: Mapping[str, Any] = field(default_factory=dict)
     # The definition in file form (callables as import paths): what is registered.
     spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)

@@ -60,6 +60,8 @@ class NodeSucceeded(Event):
     # Where the execution's time went, seconds: ``queue``, ``run`` and the handler's
     # ``ctx.timed`` kinds. Informational (``cairn sla``): the decider never reads it.
     timings: Mapping[str, float] | None = None
+    # The build of the worker that ran it (docs/versions.md); None: not recorded.
+    build: str | None = None
     # The handler's answers to ``ctx.patched``: patch id -> answer (cairn.model.patches).
     patches: Mapping[str, bool] | None = None
     type: ClassVar[str] = "node_succeeded"
@@ -77,6 +79,7 @@ class NodeFailed(Event):
     timings: Mapping[str, float] | None = None
     # The server's word on when to try again (a 429's Retry-After): the retry's delay.
     retry_after_s: float | None = None
+    build: str | None = None  # as NodeSucceeded's
     patches: Mapping[str, bool] | None = None  # as on NodeSucceeded
     type: ClassVar[str] = "node_failed"
 
@@ -257,7 +260,7 @@ _ENUM_FIELDS: dict[str, type[StrEnum]] = {"phase": Phase, "error_class": ErrorCl
 # them reads the same in code from before they existed (a rolling upgrade's old workers).
 # Fields added since logs were first written: left out while unset, so that an event
 # without them is written as it always was (the golden logs hold them to that).
-_OMITTED_WHEN_UNSET = frozenset({"timings", "retry_after_s", "actor", "comment", "role"})
+_OMITTED_WHEN_UNSET = frozenset({"timings", "retry_after_s", "actor", "comment", "role", "build"})
 
 # A step that asked no patch marker writes its result event as before patches existed.
 _OMITTED_WHEN_UNSET = _OMITTED_WHEN_UNSET | {"patches"}

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cairn.errors import EventRejected
+from cairn.model.builds import build_id_problem
 from cairn.model.events import Phase
 from cairn.model.keys import ExecutionKey
 from cairn.model.payloads import storable_text
@@ -52,6 +53,9 @@ class NodeMessage:
     # body is what it was, and a worker of an older version reads it.
     priority: int = 0
     namespace: str | None = None
+    # The build it is routed to (docs/versions.md): published to ``<queue>@<build>``,
+    # which only that build's workers consume. Left out of the JSON when None.
+    build: str | None = None
 
     @property
     def key(self) -> ExecutionKey:
@@ -85,6 +89,8 @@ class NodeMessage:
             data["priority"] = self.priority
         if self.namespace is not None:
             data["namespace"] = self.namespace
+        if self.build is not None:
+            data["build"] = self.build
         return data
 
     def body(self) -> dict[str, Any]:
@@ -107,30 +113,14 @@ class NodeMessage:
             value = data.get(name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 problems.append(f"{name} must be a positive integer")
+        problems += _optional_problems(data)
         outbox_id = data.get("outbox_id")
-        if outbox_id is not None and (
-            isinstance(outbox_id, bool) or not isinstance(outbox_id, int)
-        ):
-            problems.append("outbox_id must be an integer")
         resumed = data.get("resumed", False)
-        if not isinstance(resumed, bool):
-            problems.append("resumed must be true or false")
         woken = data.get("woken", False)
-        if not isinstance(woken, bool):
-            problems.append("woken must be true or false")
         queue = data.get("queue")
-        if queue is not None and (problem := queue_name_problem(queue)) is not None:
-            problems.append(f"queue: {problem}")
         priority = data.get("priority", 0)
-        if (
-            isinstance(priority, bool)
-            or not isinstance(priority, int)
-            or not MIN_PRIORITY <= priority <= MAX_PRIORITY
-        ):
-            problems.append(f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}")
         namespace = data.get("namespace")
-        if namespace is not None and (not isinstance(namespace, str) or not namespace):
-            problems.append("namespace must be a non-empty string")
+        build = data.get("build")
         try:
             phase = Phase(data.get("phase", Phase.RUN.value))
         except ValueError:
@@ -150,6 +140,7 @@ class NodeMessage:
             "queue",
             "priority",
             "namespace",
+            "build",
         }
         if unknown:
             problems.append(f"unknown field(s) {sorted(unknown)}")
@@ -169,4 +160,36 @@ class NodeMessage:
             queue,
             priority,
             namespace,
+            build,
         )
+
+
+def _optional_problems(data: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a message body's optional fields."""
+    problems: list[str] = []
+    outbox_id = data.get("outbox_id")
+    if outbox_id is not None and (isinstance(outbox_id, bool) or not isinstance(outbox_id, int)):
+        problems.append("outbox_id must be an integer")
+    resumed = data.get("resumed", False)
+    if not isinstance(resumed, bool):
+        problems.append("resumed must be true or false")
+    woken = data.get("woken", False)
+    if not isinstance(woken, bool):
+        problems.append("woken must be true or false")
+    queue = data.get("queue")
+    if queue is not None and (problem := queue_name_problem(queue)) is not None:
+        problems.append(f"queue: {problem}")
+    priority = data.get("priority", 0)
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not MIN_PRIORITY <= priority <= MAX_PRIORITY
+    ):
+        problems.append(f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}")
+    namespace = data.get("namespace")
+    if namespace is not None and (not isinstance(namespace, str) or not namespace):
+        problems.append("namespace must be a non-empty string")
+    build = data.get("build")
+    if build is not None and (problem := build_id_problem(build)) is not None:
+        problems.append(f"build: {problem}")
+    return problems

@@ -10,7 +10,8 @@ sweep. Each death counts against CAIRN_MAX_RECOVERIES, and what needs a person �
 irreversible node a worker had claimed, a node that keeps killing its workers — is held
 (:mod:`cairn.engine.recovery`). Never sends again an execution nobody claimed
 while its queue still holds messages (it is most likely one of them), unless it has
-waited far longer.
+waited far longer — its build's queue, for a run routed to a build — nor one waiting for
+a worker of its run's build while none is live.
 
 Stalls are watched here too: a running execution whose heartbeats arrive but whose
 progress has not moved for its node's ``stall_after`` is flagged, once (an event, a
@@ -26,6 +27,8 @@ from cairn.config import Settings
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.recovery import Outcome, RecoveryPolicy
 from cairn.lease.port import Lapsed, Leases
+from cairn.model.builds import build_queue
+from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import Phase
 from cairn.model.keys import ExecutionKey, lease_key, parse_lease_key
 from cairn.model.messages import NodeMessage, message_namespace
@@ -83,6 +86,8 @@ class Recovery:
             if self.leases.held(lease):
                 continue  # a live worker holds it
             died = self.leases.beats([lease])[0] is not None
+            if not died and self._waits_for_build(execution):
+                continue  # no live worker of its run's build: it waits for one
             if not died and self._maybe_queued(execution, now):
                 # Its own queue's: a node waiting for the one GPU worker is not lost
                 # because the default queue is empty.
@@ -170,15 +175,31 @@ class Recovery:
 
     def _queues_of(self, stalled: list[ExecutionRecord]) -> dict[tuple[str, str], str | None]:
         """(run, node) -> the queue the execution's messages go to (None: the default
-        queue), for a pass's executions in one read."""
+        queue; ``<queue>@<build>`` for a run routed to a build: docs/versions.md), for a
+        pass's executions in one read."""
         with self.orchestrator.store.reading() as tx:
             pinned = tx.pinned_versions([execution.run_id for execution in stalled])
         registry = self.orchestrator.registry
         return {
-            (e.run_id, e.node): registry.get(*pinned[e.run_id]).queue_of(e.node)
+            (e.run_id, e.node): self._queue_of(e, registry.get(*pinned[e.run_id]))
             for e in stalled
             if e.run_id in pinned
         }
+
+    def _queue_of(self, execution: ExecutionRecord, definition: WorkflowDefinition) -> str | None:
+        queue = definition.queue_of(execution.node)
+        build = self.orchestrator.builds.target(execution.run_id, definition)
+        return queue if build is None else build_queue(queue or self.settings.queue, build)
+
+    def _waits_for_build(self, execution: ExecutionRecord) -> bool:
+        """Its run is routed to a build no live worker runs (docs/versions.md): its
+        message waits in that build's queue, neither lost nor to be sent again."""
+        with self.orchestrator.store.reading() as tx:
+            pinned = tx.pinned_versions([execution.run_id])
+        if execution.run_id not in pinned:
+            return False
+        definition = self.orchestrator.registry.get(*pinned[execution.run_id])
+        return self.orchestrator.builds.waiting_for(execution.run_id, definition) is not None
 
     def _maybe_queued(self, execution: ExecutionRecord, now: float) -> bool:
         """Nobody has started it (no claim in PostgreSQL, no heartbeat record), and it

@@ -115,6 +115,7 @@ class RunRecord:
     priority: int = 0
     # Whose definition it runs: its own namespace's, or the one that shared it.
     workflow_namespace: str = DEFAULT_NAMESPACE
+    build: str | None = None  # the build it started on (docs/versions.md)
 
     @property
     def workflow_ref(self) -> str:
@@ -145,6 +146,8 @@ class RunRecord:
             row.finished_at,
             row.priority,
             row.workflow_namespace,
+            # The step's constant SQL reads the columns it names, which may not have it.
+            getattr(row, "build", None),
         )
 
 

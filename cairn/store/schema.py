@@ -120,6 +120,8 @@ runs = Table(
     # The namespace whose definition it runs (migration 0022): its own, or the one that
     # shared the workflow with it.
     Column("workflow_namespace", String(100), nullable=False, server_default="default"),
+    # The build it started on (migration 0029); None: not routed by build.
+    Column("build", String(64)),
     UniqueConstraint("namespace", "request_id"),
     _known(RunStatus),
     Index("ix_runs_status_updated_at", "status", "updated_at"),

@@ -24,6 +24,7 @@ from typing import ClassVar
 from sqlalchemy import Engine, select
 
 from cairn.store.access import AccessTx
+from cairn.store.builds import BuildsTx
 from cairn.store.checkpoints import CheckpointsTx
 from cairn.store.code_faults import CodeFaultsTx
 from cairn.store.definitions import DefinitionsTx
@@ -52,6 +53,7 @@ class Tx(
     PausesTx,
     SessionsTx,
     CodeFaultsTx,
+    BuildsTx,
     VersionsTx,
 ):
     """Every statement of the store, on one transaction."""

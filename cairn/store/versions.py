@@ -1,5 +1,5 @@
-"""What a namespace's runs in flight stand on: per workflow, version (and the build a run
-started on) how many are in flight, how many of those wait, and since when the oldest —
+"""What a namespace's runs in flight stand on: per workflow, version and the build a run
+started on, how many are in flight, how many of those wait, and since when the oldest —
 what draining a version or a build watches. Reads the listing's status index (namespace,
 status, ...): the cost is the runs in flight, never the finished ones."""
 
@@ -24,6 +24,7 @@ class InFlight:
     workflow_namespace: str
     workflow: str
     version: int
+    build: str | None  # the build they started on (None: not routed by build)
     runs: int
     waiting: int  # of them, waiting for a signal, a timer or a person
     oldest_at: float  # when the oldest of them was created (epoch seconds)
@@ -40,9 +41,9 @@ class Registered:
 
 class VersionsTx(TxBase):
     def in_flight_by_version(self, namespace: str, workflow: str | None = None) -> list[InFlight]:
-        """The namespace's runs in flight, counted per workflow and version."""
+        """The namespace's runs in flight, counted per workflow, version and build."""
         waiting = func.sum(case((runs.c.status == RunStatus.WAITING.value, 1), else_=0))
-        group = (runs.c.workflow_namespace, runs.c.workflow, runs.c.version)
+        group = (runs.c.workflow_namespace, runs.c.workflow, runs.c.version, runs.c.build)
         query = select(*group, func.count(), waiting, func.min(runs.c.created_at)).where(
             runs.c.namespace == namespace, runs.c.status.in_(IN_FLIGHT)
         )
@@ -50,9 +51,12 @@ class VersionsTx(TxBase):
             query = query.where(runs.c.workflow == workflow)
         rows = self.connection.execute(query.group_by(*group).order_by(*group))
         return [
-            InFlight(row[0], row[1], int(row[2]), int(row[3]), int(row[4] or 0), to_epoch(row[5]))
+            InFlight(
+                row.workflow_namespace, row.workflow, int(row.version), row.build,
+                int(row[4]), int(row[5] or 0), to_epoch(row[6]),
+            )
             for row in rows
-        ]
+        ]  # fmt: skip
 
     def registered_versions(self, namespace: str, workflow: str | None = None) -> list[Registered]:
         """The workflow versions registered in ``namespace``, by name and version."""

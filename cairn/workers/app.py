@@ -38,6 +38,7 @@ from cairn.config import Settings
 from cairn.engine.batches import SubmitItem, Submitted
 from cairn.errors import CairnError
 from cairn.lease.waits import delivered
+from cairn.model.builds import build_queue
 from cairn.model.flow import Debounce, Singleton
 from cairn.model.messages import NodeMessage
 from cairn.model.principals import Principal, PrincipalKind, Role
@@ -369,7 +370,7 @@ class CeleryPublisher:
                 self.app.send_task(
                     NODE_TASK,
                     args=[body],
-                    queue=message.queue or self.queue,
+                    queue=build_queue(message.queue or self.queue, message.build),
                     shadow=message.task_name,
                     producer=producer,
                     argsrepr=json.dumps([body]),

@@ -79,11 +79,15 @@ class NodeRunner:
     # cairn.workers.step.continuation): a Celery worker's saving; the embedded broker's
     # queue is in memory already.
     continues: bool = False
+    # This process's build (docs/versions.md), recorded in the events of the nodes it
+    # runs; None: CAIRN_BUILD (a Celery worker's parent sets it to the derived one).
+    build: str | None = None
     heartbeats: Heartbeats = field(init=False)
     recovery: RecoveryPolicy = field(init=False)
     setup: StepSetup = field(init=False)
 
     def __post_init__(self) -> None:
+        self.build = self.build or self.settings.build
         self.heartbeats = Heartbeats(self.leases)
         self.recovery = RecoveryPolicy(self.orchestrator, self.settings)
         self.executions: ExecutionDoor = self.orchestrator.executions

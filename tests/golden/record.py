@@ -479,6 +479,55 @@ def legacy(engine: Engine) -> None:
     engine.run("fallback")
 
 
+# -- builds: the build that ran each node, pinned and auto-upgrade ----------------------
+
+PINNED = f"""
+name: pinned
+version: 1
+start: quote
+versioning: pinned
+nodes:
+  quote:   {{handler: "{STEP}", next: approve}}
+  approve: {{wait: {{signals: {{approve: book}}, timeout: 3d, on_timeout: expired}}}}
+  book:    {{handler: "{STEP}", next: done, retry: {{attempts: 2, backoff: 1s}}}}
+  done:    {{end: succeeded}}
+  expired: {{end: cancelled}}
+"""
+
+UPGRADING = f"""
+name: upgrading
+version: 1
+start: quote
+versioning: auto-upgrade
+nodes:
+  quote:   {{handler: "{STEP}", next: approve}}
+  approve: {{wait: {{signals: {{approve: book}}, timeout: 3d, on_timeout: expired}}}}
+  book:    {{handler: "{STEP}", next: done}}
+  done:    {{end: succeeded}}
+  expired: {{end: cancelled}}
+"""
+
+BUILD_1 = "0.1.0-3f2a9c01b2de"
+BUILD_2 = "0.1.0-8c41d07e95fa"
+
+
+def builds(engine: Engine) -> None:
+    # Pinned: every node on the build it started on, a failure's retry too.
+    engine.submit("pinned", seats=2)
+    engine.run("quote", build=BUILD_1)
+    engine.tick(86400.0)
+    engine.signal("approve", {"by": "ops"}, node="approve")
+    engine.fail("book", ErrorClass.TRANSIENT, "HTTP 503", build=BUILD_1)
+    engine.fire("retry:book:")
+    engine.run("book", build=BUILD_1)
+    # Auto-upgrade: started on build 1, its next node taken by build 2.
+    engine.submit("upgrading", seats=1)
+    engine.run("quote", build=BUILD_1)
+    engine.tick(3600.0)
+    engine.signal("approve", {"by": "ops"}, node="approve")
+    engine.run("book", build=BUILD_2)
+
+
 CASES: dict[str, Case] = {
     case.name: case
     for case in (
@@ -511,6 +560,12 @@ CASES: dict[str, Case] = {
             "runs migrated to a new version: one goes on there, one is moved back",
             (RELOCATION_V1, RELOCATION_V2),
             migrated,
+        ),
+        Case(
+            "builds",
+            "the build that ran each node: a pinned run, an auto-upgrade run moving on",
+            (PINNED, UPGRADING),
+            builds,
         ),
         Case(
             "format1",

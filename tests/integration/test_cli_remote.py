@@ -333,7 +333,7 @@ def test_versions_read_the_same_over_http_and_from_the_database(
     direct = cli(direct_env(deployment), "versions", "approval", "--json", "--namespace", NAMESPACE)
     assert over_http.exit_code == direct.exit_code == 0, over_http.output
     assert json.loads(over_http.stdout) == json.loads(direct.stdout)
-    (approval,) = json.loads(over_http.stdout)
+    (approval,) = json.loads(over_http.stdout)["workflows"]
     (newest,) = [v for v in approval["versions"] if v["newest"]]
     assert newest["in_flight"] >= newest["waiting"] >= 2 and not newest["drained"]
 

@@ -122,7 +122,7 @@ def test_old_and_new_runs_take_their_own_paths_and_replay_the_same(
     assert state_of(cluster, old).vars["total"] == 2
     assert state_of(cluster, new).vars["total"] == 3
     assert answers_in_flight(orchestrator, WORKFLOW) == []
-    (drained,) = json.loads(command(cluster, "versions", WORKFLOW, "--json").stdout)
+    (drained,) = json.loads(command(cluster, "versions", WORKFLOW, "--json").stdout)["workflows"]
     assert drained["in_flight"] == 0 and drained["versions"][0]["drained"]
 
     # Replayed on the code with the fix (this process's), every step is the same.

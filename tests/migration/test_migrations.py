@@ -26,6 +26,7 @@ TABLES = {
     "workflows",
     "workflow_shares",
     "runs",
+    "builds",
     "events",
     "snapshots",
     "node_executions",

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cairn.engine.builds import BuildBook
 from cairn.engine.circuits import Circuits
 from cairn.engine.rates import Rates
 from cairn.engine.slots import Slots
@@ -47,11 +48,13 @@ class FleetCollector(Collector):
         slots: Slots | None = None,
         circuits: Circuits | None = None,
         rates: Rates | None = None,
+        builds: BuildBook | None = None,
     ) -> None:
         self.store = store
         self.slots = slots
         self.circuits = circuits
         self.rates = rates
+        self.builds = builds
 
     def describe(self) -> Iterator[Metric]:
         # Without describe(), registering would call collect(): a query at startup.
@@ -72,6 +75,23 @@ class FleetCollector(Collector):
             yield from self._pools(self.slots)
         if self.rates is not None:
             yield from self._rates(self.rates)
+        if self.builds is not None:
+            yield from self._waiting_for_builds(self.builds)
+
+    def _waiting_for_builds(self, builds: BuildBook) -> Iterator[Metric]:
+        try:
+            waiting = builds.waiting_runs()
+        except Exception:
+            log.warning("could not read the runs waiting for a build", exc_info=True)
+            return
+        gauge = GaugeMetricFamily(
+            "cairn_runs_waiting_for_worker",
+            "Unfinished runs routed to a build no live worker runs (docs/versions.md).",
+            labels=["workflow", "build"],
+        )
+        for (workflow, build), count in sorted(waiting.items()):
+            gauge.add_metric([workflow, build], count)
+        yield gauge
 
     def _rates(self, rates: Rates) -> Iterator[Metric]:
         try:

@@ -6,11 +6,14 @@ holding its lease."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from cairn.engine.advance import Completion, Keep
 from cairn.faults import fault_point
-from cairn.model.events import NodeCancelled
+from cairn.model.events import NodeCancelled, NodeFailed, NodeSucceeded
+from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome
 from cairn.model.statuses import NodeStatus
 from cairn.workers.stale import record_stale
@@ -34,7 +37,7 @@ def commit(
     if not runner.heartbeats.confirm(held.beat):
         record_stale(runner, message, fence, caught_by="lease")
         return Handled.LEASE_LOST
-    orchestrator, steps = runner.orchestrator, ran.steps
+    orchestrator, steps = runner.orchestrator, built_by(ran.steps, runner.build)
     if continuing and message.outbox_id is not None:
         orchestrator.outbox.sent.add([message.outbox_id])  # rides on this commit
     committing = time.perf_counter()
@@ -59,6 +62,20 @@ def commit(
     if completion.kept is not None:
         fault_point("continue.after_commit")  # to be continued here, its message unsent
     return completion
+
+
+def built_by(
+    steps: Sequence[tuple[NodeMessage, NodeOutcome]], build: str | None
+) -> list[tuple[NodeMessage, NodeOutcome]]:
+    """The steps' results, each saying which build ran it (docs/versions.md)."""
+    if build is None:
+        return list(steps)
+    return [
+        (m, replace(o, event=replace(o.event, build=build)))
+        if isinstance(o.event, NodeSucceeded | NodeFailed)
+        else (m, o)
+        for m, o in steps
+    ]
 
 
 def cancel_unstarted(runner: NodeRunner, unstarted: Unstarted) -> Handled:

@@ -15,7 +15,8 @@ Bounded, like a fused chain (:mod:`cairn.decider.fusion`): at most :data:`MAX_CO
 steps after a message's own, and none begun past :data:`CONTINUE_WITHIN_S` after it
 started — a run does not keep a worker from the queue for long, and the Celery message it
 began with is acknowledged (late) soon. Never across what the broker would have decided:
-a queue (a worker consumes only its own), a priority (the message's band), or a limit
+a queue (a worker consumes only its own), a build (an auto-upgrade run's next node
+goes to the newest compatible one), a priority (the message's band), or a limit
 the next node declares (concurrency, rate, a dependency's circuit: those admit through
 their own waits, parked with no lease held) — such a message is published."""
 
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cairn.model.builds import Versioning
 from cairn.model.definition import TaskNode, WorkflowDefinition
 from cairn.model.events import Phase
 from cairn.model.messages import NodeMessage
@@ -80,9 +82,25 @@ def next_to_run(
         or following.priority != current.priority
         or _limited(runner, definition, node)
         or runner.orchestrator.pause_book.holds(following)
+        or _routed_elsewhere(runner, definition, current)
     ):
         return None
     return following
+
+
+def _routed_elsewhere(
+    runner: NodeRunner, definition: WorkflowDefinition, current: NodeMessage
+) -> bool:
+    """Whether the next node may belong on another build (docs/versions.md): an
+    auto-upgrade run's goes to the newest compatible build, which the router picks; a
+    pinned run's stays only on a worker of its build."""
+    if definition.versioning is Versioning.ANY:
+        return False
+    return (
+        definition.versioning is Versioning.AUTO_UPGRADE
+        or current.build is None
+        or current.build != runner.build
+    )
 
 
 def _limited(runner: NodeRunner, definition: WorkflowDefinition, node: TaskNode) -> bool:
