@@ -28,6 +28,12 @@ class ExecutionDoor(Protocol):
     def take_over(self, key: ExecutionKey, attempt: int) -> int | None: ...
 
 
+class AuditRecord(Protocol):
+    """An audit event appended to a run's history (the engine's ``Steps.record``)."""
+
+    def __call__(self, run_id: str, kind: str, data: Mapping[str, Any]) -> int | None: ...
+
+
 class CheckpointRecords(Protocol):
     """An execution's checkpoints (:class:`cairn.engine.node_checkpoints.NodeCheckpoints`)."""
 

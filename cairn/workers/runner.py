@@ -90,10 +90,11 @@ class NodeRunner:
         self.build = self.build or self.settings.build
         self.heartbeats = Heartbeats(self.leases)
         self.recovery = RecoveryPolicy(self.orchestrator, self.settings)
-        self.executions: ExecutionDoor = self.orchestrator.executions
-        self.code = CodeFaults(self.orchestrator.executions.code_faults, self.worker)
+        door = self.orchestrator.executions
+        self.executions: ExecutionDoor = door
+        self.code = CodeFaults(door.code_faults, self.worker)
         self.setup = StepSetup(
-            self.orchestrator,
+            door,
             self.leases,
             self.settings,
             self.heartbeats,
