@@ -50,9 +50,9 @@ class Orchestrator:
         self.outbox = Outbox(store, self._routed(publisher), held=self.pause_book.holds)
         self.webhooks = WebhookPolicy(settings)
         limit = settings.max_payload_bytes
-        reads = Reads(store, self.registry, self.builds.waiting_for)
+        self.reads = reads = Reads(store, self.registry, self.builds.waiting_for)
         self.executions = Executions(store, self.registry)  # the worker's transactions
-        steps = Steps(Planner(settings), self.outbox, reads, self.after_commit)
+        self.steps = steps = Steps(Planner(settings), self.outbox, reads, self.after_commit)
         submissions = Submissions(steps, self.webhooks, self.pause_book, limit_bytes=limit)
         requests = Requests(steps, reads, limit_bytes=limit)
 

@@ -7,12 +7,18 @@ one (``tests/unit/test_worker_transactions.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from cairn.engine.advance import Completion, Keep
 from cairn.engine.executions import Begun, Skip
+from cairn.engine.outbox import SentMarks
+from cairn.engine.reads import Restored
+from cairn.model.definition import WorkflowDefinition
 from cairn.model.keys import Claim, ExecutionKey
 from cairn.model.messages import NodeMessage
+from cairn.model.outcomes import NodeOutcome
+from cairn.model.state import RunState
 from cairn.store.records import CheckpointRecord, ExecutionClaim
 
 
@@ -64,3 +70,47 @@ class HeldMessages(Protocol):
     """Where a message for a paused queue goes back to (:class:`cairn.engine.outbox.Outbox`)."""
 
     def hold(self, message: NodeMessage) -> None: ...
+
+
+class OutboxPart(HeldMessages, Protocol):
+    """The outbox as a step uses it: a message held back, an outbox row marked sent with
+    the step's commit (:class:`cairn.engine.outbox.Outbox`)."""
+
+    sent: SentMarks
+
+
+class StepCommits(Protocol):
+    """A step's result committed, and what its history records besides
+    (:class:`cairn.engine.advance.Steps`)."""
+
+    def complete(
+        self,
+        message: NodeMessage,
+        outcome: NodeOutcome,
+        worker: str,
+        known: Restored | None = ...,
+        fence: int = ...,
+        *,
+        keep: Keep | None = ...,
+    ) -> Completion: ...
+    def complete_fused(
+        self, steps: Sequence[tuple[NodeMessage, NodeOutcome]], worker: str, fence: int
+    ) -> Completion: ...
+    def record(self, run_id: str, kind: str, data: Mapping[str, Any]) -> int | None: ...
+    def record_recovery(self, message: NodeMessage, *, cause: str, recoveries: int) -> None: ...
+
+
+class RunReads(Protocol):
+    """What a step reads of a run besides its own read (:class:`cairn.engine.reads.Reads`)."""
+
+    def load(
+        self, run_id: str, upto: int | None = ...
+    ) -> tuple[Any, WorkflowDefinition, RunState]: ...
+    def fenced_out(self, key: ExecutionKey, fence: int) -> bool: ...
+    def stop_requested(self, key: ExecutionKey, attempt: int) -> bool: ...
+
+
+class PausedQueues(Protocol):
+    """Which messages are bound for a paused queue (:class:`cairn.engine.pauses.PauseBook`)."""
+
+    def holds(self, message: NodeMessage) -> bool: ...

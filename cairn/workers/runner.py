@@ -41,7 +41,7 @@ from cairn.workers.cache import MemoryResultCache, ResultCache
 from cairn.workers.circuits import CircuitWatch
 from cairn.workers.code_faults import CodeFaults
 from cairn.workers.failed import Failed
-from cairn.workers.ports import ExecutionDoor
+from cairn.workers.ports import ExecutionDoor, OutboxPart, PausedQueues, RunReads, StepCommits
 from cairn.workers.setup import StepSetup
 from cairn.workers.step.admit import admit
 from cairn.workers.step.commit import cancel_unstarted, commit
@@ -90,8 +90,13 @@ class NodeRunner:
         self.build = self.build or self.settings.build
         self.heartbeats = Heartbeats(self.leases)
         self.recovery = RecoveryPolicy(self.orchestrator, self.settings)
+        # The narrow parts the stages use; the Orchestrator is only where they come from.
         door = self.orchestrator.executions
         self.executions: ExecutionDoor = door
+        self.steps: StepCommits = self.orchestrator.steps
+        self.reads: RunReads = self.orchestrator.reads
+        self.pauses: PausedQueues = self.orchestrator.pause_book
+        self.outbox: OutboxPart = self.orchestrator.outbox
         self.code = CodeFaults(door.code_faults, self.worker)
         self.setup = StepSetup(
             door,

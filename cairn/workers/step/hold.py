@@ -71,7 +71,7 @@ def hold(runner: NodeRunner, admitted: Admitted) -> Held | Handled:
         lease,
         runner.settings.heartbeat_interval,
         # Compensations are never cancelled: they are how a cancel undoes work.
-        cancel_requested=partial(runner.orchestrator.stop_requested, message.key, message.attempt)
+        cancel_requested=partial(runner.reads.stop_requested, message.key, message.attempt)
         if message.phase is Phase.RUN
         else None,
     )
@@ -116,7 +116,7 @@ def _take_over(runner: NodeRunner, message: NodeMessage, node: AnyNode) -> Handl
     if outcome is Outcome.FAILED:
         return Handled.GAVE_UP
     try:
-        runner.orchestrator.record_recovery(
+        runner.steps.record_recovery(
             message,
             cause="worker lost; taken over by a redelivered message",
             recoveries=recoveries,

@@ -60,9 +60,8 @@ def read(runner: NodeRunner, message: NodeMessage) -> Read | Unstarted | Handled
     runner.code.settle()
     # What the messages it leads to are published with (a fused chain's next node).
     message = replace(message, priority=run.priority, namespace=message_namespace(run.namespace))
-    orchestrator = runner.orchestrator
-    if orchestrator.pause_book.holds(message):  # back to the outbox until it resumes
-        outbox = orchestrator.outbox
+    if runner.pauses.holds(message):  # back to the outbox until it resumes
+        outbox = runner.outbox
         runner._through_outages(f"holding {key}", lambda: hold_for_pause(outbox, message))
         return Handled.PAUSED
     db_time = execution.db_now
@@ -85,7 +84,7 @@ def read(runner: NodeRunner, message: NodeMessage) -> Read | Unstarted | Handled
             f"in phase {message.phase.value}"
         )
     if state is None:  # a compensation while cancelling: it needs the state too
-        run, _definition, state = orchestrator.load(message.run_id)
+        run, _definition, state = runner.reads.load(message.run_id)
         db_time = None
     if db_time is None:  # every event's time comes from the database's clock
         db_time = runner._through_outages("reading the clock", runner.executions.now)
