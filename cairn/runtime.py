@@ -250,7 +250,7 @@ def _runner(parts: Parts, worker: str, *, continues: bool) -> NodeRunner:
         worker,
         cache=cache,
         gate=parts.gate,
-        circuits=CircuitWatch(parts.circuits, orchestrator, count=leases.count),
+        circuits=CircuitWatch(parts.circuits, orchestrator.record, count=leases.count),
         rates=parts.rates,
         continues=continues,
     )

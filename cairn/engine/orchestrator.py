@@ -14,6 +14,7 @@ from __future__ import annotations
 from cairn.config import Settings
 from cairn.engine.advance import Steps
 from cairn.engine.builds import BuildBook, RoutingPublisher
+from cairn.engine.executions import Executions
 from cairn.engine.hooks import AfterCommit
 from cairn.engine.migrations import Migrations
 from cairn.engine.notices import WebhookPolicy
@@ -36,8 +37,7 @@ class Orchestrator:
         settings: Settings,
         registry: Registry | None = None,
     ) -> None:
-        self.store = store
-        self.settings = settings
+        self.store, self.settings = store, settings
         self.registry = registry or Registry(
             store, queues=settings.queues, default_queue=settings.queue
         )
@@ -50,8 +50,9 @@ class Orchestrator:
         self.outbox = Outbox(store, self._routed(publisher), held=self.pause_book.holds)
         self.webhooks = WebhookPolicy(settings)
         limit = settings.max_payload_bytes
-        reads = Reads(store, self.registry, self.builds.waiting_for)
-        steps = Steps(Planner(settings), self.outbox, reads, self.after_commit)
+        self.reads = reads = Reads(store, self.registry, self.builds.waiting_for)
+        self.executions = Executions(store, self.registry)  # the worker's transactions
+        self.steps = steps = Steps(Planner(settings), self.outbox, reads, self.after_commit)
         submissions = Submissions(steps, self.webhooks, self.pause_book, limit_bytes=limit)
         requests = Requests(steps, reads, limit_bytes=limit)
 

@@ -118,6 +118,13 @@ class Outbox:
                     tx.return_to_outbox(message.run_id, message.to_dict())
         log.info("%d message(s) held in the outbox: their queue is paused", len(held))
 
+    def hold(self, message: NodeMessage) -> None:
+        """A message a worker received for a paused queue, back in the outbox unsent (a
+        row of its own): the relay publishes it once the queue resumes."""
+        payload = replace(message, outbox_id=None).to_dict()
+        with self.store.transaction() as tx:
+            tx.return_to_outbox(message.run_id, payload)
+
     def flush(self) -> None:
         """Write the marks that found no transaction to ride along with."""
         ids = self.sent.drain()

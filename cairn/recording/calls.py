@@ -24,7 +24,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -45,13 +44,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class CallReads(Protocol):
-    def model_calls_of(self, key: ExecutionKey) -> list[ModelCallRecord]: ...
-    def charged_attempts(self, key: ExecutionKey) -> frozenset[int]: ...
+class CallRecords(Protocol):
+    """What the recorder needs of the engine: an execution's recorded calls, and the
+    fenced write of one call (:class:`cairn.engine.model_calls.ModelCallBook`), each a
+    transaction the engine opens. Handed in: recording imports no engine."""
 
+    def calls_of(self, key: ExecutionKey) -> tuple[list[ModelCallRecord], frozenset[int]]: ...
 
-class CallWrites(Protocol):
-    def record_model_call(
+    def record(
         self,
         key: ExecutionKey,
         attempt: int,
@@ -59,16 +59,8 @@ class CallWrites(Protocol):
         call: dict[str, Any],
         bodies: dict[str, Any],
         *,
-        claim: Claim | None = None,
+        claim: Claim | None,
     ) -> bool: ...
-
-
-class CallStore(Protocol):
-    """What the recorder needs of the store: a read of an execution's calls, and the
-    fenced write of one call. The store is handed in; recording imports no engine."""
-
-    def reading(self) -> AbstractContextManager[CallReads]: ...
-    def transaction(self) -> AbstractContextManager[CallWrites]: ...
 
 
 class ModelCallRefused(PermanentError):
@@ -188,7 +180,7 @@ class ModelCalls:
     recording of new calls. ``live=False`` (a replay): answered from the record or
     refused, never sent, nothing written."""
 
-    store: CallStore
+    book: CallRecords
     key: ExecutionKey
     attempt: int
     fence: int
@@ -323,10 +315,9 @@ class ModelCalls:
         bodies = self._new_messages(request, recorded)
 
         def write() -> bool:
-            with self.store.transaction() as tx:
-                return tx.record_model_call(
-                    self.key, self.attempt, self.fence, call, bodies, claim=self.claim
-                )
+            return self.book.record(
+                self.key, self.attempt, self.fence, call, bodies, claim=self.claim
+            )
 
         what = f"{self.key}: recording model call {index}"
         if not store_through_outages(self.reconnect_within, what, write):
@@ -427,14 +418,10 @@ class ModelCalls:
             if not self.may_have_record:
                 self._record = {}
             else:
-
-                def read() -> tuple[list[ModelCallRecord], frozenset[int]]:
-                    with self.store.reading() as tx:
-                        found = tx.model_calls_of(self.key)
-                        return found, tx.charged_attempts(self.key) if found else frozenset()
-
                 found, self._charged_attempts = store_through_outages(
-                    self.reconnect_within, f"{self.key}: reading its model calls", read
+                    self.reconnect_within,
+                    f"{self.key}: reading its model calls",
+                    lambda: self.book.calls_of(self.key),
                 )
                 self._record = {call.call_index: call for call in found}
         return self._record

@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 from cairn.config import Settings
 from cairn.decider.budget import allowance
 from cairn.effects.ledger import effect_scope
+from cairn.engine.model_calls import ModelCallBook
+from cairn.engine.node_checkpoints import NodeCheckpoints
 from cairn.errors import InvalidInput, UnknownNode
 from cairn.model.classify import classify
 from cairn.model.definition import PersistKind, TaskNode, WorkflowDefinition
@@ -214,7 +216,7 @@ class ReplaySpace:
         key = ExecutionKey(self.source_run, execution.node, recorded_visit, execution.phase.value)
         limit = self.settings.max_payload_bytes
         calls = ModelCalls(
-            self.store,
+            ModelCallBook(self.store),
             key,
             execution.attempt,
             0,
@@ -231,7 +233,7 @@ class ReplaySpace:
         )
         policy = task.checkpoint if task is not None else None
         checkpoints = ReplayCheckpoints(
-            self.store, key, execution.attempt, 0, limit, 0.0, policy=policy
+            NodeCheckpoints(self.store), key, execution.attempt, 0, limit, 0.0, policy=policy
         )
         return calls, checkpoints
 

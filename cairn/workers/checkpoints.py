@@ -1,6 +1,7 @@
 """Checkpoints inside a node, as the worker keeps them: an execution's working context —
 the messages and session changes it has added, its scratch mapping, its progress — saved
-while it runs (one statement, one commit, fenced by its claim), read back by the
+while it runs (one statement, one commit, fenced by its claim, written by the engine:
+:mod:`cairn.engine.node_checkpoints`), read back by the
 execution that runs it again after a crash or a timeout, and forgotten once its result
 is committed.
 
@@ -28,8 +29,8 @@ from cairn.model.keys import Claim, ExecutionKey
 from cairn.model.payloads import storable_json
 from cairn.reconnect import store_through_outages
 from cairn.store.records import CheckpointRecord
-from cairn.store.sql import Store
 from cairn.workers.aio import running_loop
+from cairn.workers.ports import CheckpointRecords
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class Checkpoints:
     """The checkpoints of one execution: ``key`` at ``attempt`` under the claim
     ``fence``."""
 
-    store: Store
+    book: CheckpointRecords
     key: ExecutionKey
     attempt: int
     fence: int
@@ -116,15 +117,14 @@ class Checkpoints:
             stored = delta(last, context) if base and last is not None else context
 
             def write() -> int | None:
-                with self.store.statements(writes=True) as tx:
-                    return tx.save_checkpoint(
-                        self.key,
-                        self.attempt,
-                        self.fence,
-                        stored,
-                        base=base if stored is not context else 0,
-                        claim=self.claim,
-                    )
+                return self.book.save(
+                    self.key,
+                    self.attempt,
+                    self.fence,
+                    stored,
+                    base=base if stored is not context else 0,
+                    claim=self.claim,
+                )
 
             seq = self._through_outages("saving a checkpoint", write)
             if seq is None:
@@ -142,12 +142,9 @@ class Checkpoints:
 
     def load(self) -> CheckpointRecord | None:
         """The checkpoint an earlier execution of this key left, if any."""
-
-        def read() -> CheckpointRecord | None:
-            with self.store.reading() as tx:
-                return tx.checkpoint_of(self.key)
-
-        found = self._through_outages("reading its checkpoint", read)
+        found = self._through_outages(
+            "reading its checkpoint", lambda: self.book.checkpoint_of(self.key)
+        )
         if found is None or found.attempt > self.attempt:
             return None
         self.saved, self._last_turns = found.seq, int(found.context.get("turns", 0))
@@ -160,8 +157,7 @@ class Checkpoints:
         if not self.saved:
             return
         try:
-            with self.store.transaction() as tx:
-                tx.drop_checkpoint(self.key)
+            self.book.drop(self.key)
         except Exception:
             log.warning("could not delete the checkpoint of %s", self.key, exc_info=True)
 

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cairn.engine.circuits import Circuits, circuit_pools
-from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.slots import Pool
 from cairn.model.circuits import Change
 from cairn.model.definition import Dependency, ErrorClass
@@ -23,6 +22,7 @@ from cairn.model.outcomes import NodeOutcome
 from cairn.model.statuses import NodeStatus
 from cairn.observe.metrics.leases import circuit_counter
 from cairn.observe.sentry import report_circuit
+from cairn.workers.ports import AuditRecord
 
 log = logging.getLogger("cairn.circuits")
 
@@ -39,7 +39,7 @@ class Guarded:
 @dataclass
 class CircuitWatch:
     circuits: Circuits
-    orchestrator: Orchestrator
+    record: AuditRecord  # the circuit's changes, in the run's history
     count: Callable[[str], None] | None = None  # the fleet-wide counters (Leases.count)
 
     def look(self, message: NodeMessage, dependencies: tuple[Dependency, ...]) -> Guarded | None:
@@ -101,7 +101,7 @@ class CircuitWatch:
             "open_for_s": dependency.open_for.total_seconds(),
         }
         try:
-            self.orchestrator.record(message.run_id, f"circuit_{change.value}", data)
+            self.record(message.run_id, f"circuit_{change.value}", data)
             if self.count is not None:
                 self.count(circuit_counter(name, change.value))
         except Exception:  # the circuit changed all the same; only its telling is lost

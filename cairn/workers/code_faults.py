@@ -15,13 +15,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from cairn.engine.registry import Registry
-from cairn.errors import WorkflowDefinitionError
-from cairn.model.definition import WorkflowDefinition
+from cairn.engine.code_faults import CodeMissing
 from cairn.model.messages import NodeMessage
-from cairn.model.workflow_names import unqualified
 from cairn.repeats import Repeats
-from cairn.store.sql import Store, Tx
+from cairn.workers.ports import CodeFaultRecords
 
 log = logging.getLogger(__name__)
 
@@ -31,36 +28,22 @@ WHAT_TO_DO = (
 )
 
 
-class CodeMissing(Exception):
-    """Raised out of a read for :meth:`CodeFaults.missing` to handle outside it."""
-
-    def __init__(self, message: NodeMessage, fault: WorkflowDefinitionError) -> None:
-        super().__init__(str(fault))
-        self.message, self.fault = message, fault
-
-
 class CodeFaults:
     """One worker's faults by workflow version: logged, recorded, cleared."""
 
-    def __init__(self, store: Store, worker: str) -> None:
-        self.store, self.worker = store, worker
+    def __init__(self, book: CodeFaultRecords, worker: str) -> None:
+        self.book, self.worker = book, worker
         self._repeats = Repeats(log)
         self._unsaid: dict[tuple[str, int], int] = {}  # occurrences not yet recorded
         self._loaded: list[tuple[str, int]] = []  # failed before, loaded since: to clear
         self._lock = threading.Lock()
 
-    def load(self, registry: Registry, message: NodeMessage, tx: Tx) -> WorkflowDefinition:
-        """The message's definition, its handlers imported; :class:`CodeMissing` if they
-        cannot be."""
-        try:
-            definition = registry.get(message.workflow, message.version, tx)
-        except WorkflowDefinitionError as fault:
-            raise CodeMissing(message, fault) from fault
+    def loaded(self, message: NodeMessage) -> None:
+        """The message's definition loaded: a version that failed here before is to clear."""
         if self._unsaid:  # only once a version failed here: no lock on the common path
             with self._lock:
                 if self._unsaid.pop((message.workflow, message.version), None) is not None:
                     self._loaded.append((message.workflow, message.version))
-        return definition
 
     def missing(self, error: CodeMissing) -> None:
         message = error.message
@@ -78,11 +61,7 @@ class CodeFaults:
             return
         with self._lock:
             self._unsaid[key] = 0
-        namespace, name = unqualified(message.workflow)
-        with self.store.transaction() as tx:
-            tx.record_code_fault(
-                namespace, name, message.version, self.worker, fault=faults, seen=seen
-            )
+        self.book.record(message.workflow, message.version, self.worker, fault=faults, seen=seen)
 
     def settle(self) -> None:
         """Clear the faults of the versions loaded since they failed: outside the read
@@ -95,6 +74,4 @@ class CodeFaults:
             self._repeats.recovered(
                 (workflow, version), f"workflow {workflow}@{version} runs on this worker again"
             )
-            namespace, name = unqualified(workflow)
-            with self.store.transaction() as tx:
-                tx.clear_code_fault(namespace, name, version, self.worker)
+            self.book.clear(workflow, version, self.worker)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from cairn import clock
 from cairn.config import Settings
 from cairn.engine.advance import Completion
+from cairn.engine.code_faults import CodeMissing
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.rates import Rates
 from cairn.engine.recovery import RecoveryPolicy
@@ -38,8 +39,9 @@ from cairn.observe.sentry import node_scope, report_failure
 from cairn.reconnect import is_outage, through_outages
 from cairn.workers.cache import MemoryResultCache, ResultCache
 from cairn.workers.circuits import CircuitWatch
-from cairn.workers.code_faults import CodeFaults, CodeMissing
+from cairn.workers.code_faults import CodeFaults
 from cairn.workers.failed import Failed
+from cairn.workers.ports import ExecutionDoor, OutboxPart, PausedQueues, RunReads, StepCommits
 from cairn.workers.setup import StepSetup
 from cairn.workers.step.admit import admit
 from cairn.workers.step.commit import cancel_unstarted, commit
@@ -88,9 +90,16 @@ class NodeRunner:
         self.build = self.build or self.settings.build
         self.heartbeats = Heartbeats(self.leases)
         self.recovery = RecoveryPolicy(self.orchestrator, self.settings)
-        self.code = CodeFaults(self.orchestrator.store, self.worker)
+        # The narrow parts the stages use; the Orchestrator is only where they come from.
+        door = self.orchestrator.executions
+        self.executions: ExecutionDoor = door
+        self.steps: StepCommits = self.orchestrator.steps
+        self.reads: RunReads = self.orchestrator.reads
+        self.pauses: PausedQueues = self.orchestrator.pause_book
+        self.outbox: OutboxPart = self.orchestrator.outbox
+        self.code = CodeFaults(door.code_faults, self.worker)
         self.setup = StepSetup(
-            self.orchestrator,
+            door,
             self.leases,
             self.settings,
             self.heartbeats,

@@ -15,7 +15,7 @@ from cairn.config import Settings
 from cairn.decider.budget import allowance
 from cairn.effects.ledger import EffectLedger, effect_scope
 from cairn.engine.circuits import rate_dependency
-from cairn.engine.orchestrator import Orchestrator
+from cairn.engine.executions import Executions
 from cairn.engine.rates import Rates, buckets_for
 from cairn.engine.reads import Restored
 from cairn.engine.slots import Pool, SlotGate, pools_for
@@ -64,7 +64,7 @@ class Recorders:
 
 @dataclass
 class StepSetup:
-    orchestrator: Orchestrator
+    executions: Executions  # the recorders' parts, and the store effects and artifacts use
     leases: Leases
     settings: Settings
     heartbeats: Heartbeats
@@ -161,11 +161,11 @@ class StepSetup:
             "lease_trusted": partial(self.heartbeats.confirm, beat),
             "claim": None if own else claim,
         }
-        store, key, attempt = self.orchestrator.store, message.key, message.attempt
+        door, key, attempt = self.executions, message.key, message.attempt
         return Recorders(
-            Checkpoints(store, key, attempt, fence, policy=node.checkpoint, **common),
+            Checkpoints(door.checkpoints, key, attempt, fence, policy=node.checkpoint, **common),
             ModelCalls(
-                store,
+                door.model_calls,
                 key,
                 attempt,
                 fence,
@@ -246,7 +246,7 @@ class StepSetup:
                 beat, done=p.done, total=p.total, message=p.message
             ),
             artifacts=Artifacts.for_step(
-                self.orchestrator.store,
+                self.executions.store,
                 self.settings,
                 run_id=message.run_id,
                 node=message.node,
@@ -264,7 +264,7 @@ class StepSetup:
         node = claimed.definition.nodes[message.node]
         ephemeral = isinstance(node, TaskNode) and node.persist.kind is PersistKind.EPHEMERAL
         return EffectLedger(
-            self.orchestrator.store,
+            self.executions.store,
             namespace=claimed.run.namespace,
             run_id=message.run_id,
             node=message.node,

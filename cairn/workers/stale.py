@@ -6,15 +6,15 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from cairn.engine.orchestrator import Orchestrator
 from cairn.lease.port import Leases
 from cairn.model.messages import NodeMessage
+from cairn.workers.ports import StepCommits
 
 log = logging.getLogger("cairn.workers.runner")
 
 
 class _Runner(Protocol):
-    orchestrator: Orchestrator
+    steps: StepCommits
     leases: Leases
     worker: str
 
@@ -30,7 +30,7 @@ def record_stale(runner: _Runner, message: NodeMessage, fence: int, *, caught_by
     )
     try:
         runner.leases.count("stale_rejected")
-        runner.orchestrator.record(
+        runner.steps.record(
             message.run_id,
             "stale_write_rejected",
             {

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from cairn.engine.node_checkpoints import NodeCheckpoints
 from cairn.model.definition import CheckpointPolicy
 from cairn.model.failures import StaleClaim
 from cairn.model.keys import ExecutionKey
@@ -32,7 +33,7 @@ def _context(
     trusted: bool = True,
 ) -> StepContext:
     checkpoints = Checkpoints(
-        store,
+        NodeCheckpoints(store),
         key,
         1,
         fence,

@@ -27,7 +27,7 @@ NOOP = "tests.unit.handlers:noop"
 def _runner(*, namespace_concurrency: int = 0, paused: bool = False) -> Any:
     return SimpleNamespace(
         settings=SimpleNamespace(namespace_concurrency=namespace_concurrency),
-        orchestrator=SimpleNamespace(pause_book=SimpleNamespace(holds=lambda _m: paused)),
+        pauses=SimpleNamespace(holds=lambda _m: paused),
     )
 
 

@@ -14,6 +14,7 @@ from anthropic import Anthropic
 from openai import AsyncOpenAI, OpenAI
 
 from cairn.config import Settings
+from cairn.engine.model_calls import ModelCallBook
 from cairn.model.failures import BudgetExceeded, PermanentError, TransientError
 from cairn.model.keys import ExecutionKey
 from cairn.model.state import RunState
@@ -54,7 +55,7 @@ def _ctx(
     prices: dict[str, tuple[float, float]] | None = None,
 ) -> StepContext:
     calls = ModelCalls(
-        store,
+        ModelCallBook(store),
         key,
         1,
         1,
@@ -509,7 +510,7 @@ def test_a_large_message_and_response_go_to_the_artifact_store(
 
     def ctx(*, live: bool) -> StepContext:
         calls = ModelCalls(
-            store,
+            ModelCallBook(store),
             key,
             1,
             1,

@@ -13,6 +13,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from cairn.definitions.loader import load_definition
+from cairn.engine.model_calls import ModelCallBook
 from cairn.errors import WorkflowDefinitionError
 from cairn.model.definition import ContextPolicy, Ref, TaskNode
 from cairn.model.keys import ExecutionKey
@@ -63,7 +64,7 @@ def _ctx(
     state = RunState(key.run_id, "w", 1)
     state.vars["model_url"] = server.openai_base_url
     calls = ModelCalls(
-        store,
+        ModelCallBook(store),
         key,
         1,
         1,

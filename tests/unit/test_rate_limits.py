@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from cairn.api.app import create_app
 from cairn.config import Settings
 from cairn.definitions.loader import load_definition
+from cairn.engine.model_calls import ModelCallBook
 from cairn.engine.rates import buckets_for, reservation
 from cairn.errors import WorkflowDefinitionError
 from cairn.lease.rates import MemoryRates
@@ -167,7 +168,7 @@ def _ctx(
         cancelled=cancelled.is_set if cancelled is not None else None,
     )
     calls = ModelCalls(
-        store, key, 1, 1, max_bytes=1_000_000, reconnect_within=0.0,
+        ModelCallBook(store), key, 1, 1, max_bytes=1_000_000, reconnect_within=0.0,
         may_have_record=again, limiter=limiter,
     )  # fmt: skip
     return StepContext(

@@ -19,6 +19,8 @@ import httpx
 import pytest
 import requests
 
+from cairn.engine.model_calls import ModelCallBook
+from cairn.engine.node_checkpoints import NodeCheckpoints
 from cairn.model.failures import PermanentError
 from cairn.model.keys import ExecutionKey
 from cairn.recording.calls import ModelCallRefused, ModelCalls
@@ -34,7 +36,7 @@ KEY = ExecutionKey("run-1", "post", 1, "run")
 
 def _replay_calls(store: Store, *, records_http: bool = False) -> ModelCalls:
     return ModelCalls(
-        store,
+        ModelCallBook(store),
         KEY,
         1,
         0,
@@ -126,7 +128,9 @@ def test_a_live_run_sends_what_its_node_does_not_record(store: Store) -> None:
 
 
 def test_replay_checkpoints_are_numbered_checked_and_kept_in_memory(store: Store) -> None:
-    checkpoints = ReplayCheckpoints(store, KEY, 1, 0, max_bytes=200, reconnect_within=0.0)
+    checkpoints = ReplayCheckpoints(
+        NodeCheckpoints(store), KEY, 1, 0, max_bytes=200, reconnect_within=0.0
+    )
     assert checkpoints.save({"scratch": {"turn": 1}}, 1) == 1
     assert checkpoints.save({"scratch": {"turn": 2}}, 2) == 2
     assert checkpoints.saved_contexts == [{"scratch": {"turn": 1}}, {"scratch": {"turn": 2}}]

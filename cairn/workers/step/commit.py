@@ -37,15 +37,15 @@ def commit(
     if not runner.heartbeats.confirm(held.beat):
         record_stale(runner, message, fence, caught_by="lease")
         return Handled.LEASE_LOST
-    orchestrator, steps = runner.orchestrator, built_by(ran.steps, runner.build)
+    commits, steps = runner.steps, built_by(ran.steps, runner.build)
     if continuing and message.outbox_id is not None:
-        orchestrator.outbox.sent.add([message.outbox_id])  # rides on this commit
+        runner.outbox.sent.add([message.outbox_id])  # rides on this commit
     committing = time.perf_counter()
     # The result exists only here: ride out a database restart rather than lose it.
     completion = runner._through_outages(
         f"committing {message.key}",
         lambda: (
-            orchestrator.complete(
+            commits.complete(
                 message,
                 steps[0][1],
                 runner.worker,
@@ -54,7 +54,7 @@ def commit(
                 keep=keep,
             )
             if len(steps) == 1
-            else orchestrator.complete_fused(steps, runner.worker, fence=fence)
+            else commits.complete_fused(steps, runner.worker, fence=fence)
         ),
     )
     ran.timings["commit"] = time.perf_counter() - committing
@@ -93,7 +93,7 @@ def cancel_unstarted(runner: NodeRunner, unstarted: Unstarted) -> Handled:
     try:
         completion = runner._through_outages(
             f"committing {message.key}",
-            lambda: runner.orchestrator.complete(
+            lambda: runner.steps.complete(
                 message,
                 NodeOutcome(event, NodeStatus.CANCELLED),
                 runner.worker,

@@ -81,7 +81,7 @@ def next_to_run(
         or definition.queue_of(following.node) != definition.queue_of(current.node)
         or following.priority != current.priority
         or _limited(runner, definition, node)
-        or runner.orchestrator.pause_book.holds(following)
+        or runner.pauses.holds(following)
         or _routed_elsewhere(runner, definition, current)
     ):
         return None

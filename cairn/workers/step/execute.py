@@ -158,7 +158,7 @@ def run_on(
     state = claimed.known.state
     while len(steps) < MAX_FUSED and claimed.beat.valid:
         following = fused_next(definition, state, message, outcome, claimed.known.now())
-        if following is None or runner.orchestrator.pause_book.holds(following[1]):
+        if following is None or runner.pauses.holds(following[1]):
             break  # a paused queue's message goes out with the commit, and waits
         node = definition.nodes[following[1].node]
         assert isinstance(node, TaskNode) and node.handler is not None

@@ -71,7 +71,7 @@ def hold(runner: NodeRunner, admitted: Admitted) -> Held | Handled:
         lease,
         runner.settings.heartbeat_interval,
         # Compensations are never cancelled: they are how a cancel undoes work.
-        cancel_requested=partial(runner.orchestrator.stop_requested, message.key, message.attempt)
+        cancel_requested=partial(runner.reads.stop_requested, message.key, message.attempt)
         if message.phase is Phase.RUN
         else None,
     )
@@ -90,12 +90,10 @@ def _claim(
     have been recorded before), so that recovery knows it may have started. A
     reversible node's first claim is not recorded: that would cost every step a
     commit. None if it may not run."""
-
-    def claim() -> ExecutionClaim | None:
-        with runner.orchestrator.store.statements(writes=True) as tx:
-            return tx.claim_execution(key, attempt, fence, first=first)
-
-    return runner._through_outages(f"recording the claim of {key}", claim)
+    return runner._through_outages(
+        f"recording the claim of {key}",
+        lambda: runner.executions.claim(key, attempt, fence, first=first),
+    )
 
 
 def _take_over(runner: NodeRunner, message: NodeMessage, node: AnyNode) -> Handled | None:
@@ -104,12 +102,10 @@ def _take_over(runner: NodeRunner, message: NodeMessage, node: AnyNode) -> Handl
     against CAIRN_MAX_RECOVERIES and in the run's history, and under the same rule —
     a node that has killed its worker too often fails (or is held) instead of
     running again. None: run it."""
-
-    def count() -> int | None:
-        with runner.orchestrator.store.transaction() as tx:
-            return tx.touch_execution(message.key, message.attempt, died=True)
-
-    recoveries = runner._through_outages(f"counting the recovery of {message.key}", count)
+    recoveries = runner._through_outages(
+        f"counting the recovery of {message.key}",
+        lambda: runner.executions.take_over(message.key, message.attempt),
+    )
     if recoveries is None:
         return Handled.ALREADY_DONE  # it finished meanwhile
     outcome = runner.recovery.settle(
@@ -120,7 +116,7 @@ def _take_over(runner: NodeRunner, message: NodeMessage, node: AnyNode) -> Handl
     if outcome is Outcome.FAILED:
         return Handled.GAVE_UP
     try:
-        runner.orchestrator.record_recovery(
+        runner.steps.record_recovery(
             message,
             cause="worker lost; taken over by a redelivered message",
             recoveries=recoveries,

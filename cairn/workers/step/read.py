@@ -7,13 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from cairn.engine.reads import Restored, restore
+from cairn.engine.executions import Skip
+from cairn.engine.reads import Restored
 from cairn.errors import UnknownNode
 from cairn.model.definition import AnyNode, TaskNode, WorkflowDefinition
 from cairn.model.events import Phase
 from cairn.model.messages import InvalidMessage, NodeMessage, message_namespace
 from cairn.model.state import RunState
-from cairn.model.statuses import ExecutionStatus, RunStatus
+from cairn.model.statuses import ExecutionStatus
 from cairn.store.records import ExecutionHead, RunRecord
 from cairn.workers.paused import hold_for_pause
 from cairn.workers.step.handled import Handled
@@ -51,16 +52,17 @@ class Unstarted:
 
 def read(runner: NodeRunner, message: NodeMessage) -> Read | Unstarted | Handled:
     key = message.key
-    rows = runner._through_outages(f"reading {key}", lambda: _rows(runner, message))
-    if isinstance(rows, Handled):
-        return rows
-    execution, run, definition, state = rows
+    begun = runner._through_outages(f"reading {key}", lambda: runner.executions.begin(message))
+    if isinstance(begun, Skip):
+        return _SKIPPED[begun]
+    runner.code.loaded(message)
+    execution, run, definition, state = begun.execution, begun.run, begun.definition, begun.state
     runner.code.settle()
     # What the messages it leads to are published with (a fused chain's next node).
     message = replace(message, priority=run.priority, namespace=message_namespace(run.namespace))
-    orchestrator = runner.orchestrator
-    if orchestrator.pause_book.holds(message):  # back to the outbox until it resumes
-        runner._through_outages(f"holding {key}", lambda: hold_for_pause(orchestrator, message))
+    if runner.pauses.holds(message):  # back to the outbox until it resumes
+        outbox = runner.outbox
+        runner._through_outages(f"holding {key}", lambda: hold_for_pause(outbox, message))
         return Handled.PAUSED
     db_time = execution.db_now
     if state is None and message.phase is Phase.RUN:
@@ -82,41 +84,12 @@ def read(runner: NodeRunner, message: NodeMessage) -> Read | Unstarted | Handled
             f"in phase {message.phase.value}"
         )
     if state is None:  # a compensation while cancelling: it needs the state too
-        run, _definition, state = orchestrator.load(message.run_id)
+        run, _definition, state = runner.reads.load(message.run_id)
         db_time = None
     if db_time is None:  # every event's time comes from the database's clock
-        db_time = runner._through_outages("reading the clock", lambda: _db_now(runner))
+        db_time = runner._through_outages("reading the clock", runner.executions.now)
     known = Restored(run, state, db_time)
     return Read(message, execution, run, definition, node, ref, known, irreversible)
 
 
-def _rows(
-    runner: NodeRunner, message: NodeMessage
-) -> Handled | tuple[ExecutionHead, RunRecord, WorkflowDefinition, RunState | None]:
-    """The execution, its run, the definition and the restored state (None while the
-    run is being cancelled) — or why there is nothing to run."""
-    orchestrator = runner.orchestrator
-    key = message.key
-    # One statement; on a cache miss, immutable rows (snapshot, events up to last_seq)
-    with orchestrator.store.statements() as tx:
-        execution, run = tx.execution_and_run(key)
-        if execution is None or run is None:
-            raise InvalidMessage(f"no execution {key} was ever dispatched")
-        if run.workflow_ref != message.workflow or run.version != message.version:
-            raise InvalidMessage(
-                f"{key} belongs to {run.workflow_ref}@{run.version}, "
-                f"not {message.workflow}@{message.version}"
-            )
-        if not execution.status.active or execution.attempt != message.attempt:
-            return Handled.ALREADY_DONE
-        status = run.status
-        if status.terminal:
-            return Handled.RUN_FINISHED
-        definition = runner.code.load(orchestrator.registry, message, tx)
-        state = None if status is RunStatus.CANCELLING else restore(tx, run, definition)
-    return execution, run, definition, state
-
-
-def _db_now(runner: NodeRunner) -> float:
-    with runner.orchestrator.store.reading() as tx:
-        return tx.now()
+_SKIPPED = {Skip.ALREADY_DONE: Handled.ALREADY_DONE, Skip.RUN_FINISHED: Handled.RUN_FINISHED}

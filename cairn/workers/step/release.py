@@ -54,7 +54,7 @@ def settle(
         return completion
     message, fence = held.message, held.claimed.fence
     if not completion.recorded:
-        if runner.orchestrator.fenced_out(message.key, fence):
+        if runner.reads.fenced_out(message.key, fence):
             record_stale(runner, message, fence, caught_by="fence")
             return Handled.LEASE_LOST
         log.info("result of %s discarded: %s", message.key, completion.reason)

@@ -1,0 +1,111 @@
+"""The executions door: every transaction a worker's step needs, opened here, in the
+engine — the worker hands over a message and gets records back, never a connection
+(as procrastinate's worker hands each job to its manager).
+
+- :meth:`Executions.begin` — the execution, its run, the definition and the restored
+  state, in one statement (the hot path's one read), or why there is nothing to run;
+- :meth:`Executions.now` — the database's clock, which every event's time comes from;
+- :meth:`Executions.claim` — a claim recorded before running (a takeover, an
+  irreversible node), fenced;
+- :meth:`Executions.take_over` — the recovery a takeover found, counted;
+- and, handed out as parts, a running node's checkpoints and model calls, and the
+  worker's code faults.
+
+Each call is one transaction of its own on the same store methods the worker called
+before: the PostgreSQL hot path (``statements``) is unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from cairn.engine.code_faults import CodeFaultBook, CodeMissing
+from cairn.engine.model_calls import ModelCallBook
+from cairn.engine.node_checkpoints import NodeCheckpoints
+from cairn.engine.reads import restore
+from cairn.engine.registry import Registry
+from cairn.errors import WorkflowDefinitionError
+from cairn.model.definition import WorkflowDefinition
+from cairn.model.keys import ExecutionKey
+from cairn.model.messages import InvalidMessage, NodeMessage
+from cairn.model.state import RunState
+from cairn.model.statuses import RunStatus
+from cairn.store.records import ExecutionClaim, ExecutionHead, RunRecord
+from cairn.store.sql import Store
+
+
+class Skip(Enum):
+    """Why a message has nothing to run, found by its read."""
+
+    ALREADY_DONE = "already_done"  # finished, or a newer attempt superseded it
+    RUN_FINISHED = "run_finished"  # its run ended
+
+
+@dataclass(frozen=True)
+class Begun:
+    """What a message's read found: its execution, its run, the definition (its handlers
+    imported) and the restored state (None while the run is being cancelled)."""
+
+    execution: ExecutionHead
+    run: RunRecord
+    definition: WorkflowDefinition
+    state: RunState | None
+
+
+class Executions:
+    """The worker's door to the executions it runs; one per process, over its store.
+    The fenced writes a running node makes are handed out as parts of their own:
+    ``checkpoints``, ``model_calls``, and the worker's ``code_faults``."""
+
+    def __init__(self, store: Store, registry: Registry) -> None:
+        self.store, self.registry = store, registry
+        self.checkpoints = NodeCheckpoints(store)
+        self.model_calls = ModelCallBook(store)
+        self.code_faults = CodeFaultBook(store)
+
+    def begin(self, message: NodeMessage) -> Begun | Skip:
+        """The message's execution, run, definition and state; a :class:`Skip` if there
+        is nothing to run. :class:`InvalidMessage` if it names what never was;
+        :class:`CodeMissing` if its definition's handlers cannot be imported here."""
+        key = message.key
+        # One statement; on a cache miss, immutable rows (snapshot, events up to last_seq)
+        with self.store.statements() as tx:
+            execution, run = tx.execution_and_run(key)
+            if execution is None or run is None:
+                raise InvalidMessage(f"no execution {key} was ever dispatched")
+            if run.workflow_ref != message.workflow or run.version != message.version:
+                raise InvalidMessage(
+                    f"{key} belongs to {run.workflow_ref}@{run.version}, "
+                    f"not {message.workflow}@{message.version}"
+                )
+            if not execution.status.active or execution.attempt != message.attempt:
+                return Skip.ALREADY_DONE
+            status = run.status
+            if status.terminal:
+                return Skip.RUN_FINISHED
+            try:
+                definition = self.registry.get(message.workflow, message.version, tx)
+            except WorkflowDefinitionError as fault:
+                raise CodeMissing(message, fault) from fault
+            state = None if status is RunStatus.CANCELLING else restore(tx, run, definition)
+        return Begun(execution, run, definition, state)
+
+    def now(self) -> float:
+        """The database's clock (a read of its own)."""
+        with self.store.reading() as tx:
+            return tx.now()
+
+    def claim(
+        self, key: ExecutionKey, attempt: int, fence: int, *, first: bool
+    ) -> ExecutionClaim | None:
+        """Record the claim ``fence`` of ``key`` at ``attempt`` (``first``: none may have
+        been recorded before); None if it may not run (finished, or a newer claim)."""
+        with self.store.statements(writes=True) as tx:
+            return tx.claim_execution(key, attempt, fence, first=first)
+
+    def take_over(self, key: ExecutionKey, attempt: int) -> int | None:
+        """Count the recovery of an execution whose holder died; its recoveries so far,
+        or None if it finished meanwhile."""
+        with self.store.transaction() as tx:
+            return tx.touch_execution(key, attempt, died=True)
