@@ -23,6 +23,7 @@ from cairn.lease.memory import MemoryLeases
 from cairn.lease.slots import MemorySlots
 from cairn.model.definition import ConcurrencyLimit, TaskNode
 from cairn.model.events import Phase
+from cairn.model.keys import ExecutionKey
 from cairn.model.messages import NodeMessage
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
@@ -328,17 +329,19 @@ nodes:
     runtime.start_workers()
     orchestrator = runtime.orchestrator
     try:
-        holder = orchestrator.submit("one_slot", {})
-        waiter = orchestrator.submit("one_slot", {})
+        runs = [orchestrator.submit("one_slot", {}) for _ in range(2)]
         deadline = time.monotonic() + 20
 
-        def waiting() -> bool:
+        def parked() -> list[str]:
+            """The run whose node waits for the slot: either may have taken it first."""
             with runtime.store.reading() as tx:
-                return bool(tx.waiting_pools())
+                return [r for r in runs if tx.parked(ExecutionKey(r, "hold", 1, "run"))]
 
-        while not waiting():
-            assert time.monotonic() < deadline, "the second run never waited"
+        while not (found := parked()):
+            assert time.monotonic() < deadline, "neither run waited"
             time.sleep(0.02)
+        (waiter,) = found
+        (holder,) = [r for r in runs if r != waiter]
         orchestrator.cancel(waiter, "not needed any more")
         while not (view := orchestrator.get_run(waiter)).status.terminal:
             assert time.monotonic() < deadline, "the cancelled waiter did not end"
