@@ -288,6 +288,10 @@ def test_an_operator_pauses_a_schedule_and_an_admin_reads_the_audit_log(
     screenshot(driver, "fleet")
     driver.get(f"{base}/console/runs")
     screenshot(driver, "runs")  # (last: the module's runs are all there)
+    driver.get(f"{base}/console/versions")
+    (gate,) = until(lambda: css(driver, "#workflow-console_gate"), "the workflow's versions")
+    assert "in flight" in gate.text and "console_gate@1" in gate.text, gate.text
+    screenshot(driver, "versions")
     schedule = http.get("/v1/schedules/nightly-digest", headers=bearer(ADMIN)).json()
     assert schedule["paused"] is True
     sign_in(driver, base, ADMIN)
