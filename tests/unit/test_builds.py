@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.schema import executions
 from cairn.store.schema_fleet import builds
+from tests.unit.test_queues import Captured
 
 STEP = "tests.unit.handlers:noop"
 
@@ -267,29 +267,12 @@ def test_a_pinned_run_whose_build_is_gone_waits_for_it(orchestrator: Orchestrato
 # -- recovery: the build's queue, and a run waiting for its build ----------------------
 
 
-class Queued:
-    """A publisher that keeps what it is given, with a backlog per queue."""
-
-    def __init__(self) -> None:
-        self.messages: list[NodeMessage] = []
-        self.queued: dict[str | None, int] = {}
-        self.asked: list[str | None] = []
-
-    def publish(self, messages: Sequence[NodeMessage]) -> bool:
-        self.messages.extend(messages)
-        return True
-
-    def backlog(self, queue: str | None = None) -> int | None:
-        self.asked.append(queue)
-        return self.queued.get(queue, 0)
-
-
 def test_recovery_asks_the_builds_queue_and_leaves_a_run_waiting_for_its_build(
     tmp_path: Path,
 ) -> None:
     runtime = Runtime.build(Settings(home=tmp_path / "home"))
     try:
-        broker = Queued()
+        broker = Captured()
         runtime.orchestrator.publisher = broker
         runtime.orchestrator.registry.register(
             load_definition(parse_text(PINNED_YAML), resolve=False)
