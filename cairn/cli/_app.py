@@ -99,9 +99,10 @@ def _root(
 
     Remote mode: with CAIRN_API_URL set (or --api-url), operator commands go through the
     HTTP API with the key in CAIRN_API_KEY; without it, they use the database directly."""
-    if api_url:
-        from cairn.cli.remote import use_url
+    from cairn.cli.remote import forget, use_url
 
+    forget()
+    if api_url:
         use_url(api_url)
 
 

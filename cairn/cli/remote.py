@@ -2,12 +2,16 @@
 
 **The rule.** With ``CAIRN_API_URL`` set (or ``cairn --api-url URL ...``), every operator
 command talks to the HTTP API, with the key in ``CAIRN_API_KEY``: it acts as that key's
-principal, in that key's namespace, and needs no database credentials. Without it, a
-command opens the database (``CAIRN_DATABASE_URL``, or the embedded default) and acts as
-``db:<user>``. Nothing else decides: a database URL set beside ``CAIRN_API_URL`` is not
-used by operator commands. A command with no remote form says so and stops (exit 2)
-instead of reaching for the database behind the user's back; the processes (worker,
-scheduler, api, db upgrade) use the database whatever this says, and say so once.
+principal, in that key's namespace, and needs no database credentials. Without it, in a
+project where ``cairn dev`` runs (:mod:`cairn.dev.advert`: its folder or below, no other
+database asked for), a command talks to that fleet's API with its development key.
+Otherwise a command opens the database (``CAIRN_DATABASE_URL``, or the embedded default)
+and acts as ``db:<user>``. A database URL set beside ``CAIRN_API_URL`` is not used by
+operator commands. A command with no remote form says so and stops (exit 2) instead of
+reaching for the database behind the user's back when ``CAIRN_API_URL`` asked for the
+API; beside a ``cairn dev`` it opens the database, as it would without one. The processes
+(worker, scheduler, api, db upgrade) use the database whatever this says, and say so once
+when ``CAIRN_API_URL`` is set.
 
 Only the standard library is imported here: the HTTP client (httpx, pydantic) is
 imported when a command opens it, so direct mode never loads it.
@@ -19,11 +23,13 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cairn.errors import CairnError, InvalidInput
 
 if TYPE_CHECKING:
+    from cairn.dev.advert import Advert
     from cairn.http import Client
 
 URL_VARIABLE = "CAIRN_API_URL"
@@ -41,14 +47,48 @@ class NoRemoteForm(CairnError):
     code = "no_remote_form"
 
 
-def active() -> bool:
-    """Remote mode: ``CAIRN_API_URL`` is set (and not empty)."""
+def explicit() -> bool:
+    """``CAIRN_API_URL`` is set (and not empty): remote mode, asked for."""
     return bool(os.environ.get(URL_VARIABLE, "").strip())
+
+
+def active() -> bool:
+    """Remote mode: asked for, or the ``cairn dev`` of this project answers."""
+    return explicit() or _dev_fleet() is not None
 
 
 def use_url(url: str) -> None:
     """``--api-url``: remote mode for this process, as if ``CAIRN_API_URL`` were set."""
     os.environ[URL_VARIABLE] = url
+
+
+class _DevLookup:
+    """This command's ``cairn dev``, looked up once (:func:`forget` at each command)."""
+
+    looked = False
+    fleet: Advert | None = None
+
+
+def forget() -> None:
+    """A new command begins (the CLI's callback): look again."""
+    _DevLookup.looked, _DevLookup.fleet = False, None
+
+
+def _dev_fleet() -> Advert | None:
+    if not _DevLookup.looked:
+        from cairn.dev.advert import found
+
+        try:
+            _DevLookup.fleet = found(Path.cwd(), os.environ)
+        except OSError:  # the working directory is gone: no project to look in
+            _DevLookup.fleet = None
+        _DevLookup.looked = True
+    return _DevLookup.fleet
+
+
+def _without_dev_fleet() -> None:
+    """This command opens the database itself, though a ``cairn dev`` runs here."""
+    _DevLookup.looked, _DevLookup.fleet = True, None
 
 
 # Modules the HTTP stack imports only to probe for them: httpcore looks for trio (which a
@@ -64,7 +104,13 @@ def api() -> Iterator[Client]:
     with _not_probing(UNUSED_PROBES):
         from cairn.http import Client, RetryPolicy
 
-        client = Client(timeout_s=TIMEOUT_S, retry=RetryPolicy(attempts=ATTEMPTS))
+        fleet = None if explicit() else _dev_fleet()
+        client = Client(
+            fleet.url if fleet else None,
+            fleet.key if fleet else None,
+            timeout_s=TIMEOUT_S,
+            retry=RetryPolicy(attempts=ATTEMPTS),
+        )
     with client:
         yield client
 
@@ -85,8 +131,10 @@ def _not_probing(modules: tuple[str, ...]) -> Iterator[None]:
 
 
 def direct_only(command: str, why: str) -> None:
-    """Stop with a clear line if remote mode is on: ``command`` needs the database."""
-    if active():
+    """Stop with a clear line if remote mode was asked for: ``command`` needs the
+    database. Beside a ``cairn dev``, the command opens the database as before."""
+    _without_dev_fleet()
+    if explicit():
         raise NoRemoteForm(
             f"cairn {command} has no remote form ({why}); unset {URL_VARIABLE} to run it "
             "against the database directly"
@@ -95,8 +143,10 @@ def direct_only(command: str, why: str) -> None:
 
 def process_note(command: str) -> None:
     """A process (worker, scheduler, api, db upgrade) runs on the database whatever the
-    mode: say so once when remote mode is on, so that nobody believes it went remote."""
-    if active():
+    mode: say so once when remote mode is asked for, so that nobody believes it went
+    remote."""
+    _without_dev_fleet()
+    if explicit():
         sys.stderr.write(
             f"note: {URL_VARIABLE} is set, but cairn {command} has no remote form: it uses "
             "the database (CAIRN_DATABASE_URL) all the same\n"
@@ -117,10 +167,14 @@ def error_line(exc: CairnError) -> str:
     """``error: what is wrong, and why [code] — what to do``: the one shape of every
     refusal the command line prints, in either mode (remote mode adds the HTTP status)."""
     status, code = getattr(exc, "status", None), exc.code
-    if code == "unreachable":
+    fleet = None if explicit() else _dev_fleet()
+    if code == "unreachable" and fleet is not None:
         hint: str | None = (
-            f"is {URL_VARIABLE} ({os.environ.get(URL_VARIABLE, '')}) right, and the API up?"
+            f"the cairn dev of {fleet.home.parent} ({fleet.url}) does not answer: is it "
+            "still starting?"
         )
+    elif code == "unreachable":
+        hint = f"is {URL_VARIABLE} ({os.environ.get(URL_VARIABLE, '')}) right, and the API up?"
     elif status == 401:
         hint = f"check {KEY_VARIABLE}"
     elif status == 403:

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Final
 
 from cairn.config import ENV_PREFIX, Settings
+from cairn.dev.advert import HOME_DIR, KEY_FILE
 from cairn.errors import InvalidInput
 
 # Where the embedded default keeps the dev database, the artifacts and the dev key: in
 # the project, not in ~/.cairn, so that each project's development runs stay its own.
-DEV_HOME: Final = ".cairn"
-KEY_FILE: Final = "dev-api-key"
+DEV_HOME: Final = HOME_DIR
 KEY_PREFIX: Final = "cairn-dev-"
 # Shorter than production's: a worker restarted by a reload loses the steps it held,
 # and the developer waits for their recovery. Applied only when the user set none of

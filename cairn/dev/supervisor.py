@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from cairn.dev import DEV_BUILD
+from cairn.dev import DEV_BUILD, advert
+from cairn.dev.advert import KEY_FILE
 from cairn.dev.lines import Log
-from cairn.dev.plan import KEY_FILE, DevPlan
+from cairn.dev.plan import DevPlan
 from cairn.dev.reload import WATCHED_SUFFIXES, watch_sources
 
 STOP_GRACE_S: Final = 5.0
@@ -139,8 +140,13 @@ class Supervisor:
             self.log.say(f"cannot listen on {self.plan.url}: {reason}", level="ERROR")
             return 1
         self._announce()
+        home = self.plan.settings.home
         with listener:
-            return self._supervise(listener)
+            advert.publish(home, self.plan.url, self.plan.api_key, self.plan.env)
+            try:
+                return self._supervise(listener)
+            finally:
+                advert.withdraw(home)
 
     def _supervise(self, listener: socket.socket) -> int:
         for role in self.plan.roles:
@@ -217,7 +223,8 @@ class Supervisor:
                 level="WARNING",
             )
         self.log.say(
-            f"other terminals: export CAIRN_API_URL={plan.url} CAIRN_API_KEY={plan.api_key}"
+            f"other terminals: cairn commands in {plan.project} use this API; elsewhere, "
+            f"export CAIRN_API_URL={plan.url} CAIRN_API_KEY={plan.api_key}"
         )
         watched = ", ".join(str(path) for path in plan.watch)
         self.log.say(

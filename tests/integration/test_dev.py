@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cairn.dev.advert import ADVERT_FILE
 from cairn.http import Client, RetryPolicy
 from tests.integration.test_lease_metrics import free_ports
 from tests.support.services import ROOT
@@ -211,6 +212,7 @@ def exercise(dev: Dev, *, worker_processes: int, stop: signal.Signals) -> None:
     # process waits for the new one (the port stays open), it is never refused.
     with Client(dev.url, dev.key(), retry=RetryPolicy(attempts=1), timeout_s=60) as client:
         assert greeting(client) == "hello v1"
+        commands_below_find_it(dev)
         started = descendants(dev.process.pid)
         assert len(started) >= worker_processes, started
         (dev.folder / "steps.py").write_text(HANDLER.format(greeting="hello v2"), encoding="utf-8")
@@ -239,6 +241,32 @@ def exercise(dev: Dev, *, worker_processes: int, stop: signal.Signals) -> None:
     everything = {**started, **running}
     assert not wait_gone(everything, 5), dev.lines[-20:]
     assert not group_members(set(everything.values()) - {os.getpgrp()})
+    assert not (dev.folder / ".cairn" / ADVERT_FILE).exists()  # withdrawn as it stopped
+
+
+def commands_below_find_it(dev: Dev) -> None:
+    """A command in the project, without CAIRN_API_URL or any other setting, goes through
+    the running fleet's API: the run it submits is one the fleet has (the embedded
+    default's database is the project's, and the command's own default would be
+    elsewhere), and its status shows the fleet's live view."""
+    below = dev.folder / "sub"
+    below.mkdir(exist_ok=True)
+    home = below / "home"  # where a command opening its own default would put it
+    env = {key: value for key, value in os.environ.items() if not key.startswith("CAIRN_")}
+    env.update(PYTHONPATH=str(ROOT), HOME=str(home))
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "cairn.cli", *args],
+            cwd=below, env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        return done.stdout
+
+    run_id = cli("submit", "greet").strip().splitlines()[-1]
+    cli("wait", run_id, "--timeout", "60")
+    assert "succeeded" in cli("status", run_id)
+    assert not home.exists()  # no database of its own was opened
 
 
 def test_dev_on_the_embedded_default(tmp_path: Path) -> None:
