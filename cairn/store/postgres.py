@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, Select, func, select
+from sqlalchemy import Engine, Select, func, select, text
 from sqlalchemy.dialects import postgresql
 
 from cairn.model.keys import ExecutionKey
@@ -23,6 +23,10 @@ from cairn.store.errors import translated
 from cairn.store.records import ExecutionHead, RunRecord
 from cairn.store.schema import outbox, runs
 from cairn.store.sql import Store, Tx
+
+# pg_advisory_xact_lock(int, int): the first key names what is locked (the two-key
+# space is separate from the one-key space that migrations lock in).
+ARTIFACTS_LOCKS = 0x61727466  # "artf": a blob's, shared by puts, alone for a cleanup
 
 
 class PostgresTx(Tx):
@@ -41,6 +45,15 @@ class PostgresTx(Tx):
 
     def stamp(self) -> Any:
         return func.now()
+
+    def _blob_lock(self, sha256: str, *, shared: bool) -> None:
+        function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        # A 31-bit key from the digest: a collision only makes two blobs wait for each other.
+        key = int(sha256[:8], 16) & 0x7FFF_FFFF
+        self.connection.execute(
+            text(f"SELECT {function}(:namespace, :key)"),
+            {"namespace": ARTIFACTS_LOCKS, "key": key},
+        )
 
     def now(self) -> float:
         value = self.connection.execute(select(func.extract("epoch", func.clock_timestamp())))

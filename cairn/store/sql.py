@@ -4,7 +4,7 @@ statement the engine, workers and scheduler run, grouped by the tables they touc
 :mod:`~cairn.store.messages`, :mod:`~cairn.store.effects`,
 :mod:`~cairn.store.checkpoints`, :mod:`~cairn.store.model_calls`, :mod:`~cairn.store.schedules`,
 :mod:`~cairn.store.flow`, :mod:`~cairn.store.access`, :mod:`~cairn.store.definitions`,
-:mod:`~cairn.store.versions`)
+:mod:`~cairn.store.versions`, :mod:`~cairn.store.artifacts`)
 and the write path of a step above them (:mod:`~cairn.store.steps`), written once in
 dialect-neutral SQLAlchemy Core. A backend subclasses both — PostgreSQL with its
 one-statement hot path (:mod:`cairn.store.postgres`), SQLite for the embedded default
@@ -24,6 +24,7 @@ from typing import ClassVar
 from sqlalchemy import Engine, select
 
 from cairn.store.access import AccessTx
+from cairn.store.artifacts import ArtifactsTx
 from cairn.store.builds import BuildsTx
 from cairn.store.checkpoints import CheckpointsTx
 from cairn.store.code_faults import CodeFaultsTx
@@ -55,6 +56,7 @@ class Tx(
     CodeFaultsTx,
     BuildsTx,
     VersionsTx,
+    ArtifactsTx,
 ):
     """Every statement of the store, on one transaction."""
 
