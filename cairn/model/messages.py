@@ -104,15 +104,7 @@ class NodeMessage:
         """Validate a message body from the broker; a malformed one is refused whole."""
         if not isinstance(data, Mapping):
             raise InvalidMessage(f"a node message is a JSON object, got {type(data).__name__}")
-        problems = []
-        for name in ("run_id", "workflow", "node"):
-            value = data.get(name)
-            if not isinstance(value, str) or not value or not storable_text(value):
-                problems.append(f"{name} must be a non-empty string of valid text")
-        for name in ("version", "iteration", "attempt"):
-            value = data.get(name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                problems.append(f"{name} must be a positive integer")
+        problems = _required_problems(data)
         problems += _optional_problems(data)
         outbox_id = data.get("outbox_id")
         resumed = data.get("resumed", False)
@@ -121,27 +113,8 @@ class NodeMessage:
         priority = data.get("priority", 0)
         namespace = data.get("namespace")
         build = data.get("build")
-        try:
-            phase = Phase(data.get("phase", Phase.RUN.value))
-        except ValueError:
-            problems.append(f"phase must be one of {[p.value for p in Phase]}")
-            phase = Phase.RUN
-        unknown = set(data) - {
-            "run_id",
-            "workflow",
-            "version",
-            "node",
-            "iteration",
-            "attempt",
-            "phase",
-            "outbox_id",
-            "resumed",
-            "woken",
-            "queue",
-            "priority",
-            "namespace",
-            "build",
-        }
+        phase = _phase(data, problems)
+        unknown = set(data) - _FIELDS
         if unknown:
             problems.append(f"unknown field(s) {sorted(unknown)}")
         if problems:
@@ -162,6 +135,50 @@ class NodeMessage:
             namespace,
             build,
         )
+
+
+# Every field a node message body may carry; any other refuses it.
+_FIELDS = frozenset(
+    {
+        "run_id",
+        "workflow",
+        "version",
+        "node",
+        "iteration",
+        "attempt",
+        "phase",
+        "outbox_id",
+        "resumed",
+        "woken",
+        "queue",
+        "priority",
+        "namespace",
+        "build",
+    }
+)
+
+
+def _required_problems(data: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a message body's required fields."""
+    problems: list[str] = []
+    for name in ("run_id", "workflow", "node"):
+        value = data.get(name)
+        if not isinstance(value, str) or not value or not storable_text(value):
+            problems.append(f"{name} must be a non-empty string of valid text")
+    for name in ("version", "iteration", "attempt"):
+        value = data.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{name} must be a positive integer")
+    return problems
+
+
+def _phase(data: Mapping[str, Any], problems: list[str]) -> Phase:
+    """A message body's phase (run when absent); an unknown one is noted in ``problems``."""
+    try:
+        return Phase(data.get("phase", Phase.RUN.value))
+    except ValueError:
+        problems.append(f"phase must be one of {[p.value for p in Phase]}")
+        return Phase.RUN
 
 
 def _optional_problems(data: Mapping[str, Any]) -> list[str]:

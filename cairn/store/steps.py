@@ -131,27 +131,41 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
         message), the event, a snapshot when due, the run row, and published messages
         marked sent; return the outbox ids. The ``last`` statement of its transaction
         commits it in the same round trip on PostgreSQL (see cairn.store.fastpath)."""
-        ids = []
-        for key, attempt, payload in writes.dispatches:
-            if not self.connection.execute(self._schedule_statement(key, attempt)).rowcount:
-                raise StaleTransition(
-                    f"dispatch of {key} attempt {attempt}: an execution of that attempt or a "
-                    "newer one is on record"
-                )
-            ids.append(
-                int(
-                    self.connection.execute(
-                        insert(outbox)
-                        .values(
-                            run_id=key.run_id,
-                            topic="node",
-                            payload=dict(payload),
-                            created_at=self.stamp(),
-                        )
-                        .returning(outbox.c.id)
-                    ).scalar_one()
-                )
+        ids = [self._dispatch(key, attempt, payload) for key, attempt, payload in writes.dispatches]
+        self._record_event(run_id, writes)
+        if writes.snapshot is not None:
+            self._record_snapshot(run_id, writes.seq, writes.snapshot)
+            fault_point("snapshot.before_commit")
+        for timer_id, due_at in writes.armed:
+            self.arm_timer(run_id, timer_id, due_at)
+        for timer_id in writes.disarmed:
+            self.disarm_timer(run_id, timer_id)
+        self._advance_run(run_id, writes)
+        self.mark_sent(writes.sent)
+        return ids
+
+    def _dispatch(self, key: ExecutionKey, attempt: int, payload: Mapping[str, Any]) -> int:
+        """Schedule one execution (refused if that attempt or a newer one is on record)
+        and queue its message in the outbox; the outbox id."""
+        if not self.connection.execute(self._schedule_statement(key, attempt)).rowcount:
+            raise StaleTransition(
+                f"dispatch of {key} attempt {attempt}: an execution of that attempt or a "
+                "newer one is on record"
             )
+        return int(
+            self.connection.execute(
+                insert(outbox)
+                .values(
+                    run_id=key.run_id,
+                    topic="node",
+                    payload=dict(payload),
+                    created_at=self.stamp(),
+                )
+                .returning(outbox.c.id)
+            ).scalar_one()
+        )
+
+    def _record_event(self, run_id: str, writes: StepWrites) -> None:
         self.connection.execute(
             insert(events).values(
                 run_id=run_id,
@@ -162,25 +176,26 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
                 at=writes.at,
             )
         )
-        if writes.snapshot is not None:
-            state_format, codec, body = writes.snapshot
-            self.connection.execute(
-                self._insert(snapshots)
-                .values(
-                    run_id=run_id,
-                    seq=writes.seq,
-                    format=state_format,
-                    codec=codec,
-                    body=body,
-                    created_at=self.stamp(),
-                )
-                .on_conflict_do_nothing()
+
+    def _record_snapshot(self, run_id: str, seq: int, snapshot: tuple[int, str, bytes]) -> None:
+        """The run's state as of ``seq`` (format, codec, body), unless one is on record."""
+        state_format, codec, body = snapshot
+        self.connection.execute(
+            self._insert(snapshots)
+            .values(
+                run_id=run_id,
+                seq=seq,
+                format=state_format,
+                codec=codec,
+                body=body,
+                created_at=self.stamp(),
             )
-            fault_point("snapshot.before_commit")
-        for timer_id, due_at in writes.armed:
-            self.arm_timer(run_id, timer_id, due_at)
-        for timer_id in writes.disarmed:
-            self.disarm_timer(run_id, timer_id)
+            .on_conflict_do_nothing()
+        )
+
+    def _advance_run(self, run_id: str, writes: StepWrites) -> None:
+        """Move the run row to this step's seq, guarded on the seq before it: a step
+        written by someone else in between makes this one stale."""
         cached = writes.run.get("state")
         advanced = self.connection.execute(
             update(runs)
@@ -189,5 +204,3 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
         )
         if not advanced.rowcount:
             raise StaleTransition(f"run {run_id} is no longer at seq {writes.seq - 1}")
-        self.mark_sent(writes.sent)
-        return ids

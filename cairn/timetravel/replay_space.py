@@ -20,7 +20,7 @@ from cairn.engine.model_calls import ModelCallBook
 from cairn.engine.node_checkpoints import NodeCheckpoints
 from cairn.errors import InvalidInput, UnknownNode
 from cairn.model.classify import classify
-from cairn.model.definition import PersistKind, TaskNode, WorkflowDefinition
+from cairn.model.definition import PersistKind, Ref, TaskNode, WorkflowDefinition
 from cairn.model.events import NodeCancelled, NodeFailed, NodeSucceeded, Phase
 from cairn.model.failures import Cancelled
 from cairn.model.keys import ExecutionKey
@@ -142,36 +142,21 @@ class ReplaySpace:
         ``recorded_patches``: a replay's, the answers to ``ctx.patched`` the recorded
         execution was given (None: a dry run's new execution, answered by the rule
         from ``state``, as a live fork would be)."""
-        declared = definition.nodes.get(node)
-        if declared is None:
-            raise UnknownNode(f"{definition.key} has no node {node!r}")
-        task = declared if isinstance(declared, TaskNode) else None
-        handler = task.handler if task is not None else None
-        ref = declared.compensate if phase is Phase.COMPENSATE else handler
-        if ref is None:
-            raise InvalidInput(f"{definition.key} node {node!r} has nothing to run in {phase}")
+        task, ref = _what_runs(definition, node, phase)
         execution = _Execution(run_id, node, iteration, attempt, phase)
         ledger = self._ledger(task, execution)
         calls, checkpoints = self._recorders(task, execution)
         progress: list[dict[str, Any]] = []
-        ctx = StepContext(
-            run_id=run_id,
-            workflow=definition.name,
-            node=node,
-            iteration=iteration,
-            attempt=attempt,
-            phase=phase.value,
-            state=state,
-            on_progress=lambda p: progress.append(
-                {"done": p.done, "total": p.total, "message": p.message}
-            ),
+        ctx = self._context(
+            definition,
+            state,
+            execution,
             resumed=resumed,
-            allowance=allowance(definition, state, node) if phase is Phase.RUN else None,
-            artifacts=self._artifacts(state, execution),
-            effects=ledger,
-            model_calls=calls,
-            checkpoints=checkpoints,
             recorded_patches=recorded_patches,
+            ledger=ledger,
+            calls=calls,
+            checkpoints=checkpoints,
+            progress=progress,
         )
         # Every replay intercepts the handler's HTTP, whether or not its node records it:
         # answered from the record, or refused — never sent (DESIGN.md, guarantee 3).
@@ -185,6 +170,42 @@ class ReplaySpace:
             tuple(calls.stood_in),
             tuple(calls.refused),
             len(checkpoints.saved_contexts),
+        )
+
+    def _context(
+        self,
+        definition: WorkflowDefinition,
+        state: RunState,
+        execution: _Execution,
+        *,
+        resumed: bool,
+        recorded_patches: Mapping[str, bool] | None,
+        ledger: ReplayLedger,
+        calls: ModelCalls,
+        checkpoints: ReplayCheckpoints,
+        progress: list[dict[str, Any]],
+    ) -> StepContext:
+        """The handler's ``ctx``, as a worker would build it, on the replay's ledger,
+        recorders and artifact sandbox; each progress report is appended to ``progress``."""
+        phase = execution.phase
+        return StepContext(
+            run_id=execution.run_id,
+            workflow=definition.name,
+            node=execution.node,
+            iteration=execution.iteration,
+            attempt=execution.attempt,
+            phase=phase.value,
+            state=state,
+            on_progress=lambda p: progress.append(
+                {"done": p.done, "total": p.total, "message": p.message}
+            ),
+            resumed=resumed,
+            allowance=allowance(definition, state, execution.node) if phase is Phase.RUN else None,
+            artifacts=self._artifacts(state, execution),
+            effects=ledger,
+            model_calls=calls,
+            checkpoints=checkpoints,
+            recorded_patches=recorded_patches,
         )
 
     def _ledger(self, task: TaskNode | None, execution: _Execution) -> ReplayLedger:
@@ -260,6 +281,22 @@ class _Execution(NamedTuple):
     iteration: int
     attempt: int
     phase: Phase
+
+
+def _what_runs(
+    definition: WorkflowDefinition, node: str, phase: Phase
+) -> tuple[TaskNode | None, Ref]:
+    """The node as a task (None if it is another kind) and what runs for it in
+    ``phase``: its handler, or its compensation; refused if the node has nothing there."""
+    declared = definition.nodes.get(node)
+    if declared is None:
+        raise UnknownNode(f"{definition.key} has no node {node!r}")
+    task = declared if isinstance(declared, TaskNode) else None
+    handler = task.handler if task is not None else None
+    ref = declared.compensate if phase is Phase.COMPENSATE else handler
+    if ref is None:
+        raise InvalidInput(f"{definition.key} node {node!r} has nothing to run in {phase}")
+    return task, ref
 
 
 def _run(

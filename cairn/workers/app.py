@@ -88,6 +88,15 @@ def make_celery(
 
     # shared=False throughout: each app owns its tasks. Celery's shared tasks would be
     # added to every app made later in the process, closing over the first one's app.
+    _add_node_task(app)
+    _add_submit_tasks(app)
+    _add_ping_task(app)
+    return app
+
+
+def _add_node_task(app: Celery) -> None:
+    """The task a node message runs as: the process's runner takes it from there."""
+
     @app.task(
         bind=True,
         name=NODE_TASK,
@@ -112,6 +121,10 @@ def make_celery(
                     raise Reject(error, requeue=True) from error
                 raise
         return task_result(handled, getattr(task.request, "shadow", None) or NODE_TASK, continued)
+
+
+def _add_submit_tasks(app: Celery) -> None:
+    """The tasks that start runs from a broker message: one, or a batch."""
 
     @app.task(name=SUBMIT_TASK, ignore_result=True, shared=False)
     def submit(  # noqa: PLR0917 - the task's arguments are a wire format: args or kwargs
@@ -161,6 +174,10 @@ def make_celery(
         items = [SubmitItem.from_dict(run) for run in runs]
         return sum(answer.ok for answer in _submitted(runtime, items, who))
 
+
+def _add_ping_task(app: Celery) -> None:
+    """The task a worker pings itself with through the broker (cairn.workers.liveness)."""
+
     @app.task(
         name=PING_TASK,
         ignore_result=True,
@@ -169,8 +186,6 @@ def make_celery(
     )
     def ping(**_kwargs: Any) -> None:
         """Never runs: the consumer answers a ping itself (see its strategy)."""
-
-    return app
 
 
 def _configure(app: Celery, settings: Settings) -> None:

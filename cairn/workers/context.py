@@ -96,12 +96,7 @@ class StepContext:
         # Running again after an interruption (its worker was lost, or an operator
         # retried it): an earlier execution may have done part of the work.
         self.resumed = resumed
-        self._vars = copy.deepcopy(state.vars)
-        self.state: Mapping[str, Any] = MappingProxyType(self._vars)
-        self.messages: list[Message] = copy.deepcopy(state.messages)
-        self.sessions: dict[str, Any] = copy.deepcopy(state.sessions)
-        self._messages_before = len(state.messages)
-        self._sessions_before = copy.deepcopy(state.sessions)
+        self._copy_run_state(state)
         self._on_progress = on_progress
         self._lease_valid = lease_valid
         self._cancel_requested = cancel_requested
@@ -111,15 +106,7 @@ class StepContext:
         if model_calls is not None:  # where its calls' large payloads go, and come back from
             model_calls.artifacts = self.artifacts
         self._effects = effects
-        self._allowance = dict(allowance or {})
-        self.charges: dict[str, float] = {}
-        # Seconds from the message's publish to its claim; None when unknown.
-        self.queued_s = queued_s
-        # Seconds per kind of call (``ctx.timed``): what the SLA report splits step time by.
-        self.timings: dict[str, float] = {}
-        self._timings_lock = threading.Lock()
-        # Open ``timed`` blocks of each thread: a handler may call tools from a pool.
-        self._open_timers = threading.local()
+        self._start_accounting(allowance, queued_s)
         self.log = logging.LoggerAdapter(
             log, {"run_id": run_id, "node": node, "iteration": iteration, "attempt": attempt}
         )
@@ -133,6 +120,31 @@ class StepContext:
         self._patches = PatchAnswers.of(state.patches, iteration, phase, recorded_patches)
         if restored is not None:
             self._restore(restored)
+
+    def _copy_run_state(self, state: RunState) -> None:
+        """The handler's own copy of the run state, and what it started from: what the
+        step added and changed is told against it when the step ends."""
+        self._vars = copy.deepcopy(state.vars)
+        self.state: Mapping[str, Any] = MappingProxyType(self._vars)
+        self.messages: list[Message] = copy.deepcopy(state.messages)
+        self.sessions: dict[str, Any] = copy.deepcopy(state.sessions)
+        self._messages_before = len(state.messages)
+        self._sessions_before = copy.deepcopy(state.sessions)
+
+    def _start_accounting(
+        self, allowance: Mapping[str, float] | None, queued_s: float | None
+    ) -> None:
+        """What the step spends, as it goes: charges against its budget allowance, and
+        its time by kind of call."""
+        self._allowance = dict(allowance or {})
+        self.charges: dict[str, float] = {}
+        # Seconds from the message's publish to its claim; None when unknown.
+        self.queued_s = queued_s
+        # Seconds per kind of call (``ctx.timed``): what the SLA report splits step time by.
+        self.timings: dict[str, float] = {}
+        self._timings_lock = threading.Lock()
+        # Open ``timed`` blocks of each thread: a handler may call tools from a pool.
+        self._open_timers = threading.local()
 
     def progress(self, done: float, total: float | None = None, message: str = "") -> None:
         """Report progress (e.g. 3 of 10 pages); shown by ``cairn status``. A safe point:
