@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from cairn.engine.code_faults import CodeFaultBook, CodeMissing
+from cairn.engine.heads import RunHeads
 from cairn.engine.model_calls import ModelCallBook
 from cairn.engine.node_checkpoints import NodeCheckpoints
 from cairn.engine.reads import restore
@@ -32,7 +33,7 @@ from cairn.model.messages import InvalidMessage, NodeMessage
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.store.records import ExecutionClaim, ExecutionHead, RunRecord
-from cairn.store.sql import Store
+from cairn.store.sql import Store, Tx
 
 
 class Skip(Enum):
@@ -58,8 +59,10 @@ class Executions:
     The fenced writes a running node makes are handed out as parts of their own:
     ``checkpoints``, ``model_calls``, and the worker's ``code_faults``."""
 
-    def __init__(self, store: Store, registry: Registry) -> None:
+    def __init__(self, store: Store, registry: Registry, heads: RunHeads | None = None) -> None:
         self.store, self.registry = store, registry
+        # The states this process's own steps left (shared with its write path).
+        self.heads = heads or RunHeads()
         self.checkpoints = NodeCheckpoints(store)
         self.model_calls = ModelCallBook(store)
         self.code_faults = CodeFaultBook(store)
@@ -88,8 +91,14 @@ class Executions:
                 definition = self.registry.get(message.workflow, message.version, tx)
             except WorkflowDefinitionError as fault:
                 raise CodeMissing(message, fault) from fault
-            state = None if status is RunStatus.CANCELLING else restore(tx, run, definition)
+            state = None if status is RunStatus.CANCELLING else self._state(tx, run, definition)
         return Begun(execution, run, definition, state)
+
+    def _state(self, tx: Tx, run: RunRecord, definition: WorkflowDefinition) -> RunState:
+        """The run's latest state: as this process's last step of it left it, when the
+        run is still there; else from the row's cache, or restored."""
+        state = self.heads.state_at(run.id, run.last_seq)
+        return state if state is not None else restore(tx, run, definition)
 
     def now(self) -> float:
         """The database's clock (a read of its own)."""

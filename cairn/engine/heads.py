@@ -80,6 +80,17 @@ class RunHeads:
                 else:
                     self._locks[run_id] = (lock, holders - 1)
 
+    def state_at(self, run_id: str, last_seq: int) -> RunState | None:
+        """The state this process's last step of the run left, if the run is still
+        where that step left it (``last_seq``, as just read): a worker beginning the
+        run's next node needs no restore — of a state too large for the row's cache,
+        the latest snapshot and every event since, each step a long run grew. Never
+        changed by its readers (states are copied on write: the decider's, the
+        reducers', a handler's context)."""
+        with self._guard:
+            head = self._heads.get(run_id)
+        return head.state if head is not None and head.last_seq == last_seq else None
+
     def latest(self, known: Restored) -> Restored:
         """``known`` (a worker's read), or the head committed here since, if newer: the
         row's other columns (priority, webhook, ...) from the read, the step's from the

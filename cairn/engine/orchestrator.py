@@ -51,8 +51,8 @@ class Orchestrator:
         self.webhooks = WebhookPolicy(settings)
         limit = settings.max_payload_bytes
         self.reads = reads = Reads(store, self.registry, self.builds.waiting_for)
-        self.executions = Executions(store, self.registry)  # the worker's transactions
         self.steps = steps = Steps(Planner(settings), self.outbox, reads, self.after_commit)
+        self.executions = Executions(store, self.registry, steps.heads)  # the worker's door
         submissions = Submissions(steps, self.webhooks, self.pause_book, limit_bytes=limit)
         requests = Requests(steps, reads, limit_bytes=limit)
 

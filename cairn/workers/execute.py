@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -19,7 +20,14 @@ from cairn.errors import CairnError, InvalidInput, StoreUnavailable
 from cairn.lease.heartbeat import Beat, Heartbeats
 from cairn.model.classify import classify
 from cairn.model.definition import ErrorClass, OnResume
-from cairn.model.events import NodeCancelled, NodeFailed, NodeSucceeded, PlanInvalidated
+from cairn.model.events import (
+    NodeCancelled,
+    NodeFailed,
+    NodeSucceeded,
+    PlanInvalidated,
+    event_from_dict,
+    event_to_dict,
+)
 from cairn.model.failures import Cancelled, DeadlineExceeded
 from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome
@@ -61,21 +69,37 @@ def check_output(output: Any, limit_bytes: int, *, hint: str = "") -> dict[str, 
 def succeeded(
     ctx: StepContext, message: NodeMessage, output: dict[str, Any], duration: float
 ) -> NodeOutcome:
-    event = NodeSucceeded(
-        at=0.0,
-        node=message.node,
-        iteration=message.iteration,
-        attempt=message.attempt,
-        output=output,
-        phase=message.phase,
-        messages=ctx.added_messages(),
-        sessions=ctx.changed_sessions() or None,
-        charges=ctx.charges or None,
-        artifacts=ctx.added_artifacts() or None,
-        timings=ctx.execution_timings(duration),
-        patches=dict(ctx.patches) or None,
+    event = as_stored(
+        NodeSucceeded(
+            at=0.0,
+            node=message.node,
+            iteration=message.iteration,
+            attempt=message.attempt,
+            output=output,
+            phase=message.phase,
+            messages=ctx.added_messages(),
+            sessions=ctx.changed_sessions() or None,
+            charges=ctx.charges or None,
+            artifacts=ctx.added_artifacts() or None,
+            timings=ctx.execution_timings(duration),
+            patches=dict(ctx.patches) or None,
+        )
     )
     return NodeOutcome(event, NodeStatus.SUCCEEDED, result=output, duration_s=duration)
+
+
+def as_stored(event: NodeSucceeded) -> NodeSucceeded:
+    """``event`` as the database keeps it — its JSON read back (a tuple a handler returned
+    is a list there, an integer key a string) — so that the state this process decides
+    on it, and begins the run's next node on (:meth:`cairn.engine.heads.RunHeads.state_at`),
+    is the state any other worker restores from the history."""
+    try:
+        text = json.dumps(event_to_dict(event), allow_nan=False)
+    except (TypeError, ValueError) as exc:  # its sessions: the output was checked
+        raise OutputError(f"the step's sessions are not JSON: {exc}") from exc
+    stored = event_from_dict(json.loads(text))
+    assert isinstance(stored, NodeSucceeded)
+    return stored
 
 
 @dataclass
