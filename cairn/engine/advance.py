@@ -342,7 +342,9 @@ class Steps:
         means: take the locking path."""
         definition = self.registry.get(message.workflow, message.version)
         event = replace(outcome.event, at=known.now())
-        decision, plan = self.planner.plan(known.row, definition, known.state, event)
+        decision, plan = self.planner.plan(
+            known.row, definition, known.state, event, cached=known.cached
+        )
         if plan is None or plan.writes_other_rows:
             return None
         sent = self.outbox.sent.drain()
@@ -432,7 +434,9 @@ class Steps:
     ) -> Advanced:
         """Decide and write one step. ``last``: it is the transaction's last write, which
         commits it; otherwise the caller's transaction goes on (and commits later)."""
-        decision, plan = self.planner.plan(row, definition, state, event)
+        decision, plan = self.planner.plan(
+            row, definition, state, event, cached=row.state is not None
+        )
         if plan is None:
             return Advanced(decision, [])
         advanced = Advanced(plan.decision, [])

@@ -48,6 +48,7 @@ class _Head:
     state: RunState
     columns: dict[str, Any]  # the row's columns as the step left them (_STEP_COLUMNS)
     status: RunStatus
+    cached: bool  # whether the step left the state on the row
 
     @property
     def last_seq(self) -> int:
@@ -100,7 +101,7 @@ class RunHeads:
         if head is None or head.last_seq <= known.row.last_seq:
             return known
         row = replace(known.row, status=head.status, state=None, **head.columns)
-        return replace(known, row=row, state=head.state)
+        return replace(known, row=row, state=head.state, row_cached=head.cached)
 
     def committed(self, known: Restored, values: Mapping[str, Any], state: RunState) -> None:
         """A step committed on ``known`` (the run as it was planned on), writing the row
@@ -113,7 +114,7 @@ class RunHeads:
                 return
             columns = {name: getattr(known.row, name) for name in _STEP_COLUMNS}
             columns.update({k: v for k, v in values.items() if k in _STEP_COLUMNS})
-            self._heads[run_id] = _Head(state, columns, status)
+            self._heads[run_id] = _Head(state, columns, status, values.get("state") is not None)
             self._heads.move_to_end(run_id)
             while len(self._heads) > self._kept:
                 self._heads.popitem(last=False)

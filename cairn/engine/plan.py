@@ -79,33 +79,17 @@ class Planner:
         definition: WorkflowDefinition,
         state: RunState,
         event: Event,
+        *,
+        cached: bool = True,
     ) -> tuple[Decision, Plan | None]:
-        """Decide, and work out every row the decision writes (None if it was ignored)."""
+        """Decide, and work out every row the decision writes (None if it was ignored).
+        ``cached``: whether the run's row held its state before this step."""
         decision = decide(definition, state, event)
         if decision.ignored:
             return decision, None
         new = decision.state
         seq = row.last_seq + 1
-        values: dict[str, Any] = {
-            "status": new.status.value,
-            "last_seq": seq,
-            "updated_at": from_epoch(event.at),
-            "current": sorted(f"{n.node}#{n.iteration}" for n in new.active_nodes),
-            "reason": new.reason,
-        }
-        if new.status.terminal:
-            values["finished_at"] = from_epoch(event.at)
-        # Serialized once, for the row's cache and a snapshot alike: an agent's state with
-        # its message history is the largest thing a step writes.
-        state_json = json.dumps(new.to_dict(), separators=(",", ":"))
-        cacheable = 0 < len(state_json) <= self.settings.state_cache_bytes
-        values["state"] = state_json if cacheable else None
-        snapshot = None
-        # A migration's snapshot is the run's first state on its new version: restoring
-        # the run never replays across the change of definition.
-        if isinstance(event, RunMigrated) or self.snapshot_due(row, new, seq, event.at):
-            snapshot = state_json
-            values.update(snapshot_seq=seq, snapshot_at=from_epoch(event.at))
+        values, snapshot = self._run_values(row, new, seq, event, cached)
         dispatches = [
             NodeMessage(
                 row.id,
@@ -131,6 +115,37 @@ class Planner:
         return decision, Plan(
             decision, values, snapshot, dispatches, row_commands, announced, armed, disarmed
         )
+
+    def _run_values(
+        self, row: RunRecord | FreshRun, new: RunState, seq: int, event: Event, cached: bool
+    ) -> tuple[dict[str, Any], str | None]:
+        """The run row's columns after the step, and the snapshot (the state as JSON
+        text) when one is due."""
+        values: dict[str, Any] = {
+            "status": new.status.value,
+            "last_seq": seq,
+            "updated_at": from_epoch(event.at),
+            "current": sorted(f"{n.node}#{n.iteration}" for n in new.active_nodes),
+            "reason": new.reason,
+        }
+        if new.status.terminal:
+            values["finished_at"] = from_epoch(event.at)
+        # A migration's snapshot is the run's first state on its new version: restoring
+        # the run never replays across the change of definition.
+        snapshot_due = isinstance(event, RunMigrated) or self.snapshot_due(row, new, seq, event.at)
+        # Serialized once, for the row's cache and a snapshot alike — and only for them: an
+        # agent's state with its message history is the largest thing a step writes, and
+        # a state the row could not cache last step (too large) is not serialized again
+        # at every step of a long run to learn so; the next snapshot tells.
+        state_json = None
+        if snapshot_due or (cached and self.settings.state_cache_bytes > 0):
+            state_json = json.dumps(new.to_dict(), separators=(",", ":"))
+        cacheable = state_json is not None and len(state_json) <= self.settings.state_cache_bytes
+        values["state"] = state_json if cacheable else None
+        if not snapshot_due:
+            return values, None
+        values.update(snapshot_seq=seq, snapshot_at=from_epoch(event.at))
+        return values, state_json
 
     def snapshot_due(self, row: RunRecord | FreshRun, new: RunState, seq: int, at: float) -> bool:
         """Snapshots compress the log: every K events, every T seconds, and whenever the

@@ -125,6 +125,13 @@ class Restored:
     state: RunState
     db_time: float
     read_at: float = field(default_factory=time.monotonic)
+    # Whether the run's row caches its state (None: as the row read says; a head
+    # committed here says so itself, its row carries no state).
+    row_cached: bool | None = None
+
+    @property
+    def cached(self) -> bool:
+        return self.row.state is not None if self.row_cached is None else self.row_cached
 
     def now(self) -> float:
         return self.db_time + (time.monotonic() - self.read_at)

@@ -7,10 +7,14 @@ those into a clear, typed error before anything is written.
 
 from __future__ import annotations
 
+import copy
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from cairn.errors import InvalidInput
+
+T = TypeVar("T")
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def storable_json(value: Any, *, what: str, limit_bytes: int) -> bytes:
@@ -39,3 +43,21 @@ def storable_text(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def json_copy(value: T) -> T:
+    """A deep copy of JSON data — what a run's state holds — made a few times faster than
+    :func:`copy.deepcopy` (no memo, scalars kept as they are): a handler's context gets
+    one of the state at every step. Anything other than dicts, lists and JSON's scalars
+    is left to :func:`copy.deepcopy`."""
+    kind = type(value)
+    if kind is dict:
+        return {  # type: ignore[return-value]
+            key: item if type(item) in _SCALARS else json_copy(item)
+            for key, item in value.items()  # type: ignore[attr-defined]
+        }
+    if kind is list:
+        return [item if type(item) in _SCALARS else json_copy(item) for item in value]  # type: ignore[attr-defined, return-value]
+    if kind in _SCALARS:
+        return value
+    return copy.deepcopy(value)

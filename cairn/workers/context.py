@@ -18,6 +18,7 @@ from cairn.model.effects import Policy
 from cairn.model.failures import BudgetExceeded, Cancelled
 from cairn.model.handlers import JSONValue, Message, State
 from cairn.model.patches import PatchAnswers
+from cairn.model.payloads import json_copy
 from cairn.model.state import RunState
 from cairn.workers.aio import running_loop
 
@@ -124,12 +125,12 @@ class StepContext:
     def _copy_run_state(self, state: RunState) -> None:
         """The handler's own copy of the run state, and what it started from: what the
         step added and changed is told against it when the step ends."""
-        self._vars = copy.deepcopy(state.vars)
+        self._vars = json_copy(state.vars)
         self.state: Mapping[str, Any] = MappingProxyType(self._vars)
-        self.messages: list[Message] = copy.deepcopy(state.messages)
-        self.sessions: dict[str, Any] = copy.deepcopy(state.sessions)
+        self.messages: list[Message] = json_copy(state.messages)
+        self.sessions: dict[str, Any] = json_copy(state.sessions)
         self._messages_before = len(state.messages)
-        self._sessions_before = copy.deepcopy(state.sessions)
+        self._sessions_before = json_copy(state.sessions)
 
     def _start_accounting(
         self, allowance: Mapping[str, float] | None, queued_s: float | None
