@@ -23,6 +23,7 @@ from cairn.engine.circuits import Circuits
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.outbox import RelayOnly
 from cairn.engine.rates import Rates
+from cairn.engine.recovery import RecoveryPolicy
 from cairn.engine.registry import Registry
 from cairn.engine.slots import Slots
 from cairn.lease.port import Leases
@@ -37,6 +38,7 @@ from cairn.store.sql import Store
 from cairn.workers.cache import MemoryResultCache, RedisResultCache, ResultCache
 from cairn.workers.circuits import CircuitWatch
 from cairn.workers.inprocess import InProcessBroker
+from cairn.workers.ports import StepParts
 from cairn.workers.runner import NodeRunner
 
 log = logging.getLogger(__name__)
@@ -244,7 +246,7 @@ def _runner(parts: Parts, worker: str, *, continues: bool) -> NodeRunner:
         RedisResultCache.from_url(settings.redis_url) if settings.redis_url else MemoryResultCache()
     )
     return NodeRunner(
-        orchestrator,
+        step_parts(orchestrator),
         leases,
         settings,
         worker,
@@ -253,6 +255,19 @@ def _runner(parts: Parts, worker: str, *, continues: bool) -> NodeRunner:
         circuits=CircuitWatch(parts.circuits, orchestrator.record, count=leases.count),
         rates=parts.rates,
         continues=continues,
+    )
+
+
+def step_parts(orchestrator: Orchestrator) -> StepParts:
+    """The parts of ``orchestrator`` a worker's steps use, and nothing else of it: the
+    worker is handed these, never the orchestrator to reach through."""
+    return StepParts(
+        executions=orchestrator.executions,
+        steps=orchestrator.steps,
+        reads=orchestrator.reads,
+        pauses=orchestrator.pause_book,
+        outbox=orchestrator.outbox,
+        recovery=RecoveryPolicy(orchestrator.steps, orchestrator.settings),
     )
 
 

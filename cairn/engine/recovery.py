@@ -12,14 +12,17 @@ kills its worker every time runs at most that many times, whichever path sees it
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
+from typing import Protocol
 
 from cairn.config import Settings
-from cairn.engine.orchestrator import Orchestrator
+from cairn.decider import Decision
+from cairn.engine.advance import Completion
 from cairn.model.definition import AnyNode, ErrorClass, TaskNode
-from cairn.model.events import NodeFailed, NodeHeld, stamped
+from cairn.model.events import Event, NodeFailed, NodeHeld, stamped
 from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome
 from cairn.model.statuses import NodeStatus
@@ -33,9 +36,17 @@ class Outcome(StrEnum):
     FAILED = "failed"  # given up on: a poison node
 
 
+class RecoveryWrites(Protocol):
+    """What settling a lost execution writes, through the normal write path: an event
+    applied to its run, or its result completed (:class:`cairn.engine.advance.Steps`)."""
+
+    def apply(self, run_id: str, make_event: Callable[[float], Event]) -> Decision | None: ...
+    def complete(self, message: NodeMessage, outcome: NodeOutcome, worker: str) -> Completion: ...
+
+
 @dataclass
 class RecoveryPolicy:
-    orchestrator: Orchestrator
+    writes: RecoveryWrites
     settings: Settings
 
     def settle(
@@ -88,7 +99,7 @@ class RecoveryPolicy:
             reason=reason,
             recoveries=recoveries,
         )
-        decision = self.orchestrator.apply(message.run_id, partial(stamped, held))
+        decision = self.writes.apply(message.run_id, partial(stamped, held))
         if decision is None or decision.ignored:
             return False
         log.error("%s held for an operator: %s", message.key, reason)
@@ -110,7 +121,7 @@ class RecoveryPolicy:
             message=reason,
             phase=message.phase,
         )
-        self.orchestrator.complete(
+        self.writes.complete(
             message,
             NodeOutcome(
                 event, NodeStatus.FAILED, error_class=ErrorClass.PERMANENT.value, error=reason

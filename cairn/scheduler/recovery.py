@@ -55,7 +55,7 @@ class Recovery:
     policy: RecoveryPolicy = field(init=False)
 
     def __post_init__(self) -> None:
-        self.policy = RecoveryPolicy(self.orchestrator, self.settings)
+        self.policy = RecoveryPolicy(self.orchestrator.steps, self.settings)
 
     def recover(self) -> int:
         """Dispatch again what has no result and no live lease, unless recovery needs a

@@ -1,19 +1,24 @@
 """The narrow parts of the engine a worker uses, as ports: each consumer is handed the
 one it needs, never the whole :class:`~cairn.engine.orchestrator.Orchestrator` to
-reach through for its store. The transactions behind them are the engine's to open
-(:mod:`cairn.engine.executions`, :mod:`cairn.engine.node_checkpoints`,
-:mod:`cairn.engine.code_faults`, :mod:`cairn.engine.outbox`): no worker module opens
-one (``tests/unit/test_worker_transactions.py``)."""
+reach through for its store. The node runner is handed them together, as
+:class:`StepParts`, by the composition root (:func:`cairn.runtime.step_parts`); no
+worker module imports the orchestrator (an import contract). The transactions behind
+them are the engine's to open (:mod:`cairn.engine.executions`,
+:mod:`cairn.engine.node_checkpoints`, :mod:`cairn.engine.code_faults`,
+:mod:`cairn.engine.outbox`): no worker module opens one
+(``tests/unit/test_worker_transactions.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cairn.engine.advance import Completion, Keep
-from cairn.engine.executions import Begun, Skip
+from cairn.engine.executions import Begun, Executions, Skip
 from cairn.engine.outbox import SentMarks
 from cairn.engine.reads import Restored
+from cairn.engine.recovery import RecoveryPolicy
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.keys import Claim, ExecutionKey
 from cairn.model.messages import NodeMessage
@@ -114,3 +119,19 @@ class PausedQueues(Protocol):
     """Which messages are bound for a paused queue (:class:`cairn.engine.pauses.PauseBook`)."""
 
     def holds(self, message: NodeMessage) -> bool: ...
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """The engine's parts a worker's steps use, built once per process by the
+    composition root: the step runs on these and nothing else of the engine."""
+
+    # The door to the executions it runs; its checkpoints, model calls and code faults
+    # are parts of it (cairn.engine.executions), and so is the store effects write to.
+    executions: Executions
+    steps: StepCommits
+    reads: RunReads
+    pauses: PausedQueues
+    outbox: OutboxPart
+    # What becomes of an execution a takeover finds lost: the scheduler's policy too.
+    recovery: RecoveryPolicy

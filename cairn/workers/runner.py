@@ -24,7 +24,6 @@ from cairn import clock
 from cairn.config import Settings
 from cairn.engine.advance import Completion
 from cairn.engine.code_faults import CodeMissing
-from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.rates import Rates
 from cairn.engine.recovery import RecoveryPolicy
 from cairn.engine.slots import SlotGate
@@ -41,7 +40,14 @@ from cairn.workers.cache import MemoryResultCache, ResultCache
 from cairn.workers.circuits import CircuitWatch
 from cairn.workers.code_faults import CodeFaults
 from cairn.workers.failed import Failed
-from cairn.workers.ports import ExecutionDoor, OutboxPart, PausedQueues, RunReads, StepCommits
+from cairn.workers.ports import (
+    ExecutionDoor,
+    OutboxPart,
+    PausedQueues,
+    RunReads,
+    StepCommits,
+    StepParts,
+)
 from cairn.workers.setup import StepSetup
 from cairn.workers.step.admit import admit
 from cairn.workers.step.commit import cancel_unstarted, commit
@@ -64,7 +70,7 @@ __all__ = ["Handled", "NodeRunner"]
 
 @dataclass
 class NodeRunner:
-    orchestrator: Orchestrator
+    parts: StepParts  # the engine's parts the stages use (cairn.runtime.step_parts)
     leases: Leases
     settings: Settings
     worker: str
@@ -83,20 +89,20 @@ class NodeRunner:
     # runs; None: CAIRN_BUILD (a Celery worker's parent sets it to the derived one).
     build: str | None = None
     heartbeats: Heartbeats = field(init=False)
-    recovery: RecoveryPolicy = field(init=False)
     setup: StepSetup = field(init=False)
 
     def __post_init__(self) -> None:
         self.build = self.build or self.settings.build
         self.heartbeats = Heartbeats(self.leases)
-        self.recovery = RecoveryPolicy(self.orchestrator, self.settings)
-        # The narrow parts the stages use; the Orchestrator is only where they come from.
-        door = self.orchestrator.executions
+        # Each part an attribute of its own, as the stages reach for it on every step.
+        parts = self.parts
+        door = parts.executions
         self.executions: ExecutionDoor = door
-        self.steps: StepCommits = self.orchestrator.steps
-        self.reads: RunReads = self.orchestrator.reads
-        self.pauses: PausedQueues = self.orchestrator.pause_book
-        self.outbox: OutboxPart = self.orchestrator.outbox
+        self.steps: StepCommits = parts.steps
+        self.reads: RunReads = parts.reads
+        self.pauses: PausedQueues = parts.pauses
+        self.outbox: OutboxPart = parts.outbox
+        self.recovery: RecoveryPolicy = parts.recovery
         self.code = CodeFaults(door.code_faults, self.worker)
         self.setup = StepSetup(
             door,

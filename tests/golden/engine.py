@@ -308,7 +308,7 @@ class Engine:
         """``node``'s worker died holding its claim: recovery holds it for an operator."""
         message = self.broker.take(self.run_id, node)
         self.tick(60.0)
-        policy = RecoveryPolicy(self.orchestrator, self.settings)
+        policy = RecoveryPolicy(self.orchestrator.steps, self.settings)
         assert policy.hold(message, reason, recoveries=1)
 
     def _run(self, message: NodeMessage, **reported: Any) -> None:
