@@ -18,9 +18,11 @@ with Redis for the leases and the broker (CAIRN_TEST_POSTGRES, CAIRN_TEST_REDIS,
 the tests), holding runs of a wait-only workflow: no worker runs, nothing executes —
 what is measured is reading a run and answering it, not the work.
 
-Each command is timed twice in the same run: in direct mode (the database) and in remote
-mode (``CAIRN_API_URL`` and a key, against a ``cairn api`` this bench starts), so the
-two are compared under the same load.
+Each command is timed three times in the same run, so the ways are compared under the
+same load: in direct mode (the database), in remote mode (``CAIRN_API_URL`` and a key,
+against a ``cairn api`` this bench starts), and as a newcomer runs it — in a project
+folder where ``cairn dev`` runs on the embedded default, with no setting at all (the
+command finds the fleet's API by itself: docs/cli.md).
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,12 +63,12 @@ class Timing:
     exit_s: float
 
 
-def timed(args: list[str], env: dict[str, str]) -> Timing:
+def timed(args: list[str], env: dict[str, str], cwd: Path = ROOT) -> Timing:
     """One process: seconds to its first byte on stdout (its exit, if it prints none),
     and to its exit. It must succeed."""
     started = time.perf_counter()
     process = subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     assert process.stdout is not None
     first = os.read(process.stdout.fileno(), 1)
@@ -96,27 +99,73 @@ def commands(definition: Path, reading: str, answering: list[str]) -> list[tuple
 
 
 def measure(
-    env: dict[str, str], definition: Path, reading: str, answering: list[list[str]]
+    env: dict[str, str],
+    definition: Path,
+    reading: str,
+    answering: list[list[str]],
+    cwd: Path = ROOT,
 ) -> tuple[list[float], dict[str, list[Timing]]]:
     cairn = [sys.executable, "-m", "cairn.cli"]
     baseline: list[float] = []
     found: dict[str, list[Timing]] = {}
     warm, *rounds = answering  # one pair of fresh runs per round
     for _label, args in commands(definition, reading, warm):
-        timed([*cairn, *args], env)
+        timed([*cairn, *args], env, cwd)
     for runs in rounds:
         for label, args in commands(definition, reading, runs):
-            baseline.append(timed([sys.executable, "-c", "pass"], env).exit_s)
-            found.setdefault(label, []).append(timed([*cairn, *args], env))
+            baseline.append(timed([sys.executable, "-c", "pass"], env, cwd).exit_s)
+            found.setdefault(label, []).append(timed([*cairn, *args], env, cwd))
     return baseline, found
+
+
+@contextlib.contextmanager
+def dev_fleet(project: Path) -> Iterator[tuple[dict[str, str], Any]]:
+    """``cairn dev`` in ``project`` on the embedded default; the environment of a command
+    there (no CAIRN_* setting at all) and an HTTP client of the fleet, to submit with."""
+    from cairn.http import Client  # noqa: PLC0415
+
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    dev = subprocess.Popen(
+        [sys.executable, "-m", "cairn.cli", "dev", "--workflows", "bench_cli.yaml",
+         f"--port={port}"],
+        cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _ready(url, (project / ".cairn" / "dev.json").exists)
+        key = (project / ".cairn" / "dev-api-key").read_text(encoding="utf-8").strip()
+        with Client(url, key) as client:
+            yield env, client
+    finally:
+        dev.send_signal(signal.SIGINT)
+        dev.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _ready(url: str, also: Callable[[], bool] = lambda: True) -> None:
+    import httpx  # noqa: PLC0415
+
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200 and also():
+                return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{url} did not get ready in 60 s")
+        time.sleep(0.1)
 
 
 @contextlib.contextmanager
 def remote_env(env: dict[str, str]) -> Iterator[dict[str, str]]:
     """``cairn api`` on a free port, and the environment of remote-mode commands."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+    port = _free_port()
     api = subprocess.Popen(
         [sys.executable, "-m", "cairn.cli", "api", f"--port={port}"],
         cwd=ROOT,
@@ -126,16 +175,7 @@ def remote_env(env: dict[str, str]) -> Iterator[dict[str, str]]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        import httpx  # noqa: PLC0415
-
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise SystemExit("cairn api did not get ready in 30 s")
-            time.sleep(0.1)
+        _ready(url)
         yield {**env, "CAIRN_API_URL": url, "CAIRN_API_KEY": API_KEY}
     finally:
         api.terminate()
@@ -182,6 +222,14 @@ def main() -> None:
             with remote_env(env) as remote:
                 answering = fresh(client, args.repeat)
                 results["remote"] = measure(remote, definition, reading, answering)
+            project = Path(tmp) / "project"
+            project.mkdir()
+            (project / "bench_cli.yaml").write_text(WORKFLOW)
+            with dev_fleet(project) as (plain, fleet):
+                ours = fleet.submit("bench_cli").run_id
+                answering = fresh(fleet, args.repeat)
+                mode = "beside cairn dev, no settings"
+                results[mode] = measure(plain, definition, ours, answering, project)
         finally:
             client.close()
             with admin() as conn:
@@ -192,8 +240,14 @@ def main() -> None:
 
 
 def fresh(client: Any, repeat: int) -> list[list[str]]:
-    """A pair of waiting runs per round, the first pair for the warm-up."""
-    return [[client.submit("bench_cli"), client.submit("bench_cli")] for _ in range(repeat + 1)]
+    """A pair of waiting runs per round, the first pair for the warm-up (by the engine's
+    client, or the HTTP client of a dev fleet)."""
+    return [[_submitted(client), _submitted(client)] for _ in range(repeat + 1)]
+
+
+def _submitted(client: Any) -> str:
+    answer = client.submit("bench_cli")
+    return answer if isinstance(answer, str) else str(answer.run_id)
 
 
 if __name__ == "__main__":
