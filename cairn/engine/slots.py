@@ -239,6 +239,15 @@ class SlotGate:
             # Their wait is over on record: woken again after the grace, or recovered.
             log.warning("%d woken execution(s) not published", len(messages))
 
+    def parked(self, key: ExecutionKey) -> None:
+        """The worker that parked ``key`` has let its lease go. A wake published while it
+        still held it met that lease and was dropped, and a stop that came before the
+        waiter was on record found nobody to wake: either way, publish it again now,
+        lest it wait for the grace, or for a slot it no longer needs."""
+        with self.store.transaction() as tx:
+            woken = tx.woken_or_stopped(key)
+        self._publish(woken)
+
     def wake_stopped(self, run_id: str, decision: Decision) -> None:
         """An after-commit hook: executions a decision stops (a cancel, a timeout, a join
         that no longer needs them) that wait for a slot are published at once, so that

@@ -12,11 +12,19 @@ from typing import Any
 from sqlalchemy import delete, exists, func, or_, select, update
 
 from cairn.model.keys import ExecutionKey
+from cairn.model.statuses import RunStatus
 from cairn.model.workflow_names import qualified
 from cairn.store.base import TxBase
 from cairn.store.clauses import ACTIVE_EXECUTION, where
 from cairn.store.records import ParkedExecution, WaitingPool, from_epoch
 from cairn.store.schema import executions, runs, slot_waits
+
+# A run that still wants its nodes run: not being stopped, not ended.
+GOING_ON = tuple(
+    status.value
+    for status in RunStatus
+    if not status.terminal and status is not RunStatus.CANCELLING
+)
 
 
 def _waiter(key: ExecutionKey) -> list[Any]:
@@ -152,6 +160,28 @@ class SlotsTx(TxBase):
             if row is not None:
                 woken += self._woken([row])
         return woken
+
+    def woken_or_stopped(self, key: ExecutionKey) -> list[ParkedExecution]:
+        """This waiter, marked woken again, if a wake came while its worker still held
+        its lease (that wake met the lease and was dropped) or its run is being stopped
+        or its execution was (a stop that came before the waiter was on record); else
+        nothing: it waits on."""
+        row = self.connection.execute(select(slot_waits).where(*_waiter(key))).first()
+        if row is None:
+            return []
+        if row.woken_at is None:
+            wanted = self.connection.execute(
+                select(executions.c.attempt)
+                .join(runs, runs.c.id == executions.c.run_id)
+                .where(
+                    where(key),
+                    executions.c.status.in_(ACTIVE_EXECUTION),
+                    runs.c.status.in_(GOING_ON),
+                )
+            ).first()
+            if wanted is not None and wanted.attempt == row.attempt:
+                return []
+        return self._woken([row])
 
     def forget_finished_waiters(self, limit: int = 1000) -> int:
         """Drop the waits of executions that finished or were superseded meanwhile (a run

@@ -176,7 +176,7 @@ class NodeRunner:
             return cancel_unstarted(self, found), None  # lease, commit, release
         admitted = admit(self, found)  # lease, circuits, an irreversible node's slots
         if isinstance(admitted, Handled):
-            return admitted, None  # LEASE_HELD, PARKED: holds nothing
+            return self._parked(message, admitted), None  # LEASE_HELD, PARKED: holds nothing
         try:
             held = hold(self, admitted)  # claim, takeover, slots, heartbeat
         except BaseException:
@@ -184,7 +184,7 @@ class NodeRunner:
             raise
         if isinstance(held, Handled):
             self.leases.release(admitted.lease)
-            return held, None  # UNCONFIRMED, ALREADY_DONE, GAVE_UP, PARKED
+            return self._parked(message, held), None  # UNCONFIRMED, ALREADY_DONE, GAVE_UP, PARKED
         if hand_over is not None and self._handed_over(held, hand_over):
             return Handled.AWAITING, None  # awaited on the loop, concluded there
         ran: Ran | None = None
@@ -242,6 +242,16 @@ class NodeRunner:
             self.leases.release(lease)
         except Exception:  # it expires on its own
             log.warning("releasing %s failed", lease.key, exc_info=True)
+
+    def _parked(self, message: NodeMessage, handled: Handled) -> Handled:
+        """``handled``; a parked execution, its lease let go, is woken again at once if
+        it was woken or stopped meanwhile (:meth:`cairn.engine.slots.SlotGate.parked`)."""
+        gate = self.gate
+        if handled is Handled.PARKED and gate is not None:
+            self._through_outages(
+                f"looking again at {message.key}'s wait", lambda: gate.parked(message.key)
+            )
+        return handled
 
     def _through_outages(self, what: str, call: Callable[[], _T]) -> _T:
         return through_outages(self.settings.reconnect_within, what, call)
