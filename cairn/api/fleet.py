@@ -65,6 +65,7 @@ def fleet_activity(runtime: Annotated[Runtime, Depends(runtime_of)], who: Reader
     with runtime.store.reading() as tx:
         heads = tx.run_heads([e.run_id for e in running])
         faults = tx.code_faults(activity.CODE_FAULTS_WITHIN_S, who.namespace)
+        builds = [b.build for b in tx.builds(activity.BUILD_QUEUES_WITHIN_S)]
     mine = [e for e in running if (head := heads.get(e.run_id)) and head.namespace == who.namespace]
     if not who.may(Permission.PAYLOADS):  # the handler's words may quote what it works on
         mine = [replace(e, beat={**e.beat, "message": None}) for e in mine]
@@ -75,7 +76,7 @@ def fleet_activity(runtime: Annotated[Runtime, Depends(runtime_of)], who: Reader
         workers=[view.to_dict() for view in activity.workers(running, interval)],
         queues=[
             {"queue": queue, "depth": count}
-            for queue, count in activity.backlogs(queues, depth).items()
+            for queue, count in activity.backlogs(queues, depth, builds).items()
         ],
         running=[e.to_dict(interval) for e in mine],
         stalled=[e.to_dict(interval) for e in activity.stalled(mine, interval)],

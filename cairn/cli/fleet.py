@@ -68,9 +68,10 @@ def read_fleet() -> Fleet:
         # An embedded broker's queue is this process's own, empty: nothing to show.
         broker = celery_publisher(settings) if settings.broker_url is not None else None
         queues = known_queues(settings.queues, settings.queue)
-        backlogs = activity.backlogs(queues, broker.backlog) if broker is not None else {}
         with parts.store.reading() as tx:  # every namespace's: an operator's view
             faults = tx.code_faults(activity.CODE_FAULTS_WITHIN_S)
+            builds = [b.build for b in tx.builds(activity.BUILD_QUEUES_WITHIN_S)]
+        backlogs = activity.backlogs(queues, broker.backlog, builds) if broker is not None else {}
         return Fleet(
             stats=leases.stats(),
             waits=leases.waits(),

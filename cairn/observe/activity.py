@@ -14,6 +14,7 @@ from typing import Any
 
 from cairn.lease.heartbeat import beat_view
 from cairn.lease.port import Leases
+from cairn.model.builds import build_queue
 from cairn.model.keys import parse_lease_key
 
 # A worker's report that it cannot import a workflow version's handlers
@@ -100,14 +101,30 @@ def workers(running: Iterable[Execution], interval_s: float) -> list[WorkerView]
     return views
 
 
+# The builds whose queues are looked at: those announced this recently.
+BUILD_QUEUES_WITHIN_S = 7 * 86_400
+
+
 def stalled(running: Iterable[Execution], interval_s: float) -> list[Execution]:
     """The executions not working: beating without progress, or no longer beating."""
     return [e for e in running if e.state(interval_s) != "working"]
 
 
-def backlogs(queues: Iterable[str], depth: Callable[[str], int | None]) -> dict[str, int | None]:
-    """Each queue's depth at the broker (None: the broker cannot say)."""
-    return {queue: depth(queue) for queue in queues}
+def backlogs(
+    queues: Iterable[str], depth: Callable[[str], int | None], builds: Iterable[str] = ()
+) -> dict[str, int | None]:
+    """Each queue's depth at the broker (None: the broker cannot say), and that of each
+    of its builds' queues holding messages — ``<queue>@<build>``, where the nodes of runs
+    routed by build wait (docs/versions.md)."""
+    found: dict[str, int | None] = {}
+    builds = list(builds)
+    for queue in queues:
+        found[queue] = depth(queue)
+        for build in builds:
+            routed = build_queue(queue, build)
+            if count := depth(routed):
+                found[routed] = count
+    return found
 
 
 def read_running(leases: Leases) -> list[Execution]:

@@ -23,6 +23,7 @@ from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.recovery import RecoveryPolicy
 from cairn.engine.slots import SlotGate
 from cairn.lease.port import Leases
+from cairn.observe import activity
 from cairn.observe.metrics.scheduler import SchedulerMetrics
 from cairn.reconnect import is_outage
 from cairn.repeats import Repeats
@@ -177,10 +178,10 @@ class Scheduler:
         a queue drops its namespaces' fairness counts if it is empty
         (:mod:`cairn.workers.fairness`): they are mended whenever a queue runs dry."""
         publisher = self.orchestrator.publisher
-        return {
-            queue: publisher.backlog(queue)
-            for queue in dict.fromkeys([self.settings.queue, *self.settings.queues])
-        }
+        with self.orchestrator.store.reading() as tx:
+            builds = [b.build for b in tx.builds(activity.BUILD_QUEUES_WITHIN_S)]
+        queues = dict.fromkeys([self.settings.queue, *self.settings.queues])
+        return activity.backlogs(queues, publisher.backlog, builds)
 
     def compact(self) -> int:
         return self.housekeeping.compact()

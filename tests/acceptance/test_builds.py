@@ -141,6 +141,11 @@ def test_pinned_runs_stay_on_their_build_auto_upgrade_runs_move_on(
         shown = cluster.cli("status", kept[0], env=ANNOUNCE)
         assert shown.returncode == 0, shown.stderr
         assert "waiting for a worker of build v1" in shown.stdout
+        # Their nodes wait in the build's queue (with what the killed workers had taken
+        # and not acknowledged), and the fleet's backlogs show it.
+        fleet = json.loads(cluster.cli("status", "--fleet", "--json", env=ANNOUNCE).stdout)
+        queued = fleet["queues"].get(f"{cluster.settings.queue}@v1")
+        assert queued is not None and queued >= len(kept), fleet["queues"]
         builds = _builds(cluster)  # v1 may not go: pinned runs wait for it; v2 may
         assert (builds["v1"]["live"], builds["v1"]["needed_by"]) == (False, len(kept))
         assert not builds["v1"]["safe_to_retire"] and builds["v2"]["safe_to_retire"]

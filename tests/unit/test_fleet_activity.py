@@ -10,6 +10,7 @@ import pytest
 
 from cairn.cli.fleet import print_workers
 from cairn.model.keys import lease_key
+from cairn.observe import activity
 from cairn.observe.activity import executions, stalled, workers
 
 INTERVAL_S = 0.5
@@ -62,3 +63,12 @@ def test_the_command_line_says_the_same(capsys: pytest.CaptureFixture[str]) -> N
     assert "box-2:20: suspect, 1 running" in printed
     assert "run-b write#1 (run): stalled on box-1:10" in printed
     assert "run-a read#1 (run): working on box-1:10" in printed and "3/10 page 3" in printed
+
+
+def test_a_queues_backlog_shows_its_builds_queues_that_hold_messages() -> None:
+    """Nodes of runs routed by build wait in ``<queue>@<build>``: shown beside their
+    queue when they hold any, left out when empty."""
+    depths = {"cairn": 2, "cairn@v1": 3, "gpu": None, "gpu@v2": 1}
+    found = activity.backlogs(["cairn", "gpu"], depths.get, ["v1", "v2"])
+    assert found == {"cairn": 2, "cairn@v1": 3, "gpu": None, "gpu@v2": 1}
+    assert activity.backlogs(["cairn"], depths.get) == {"cairn": 2}
