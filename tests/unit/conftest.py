@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import Engine, inspect
 
 from cairn import clock
+from cairn.definitions import catalog
 from cairn.definitions.loader import load_file
 from cairn.model.definition import WorkflowDefinition
 from cairn.store import database
@@ -19,11 +20,38 @@ from cairn.store.sql import Store
 from cairn.testing.clock import FakeClock
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# The workflows most embedded runtimes of these tests register: 65 files, read again by
+# each runtime (a third of a second of YAML parsing each time).
+SHARED_WORKFLOWS = Path(__file__).resolve().parents[1] / "integration" / "workflows"
 
 
 @pytest.fixture(scope="session")
 def flight() -> WorkflowDefinition:
     return load_file(EXAMPLES / "book_flight.yaml")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_workflows_parsed_once() -> Iterator[None]:
+    """The shared workflow files are parsed once a session: a definition is immutable and
+    a pure function of its file, so a runtime registering one gets the same definition
+    it would read (keyed by the file's size and modification time). Files anywhere else —
+    each test's own, written to be refused or changed — are read every time."""
+    read = catalog.load_file
+    parsed: dict[tuple[Path, int, int, bool], WorkflowDefinition] = {}
+
+    def load_file(path: str | Path, *, resolve: bool = True) -> WorkflowDefinition:
+        where = Path(path).resolve()
+        if not where.is_relative_to(SHARED_WORKFLOWS):
+            return read(path, resolve=resolve)
+        stat = where.stat()
+        key = (where, stat.st_mtime_ns, stat.st_size, resolve)
+        if key not in parsed:
+            parsed[key] = read(path, resolve=resolve)
+        return parsed[key]
+
+    catalog.load_file = load_file
+    yield
+    catalog.load_file = read
 
 
 @pytest.fixture(scope="session")
