@@ -4,8 +4,9 @@ the exit code of invalid input, and making the project importable.
 Subcommand modules import this, never each other nor :mod:`cairn.cli.main`. Importing
 them must stay cheap — typer, the standard library, :mod:`cairn.errors` — because
 ``cairn --help`` imports them all: what a command uses (the database, the engine, rich's
-widgets, the user's handlers) it imports when it runs. ``tests/unit/test_cli_imports.py``
-holds every command to it; ``bench/cli.py`` times them.
+widgets, the user's handlers) it imports when it runs.
+``tests/integration/test_cli_imports.py`` holds every command to it; ``bench/cli.py`` times
+them.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import redis
@@ -72,23 +72,25 @@ class RedisResultCache:
 
 
 class MemoryResultCache:
-    """The embedded default's cache: this process only."""
+    """The embedded default's cache: this process only. ``clock``: monotonic seconds, for
+    entries' expiry (a test passes :class:`~cairn.testing.clock.FakeClock`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._entries: dict[str, tuple[float, str]] = {}
         self._lock = threading.Lock()
+        self._clock = clock
 
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None or entry[0] <= time.monotonic():
+            if entry is None or entry[0] <= self._clock():
                 self._entries.pop(key, None)
                 return None
             return json.loads(entry[1])  # type: ignore[no-any-return]
 
     def put(self, key: str, result: Mapping[str, Any], ttl_s: float) -> None:
         with self._lock:
-            self._entries[key] = (time.monotonic() + ttl_s, json.dumps(result))
+            self._entries[key] = (self._clock() + ttl_s, json.dumps(result))
 
     def delete(self, *keys: str) -> None:
         with self._lock:

@@ -6,7 +6,6 @@ through the store: announced, live, a run's build recorded once."""
 from __future__ import annotations
 
 import hashlib
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.schema import executions
 from cairn.store.schema_fleet import builds
+from cairn.testing.clock import FakeClock
 from tests.unit.test_queues import Captured
 
 STEP = "tests.unit.handlers:noop"
@@ -220,12 +220,12 @@ def orchestrator(tmp_path: Path) -> Orchestrator:
 
 
 def test_announced_builds_are_live_and_a_run_starts_on_the_newest(
-    orchestrator: Orchestrator,
+    orchestrator: Orchestrator, wall_clock: FakeClock
 ) -> None:
     book, store = orchestrator.builds, orchestrator.store
     with store.transaction() as tx:
         tx.announce_build("v1", ["booking@1"], [])
-    time.sleep(0.01)
+    wall_clock.advance(0.01)  # the database's clock (SQLite: this process's)
     with store.transaction() as tx:
         tx.announce_build("v2", ["booking@1"], ["v1"])
         tx.announce_build("v1", ["other@1"], [])  # another process of v1: kept together
@@ -246,7 +246,9 @@ def test_announced_builds_are_live_and_a_run_starts_on_the_newest(
     assert book.waiting_runs() == {}
 
 
-def test_a_pinned_run_whose_build_is_gone_waits_for_it(orchestrator: Orchestrator) -> None:
+def test_a_pinned_run_whose_build_is_gone_waits_for_it(
+    orchestrator: Orchestrator, wall_clock: FakeClock
+) -> None:
     store = orchestrator.store
     with store.transaction() as tx:
         tx.announce_build("v1", ["booking@1"], [])
@@ -256,7 +258,7 @@ def test_a_pinned_run_whose_build_is_gone_waits_for_it(orchestrator: Orchestrato
     )
     # v1's workers are gone (its row too old to be live); v2 does not take pinned runs.
     later = BuildBook(store, orchestrator.registry, Settings(build_announce_s=0.1))
-    time.sleep(0.5)
+    wall_clock.advance(0.5)
     with store.transaction() as tx:
         tx.announce_build("v2", ["booking@1"], ["v1"])
     assert later.waiting_for(run_id, orchestrator.registry.get("booking", 1)) == "v1"

@@ -1,4 +1,5 @@
-"""The ``cairn`` command line: validate, describe, config (in process and as the real script)."""
+"""The ``cairn`` command line: validate, describe, config, in process (the installed script
+itself: tests/integration/test_cli_script.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ import io
 import json
 import os
 import re
-import shutil
 import socket
-import subprocess
 import sys
 import time
 from functools import partial
@@ -394,63 +393,6 @@ def test_main_exits_0_on_success(
     assert "effective_database_url" in json.loads(capsys.readouterr().out)
 
 
-# -- the installed console script ------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cairn_script() -> str:
-    path = shutil.which("cairn")
-    assert path is not None, "the cairn console script is not installed (pip install -e .)"
-    return path
-
-
-def run_script(
-    script: str, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [script, *args],
-        cwd=REPO_ROOT,
-        env=clean_env() if env is None else env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def test_console_script_validates_examples(cairn_script: str) -> None:
-    result = run_script(cairn_script, "validate", *example_paths())
-    assert result.returncode == 0, result.stderr
-    for key in ("book_flight@1", "agent_loop@1", "weekly_report@1"):
-        assert re.search(rf"^ok\s+{re.escape(key)}\s", result.stdout, re.MULTILINE), key
-
-
-def test_console_script_rejects_broken(cairn_script: str) -> None:
-    result = run_script(cairn_script, "validate", BROKEN)
-    assert result.returncode == 2
-    for code in BROKEN_CODES:
-        assert f"[{code}]" in result.stderr, code
-
-
-def test_console_script_answers_hostile_files_without_a_traceback(
-    cairn_script: str, tmp_path: Path
-) -> None:
-    paths = hostile_files(tmp_path)
-    result = run_script(cairn_script, "validate", *map(str, paths))
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr
-    assert f"{len(paths)} of {len(paths)} definition(s) invalid" in result.stderr
-
-
-def test_console_script_config_typo(cairn_script: str) -> None:
-    env = {**clean_env(), "CAIRN_DATABSE_URL": "postgresql://localhost/cairn"}
-    result = run_script(cairn_script, "config", env=env)
-    assert result.returncode == 2
-    assert "did you mean CAIRN_DATABASE_URL?" in flat(result.stderr)
-    assert "Traceback" not in result.stderr
-    assert result.stdout == ""
-
-
 # -- signal --------------------------------------------------------------------------------
 
 
@@ -577,27 +519,6 @@ def test_watch_shows_streamed_text_from_memory_leases_and_survives_redis_out_of_
     assert parked.exception is None or isinstance(parked.exception, SystemExit)
     assert "no heartbeats nor streamed text: Redis unreachable" in flat(parked.output)
     assert time.monotonic() - started < 10
-
-
-def test_register_takes_all_or_nothing_and_names_every_fault(
-    cairn_script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    home = tmp_path / "home"
-    typos = tmp_path / "typos.yaml"
-    typos.write_text(TYPOS_YAML)
-    env = {**clean_env(), "CAIRN_HOME": str(home)}
-    result = run_script(cairn_script, "register", "examples/book_flight.yaml", str(typos), env=env)
-    assert result.returncode == 2, result.stderr
-    assert "unknown key 'retyr' (did you mean 'retry'?)" in flat(result.stderr)
-    assert "unknown key 'polcy' in 'join' (did you mean 'policy'?)" in flat(result.stderr)
-    assert "Traceback" not in result.stderr and "registered" not in result.stdout
-    monkeypatch.setenv("CAIRN_HOME", str(home))
-    client = Client()
-    try:
-        with pytest.raises(CairnError):  # the valid file was not registered either
-            client.runtime.orchestrator.registry.get("book_flight", 1)
-    finally:
-        client.close()
 
 
 def test_submit_takes_a_priority_and_status_shows_it(

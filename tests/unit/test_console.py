@@ -22,6 +22,7 @@ from cairn.console.sessions import COOKIE, digest, start_session
 from cairn.model.principals import Principal, Role
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
+from cairn.testing.clock import FakeClock
 from tests.support.principals import mint_keys
 
 ADMIN = "console-admin-key-0123456789"
@@ -151,13 +152,13 @@ def test_a_key_signs_in_to_a_session_kept_as_a_digest_and_signed_out(
         assert http.get("/console/runs").status_code == 303  # the old cookie: sign in again
 
 
-def test_a_session_expires(app: Any, runtime: Runtime) -> None:
+def test_a_session_expires(app: Any, runtime: Runtime, wall_clock: FakeClock) -> None:
     who = Principal("brief", "default", Role.VIEWER)
     session = start_session(runtime.store, who, lifetime_s=0.3)
     with client(app) as http:
         http.cookies.set(COOKIE, session.token, path="/console")
         assert http.get("/console/runs").status_code == 200
-        time.sleep(0.5)
+        wall_clock.advance(0.5)  # the database's clock (SQLite: this process's)
         gone = http.get("/console/runs")
         assert gone.status_code == 303 and "/console/sign-in" in gone.headers["location"]
 

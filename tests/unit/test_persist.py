@@ -3,7 +3,6 @@ the in-process cache of the embedded default."""
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -18,6 +17,7 @@ from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome
 from cairn.model.state import RunState
 from cairn.model.statuses import NodeStatus
+from cairn.testing.clock import FakeClock
 from cairn.workers.cache import MemoryResultCache, cache_key
 from tests.unit.test_loader import faults_of, pairs
 
@@ -67,10 +67,11 @@ def test_cache_keys_depend_on_the_key_fields_only() -> None:
 
 
 def test_the_memory_cache_expires_entries() -> None:
-    cache = MemoryResultCache()
+    clock = FakeClock()
+    cache = MemoryResultCache(clock=clock)
     cache.put("k", {"x": 1}, ttl_s=0.05)
     assert cache.get("k") == {"x": 1}
-    time.sleep(0.06)
+    clock.advance(0.06)
     assert cache.get("k") is None
     cache.put("k", {"x": 2}, ttl_s=60)
     cache.delete("k")

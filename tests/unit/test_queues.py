@@ -7,7 +7,6 @@ refusing at registration, in ``cairn validate`` and in ``cairn worker --queues``
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -19,7 +18,7 @@ from sqlalchemy import update
 from typer.testing import CliRunner
 
 from cairn import Workflow, load_definition
-from cairn.cli.main import app
+from cairn.cli.main import app, main
 from cairn.config import Settings
 from cairn.decider.fusion import fused_next
 from cairn.decider.graph import decide
@@ -397,32 +396,33 @@ def test_validate_checks_the_declared_queues_when_they_are_set(
     assert "1 of 2 definition(s) invalid" in text
 
 
-def test_register_refuses_an_undeclared_queue_and_registers_nothing(tmp_path: Path) -> None:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("CAIRN_")}
-    env["CAIRN_HOME"] = str(tmp_path / "home")
+def test_register_refuses_an_undeclared_queue_and_registers_nothing(
+    cli: CliRunner,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Through the command's own entry point, as ``python -m cairn.cli`` runs it."""
 
-    def register(queues: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "cairn.cli", "register", "examples/book_flight.yaml", ROUTED],
-            cwd=REPO_ROOT,
-            env={**env, "CAIRN_QUEUES": queues},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+    def register(queues: str) -> tuple[object, str, str]:
+        monkeypatch.setenv("CAIRN_QUEUES", queues)
+        monkeypatch.setattr(sys, "argv", ["cairn", "register", "examples/book_flight.yaml", ROUTED])
+        with pytest.raises(SystemExit) as exited:
+            main()
+        said = capsys.readouterr()
+        return exited.value.code, said.out, said.err
 
-    refused = register("cpu")
-    assert refused.returncode == 2, refused.stderr
-    assert "Traceback" not in refused.stderr and "registered" not in refused.stdout
-    text = " ".join(refused.stderr.split())
+    code, out, err = register("cpu")
+    assert code == 2, err
+    assert "Traceback" not in err and "registered" not in out
+    text = " ".join(err.split())
     assert "node 'render': routed@1: queue 'gpu' is not one this deployment's workers" in text
     # Nothing was written: the database was not even opened.
     assert not (tmp_path / "home" / "cairn.db").exists()
-    accepted = register("gpu")
-    assert accepted.returncode == 0, accepted.stderr
-    assert "registered book_flight@1" in accepted.stdout
-    assert "registered routed@1" in accepted.stdout
+    code, out, err = register("gpu")
+    assert code in (0, None), err
+    assert "registered book_flight@1" in out
+    assert "registered routed@1" in out
 
 
 def test_a_worker_consumes_only_queues_the_deployment_declares(

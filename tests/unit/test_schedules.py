@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -501,20 +500,22 @@ def test_a_backfill_starts_every_tick_once(runtime: Runtime) -> None:
         schedules.backfill("default", "h", day, day)
 
 
-def test_the_overlap_decision_is_recorded_on_the_schedule(runtime: Runtime) -> None:
-    """Ticks looked at through the engine, the database's clock as it is: a per-second
-    schedule whose runs wait (approval) skips while the last one is unfinished."""
+def test_the_overlap_decision_is_recorded_on_the_schedule(
+    runtime: Runtime, wall_clock: FakeClock
+) -> None:
+    """Ticks looked at through the engine, by the database's clock (SQLite's is this
+    process's wall clock, moved here by hand): a per-second schedule whose runs wait
+    (approval) skips while the last one is unfinished."""
     schedules = runtime.orchestrator.schedules
     schedules.add("default", ScheduleSpec(name="s", cron="* * * * * *", workflow="approval"))
     started: list[str] = []
     skipped = 0
-    deadline = time.monotonic() + 2.5
-    while time.monotonic() < deadline:
+    for _ in range(50):  # 2.5 s, a look every 50 ms
         ticked = schedules.tick("default", "s")
         if ticked is not None:
             started += ticked.started
             skipped += ticked.skipped
-        time.sleep(0.05)
+        wall_clock.advance(0.05)
     assert len(started) == 1  # the first run waits for a signal: every later tick skips
     row = schedules.get("default", "s")
     assert row.last_run_id == started[0] and row.skipped == skipped >= 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import threading
 from collections.abc import Iterable, Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,10 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # It looks for shutdown() every 10 ms: at the default half second each test that
+        # uses it would wait that long to end.
+        serve = partial(self.server.serve_forever, poll_interval=0.01)
+        threading.Thread(target=serve, daemon=True).start()
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from cairn.model.state import NodeState, RunState
 from cairn.model.statuses import NodeStatus, RunStatus
 from cairn.runtime import Runtime
 from cairn.scheduler.notifier import Notifier, backoff_s
+from cairn.testing.clock import FakeClock
 from cairn.webhooks import WebhookSecrets, WebhookSignatureError, sign, verify
 from tests.unit.test_embedded import settings as embedded_settings
 from tests.unit.test_embedded import wait
@@ -187,12 +188,14 @@ def _notifier(runtime: Runtime, receiver: Receiver) -> Notifier:
     return Notifier(runtime.store, runtime.settings, client=client)
 
 
-def _deliver_all(notifier: Notifier, until: Any, timeout_s: float = 10.0) -> None:
+def _deliver_all(notifier: Notifier, until: Any, clock: FakeClock, timeout_s: float = 10.0) -> None:
+    """Notifier passes until ``until()``, the database's clock (SQLite: this process's
+    wall clock) moved 10 ms after each: retries come due without waiting for them."""
     deadline = time.monotonic() + timeout_s
     while not until():
         assert time.monotonic() < deadline
         notifier.run_once()
-        time.sleep(0.01)
+        clock.advance(0.01)
 
 
 def _rows(runtime: Runtime, run_id: str) -> list[Any]:
@@ -200,7 +203,9 @@ def _rows(runtime: Runtime, run_id: str) -> list[Any]:
         return tx.notifications_of(run_id)
 
 
-def test_a_run_is_announced_through_the_outbox_and_retried_until_taken(tmp_path: Path) -> None:
+def test_a_run_is_announced_through_the_outbox_and_retried_until_taken(
+    tmp_path: Path, wall_clock: FakeClock
+) -> None:
     runtime = _runtime(tmp_path)
     runtime.start_workers()
     try:
@@ -212,7 +217,9 @@ def test_a_run_is_announced_through_the_outbox_and_retried_until_taken(tmp_path:
         assert (row.kind, row.attempts, row.delivered_at) == ("run.succeeded", 0, None)
         receiver = Receiver(500, 503)
         notifier = _notifier(runtime, receiver)
-        _deliver_all(notifier, lambda: _rows(runtime, run_id)[0].delivered_at is not None)
+        _deliver_all(
+            notifier, lambda: _rows(runtime, run_id)[0].delivered_at is not None, wall_clock
+        )
         (row,) = _rows(runtime, run_id)
         assert (row.attempts, row.last_status) == (3, 200)
         assert [r.headers["Cairn-Delivery-Attempt"] for r in receiver.requests] == ["1", "2", "3"]
@@ -224,7 +231,9 @@ def test_a_run_is_announced_through_the_outbox_and_retried_until_taken(tmp_path:
         runtime.close()
 
 
-def test_a_gone_receiver_and_the_last_attempt_give_up(tmp_path: Path) -> None:
+def test_a_gone_receiver_and_the_last_attempt_give_up(
+    tmp_path: Path, wall_clock: FakeClock
+) -> None:
     runtime = _runtime(tmp_path, webhook_max_attempts=2)
     runtime.start_workers()
     try:
@@ -248,6 +257,7 @@ def test_a_gone_receiver_and_the_last_attempt_give_up(tmp_path: Path) -> None:
         _deliver_all(
             notifier,
             lambda: all(_rows(runtime, r)[0].given_up_at is not None for r in (gone, failing)),
+            wall_clock,
         )
         assert (_rows(runtime, gone)[0].attempts, _rows(runtime, gone)[0].last_status) == (1, 410)
         assert _rows(runtime, failing)[0].attempts == 2
