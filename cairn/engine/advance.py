@@ -50,7 +50,7 @@ from cairn.model.events import (
 )
 from cairn.model.keys import ExecutionKey
 from cairn.model.messages import NodeMessage
-from cairn.model.outcomes import NodeOutcome, StepWrites
+from cairn.model.outcomes import NodeOutcome, RunWrite, StepWrites
 from cairn.model.state import RunState
 from cairn.model.statuses import NodeStatus, stopped_execution
 from cairn.store.records import RunRecord, from_epoch, utcnow
@@ -364,7 +364,7 @@ class Steps:
             return Completion(
                 False, f"a result for {message.key} attempt {message.attempt} is already recorded"
             )
-        self.heads.committed(known, plan.run_values, decision.state)
+        self.heads.committed(known, plan.run, decision.state)
         return _Committed(Completion(True, decision=decision), plan, ids)
 
     # -- history -----------------------------------------------------------------------
@@ -378,20 +378,18 @@ class Steps:
                 return None
             seq = row.last_seq + 1
             cached = row.state  # the state does not change: the cache stays true
-            run_values = {
-                "status": row.status,
-                "last_seq": seq,
-                "updated_at": from_epoch(now),
-                "current": list(row.current),
-                "reason": row.reason,
-                "state": json.dumps(cached, separators=(",", ":")) if cached else None,
-            }
+            run = RunWrite(
+                status=row.status,
+                last_seq=seq,
+                updated_at=from_epoch(now),
+                current=list(row.current),
+                reason=row.reason,
+                state_json=json.dumps(cached, separators=(",", ":")) if cached else None,
+            )
             event = {"type": f"{AUDIT_ONLY}.{kind}", "at": now, **data}
             tx.write_step(
                 run_id,
-                StepWrites(
-                    run_values, event, outcome={}, sent=self.outbox.sent.drain(), dispatches=[]
-                ),
+                StepWrites(run, event, outcome={}, sent=self.outbox.sent.drain(), dispatches=[]),
             )
         return int(seq)
 

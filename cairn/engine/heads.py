@@ -17,42 +17,37 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from datetime import datetime
 
 from cairn.engine.reads import Restored
+from cairn.model.outcomes import RunWrite
 from cairn.model.state import RunState
-from cairn.model.statuses import RunStatus
 
 # Heads kept, the least recently committed forgotten first: a forgotten head costs a
 # conflict and a read, never a wrong step.
 HEADS_KEPT = 4096
 
-# The run row's columns a step writes (cairn.engine.plan.Planner.plan's run values),
-# besides the state.
-_STEP_COLUMNS = (
-    "last_seq",
-    "updated_at",
-    "current",
-    "reason",
-    "finished_at",
-    "snapshot_seq",
-    "snapshot_at",
-)
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Head:
     state: RunState
-    columns: dict[str, Any]  # the row's columns as the step left them (_STEP_COLUMNS)
-    status: RunStatus
-    cached: bool  # whether the step left the state on the row
+    run: RunWrite  # the step's write of the row
+    # The row's columns a step may leave as they were, as this one left them.
+    finished_at: datetime | None
+    snapshot_seq: int
+    snapshot_at: datetime | None
 
     @property
     def last_seq(self) -> int:
-        return int(self.columns["last_seq"])
+        return self.run.last_seq
+
+    @property
+    def cached(self) -> bool:
+        """Whether the step left the state on the row."""
+        return self.run.state_json is not None
 
 
 class RunHeads:
@@ -100,21 +95,36 @@ class RunHeads:
             head = self._heads.get(known.row.id)
         if head is None or head.last_seq <= known.row.last_seq:
             return known
-        row = replace(known.row, status=head.status, state=None, **head.columns)
+        run = head.run
+        row = replace(
+            known.row,
+            status=run.status,
+            last_seq=run.last_seq,
+            updated_at=run.updated_at,
+            current=run.current,
+            reason=run.reason,
+            state=None,
+            finished_at=head.finished_at,
+            snapshot_seq=head.snapshot_seq,
+            snapshot_at=head.snapshot_at,
+        )
         return replace(known, row=row, state=head.state, row_cached=head.cached)
 
-    def committed(self, known: Restored, values: Mapping[str, Any], state: RunState) -> None:
+    def committed(self, known: Restored, run: RunWrite, state: RunState) -> None:
         """A step committed on ``known`` (the run as it was planned on), writing the row
-        ``values`` and leaving ``state``."""
-        run_id = known.row.id
-        status = RunStatus(values["status"])
+        ``run`` and leaving ``state``."""
+        row = known.row
         with self._guard:
-            if status.terminal:
-                self._heads.pop(run_id, None)
+            if run.status.terminal:
+                self._heads.pop(row.id, None)
                 return
-            columns = {name: getattr(known.row, name) for name in _STEP_COLUMNS}
-            columns.update({k: v for k, v in values.items() if k in _STEP_COLUMNS})
-            self._heads[run_id] = _Head(state, columns, status, values.get("state") is not None)
-            self._heads.move_to_end(run_id)
+            self._heads[row.id] = _Head(
+                state,
+                run,
+                row.finished_at if run.finished_at is None else run.finished_at,
+                row.snapshot_seq if run.snapshot_seq is None else run.snapshot_seq,
+                row.snapshot_at if run.snapshot_at is None else run.snapshot_at,
+            )
+            self._heads.move_to_end(row.id)
             while len(self._heads) > self._kept:
                 self._heads.popitem(last=False)

@@ -30,7 +30,7 @@ from cairn.model.commands import (
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import Event, RunMigrated, event_to_dict
 from cairn.model.messages import NodeMessage, message_namespace
-from cairn.model.outcomes import NodeOutcome, StepWrites
+from cairn.model.outcomes import NodeOutcome, RunWrite, StepWrites
 from cairn.model.state import STATE_FORMAT, RunState
 from cairn.model.statuses import RunStatus
 from cairn.store.records import RunRecord, encode_snapshot, from_epoch, to_epoch, utcnow
@@ -52,7 +52,7 @@ class Plan:
     """What one decision writes: computed before any write, carried out by either path."""
 
     decision: Decision
-    run_values: dict[str, Any]  # "last_seq": the event's seq; "state": JSON text, if cached
+    run: RunWrite  # the run row as the step leaves it
     snapshot: str | None  # the state as JSON text, when a snapshot is due
     dispatches: list[NodeMessage]
     row_commands: Sequence[Command]  # cancellations, holds, children: other rows
@@ -89,7 +89,7 @@ class Planner:
             return decision, None
         new = decision.state
         seq = row.last_seq + 1
-        values, snapshot = self._run_values(row, new, seq, event, cached)
+        run, snapshot = self._run_write(row, new, seq, event, cached)
         dispatches = [
             NodeMessage(
                 row.id,
@@ -113,23 +113,15 @@ class Planner:
         )
         armed, disarmed = net_timers(decision.commands)
         return decision, Plan(
-            decision, values, snapshot, dispatches, row_commands, announced, armed, disarmed
+            decision, run, snapshot, dispatches, row_commands, announced, armed, disarmed
         )
 
-    def _run_values(
+    def _run_write(
         self, row: RunRecord | FreshRun, new: RunState, seq: int, event: Event, cached: bool
-    ) -> tuple[dict[str, Any], str | None]:
-        """The run row's columns after the step, and the snapshot (the state as JSON
-        text) when one is due."""
-        values: dict[str, Any] = {
-            "status": new.status.value,
-            "last_seq": seq,
-            "updated_at": from_epoch(event.at),
-            "current": sorted(f"{n.node}#{n.iteration}" for n in new.active_nodes),
-            "reason": new.reason,
-        }
-        if new.status.terminal:
-            values["finished_at"] = from_epoch(event.at)
+    ) -> tuple[RunWrite, str | None]:
+        """The run row after the step, and the snapshot (the state as JSON text) when one
+        is due."""
+        at = from_epoch(event.at)
         # A migration's snapshot is the run's first state on its new version: restoring
         # the run never replays across the change of definition.
         snapshot_due = isinstance(event, RunMigrated) or self.snapshot_due(row, new, seq, event.at)
@@ -141,11 +133,18 @@ class Planner:
         if snapshot_due or (cached and self.settings.state_cache_bytes > 0):
             state_json = json.dumps(new.to_dict(), separators=(",", ":"))
         cacheable = state_json is not None and len(state_json) <= self.settings.state_cache_bytes
-        values["state"] = state_json if cacheable else None
-        if not snapshot_due:
-            return values, None
-        values.update(snapshot_seq=seq, snapshot_at=from_epoch(event.at))
-        return values, state_json
+        run = RunWrite(
+            status=new.status,
+            last_seq=seq,
+            updated_at=at,
+            current=sorted(f"{n.node}#{n.iteration}" for n in new.active_nodes),
+            reason=new.reason,
+            state_json=state_json if cacheable else None,
+            finished_at=at if new.status.terminal else None,
+            snapshot_seq=seq if snapshot_due else None,
+            snapshot_at=at if snapshot_due else None,
+        )
+        return run, state_json if snapshot_due else None
 
     def snapshot_due(self, row: RunRecord | FreshRun, new: RunState, seq: int, at: float) -> bool:
         """Snapshots compress the log: every K events, every T seconds, and whenever the
@@ -164,7 +163,7 @@ class Planner:
             codec, body = encode_snapshot(plan.snapshot, self.settings.snapshot_compress_bytes)
             snapshot = (STATE_FORMAT, codec, body)
         return StepWrites(
-            run=plan.run_values,
+            run=plan.run,
             event=event_to_dict(event),
             outcome=outcome_record(plan.decision),
             sent=sent,

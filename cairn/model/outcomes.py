@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from cairn.model.events import Event
 from cairn.model.keys import ExecutionKey
-from cairn.model.statuses import NodeStatus
+from cairn.model.statuses import NodeStatus, RunStatus
 
 
 @dataclass(frozen=True)
@@ -25,15 +26,56 @@ class NodeOutcome:
     duration_s: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RunWrite:
+    """The run row as one step leaves it, typed as :class:`cairn.store.records.RunRecord`
+    reads it back. The last three are written only when the step sets them (a run's end,
+    a snapshot): None leaves the row's value as it was. ``reason`` and ``state_json`` are
+    always written, None included."""
+
+    status: RunStatus
+    last_seq: int  # the step's event's seq
+    updated_at: datetime
+    current: list[str]  # the active nodes, as "node#iteration"
+    reason: str | None
+    # The state as JSON text, kept on the row while it fits the cache (None: it did
+    # not, and the row holds no state).
+    state_json: str | None
+    finished_at: datetime | None = None
+    snapshot_seq: int | None = None
+    snapshot_at: datetime | None = None
+
+    def columns(self) -> dict[str, Any]:
+        """The ``runs`` columns this write sets, by name; those left out are not written.
+        The state is its JSON text, for each backend to bind as its column takes it. (The
+        one-statement steps bind the fields straight into their constant SQL, where
+        ``coalesce`` keeps a column the write leaves as None.)"""
+        columns: dict[str, Any] = {
+            "status": self.status.value,
+            "last_seq": self.last_seq,
+            "updated_at": self.updated_at,
+            "current": self.current,
+            "reason": self.reason,
+            "state": self.state_json,
+        }
+        if self.finished_at is not None:
+            columns["finished_at"] = self.finished_at
+        if self.snapshot_seq is not None:
+            columns["snapshot_seq"] = self.snapshot_seq
+        if self.snapshot_at is not None:
+            columns["snapshot_at"] = self.snapshot_at
+        return columns
+
+
 @dataclass(frozen=True)
 class StepWrites:
-    """What one decision writes, whichever path writes it: the run row's new values
+    """What one decision writes, whichever path writes it: the run row as it leaves it
     (``run``; its ``last_seq`` is the event's seq), the event and what the decision did,
     a snapshot when due (format, codec, body), the sent-marks this process owes, each
     dispatch as (execution key, attempt, message payload), and the run's timers armed
     (id, due at) and disarmed (ids) — disjoint, the decision's net effect on them."""
 
-    run: Mapping[str, Any]
+    run: RunWrite
     event: Mapping[str, Any]
     outcome: Mapping[str, Any]
     sent: Sequence[int]
@@ -44,7 +86,7 @@ class StepWrites:
 
     @property
     def seq(self) -> int:
-        return int(self.run["last_seq"])
+        return self.run.last_seq
 
     @property
     def at(self) -> float:

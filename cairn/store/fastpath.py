@@ -450,15 +450,15 @@ def _step_params(writes: StepWrites) -> dict[str, Any]:
         # to die in, so the fault point sits where it is ready and not yet sent.
         fault_point("snapshot.before_commit")
     return {
-        "run_status": run["status"],
-        "last_seq": writes.seq,
-        "updated_at": run["updated_at"],
-        "current": Jsonb(run["current"]),
-        "reason": run.get("reason"),
-        "state": run.get("state"),  # JSON text
-        "finished_at": run.get("finished_at"),
-        "snapshot_seq": run.get("snapshot_seq"),
-        "snapshot_at": run.get("snapshot_at"),
+        "run_status": run.status.value,
+        "last_seq": run.last_seq,
+        "updated_at": run.updated_at,
+        "current": Jsonb(run.current),
+        "reason": run.reason,
+        "state": run.state_json,
+        "finished_at": run.finished_at,
+        "snapshot_seq": run.snapshot_seq,
+        "snapshot_at": run.snapshot_at,
         "type": writes.event["type"],
         "data": Jsonb(dict(writes.event)),
         "outcome": Jsonb(dict(writes.outcome)),

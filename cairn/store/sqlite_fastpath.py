@@ -226,19 +226,19 @@ def write_step(driver: Any, coder: Codec, run_id: str, writes: StepWrites, now: 
 
 def _advance_run(driver: Any, coder: Codec, run_id: str, writes: StepWrites) -> None:
     run = writes.run
-    cached = run.get("state")  # JSON text already, or None (too large to cache)
+    cached = run.state_json  # JSON text already, or None (too large to cache)
     advanced = driver.execute(
         ADVANCE_RUN,
         (
-            run["status"],
-            writes.seq,
-            coder.time(run["updated_at"]),
-            coder.json(run["current"]),
-            run.get("reason"),
+            run.status.value,
+            run.last_seq,
+            coder.time(run.updated_at),
+            coder.json(run.current),
+            run.reason,
             cached if cached is not None else coder.json(None),
-            coder.time(run.get("finished_at")),
-            run.get("snapshot_seq"),
-            coder.time(run.get("snapshot_at")),
+            coder.time(run.finished_at),
+            run.snapshot_seq,
+            coder.time(run.snapshot_at),
             run_id,
             writes.seq - 1,
         ),

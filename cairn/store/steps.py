@@ -196,11 +196,11 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
     def _advance_run(self, run_id: str, writes: StepWrites) -> None:
         """Move the run row to this step's seq, guarded on the seq before it: a step
         written by someone else in between makes this one stale."""
-        cached = writes.run.get("state")
+        cached = writes.run.state_json
         advanced = self.connection.execute(
             update(runs)
             .where(runs.c.id == run_id, runs.c.last_seq == writes.seq - 1)
-            .values(**{**writes.run, "state": json.loads(cached) if cached else None})
+            .values(**{**writes.run.columns(), "state": json.loads(cached) if cached else None})
         )
         if not advanced.rowcount:
             raise StaleTransition(f"run {run_id} is no longer at seq {writes.seq - 1}")

@@ -10,6 +10,7 @@ migrated store.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 
 from cairn.errors import StaleTransition, StoreRefused
 from cairn.model.keys import Claim, ExecutionKey
-from cairn.model.outcomes import StepWrites
+from cairn.model.outcomes import RunWrite, StepWrites
 from cairn.model.statuses import ExecutionStatus, RunStatus
 from cairn.store.records import (
     EffectRecord,
@@ -65,14 +66,14 @@ def first_step(run_id: str, at: float, *, attempt: int = 1) -> StepWrites:
         "phase": "run",
     }
     return StepWrites(
-        run={
-            "status": "running",
-            "last_seq": 1,
-            "updated_at": from_epoch(at),
-            "current": [f"{NODE}#1"],
-            "reason": None,
-            "state": None,
-        },
+        run=RunWrite(
+            status=RunStatus.RUNNING,
+            last_seq=1,
+            updated_at=from_epoch(at),
+            current=[f"{NODE}#1"],
+            reason=None,
+            state_json=None,
+        ),
         event={"type": "run_started", "at": at, "input": {}},
         outcome={"status": "running"},
         sent=[],
@@ -97,7 +98,7 @@ def next_step(run_id: str, at: float, *, seq: int, attempt: int, node: str = NOD
     key = ExecutionKey(run_id, node, 1, "run")
     message = {**first.dispatches[0][2], "node": node}
     return StepWrites(
-        run={**first.run, "last_seq": seq},
+        run=replace(first.run, last_seq=seq),
         event={"type": "node_finished", "at": at},
         outcome={"status": "running"},
         sent=[],
@@ -484,14 +485,7 @@ class StoreContract:
     def test_a_step_arms_and_disarms_timers_with_its_write(self, store: Store) -> None:
         run_id, _key, at = started(store)
         step = StepWrites(
-            run={
-                "status": "running",
-                "last_seq": 2,
-                "updated_at": from_epoch(at),
-                "current": [],
-                "reason": None,
-                "state": None,
-            },
+            run=RunWrite(RunStatus.RUNNING, 2, from_epoch(at), [], reason=None, state_json=None),
             event={"type": "timer_fired", "at": at, "timer_id": "x"},
             outcome={},
             sent=[],

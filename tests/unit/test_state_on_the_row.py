@@ -18,6 +18,7 @@ from cairn.engine import plan as planning
 from cairn.engine.inputs import FreshRun
 from cairn.engine.plan import Planner
 from cairn.model.events import NodeSucceeded, RunStarted
+from cairn.model.outcomes import RunWrite
 from cairn.model.payloads import json_copy
 from cairn.model.state import RunState
 
@@ -30,8 +31,8 @@ def noop(ctx: Any, state: dict[str, Any]) -> None:
 
 def planned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, note_bytes: int, cached: bool, seq: int
-) -> tuple[dict[str, Any], str | None, int]:
-    """The row's values and the snapshot of the step that ends node ``a`` with a note of
+) -> tuple[RunWrite, str | None, int]:
+    """The row's write and the snapshot of the step that ends node ``a`` with a note of
     ``note_bytes``, the run at ``seq`` (snapshots every 10 events, the last at seq 1), and
     how often the state was serialized."""
     definition = (
@@ -59,44 +60,39 @@ def planned(
     _decision, plan = planner.plan(later, definition, at_a, event, cached=cached)
     monkeypatch.undo()
     assert plan is not None
-    return plan.run_values, plan.snapshot, len(serialized)
+    return plan.run, plan.snapshot, len(serialized)
 
 
 def test_a_state_that_fits_stays_on_the_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    values, snapshot, serialized = planned(tmp_path, monkeypatch, note_bytes=10, cached=True, seq=2)
-    assert json.loads(values["state"])["vars"]["note"] == "x" * 10
+    run, snapshot, serialized = planned(tmp_path, monkeypatch, note_bytes=10, cached=True, seq=2)
+    assert run.state_json is not None
+    assert json.loads(run.state_json)["vars"]["note"] == "x" * 10
     assert (snapshot, serialized) == (None, 1)
 
 
 def test_a_state_outgrowing_the_row_leaves_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    values, snapshot, serialized = planned(
-        tmp_path, monkeypatch, note_bytes=LIMIT, cached=True, seq=2
-    )
-    assert values["state"] is None and snapshot is None and serialized == 1
+    run, snapshot, serialized = planned(tmp_path, monkeypatch, note_bytes=LIMIT, cached=True, seq=2)
+    assert run.state_json is None and snapshot is None and serialized == 1
 
 
 def test_a_state_the_row_did_not_hold_is_not_serialized_between_snapshots(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    values, snapshot, serialized = planned(
-        tmp_path, monkeypatch, note_bytes=10, cached=False, seq=2
-    )
-    assert values["state"] is None and snapshot is None
+    run, snapshot, serialized = planned(tmp_path, monkeypatch, note_bytes=10, cached=False, seq=2)
+    assert run.state_json is None and snapshot is None
     assert serialized == 0  # an O(state) cost per step, gone
 
 
 def test_at_a_snapshot_a_state_that_shrank_goes_back_on_the_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    values, snapshot, serialized = planned(
-        tmp_path, monkeypatch, note_bytes=10, cached=False, seq=11
-    )
-    assert snapshot is not None and values["state"] == snapshot and serialized == 1
-    assert values["snapshot_seq"] == 12
+    run, snapshot, serialized = planned(tmp_path, monkeypatch, note_bytes=10, cached=False, seq=11)
+    assert snapshot is not None and run.state_json == snapshot and serialized == 1
+    assert run.snapshot_seq == 12
 
 
 def test_a_handlers_copy_of_the_state_shares_nothing_with_it() -> None:
