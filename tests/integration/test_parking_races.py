@@ -7,7 +7,6 @@ once — not at its cancel timeout — and a woken one does not wait out the gra
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -16,27 +15,20 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from cairn.config import Settings
 from cairn.engine.slots import SlotGate
 from cairn.lease.memory import MemoryLeases
 from cairn.lease.slots import MemorySlots
 from cairn.model.events import Phase
 from cairn.model.messages import NodeMessage
 from cairn.model.statuses import RunStatus
-from cairn.runtime import Runtime
 from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.schema import runs
 from cairn.store.sql import Store
 from cairn.testing.store_contract import started
+from tests.support.one_slot import WORKFLOW, one_slot_runtime, release
 
 POOLS = [("ns/one", 1)]
-_release = threading.Event()
-
-
-def hold_slot(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
-    _release.wait(30)
-    return {}
 
 
 class Broker:
@@ -113,25 +105,7 @@ def test_a_run_cancelled_while_its_worker_parks_it_ends_at_once(
     """The cancel commits while the worker that parks the node still holds its lease:
     the cancel's wake is dropped (held). The run ends within seconds all the same, not
     at its cancel timeout."""
-    (tmp_path / "one.yaml").write_text(
-        f"""
-name: one_slot
-version: 1
-start: hold
-nodes:
-  hold: {{handler: "{__name__}:hold_slot", next: done,
-          concurrency: {{key: the-one, limit: 1}}}}
-  done: {{end: succeeded}}
-"""
-    )
-    settings = Settings(
-        home=tmp_path / "home",
-        workflows=[str(tmp_path / "one.yaml")],
-        lease_ttl=3.0,
-        heartbeat_interval=1.0,
-    )
-    _release.clear()
-    runtime = Runtime.build(settings, concurrency=4)
+    runtime = one_slot_runtime(tmp_path)
     orchestrator = runtime.orchestrator
     gate = runtime.runner.gate
     assert gate is not None
@@ -149,13 +123,13 @@ nodes:
     monkeypatch.setattr(gate, "enter", cancelling_while_parking)
     runtime.start_workers()
     try:
-        holder = orchestrator.submit("one_slot", {})
+        holder = orchestrator.submit(WORKFLOW, {})
         deadline = time.monotonic() + 20
         while orchestrator.get_run(holder).status is not RunStatus.RUNNING:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         time.sleep(0.2)  # the holder has its slot
-        waiter = orchestrator.submit("one_slot", {})
+        waiter = orchestrator.submit(WORKFLOW, {})
         while not (view := orchestrator.get_run(waiter)).status.terminal:
             assert time.monotonic() < deadline, f"the cancelled waiter did not end: {view}"
             time.sleep(0.05)
@@ -163,5 +137,5 @@ nodes:
         assert view.status is RunStatus.CANCELLED
         assert not orchestrator.get_run(holder).status.terminal  # the slot is still held
     finally:
-        _release.set()
+        release.set()
         runtime.close()

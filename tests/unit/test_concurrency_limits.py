@@ -29,6 +29,7 @@ from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.sql import Store
 from cairn.testing.store_contract import started
+from tests.support import one_slot
 
 _lock = threading.Lock()
 _running: Counter[str] = Counter()
@@ -295,41 +296,15 @@ def test_a_parked_execution_waits_with_its_runs_priority_and_is_woken_before_low
     assert [m.run_id for m in published[1:]] == [default.run_id]
 
 
-_release = threading.Event()
-
-
-def hold_slot(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
-    _release.wait(20)
-    return {}
-
-
 def test_a_run_cancelled_while_it_waits_for_a_slot_ends_at_once(tmp_path: Path) -> None:
     """One slot, held; the second run's node waits for it, parked. Cancelling the
     second run ends it now — its waiter is published and answered cancelled — not when
     the slot frees."""
-    (tmp_path / "one.yaml").write_text(
-        f"""
-name: one_slot
-version: 1
-start: hold
-nodes:
-  hold: {{handler: "{__name__}:hold_slot", next: done,
-          concurrency: {{key: the-one, limit: 1}}}}
-  done: {{end: succeeded}}
-"""
-    )
-    settings = Settings(
-        home=tmp_path / "home",
-        workflows=[str(tmp_path / "one.yaml")],
-        lease_ttl=3.0,
-        heartbeat_interval=1.0,
-    )
-    _release.clear()
-    runtime = Runtime.build(settings, concurrency=4)
+    runtime = one_slot.one_slot_runtime(tmp_path)
     runtime.start_workers()
     orchestrator = runtime.orchestrator
     try:
-        runs = [orchestrator.submit("one_slot", {}) for _ in range(2)]
+        runs = [orchestrator.submit(one_slot.WORKFLOW, {}) for _ in range(2)]
         deadline = time.monotonic() + 20
 
         def parked() -> list[str]:
@@ -348,10 +323,10 @@ nodes:
             time.sleep(0.02)
         assert view.status is RunStatus.CANCELLED
         assert not orchestrator.get_run(holder).status.terminal  # the slot is still held
-        _release.set()
+        one_slot.release.set()
         while not orchestrator.get_run(holder).status.terminal:
             assert time.monotonic() < deadline
             time.sleep(0.02)
     finally:
-        _release.set()
+        one_slot.release.set()
         runtime.close()
