@@ -6,35 +6,20 @@ tests/acceptance/test_circuits.py.)"""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from cairn.config import Settings
-from cairn.model.failures import TransientError
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
-
-_down = threading.Event()
-_calls: list[float] = []
-_lock = threading.Lock()
-
-
-def call_payments(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
-    with _lock:
-        _calls.append(time.monotonic())
-    if _down.is_set():
-        raise TransientError("payments: 503")
-    return {"charged": True}
-
+from tests.support import payments
 
 WORKFLOW = f"""
 name: guarded
 version: 1
 start: charge
 nodes:
-  charge: {{handler: "{__name__}:call_payments", next: done,
+  charge: {{handler: "{payments.HANDLER}", next: done,
             dependency: {{name: payments, failures: 3, window: 1m, open_for: 500ms}},
             retry: {{attempts: 30, backoff: 50ms, max_delay: 100ms, jitter: none}}}}
   done: {{end: succeeded}}
@@ -52,8 +37,8 @@ def test_an_outage_parks_attempts_until_a_probe_finds_the_dependency_back(
         heartbeat_interval=1.0,
         scheduler_interval=0.05,
     )
-    _calls.clear()
-    _down.set()
+    payments.calls.clear()
+    payments.down.set()
     runtime = Runtime.build(settings, concurrency=4)
     runtime.start_workers()
     runtime.start_scheduler()
@@ -66,12 +51,12 @@ def test_an_outage_parks_attempts_until_a_probe_finds_the_dependency_back(
             assert time.monotonic() < deadline, "the circuit never opened"
             time.sleep(0.02)
         time.sleep(0.5)  # what was in flight when it opened has ended
-        before = len(_calls)
+        before = len(payments.calls)
         time.sleep(2.0)  # four probe periods: a probe each, at most
-        probes = len(_calls) - before
+        probes = len(payments.calls) - before
         assert 1 <= probes <= 5, probes  # not the runs' retries, every 50-100 ms
         assert all(not runtime.orchestrator.get_run(r).status.terminal for r in runs)
-        _down.clear()
+        payments.down.clear()
         for run_id in runs:
             while not (view := runtime.orchestrator.get_run(run_id)).status.terminal:
                 assert time.monotonic() < deadline + 10, f"{run_id} never ended"
@@ -81,5 +66,5 @@ def test_an_outage_parks_attempts_until_a_probe_finds_the_dependency_back(
         with runtime.store.reading() as tx:
             assert tx.waiting_pools() == []
     finally:
-        _down.clear()
+        payments.down.clear()
         runtime.close()

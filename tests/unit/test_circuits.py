@@ -5,7 +5,6 @@ tests/acceptance/test_circuits.py.)"""
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -17,21 +16,9 @@ from cairn.config import Settings
 from cairn.definitions.loader import load_definition
 from cairn.errors import WorkflowDefinitionError
 from cairn.model.definition import Dependency, TaskNode
-from cairn.model.failures import TransientError
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
-
-_down = threading.Event()
-_calls: list[float] = []
-_lock = threading.Lock()
-
-
-def call_payments(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
-    with _lock:
-        _calls.append(time.monotonic())
-    if _down.is_set():
-        raise TransientError("payments: 503")
-    return {"charged": True}
+from tests.support import payments
 
 
 def _spec(dependency: object) -> dict[str, Any]:
@@ -41,7 +28,7 @@ def _spec(dependency: object) -> dict[str, Any]:
         "start": "charge",
         "nodes": {
             "charge": {
-                "handler": f"{__name__}:call_payments",
+                "handler": payments.HANDLER,
                 "dependency": dependency,
                 "retry": {
                     "attempts": 30,
@@ -103,7 +90,7 @@ name: rated
 version: 1
 start: call
 nodes:
-  call: {{handler: "{__name__}:call_payments", next: done, retry: none,
+  call: {{handler: "{payments.HANDLER}", next: done, retry: none,
           rate: {{key: provider, requests: 100/s}}}}
   done: {{end: succeeded}}
 """
@@ -114,7 +101,7 @@ def test_a_rate_limits_key_is_guarded_like_a_declared_dependency(tmp_path: Path)
     circuit, though the task declares no dependency."""
     (tmp_path / "rated.yaml").write_text(RATED)
     settings = Settings(home=tmp_path / "home", workflows=[str(tmp_path / "rated.yaml")])
-    _down.set()
+    payments.down.set()
     runtime = Runtime.build(settings, concurrency=1)
     runtime.start_workers()
     try:
@@ -129,5 +116,5 @@ def test_a_rate_limits_key_is_guarded_like_a_declared_dependency(tmp_path: Path)
         (circuit,) = runtime.circuits.reports()
         assert (circuit.dependency, circuit.state) == ("rate:default/provider", "open")
     finally:
-        _down.clear()
+        payments.down.clear()
         runtime.close()
