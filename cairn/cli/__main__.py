@@ -1,3 +1,3 @@
-from cairn.cli.main import main
+from cairn.cli.entry import main
 
 main()

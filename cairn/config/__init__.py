@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from cairn.config.builds import BuildSettings
+from cairn.config.clients import ClientSettings
 from cairn.config.oidc import OidcSettings
 from cairn.config.workers import WorkerSettings
 from cairn.errors import ConfigError
@@ -35,7 +36,7 @@ TEST_PREFIX = "CAIRN_TEST_"
 EVERY_WORKFLOW = "*"
 
 
-class Settings(OidcSettings, WorkerSettings, BuildSettings):
+class Settings(OidcSettings, WorkerSettings, BuildSettings, ClientSettings):
     """Build with :meth:`from_env` (or directly, in tests and embedding code). A plain
     model rather than pydantic-settings: the mapping given to ``from_env`` is the only
     source, so settings built for another process never pick up this one's variables.
@@ -323,14 +324,6 @@ class Settings(OidcSettings, WorkerSettings, BuildSettings):
         description="Runs submitted through the broker's submit tasks are accepted as the "
         "principal 'broker:NAME' into NAMESPACE ('NAME@NAMESPACE'); unset, such submissions "
         "are refused (logged, acknowledged). The message cannot say who it is.",
-    )
-    api_url: str | None = Field(
-        default=None,
-        description="Where `cairn.http` clients find the API; read by the client itself "
-        "(a setting so that a process with it set, a handler calling the API, is not refused).",
-    )
-    api_key: SecretStr | None = Field(
-        default=None, description="The API key `cairn.http` clients send (read by the client)."
     )
     api_max_body_bytes: int = Field(
         default=1_048_576, ge=1024, description="Largest request body `cairn api` accepts."

@@ -158,3 +158,28 @@ print("imported")
         timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip() == "imported", done.stderr
+
+
+def test_the_command_entry_imports_only_the_standard_library_before_it_hands_over() -> None:
+    """What ``cairn`` loads before it knows whether the preloaded command line takes the
+    command: the standard library and its own two modules, nothing installed."""
+    code = """\
+import json, sys
+before = set(sys.modules)
+import cairn.cli.entry
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    loaded_now = json.loads(done.stdout)
+    ours = {"cairn", "cairn.cli", "cairn.cli.entry", "cairn.cli.preload",
+            "cairn.cli.preload.handoff", "cairn.cli.preload.place"}  # fmt: skip
+    foreign = [
+        name for name in loaded_now
+        if name not in ours and name.split(".")[0].lstrip("_") not in sys.stdlib_module_names
+        and name.split(".")[0] not in sys.stdlib_module_names
+    ]  # fmt: skip
+    assert foreign == [], foreign

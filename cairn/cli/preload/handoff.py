@@ -1,0 +1,120 @@
+"""The ``cairn`` process's side of the preloaded command line: hand the command to the
+preloaded process, relay signals to the child that runs it and take its exit code; or,
+with none listening, start one for the next command.
+
+The wire, on a Unix socket: the command sends one frame (a 4-byte length and a JSON body:
+arguments, environment, folder, umask) with its stdin, stdout and stderr attached
+(SCM_RIGHTS); the child answers ``{"pid": N}`` when it starts and ``{"exit": CODE}`` when
+the command is done, one JSON object a line; between the two the command says ``go``, and
+keeps the connection open while it waits (the child ends as on a hang-up if it closes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from typing import BinaryIO, Final
+
+# Relayed to the child: what a terminal sends a foreground command, and what a process
+# manager sends to stop one.
+RELAYED: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH)
+# For the child to say it started: the preloaded process only accepts and forks.
+ANSWER_S: Final = 10.0
+LOST: Final = 1  # the child ended without a word: killed, or the process went away
+STDIO: Final = (0, 1, 2)
+
+
+def request(args: Sequence[str], environ: Mapping[str, str]) -> bytes:
+    """The frame that hands a command over."""
+    umask = os.umask(0)
+    os.umask(umask)
+    body = json.dumps(
+        {
+            "argv0": sys.argv[0],
+            "package": getattr(sys.modules.get("__main__"), "__package__", None),
+            "args": list(args),
+            "env": dict(environ),
+            "cwd": os.getcwd(),
+            "umask": umask,
+        }
+    ).encode()
+    return len(body).to_bytes(4, "big") + body
+
+
+def run(path: str, args: Sequence[str]) -> int | None:
+    """Run the command in the preloaded process listening at ``path``: its exit code, or
+    None when none answers there — and then nothing ran, for a child runs the command
+    only once told ``go`` (the command then runs in this process)."""
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.settimeout(ANSWER_S)
+    try:
+        connection.connect(path)
+        frame = request(args, os.environ)
+        sent = socket.send_fds(connection, [frame], list(STDIO))
+        connection.sendall(frame[sent:])
+        answers = connection.makefile("rb")
+        child = int(json.loads(answers.readline())["pid"])
+        connection.sendall(b"go\n")
+    except (OSError, ValueError, KeyError, TypeError):
+        connection.close()
+        return None
+    connection.settimeout(None)
+    with connection:
+        return _follow(child, answers)
+
+
+def _follow(child: int, answers: BinaryIO) -> int:
+    def relay(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signum)
+
+    for signum in RELAYED:
+        signal.signal(signum, relay)
+    for line in answers:
+        answer = json.loads(line)
+        if "exit" in answer:
+            return int(answer["exit"])
+    sys.stderr.write(
+        "error: the command ended without an exit code [preload_lost] — it was killed, "
+        "or the preloaded command line stopped; run it again (CAIRN_CLI_PRELOAD=0 runs "
+        "commands without it)\n"
+    )
+    return LOST
+
+
+def start(path: str) -> None:
+    """Start the preloaded process for ``path`` in the background, detached from this
+    terminal, unless one is starting already: it holds ``<path>.lock`` until it listens."""
+    import fcntl
+    import subprocess
+
+    stem = path.removesuffix(".sock")
+    lock = os.open(f"{stem}.lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    log = os.open(f"{stem}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        subprocess.Popen(
+            [sys.executable, "-m", "cairn.cli.preload.server", path, str(lock)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=(lock,),
+            start_new_session=True,
+            # Where cairn is importable from, not this command's folder: each command
+            # brings its own (cairn.cli.preload.child).
+            cwd=_package_parent(),
+        )
+    except OSError:
+        pass  # one is starting; or none can: the command runs here all the same
+    finally:
+        os.close(log)
+        os.close(lock)
+
+
+def _package_parent() -> str:
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))

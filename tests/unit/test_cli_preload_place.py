@@ -1,0 +1,81 @@
+"""Where the preloaded command line may listen, which commands go to it, and which code it
+holds (docs/cli.md#the-preloaded-command-line)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cairn.cli.preload import place
+
+
+@pytest.mark.parametrize(
+    ("args", "environ", "wanted"),
+    [
+        (["status", "RUN"], {}, True),
+        (["--api-url", "worker", "status", "RUN"], {}, True),  # an option's value
+        (["--help"], {}, True),
+        (["worker"], {}, False),
+        (["scheduler"], {}, False),
+        (["api", "--port", "8000"], {}, False),
+        (["dev"], {}, False),
+        (["probe", "ready"], {}, False),
+        (["status", "RUN"], {"CAIRN_CLI_PRELOAD": "0"}, False),
+        (["status", "RUN"], {"CAIRN_CLI_PRELOAD": " Off "}, False),
+        (["status", "RUN"], {"CAIRN_CLI_PRELOAD": "1"}, True),
+    ],
+)
+def test_processes_of_their_own_and_a_user_who_says_no_are_never_handed_over(
+    args: list[str], environ: dict[str, str], wanted: bool
+) -> None:
+    assert place.wanted(args, environ) is wanted
+
+
+def test_the_socket_lives_in_a_folder_only_its_owner_may_enter(tmp_path: Path) -> None:
+    environ = {"XDG_RUNTIME_DIR": str(tmp_path)}
+    path = place.socket_path(environ)
+    assert path is not None and Path(path).parent == tmp_path / "cairn"
+    assert (tmp_path / "cairn").stat().st_mode & 0o777 == 0o700
+    assert len(path.encode()) < 100  # a Unix socket's address has room for 107 bytes
+
+
+def test_a_folder_others_may_enter_or_a_link_is_refused(tmp_path: Path) -> None:
+    open_to_all = tmp_path / "open"
+    (open_to_all / "cairn").mkdir(parents=True)
+    (open_to_all / "cairn").chmod(0o755)
+    assert place.socket_path({"XDG_RUNTIME_DIR": str(open_to_all)}) is None
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    os.symlink(elsewhere, linked / "cairn")
+    assert place.socket_path({"XDG_RUNTIME_DIR": str(linked)}) is None
+    a_file = tmp_path / "file"
+    a_file.mkdir()
+    (a_file / "cairn").write_text("")
+    assert place.socket_path({"XDG_RUNTIME_DIR": str(a_file)}) is None
+
+
+def test_without_a_runtime_folder_the_socket_goes_under_tmp_per_user(tmp_path: Path) -> None:
+    path = place.socket_path({"TMPDIR": str(tmp_path)})
+    assert path is not None and Path(path).parent == tmp_path / f"cairn-{os.getuid()}"
+
+
+def test_the_fingerprint_follows_every_module_of_the_package(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text("A = 1\n")
+    module = package / "sub" / "b.py"
+    module.write_text("B = 1\n")
+    (package / "sub" / "notes.txt").write_text("not code")
+    before = place.fingerprint(str(package))
+    assert place.fingerprint(str(package)) == before
+    (package / "sub" / "notes.txt").write_text("still not code")
+    assert place.fingerprint(str(package)) == before
+    os.utime(module, ns=(1, 1))
+    edited = place.fingerprint(str(package))
+    assert edited != before
+    (package / "c.py").write_text("")
+    assert place.fingerprint(str(package)) not in (before, edited)
