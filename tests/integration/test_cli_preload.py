@@ -14,9 +14,11 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -91,8 +93,8 @@ def submitted(home: Path, count: int = 1) -> list[str]:
 
 @pytest.fixture
 def shell(tmp_path: Path) -> Iterator[Shell]:
-    runtime = tmp_path / "run"
-    runtime.mkdir(mode=0o700)
+    # Short, as a real runtime folder is: a socket's address has room for 107 bytes.
+    runtime = Path(tempfile.mkdtemp(prefix="cairn-preload-"))
     env = {key: value for key, value in os.environ.items() if not key.startswith("CAIRN_")}
     env.update(
         XDG_RUNTIME_DIR=str(runtime), CAIRN_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT),
@@ -101,6 +103,7 @@ def shell(tmp_path: Path) -> Iterator[Shell]:
     yield Shell(env, runtime)
     for pid_file in runtime.glob("cairn/cli-*.pid"):
         _stop(int(pid_file.read_text().strip()))
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 def _stop(pid: int) -> None:
@@ -193,7 +196,7 @@ def test_each_command_brings_its_own_environment_folder_and_path(
     assert len(shell.served()) == 4  # all but the first, which started it
 
 
-def test_an_interrupt_reaches_the_command_and_a_killed_caller_leaves_none_behind(
+def test_signals_reach_the_command_its_death_its_caller_and_a_killed_caller_leaves_none(
     shell: Shell, tmp_path: Path
 ) -> None:
     (run,) = submitted(tmp_path / "home")
@@ -204,6 +207,13 @@ def test_an_interrupt_reaches_the_command_and_a_killed_caller_leaves_none_behind
     waiting.send_signal(signal.SIGINT)
     assert waiting.wait(timeout=DEADLINE_S) == 130
     eventually(lambda: not children_of(server), "the interrupted command is still running")
+
+    # A command killed dies in its caller too, as a shell (or a test) sees it.
+    waiting = shell.start("wait", run)
+    eventually(lambda: children_of(server), "the command never started")
+    (child,) = children_of(server)
+    os.kill(child, signal.SIGKILL)
+    assert waiting.wait(timeout=DEADLINE_S) == -signal.SIGKILL
 
     waiting = shell.start("wait", run)
     eventually(lambda: children_of(server), "the command never started")

@@ -412,6 +412,8 @@ def test_the_image_is_multi_stage_slim_non_root_and_checks_its_health() -> None:
     assert "USER 10001:10001" in runtime
     assert any(line.startswith("HEALTHCHECK") for line in runtime)
     assert 'ENTRYPOINT ["cairn"]' in runtime
+    # No preloaded command line left behind in a container by a command exec'd into it.
+    assert any("CAIRN_CLI_PRELOAD=0" in line for line in runtime if line.startswith("ENV"))
     # What the image copies from the context, the .dockerignore lets through.
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
     for line in lines:

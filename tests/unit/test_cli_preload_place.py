@@ -4,6 +4,7 @@ holds (docs/cli.md#the-preloaded-command-line)."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,12 +34,17 @@ def test_processes_of_their_own_and_a_user_who_says_no_are_never_handed_over(
     assert place.wanted(args, environ) is wanted
 
 
-def test_the_socket_lives_in_a_folder_only_its_owner_may_enter(tmp_path: Path) -> None:
-    environ = {"XDG_RUNTIME_DIR": str(tmp_path)}
-    path = place.socket_path(environ)
-    assert path is not None and Path(path).parent == tmp_path / "cairn"
-    assert (tmp_path / "cairn").stat().st_mode & 0o777 == 0o700
-    assert len(path.encode()) < 100  # a Unix socket's address has room for 107 bytes
+def test_the_socket_lives_in_a_folder_only_its_owner_may_enter() -> None:
+    with tempfile.TemporaryDirectory(prefix="run-") as runtime:
+        path = place.socket_path({"XDG_RUNTIME_DIR": runtime})
+        assert path is not None and Path(path).parent == Path(runtime) / "cairn"
+        assert (Path(runtime) / "cairn").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_folder_too_deep_for_a_socket_address_means_no_preloading(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    assert place.socket_path({"XDG_RUNTIME_DIR": str(deep)}) is None
 
 
 def test_a_folder_others_may_enter_or_a_link_is_refused(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """One command in a child forked by the preloaded process: it becomes the shell's
 command — the shell's terminal, folder, environment, umask, import path and arguments —
-runs :func:`cairn.cli.main.main`, and reports its exit code.
+runs :func:`cairn.cli.main.main`, and exits with its code (which the preloaded process,
+its parent, passes on).
 
 Only a process of the same user may hand a command over (the socket's folder is private,
 and the peer's uid is checked again here).
@@ -29,7 +30,8 @@ INTERRUPTED: Final = 130
 
 def run_command(connection: socket.socket) -> None:
     """Run the command ``connection`` hands over, answer its exit code, and end this
-    process — never return into the preloaded process's loop, whatever happens."""
+    process — never return into the preloaded process's loop, whatever happens. The
+    preloaded process tells the caller how it ended."""
     _default_signals()
     code, command, started = 1, "?", time.monotonic()
     log = os.dup(2)  # the preloaded process's log, before the command's stderr replaces it
@@ -43,7 +45,6 @@ def run_command(connection: socket.socket) -> None:
         _hang_up_with(connection)
         code = _run(request)
         _log(log, f"cairn {command}: exit {code} in {time.monotonic() - started:.3f} s")
-        connection.sendall(json.dumps({"exit": code}).encode() + b"\n")
     except BaseException:  # the log says why; the command line says it was lost
         _log(log, f"cairn {command}: lost\n{traceback.format_exc()}")
     finally:
@@ -118,13 +119,21 @@ def _run(request: dict[str, Any]) -> int:
     except BaseException:
         traceback.print_exc()
         code = 1
-    atexit._run_exitfuncs()  # what the interpreter runs at exit, before the code is told
+    _finish_as_the_interpreter_would()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             code = code or 1
     return code
+
+
+def _finish_as_the_interpreter_would() -> None:
+    """Wait for the command's own threads, then run its exit functions."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
 
 
 def _exit_code(value: object) -> int:

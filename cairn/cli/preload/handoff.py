@@ -4,9 +4,10 @@ with none listening, start one for the next command.
 
 The wire, on a Unix socket: the command sends one frame (a 4-byte length and a JSON body:
 arguments, environment, folder, umask) with its stdin, stdout and stderr attached
-(SCM_RIGHTS); the child answers ``{"pid": N}`` when it starts and ``{"exit": CODE}`` when
-the command is done, one JSON object a line; between the two the command says ``go``, and
-keeps the connection open while it waits (the child ends as on a hang-up if it closes).
+(SCM_RIGHTS); the child answers ``{"pid": N}`` when it starts, the command says ``go``,
+and when the child has ended the preloaded process answers ``{"exit": CODE}`` or
+``{"signal": N}`` — one JSON object a line. The command keeps the connection open while
+it waits: if it closes, the child ends as on a hang-up.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def _follow(child: int, answers: BinaryIO) -> int:
         signal.signal(signum, relay)
     for line in answers:
         answer = json.loads(line)
+        if "signal" in answer:  # the command was killed: so is its caller, as a shell sees
+            _die_of(int(answer["signal"]))
         if "exit" in answer:
             return int(answer["exit"])
     sys.stderr.write(
@@ -85,6 +88,13 @@ def _follow(child: int, answers: BinaryIO) -> int:
         "commands without it)\n"
     )
     return LOST
+
+
+def _die_of(signum: int) -> None:
+    with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    sys.exit(128 + signum)  # a signal whose default is not to end a process
 
 
 def start(path: str) -> None:

@@ -29,6 +29,8 @@ OFF: Final = frozenset({"0", "off", "false", "no"})  # as a boolean setting is r
 # fleet, a container's liveness probe — run in the shell's process, never as a child of
 # the preloaded one: their signals, their logs and their lifetime are their own.
 OWN_PROCESS: Final = frozenset({"worker", "scheduler", "api", "dev", "probe"})
+# A Unix socket's address holds 108 bytes on Linux, 104 on macOS, the NUL included.
+MAX_SOCKET_PATH: Final = 100
 ROOT_VALUE_OPTIONS: Final = frozenset({"--api-url"})  # as cairn.cli.main's
 
 
@@ -74,7 +76,10 @@ def socket_path(environ: Mapping[str, str]) -> str | None:
     """The socket of the preloaded process for the code installed now; None when
     preloading cannot be used here."""
     home = folder(environ)
-    return None if home is None else os.path.join(home, f"cli-{fingerprint()[:20]}.sock")
+    if home is None:
+        return None
+    path = os.path.join(home, f"cli-{fingerprint()[:20]}.sock")
+    return path if len(path.encode()) <= MAX_SOCKET_PATH else None
 
 
 def fingerprint(package: str | None = None) -> str:

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import pkgutil
+import selectors
 import signal
 import socket
 import sys
@@ -79,7 +81,7 @@ def _import(name: str) -> object:
 def listen(path: str) -> socket.socket:
     """Bind ``path`` (readable and writable by this user only), replacing a socket left
     by a process that is gone: bound under a temporary name, then renamed."""
-    draft = f"{path}.{os.getpid()}"
+    draft = os.path.join(os.path.dirname(path), f".{os.getpid()}.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_umask = os.umask(0o177)
     try:
@@ -91,35 +93,93 @@ def listen(path: str) -> socket.socket:
     return listener
 
 
-def serve(path: str, idle_s: float, lock: int | None) -> None:
-    from cairn.cli.preload.child import run_command
+class _Wake:
+    """A pipe the kernel writes to on SIGCHLD (and any signal), so that one select waits
+    for both a command to come and a command to end."""
 
+    def __init__(self) -> None:
+        self.read, self.write = os.pipe()
+        for end in (self.read, self.write):
+            os.set_blocking(end, False)
+        signal.set_wakeup_fd(self.write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def drain(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.read, 512):
+                pass
+
+    def close_in_child(self) -> None:
+        signal.set_wakeup_fd(-1)  # a command's signals are its own, not this loop's
+        os.close(self.read)
+        os.close(self.write)
+
+
+def serve(path: str, idle_s: float, lock: int | None) -> None:
     listener = listen(path)
     pid_file = _write_pid(path)
     if lock is not None:
         os.close(lock)
     mine = os.stat(path).st_ino
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    wake = _Wake()
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    selector.register(wake.read, selectors.EVENT_READ)
+    running: dict[int, socket.socket] = {}  # a command's child -> the caller waiting for it
     last = time.monotonic()
-    listener.settimeout(min(idle_s, 5.0))
     try:
-        while time.monotonic() - last < idle_s and _still_mine(path, mine):
-            try:
-                connection, _ = listener.accept()
-            except TimeoutError:
-                continue
-            last = time.monotonic()
-            if os.fork() == 0:
-                listener.close()
-                run_command(connection)  # never returns
-            connection.close()
+        while running or (time.monotonic() - last < idle_s and _still_mine(path, mine)):
+            for key, _events in selector.select(timeout=min(idle_s, 5.0)):
+                if key.fileobj is listener:
+                    connection, _address = listener.accept()
+                    last = time.monotonic()
+                    running[_fork(connection, [listener, *running.values()], wake)] = connection
+                else:
+                    wake.drain()
+            _report_ended(running)
     finally:
         if _still_mine(path, mine):  # else another took over; what is here is its
             stem = path.removesuffix(".sock")
             for leftover in (path, pid_file, f"{stem}.lock", f"{stem}.log"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(leftover)
+
+
+def _fork(connection: socket.socket, others: list[socket.socket], wake: _Wake) -> int:
+    """A child that runs the command ``connection`` hands over; its pid."""
+    from cairn.cli.preload.child import run_command
+
+    pid = os.fork()
+    if pid == 0:
+        wake.close_in_child()
+        for other in others:
+            other.close()
+        run_command(connection)  # never returns
+    return pid
+
+
+def _report_ended(running: dict[int, socket.socket]) -> None:
+    """Tell the caller of each command that ended how it ended: its exit code, or the
+    signal that killed it (which the caller then dies of too)."""
+    while running:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        caller = running.pop(pid, None)
+        if caller is None:
+            continue
+        answer = (
+            {"signal": os.WTERMSIG(status)}
+            if os.WIFSIGNALED(status)
+            else {"exit": os.waitstatus_to_exitcode(status)}
+        )
+        with contextlib.suppress(OSError):
+            caller.sendall(json.dumps(answer).encode() + b"\n")
+        caller.close()
 
 
 def pid_file_of(path: str) -> str:
@@ -130,7 +190,7 @@ def pid_file_of(path: str) -> str:
 def _write_pid(path: str) -> str:
     pid_file = pid_file_of(path)
     draft = f"{pid_file}.{os.getpid()}"
-    with open(draft, "w", encoding="utf-8") as file:
+    with os.fdopen(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as file:
         file.write(f"{os.getpid()}\n")
     os.replace(draft, pid_file)
     return pid_file
