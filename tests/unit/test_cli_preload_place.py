@@ -64,9 +64,10 @@ def test_a_folder_others_may_enter_or_a_link_is_refused(tmp_path: Path) -> None:
     assert place.socket_path({"XDG_RUNTIME_DIR": str(a_file)}) is None
 
 
-def test_without_a_runtime_folder_the_socket_goes_under_tmp_per_user(tmp_path: Path) -> None:
-    path = place.socket_path({"TMPDIR": str(tmp_path)})
-    assert path is not None and Path(path).parent == tmp_path / f"cairn-{os.getuid()}"
+def test_without_a_runtime_folder_the_socket_goes_under_tmp_per_user() -> None:
+    with tempfile.TemporaryDirectory(prefix="tmp-") as temporary:
+        path = place.socket_path({"TMPDIR": temporary})
+        assert path is not None and Path(path).parent == Path(temporary) / f"cairn-{os.getuid()}"
 
 
 def test_the_fingerprint_follows_every_module_of_the_package(tmp_path: Path) -> None:
