@@ -239,6 +239,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--workflow", default="bench_chain10")
     parser.add_argument("--py-spy", dest="py_spy", default=shutil.which("py-spy"))
+    parser.add_argument(
+        "--spy-on",
+        choices=("child", "main"),
+        default="child",
+        help="the worker's process py-spy samples: the pool child that runs steps, or the "
+        "main process (Celery's consumer, which receives each message)",
+    )
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--set", dest="settings", action="append", default=[])
     parser.add_argument("--compare", default=None)
@@ -266,7 +273,7 @@ def profile(args: argparse.Namespace, settings: dict[str, str]) -> None:
             CAIRN_DATABASE_URL=url,
             CAIRN_BROKER_URL=broker[0],
             CAIRN_REDIS_URL=leases[0],
-            CAIRN_WORKFLOWS="bench.workflows",
+            CAIRN_WORKFLOWS="bench.workflows,bench.wait_workflows",
             CAIRN_LOG_LEVEL="WARNING",
             PYTHONPATH=str(root),
             **settings,
@@ -304,7 +311,8 @@ def profile(args: argparse.Namespace, settings: dict[str, str]) -> None:
             if args.py_spy:
                 spy = subprocess.Popen(
                     [
-                        *(args.py_spy, "record", "--pid", str(child), "--rate", "250"),
+                        *(args.py_spy, "record", "--rate", "250"),
+                        *("--pid", str(child if args.spy_on == "child" else worker.pid)),
                         *("--format", "raw", "--output", str(raw), "--nonblocking", "--gil"),
                     ],
                     stdout=subprocess.DEVNULL,
