@@ -30,8 +30,8 @@ from typing import Final
 from cairn.cli.preload.place import IDLE_S, IDLE_VARIABLE
 
 # What a quick command imports — the command line, its renderers, the HTTP client, the
-# database layer and its drivers — and nothing a command imports only to run work (the
-# worker, Celery, the web framework, the user's handlers).
+# database layer and its drivers — and nothing that runs work: no worker, no Celery, none
+# of the user's handlers.
 PACKAGES: Final = (
     "cairn.cli", "cairn.http", "cairn.store", "cairn.engine", "cairn.decider",
     "cairn.definitions", "cairn.model", "cairn.config", "cairn.access", "cairn.dev.advert",
