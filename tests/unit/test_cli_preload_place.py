@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cairn.cli.preload import place
+from cairn.cli.preload.handoff import interpreter_env
 
 
 @pytest.mark.parametrize(
@@ -86,3 +87,17 @@ def test_the_fingerprint_follows_every_module_of_the_package(tmp_path: Path) -> 
     assert edited != before
     (package / "c.py").write_text("")
     assert place.fingerprint(str(package)) not in (before, edited)
+
+
+def test_the_preloaded_process_keeps_none_of_a_commands_settings_or_secrets() -> None:
+    kept = interpreter_env(
+        {
+            "PATH": "/bin", "PYTHONPATH": "/code", "LC_ALL": "C.UTF-8", "VIRTUAL_ENV": "/venv",
+            "CAIRN_CLI_PRELOAD_IDLE_S": "30", "CAIRN_DATABASE_URL": "postgresql://u:pw@db/x",
+            "CAIRN_API_KEY": "cairn_secret", "AWS_SECRET_ACCESS_KEY": "s", "PGPASSWORD": "p",
+        }
+    )  # fmt: skip
+    assert kept == {
+        "PATH": "/bin", "PYTHONPATH": "/code", "LC_ALL": "C.UTF-8", "VIRTUAL_ENV": "/venv",
+        "CAIRN_CLI_PRELOAD_IDLE_S": "30",
+    }  # fmt: skip

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import BinaryIO, Final
 
+from cairn.cli.preload.place import IDLE_VARIABLE
+
 # Relayed to the child: what a terminal sends a foreground command, and what a process
 # manager sends to stop one.
 RELAYED: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH)
@@ -28,6 +30,11 @@ RELAYED: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, 
 ANSWER_S: Final = 10.0
 LOST: Final = 1  # the child ended without a word: killed, or the process went away
 STDIO: Final = (0, 1, 2)
+# What the preloaded process keeps of the environment it is started from: what finds and
+# runs the interpreter and its packages (and PYTHON*, LC_*), and its own idle limit.
+INTERPRETER_VARIABLES: Final = frozenset(
+    {"PATH", "HOME", "LANG", "TMPDIR", "XDG_RUNTIME_DIR", "VIRTUAL_ENV", IDLE_VARIABLE}
+)
 
 
 def request(args: Sequence[str], environ: Mapping[str, str]) -> bytes:
@@ -115,15 +122,26 @@ def start(path: str) -> None:
             stderr=log,
             pass_fds=(lock,),
             start_new_session=True,
-            # Where cairn is importable from, not this command's folder: each command
-            # brings its own (cairn.cli.preload.child).
+            # Where cairn is importable from, not this command's folder, and only what
+            # the interpreter needs of its environment: each command brings its own
+            # (cairn.cli.preload.child), and no secret stays in the process.
             cwd=_package_parent(),
+            env=interpreter_env(os.environ),
         )
     except OSError:
         pass  # one is starting; or none can: the command runs here all the same
     finally:
         os.close(log)
         os.close(lock)
+
+
+def interpreter_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What the preloaded process is started with of ``environ``."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if key in INTERPRETER_VARIABLES or key.startswith(("PYTHON", "LC_"))
+    }
 
 
 def _package_parent() -> str:
