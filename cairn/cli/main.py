@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from cairn.cli._app import EXIT_INVALID, cwd_importable, err
+from cairn.cli.preload.place import ROOT_VALUE_OPTIONS
 from cairn.cli.remote import error_line
 from cairn.errors import CairnError
 
@@ -70,8 +71,6 @@ COMMAND_MODULES: Final = {
     "bisect": "timeline",
     "watch": "watch",
 }
-# The root's options that take a value: the command is the first word after them.
-ROOT_VALUE_OPTIONS: Final = frozenset({"--api-url"})
 
 
 def load(modules: Sequence[str] | None = None) -> typer.Typer:

@@ -31,7 +31,8 @@ OFF: Final = frozenset({"0", "off", "false", "no"})  # as a boolean setting is r
 OWN_PROCESS: Final = frozenset({"worker", "scheduler", "api", "dev", "probe"})
 # A Unix socket's address holds 108 bytes on Linux, 104 on macOS, the NUL included.
 MAX_SOCKET_PATH: Final = 100
-ROOT_VALUE_OPTIONS: Final = frozenset({"--api-url"})  # as cairn.cli.main's
+# The root's options that take a value: the command is the first word after them.
+ROOT_VALUE_OPTIONS: Final = frozenset({"--api-url"})
 
 
 def wanted(args: Sequence[str], environ: Mapping[str, str]) -> bool:
