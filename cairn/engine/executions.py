@@ -4,6 +4,8 @@ engine — the worker hands over a message and gets records back, never a connec
 
 - :meth:`Executions.begin` — the execution, its run, the definition and the restored
   state, in one statement (the hot path's one read), or why there is nothing to run;
+  :meth:`Executions.begin_after` the same, with no round trip, for a message its worker
+  kept from the step it committed just before;
 - :meth:`Executions.now` — the database's clock, which every event's time comes from;
 - :meth:`Executions.claim` — a claim recorded before running (a takeover, an
   irreversible node), fenced;
@@ -24,14 +26,14 @@ from cairn.engine.code_faults import CodeFaultBook, CodeMissing
 from cairn.engine.heads import RunHeads
 from cairn.engine.model_calls import ModelCallBook
 from cairn.engine.node_checkpoints import NodeCheckpoints
-from cairn.engine.reads import restore
+from cairn.engine.reads import Restored, restore
 from cairn.engine.registry import Registry
 from cairn.errors import WorkflowDefinitionError
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.keys import ExecutionKey
 from cairn.model.messages import InvalidMessage, NodeMessage
 from cairn.model.state import RunState
-from cairn.model.statuses import RunStatus
+from cairn.model.statuses import ExecutionStatus, RunStatus
 from cairn.store.records import ExecutionClaim, ExecutionHead, RunRecord
 from cairn.store.sql import Store, Tx
 
@@ -93,6 +95,25 @@ class Executions:
                 raise CodeMissing(message, fault) from fault
             state = None if status is RunStatus.CANCELLING else self._state(tx, run, definition)
         return Begun(execution, run, definition, state)
+
+    def begin_after(self, message: NodeMessage, known: Restored, left: RunState) -> Begun | None:
+        """A kept message's read, answered by the step its worker just committed (read as
+        ``known``, leaving ``left``): that commit wrote the run's row and inserted the
+        message's execution. None: read it — a later attempt (its row holds claims of
+        its own), a step committed elsewhere since or not through this process's head,
+        a run no longer running."""
+        if message.attempt != 1:  # a first attempt's row is always new (forward-only)
+            return None
+        latest = self.heads.latest(known)
+        if (
+            latest is known  # no step of the run committed here since that read
+            or latest.state is not left
+            or latest.row.status is not RunStatus.RUNNING
+        ):
+            return None
+        definition = self.registry.get(message.workflow, message.version)
+        execution = ExecutionHead(ExecutionStatus.SCHEDULED, 1, 0, 0, latest.now())
+        return Begun(execution, latest.row, definition, latest.state)
 
     def _state(self, tx: Tx, run: RunRecord, definition: WorkflowDefinition) -> RunState:
         """The run's latest state: as this process's last step of it left it, when the

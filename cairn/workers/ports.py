@@ -32,6 +32,9 @@ class ExecutionDoor(Protocol):
     (:class:`cairn.engine.executions.Executions`)."""
 
     def begin(self, message: NodeMessage) -> Begun | Skip: ...
+    def begin_after(
+        self, message: NodeMessage, known: Restored, left: RunState
+    ) -> Begun | None: ...
     def now(self) -> float: ...
     def claim(
         self, key: ExecutionKey, attempt: int, fence: int, *, first: bool

@@ -169,7 +169,8 @@ class NodeRunner:
     ) -> tuple[Handled | Failed, NodeMessage | None]:
         """read → admit → hold → execute → commit → release; and the message this worker
         continues with (kept from the commit, unpublished), if any."""
-        found = read(self, message)  # one statement and the database's clock
+        # one statement and the database's clock (continuing: what the commit before left)
+        found = read(self, message, continuation.committed if continuing else None)
         if isinstance(found, Handled):
             return found, None  # ALREADY_DONE, RUN_FINISHED, PAUSED, UNCONFIRMED
         if isinstance(found, Unstarted):
@@ -202,8 +203,11 @@ class NodeRunner:
         finally:
             release(self, held, ran, completion)  # heartbeat, lease, slots
         handled = settle(self, held, ran, completion)  # COMMITTED, DISCARDED, LEASE_LOST
-        kept = completion.kept if isinstance(completion, Completion) else None
-        return handled, kept
+        if not isinstance(completion, Completion) or completion.kept is None:
+            return handled, None
+        if completion.decision is not None:  # what the kept message's read is answered from
+            continuation.committed = (found.known, completion.decision.state)
+        return handled, completion.kept
 
     def _handed_over(self, held: Held, hand_over: HandOver) -> bool:
         """An async node made ready and handed over to be awaited (True), or not one to

@@ -2,14 +2,21 @@
 worker, instead of a broker round trip — a publish, a consume, a message through the
 worker's pool pipe, all to land on a worker that could have run it now.
 
-The next execution is run as any worker would run it, through every stage again: its own
-read, its own lease and fence (admit), hold, execute, commit and release. Nothing is
-shared with the step before but the process. Its message was written to the outbox in the
-step's commit like any other and is simply not published: the row stays the doorbell. The
-relay leaves an unsent row alone while its execution's lease is held (this worker holds
-it), and publishes it as it would any other once it is not — if this worker dies before
-or while running it. The worker marks the row sent once it holds the lease; the mark rides
-on the next commit, the continued step's own.
+The next execution is run as any worker would run it, through every stage again: its
+read, its own lease and fence (admit), hold, execute, commit and release. Only its read is
+not a round trip: the commit before it wrote the run's row and state and inserted the
+execution's row (a first attempt: scheduled, no claim), so the read is answered from
+what that commit left (:meth:`cairn.engine.executions.Executions.begin_after`) — as if it
+had been read a lease's acquire earlier. Whatever moved the run since (another process's
+step, a cancel) the commit's condition on the run's ``last_seq`` still finds, as it finds
+anything that moves a run between any read and its step's commit.
+
+Its message was written to the outbox in the step's commit like any other and is simply
+not published: the row stays the doorbell. The relay leaves an unsent row alone while its
+execution's lease is held (this worker holds it), and publishes it as it would any other
+once it is not — if this worker dies before or while running it. The worker marks the
+row sent once it holds the lease; the mark rides on the next commit, the continued step's
+own.
 
 Bounded, like a fused chain (:mod:`cairn.decider.fusion`): at most :data:`MAX_CONTINUED`
 steps after a message's own, and none begun past :data:`CONTINUE_WITHIN_S` after it
@@ -27,10 +34,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cairn.engine.reads import Restored
 from cairn.model.builds import Versioning
 from cairn.model.definition import TaskNode, WorkflowDefinition
 from cairn.model.events import Phase
 from cairn.model.messages import NodeMessage
+from cairn.model.state import RunState
 
 if TYPE_CHECKING:
     from cairn.workers.runner import NodeRunner
@@ -48,6 +57,9 @@ class Continuation:
 
     started: float = field(default_factory=time.monotonic)
     steps: list[str] = field(default_factory=list)
+    # The step just committed, whose kept message runs next: the run as that step read
+    # it and the state its commit left — what the next step's read is answered from.
+    committed: tuple[Restored, RunState] | None = None
 
     def open(self) -> bool:
         return (

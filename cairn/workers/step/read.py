@@ -1,5 +1,6 @@
 """Stage 1, read: the execution, its run, the definition and the restored state, in one
-statement and the database's clock — or why there is nothing to run (finished, superseded,
+statement and the database's clock (no statement for a step continued after the one
+before it: its commit left them) — or why there is nothing to run (finished, superseded,
 the run ended, its queue paused)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from cairn.engine.executions import Skip
+from cairn.engine.executions import Begun, Skip
 from cairn.engine.reads import Restored
 from cairn.errors import UnknownNode
 from cairn.model.definition import AnyNode, TaskNode, WorkflowDefinition
@@ -50,9 +51,17 @@ class Unstarted:
     fence_floor: int
 
 
-def read(runner: NodeRunner, message: NodeMessage) -> Read | Unstarted | Handled:
+def read(
+    runner: NodeRunner, message: NodeMessage, after: tuple[Restored, RunState] | None = None
+) -> Read | Unstarted | Handled:
+    """``after``: the step this worker committed just before, whose kept message this is
+    (:mod:`cairn.workers.step.continuation`) — what its read is answered from if it can."""
     key = message.key
-    begun = runner._through_outages(f"reading {key}", lambda: runner.executions.begin(message))
+    begun: Begun | Skip | None = None
+    if after is not None:
+        begun = runner.executions.begin_after(message, *after)
+    if begun is None:
+        begun = runner._through_outages(f"reading {key}", lambda: runner.executions.begin(message))
     if isinstance(begun, Skip):
         return _SKIPPED[begun]
     runner.code.loaded(message)

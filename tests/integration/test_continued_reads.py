@@ -1,0 +1,165 @@
+"""A step continued in its worker (cairn.workers.step.continuation) is read from what the
+commit before it left, not from the database: a chain of three runs on one read. What
+moved the run meanwhile — another process's cancel between the commit and the next step —
+is still found by that step's commit, whose statement is conditional on the run's seq.
+On PostgreSQL and on the embedded default's SQLite, two runtimes on one database standing
+for two processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from cairn.config import Settings
+from cairn.definitions.builder import Workflow
+from cairn.engine.executions import Begun, Executions
+from cairn.engine.reads import Restored
+from cairn.model.messages import NodeMessage
+from cairn.model.statuses import RunStatus
+from cairn.runtime import Runtime
+from tests.integration.test_sibling_completions import Taking
+
+SEEN: list[tuple[str, int]] = []  # (node, the count in the state it was given)
+
+
+def count(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    SEEN.append((ctx.node, int(state.get("count", 0))))
+    return {"count": int(state.get("count", 0)) + 1}
+
+
+three = Workflow("three", version=1)
+three.task("first", count, next="second")
+three.task("second", count, next="third")
+three.task("third", count, next="done")
+three.end("done")
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Runtime]]:
+    values: dict[str, Any] = {
+        "home": tmp_path / "home",
+        "workflows": [__name__],
+        "log_level": "WARNING",
+    }
+    if request.param == "postgresql":
+        values["database_url"] = request.getfixturevalue("database_url")
+    runtimes = [Runtime.build(Settings(**values)) for _ in range(2)]
+    for runtime in runtimes:
+        runtime.orchestrator.publisher = Taking()
+    runtimes[0].runner.continues = True  # as a Celery worker's runner does
+    SEEN.clear()
+    yield runtimes
+    for runtime in runtimes:
+        runtime.close()
+
+
+def _taken(runtime: Runtime, node: str) -> list[NodeMessage]:
+    publisher = runtime.orchestrator.publisher
+    assert isinstance(publisher, Taking)
+    return publisher.take(node)
+
+
+def _reads(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The nodes whose read went to the database."""
+    tx_class = type(runtime.store).tx_class
+    read = tx_class.execution_and_run
+    nodes: list[str] = []
+
+    def counted(self: Any, key: Any) -> Any:
+        nodes.append(key.node)
+        return read(self, key)
+
+    monkeypatch.setattr(tx_class, "execution_and_run", counted)
+    return nodes
+
+
+def _ran(runtime: Runtime, run_id: str) -> dict[str, tuple[int, str]]:
+    with runtime.store.reading() as tx:
+        rows = tx.connection.execute(
+            text("SELECT node, attempt, status FROM node_executions WHERE run_id = :r"),
+            {"r": run_id},
+        ).all()
+    return {node: (attempt, status) for node, attempt, status in rows}
+
+
+def test_a_continued_chain_reads_once_and_each_step_sees_the_one_before(
+    processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, _two = processes
+    reads = _reads(one, monkeypatch)
+    run_id = one.orchestrator.submit("three", {})
+    (first,) = _taken(one, "first")
+    continued: list[str] = []
+    assert str(one.runner.run(first.to_dict(), continued)) == "committed"
+    assert continued == ["second#1 committed", "third#1 committed"]
+    assert reads == ["first"]  # the two continued steps were answered by their commits
+    assert SEEN == [("first", 0), ("second", 1), ("third", 2)]
+    view = one.orchestrator.get_run(run_id)
+    assert view.status is RunStatus.SUCCEEDED and view.state is not None
+    assert view.state.vars["count"] == 3
+    assert _ran(one, run_id) == dict.fromkeys(["first", "second", "third"], (1, "succeeded"))
+
+
+def test_a_cancel_from_another_process_after_the_commit_is_found_by_the_next_commit(
+    processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = processes
+    run_id = one.orchestrator.submit("three", {})
+    begin_after = Executions.begin_after
+    answered: list[Begun | None] = []
+
+    def cancelled_meanwhile(self: Executions, *args: Any) -> Begun | None:
+        if not answered:  # right after first's commit, before second's read
+            two.orchestrator.cancel(run_id, "stop", actor="test")
+        answered.append(begin_after(self, *args))
+        return answered[-1]
+
+    monkeypatch.setattr(Executions, "begin_after", cancelled_meanwhile)
+    (first,) = _taken(one, "first")
+    continued: list[str] = []
+    assert str(one.runner.run(first.to_dict(), continued)) == "committed"
+    assert answered and isinstance(answered[0], Begun)  # read from first's commit
+    # second ran on what first's commit left, as if read a moment earlier; its commit
+    # found the run moved, read it again and went no further: third never ran.
+    assert continued == ["second#1 committed"]
+    assert [node for node, _count in SEEN] == ["first", "second"]
+    view = one.orchestrator.get_run(run_id)
+    assert view.status in (RunStatus.CANCELLING, RunStatus.CANCELLED)
+    assert "third" not in _ran(one, run_id)
+
+
+def test_a_later_attempt_or_a_head_from_elsewhere_is_read_from_the_database(
+    processes: list[Runtime],
+) -> None:
+    one, _two = processes
+    one.runner.continues = False
+    run_id = one.orchestrator.submit("three", {})
+    (first,) = _taken(one, "first")
+    begun = one.orchestrator.executions.begin(first)
+    assert isinstance(begun, Begun) and begun.state is not None
+    known = Restored(begun.run, begun.state, one.orchestrator.executions.now())
+    executions = one.orchestrator.executions
+    assert executions.begin_after(first, known, begun.state) is None  # no newer head here
+    assert str(one.runner.run(first.to_dict())) == "committed"
+    (second,) = _taken(one, "second")
+    left = executions.heads.state_at(run_id, begun.run.last_seq + 1)
+    assert left is not None
+    answered = executions.begin_after(second, known, left)
+    from_database = executions.begin(second)
+    assert isinstance(answered, Begun) and isinstance(from_database, Begun)
+    assert answered.run.last_seq == from_database.run.last_seq
+    assert answered.state == from_database.state
+    head, stored = answered.execution, from_database.execution
+    assert (head.status, head.attempt, head.fence, head.recoveries) == (
+        stored.status,
+        stored.attempt,
+        stored.fence,
+        stored.recoveries,
+    )
+    assert executions.begin_after(replace(second, attempt=2), known, left) is None
+    assert executions.begin_after(second, known, replace(left)) is None  # not this head
