@@ -29,7 +29,7 @@ class MemoryLeases:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # hand_on holds it across a release and an acquire
         self._leases: dict[str, tuple[str, float]] = {}
         self._claims: dict[str, float] = {}  # lease key -> when its lease runs out
         self._beats: dict[str, dict[str, Any]] = {}
@@ -207,6 +207,20 @@ class MemoryLeases:
             if finished:
                 self._finished.append((self._clock() + FINISHED_FENCE_TTL_MS / 1000, lease.key))
             return True
+
+    def hand_on(
+        self,
+        lease: Lease,
+        key: str,
+        ttl_s: float,
+        *,
+        timings: Mapping[str, float] | None = None,
+        record: Mapping[str, Any] | None = None,
+        attempt: int = 1,
+    ) -> Lease | None:
+        with self._lock:
+            self.release(lease, finished=True, timings=timings)
+            return self.acquire(key, ttl_s, record, attempt=attempt)
 
     def count(self, name: str) -> None:
         with self._lock:

@@ -174,6 +174,22 @@ class Leases(Protocol):
         histograms in the same round trip."""
         ...
 
+    def hand_on(
+        self,
+        lease: Lease,
+        key: str,
+        ttl_s: float,
+        *,
+        timings: Mapping[str, float] | None = None,
+        record: Mapping[str, Any] | None = None,
+        attempt: int = 1,
+    ) -> Lease | None:
+        """:meth:`release` ``lease`` as finished and :meth:`acquire` ``key`` (floor 0:
+        a first claim), in one round trip — a worker going on from the step it
+        committed to the next, which that commit dispatched. The release happens
+        whether the claim is had or not (None)."""
+        ...
+
     def count(self, name: str) -> None:
         """Add one to a fleet-wide counter (shown with the lease counters)."""
         ...

@@ -55,6 +55,18 @@ def _script(name: str) -> str:
 ACQUIRE, RENEW, RELEASE = _script("acquire"), _script("renew"), _script("release")
 TAKE_LAPSED, SETTLE_LAPSED = _script("take_lapsed"), _script("settle_lapsed")
 FORGET = _script("forget")
+# A release and then an acquire, in one script: each body as a function of its own keys
+# and arguments; ARGV[1] says how many of the rest are the release's (its keys are 5).
+HAND_ON = f"""local function release(KEYS, ARGV)
+{RELEASE}
+end
+local function acquire(KEYS, ARGV)
+{ACQUIRE}
+end
+local released = tonumber(ARGV[1])
+release({{unpack(KEYS, 1, 5)}}, {{unpack(ARGV, 2, 1 + released)}})
+return acquire({{unpack(KEYS, 6)}}, {{unpack(ARGV, 2 + released)}})
+"""
 
 
 class RedisLeases:
@@ -71,6 +83,7 @@ class RedisLeases:
         self._take_lapsed = client.register_script(TAKE_LAPSED)
         self._settle_lapsed = client.register_script(SETTLE_LAPSED)
         self._forget = client.register_script(FORGET)
+        self._hand_on = client.register_script(HAND_ON)
 
     @classmethod
     def from_url(cls, url: str) -> RedisLeases:
@@ -89,24 +102,26 @@ class RedisLeases:
         attempt: int = 1,
     ) -> Lease | None:
         token = f"{attempt}:{secrets.token_hex(16)}"
-        wait_s = current_wait()
-        args: list[str | int | float] = [
-            token,
-            ms(ttl_s),
-            ms(ttl_s * BEAT_TTL_PERIODS),
-            floor,
-            FENCE_TTL_MS,
-            "" if wait_s is None else bucket_field(wait_s),
-            0 if wait_s is None else round(wait_s, 6),
-            *flat(record),
-        ]
-        keys = [key, beat_key(key), STATS_KEY, fence_key(key), WAIT_KEY, CLAIMS_KEY]
-        fence, orphaned, superseded, lapsed = self._acquire(keys=keys, args=args)
-        if not fence:
-            return None
-        return Lease(
-            key, token, ttl_s, int(fence), bool(orphaned), attempt, bool(superseded), bool(lapsed)
+        keys, args = _acquiring(key, token, ttl_s, record, floor)
+        return _claimed(key, token, ttl_s, attempt, self._acquire(keys=keys, args=args))
+
+    def hand_on(
+        self,
+        lease: Lease,
+        key: str,
+        ttl_s: float,
+        *,
+        timings: Mapping[str, float] | None = None,
+        record: Mapping[str, Any] | None = None,
+        attempt: int = 1,
+    ) -> Lease | None:
+        token = f"{attempt}:{secrets.token_hex(16)}"
+        released_keys, released_args = _releasing(lease, True, timings)
+        keys, args = _acquiring(key, token, ttl_s, record, 0)
+        answer = self._hand_on(
+            keys=[*released_keys, *keys], args=[len(released_args), *released_args, *args]
         )
+        return _claimed(key, token, ttl_s, attempt, answer)
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
         return self._touch(lease, ms(lease.ttl_s), record, progressed=False)
@@ -213,13 +228,7 @@ class RedisLeases:
     def release(
         self, lease: Lease, finished: bool = False, timings: Mapping[str, float] | None = None
     ) -> bool:
-        keys = [lease.key, beat_key(lease.key), fence_key(lease.key), STEP_KEY, CLAIMS_KEY]
-        args: list[str | int | float] = [
-            lease.token,
-            "1" if finished else "0",
-            FINISHED_FENCE_TTL_MS,
-            *step_fields(timings),
-        ]
+        keys, args = _releasing(lease, finished, timings)
         return bool(self._release(keys=keys, args=args))
 
     def count(self, name: str) -> None:
@@ -265,3 +274,45 @@ class RedisLeases:
         now_parts, *records = pipe.execute()
         now = now_parts[0] + now_parts[1] / 1_000_000
         return [decoded(record, now) if record else None for record in records]
+
+
+def _acquiring(
+    key: str, token: str, ttl_s: float, record: Mapping[str, Any] | None, floor: int
+) -> tuple[list[str], list[str | int | float]]:
+    """acquire.lua's keys and arguments (the lease wait from :func:`current_wait`)."""
+    wait_s = current_wait()
+    args: list[str | int | float] = [
+        token,
+        ms(ttl_s),
+        ms(ttl_s * BEAT_TTL_PERIODS),
+        floor,
+        FENCE_TTL_MS,
+        "" if wait_s is None else bucket_field(wait_s),
+        0 if wait_s is None else round(wait_s, 6),
+        *flat(record),
+    ]
+    return [key, beat_key(key), STATS_KEY, fence_key(key), WAIT_KEY, CLAIMS_KEY], args
+
+
+def _claimed(key: str, token: str, ttl_s: float, attempt: int, answer: Any) -> Lease | None:
+    """The lease acquire.lua's answer gives (None: it is held)."""
+    fence, orphaned, superseded, lapsed = answer
+    if not fence:
+        return None
+    return Lease(
+        key, token, ttl_s, int(fence), bool(orphaned), attempt, bool(superseded), bool(lapsed)
+    )
+
+
+def _releasing(
+    lease: Lease, finished: bool, timings: Mapping[str, float] | None
+) -> tuple[list[str], list[str | int | float]]:
+    """release.lua's keys and arguments."""
+    keys = [lease.key, beat_key(lease.key), fence_key(lease.key), STEP_KEY, CLAIMS_KEY]
+    args: list[str | int | float] = [
+        lease.token,
+        "1" if finished else "0",
+        FINISHED_FENCE_TTL_MS,
+        *step_fields(timings),
+    ]
+    return keys, args

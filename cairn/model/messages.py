@@ -9,7 +9,7 @@ from typing import Any
 from cairn.errors import EventRejected
 from cairn.model.builds import build_id_problem
 from cairn.model.events import Phase
-from cairn.model.keys import ExecutionKey
+from cairn.model.keys import ExecutionKey, lease_key
 from cairn.model.payloads import storable_text
 from cairn.model.priority import MAX_PRIORITY, MIN_PRIORITY
 from cairn.model.queues import queue_name_problem
@@ -60,6 +60,11 @@ class NodeMessage:
     @property
     def key(self) -> ExecutionKey:
         return ExecutionKey(self.run_id, self.node, self.iteration, self.phase.value)
+
+    @property
+    def lease_key(self) -> str:
+        """The key its execution's lease is claimed under."""
+        return lease_key(self.run_id, self.node, self.iteration, self.phase.value)
 
     @property
     def task_name(self) -> str:

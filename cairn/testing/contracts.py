@@ -172,6 +172,31 @@ class LeasesContract:
         self.past_ttl()
         assert leases.lapsed(10) == []
 
+    def test_handing_on_releases_as_finished_and_claims_the_next_in_one_call(
+        self, leases: Leases
+    ) -> None:
+        following = lease_key("run-1", "store.page", 1, "run")
+        lease = leases.acquire(KEY, 30, {"worker": "w", "attempt": 1})
+        assert lease is not None
+        nxt = leases.hand_on(
+            lease, following, 30, timings={"commit": 0.002}, record={"worker": "w"}, attempt=1
+        )
+        assert nxt is not None and nxt.key == following and nxt.attempt == 1
+        assert nxt.fence == 1 and not (nxt.took_over or nxt.lapsed or nxt.superseded)
+        assert not leases.held(KEY) and leases.held(following)
+        assert leases.claims() == [following]
+        assert leases.step_times()["commit"].counts[1] == 1  # the release's timings
+        assert not leases.renew(lease)  # the first is let go ...
+        assert leases.renew(nxt)  # ... the next held, with its heartbeat record
+        (record,) = leases.beats([following])
+        assert record is not None and record["worker"] == "w"
+        assert leases.stats()["acquired"] == 2
+        # Held by another already: released all the same, and not claimed.
+        other = leases.acquire(KEY, 30, {"worker": "other"})
+        assert other is not None
+        assert leases.hand_on(nxt, KEY, 30, record={"worker": "w"}) is None
+        assert not leases.held(following) and leases.renew(other)
+
     def test_progress_is_timed_apart_from_beats(self, leases: Leases) -> None:
         lease = leases.acquire(KEY, 30, {"worker": "w"})
         assert lease is not None

@@ -32,7 +32,6 @@ from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.port import Lease, Leases
 from cairn.lease.waits import delivered
 from cairn.model.definition import ErrorClass
-from cairn.model.keys import lease_key
 from cairn.model.messages import InvalidMessage, NodeMessage
 from cairn.observe.sentry import node_scope, report_failure
 from cairn.reconnect import is_outage, through_outages
@@ -169,13 +168,21 @@ class NodeRunner:
     ) -> tuple[Handled | Failed, NodeMessage | None]:
         """read → admit → hold → execute → commit → release; and the message this worker
         continues with (kept from the commit, unpublished), if any."""
-        # one statement and the database's clock (continuing: what the commit before left)
-        found = read(self, message, continuation.committed if continuing else None)
+        # continuing: its read answered by what the commit before left, its lease handed
+        # on by that step's release; else one statement and the database's clock
+        handed = continuation.take_lease() if continuing else None
+        try:
+            found = read(self, message, continuation.committed if continuing else None)
+        except BaseException:
+            self._let_go(handed)
+            raise
+        if isinstance(found, Handled | Unstarted):
+            self._let_go(handed)
         if isinstance(found, Handled):
             return found, None  # ALREADY_DONE, RUN_FINISHED, PAUSED, UNCONFIRMED
         if isinstance(found, Unstarted):
             return cancel_unstarted(self, found), None  # lease, commit, release
-        admitted = admit(self, found)  # lease, circuits, an irreversible node's slots
+        admitted = admit(self, found, handed)  # lease, circuits, an irreversible's slots
         if isinstance(admitted, Handled):
             return self._parked(message, admitted), None  # LEASE_HELD, PARKED: holds nothing
         try:
@@ -201,7 +208,8 @@ class NodeRunner:
             # continued with: the row is unsent until then, the relay's if this dies)
             completion = commit(self, held, ran, keep=keep, continuing=continuing)
         finally:
-            release(self, held, ran, completion)  # heartbeat, lease, slots
+            # heartbeat, lease (or handed on to the kept message's), slots
+            continuation.handed = release(self, held, ran, completion)
         handled = settle(self, held, ran, completion)  # COMMITTED, DISCARDED, LEASE_LOST
         if not isinstance(completion, Completion) or completion.kept is None:
             return handled, None
@@ -226,18 +234,27 @@ class NodeRunner:
         return self._through_outages(
             f"claiming {message.key}",
             lambda: self.leases.acquire(
-                lease_key(message.run_id, message.node, message.iteration, message.phase.value),
+                message.lease_key,
                 self.settings.lease_ttl,
-                {
-                    "worker": self.worker,
-                    "attempt": message.attempt,
-                    "workflow": message.workflow,
-                    "version": message.version,
-                },
+                self.lease_record(message),
                 floor=fence_floor,
                 attempt=message.attempt,
             ),
         )
+
+    def lease_record(self, message: NodeMessage) -> dict[str, Any]:
+        """The heartbeat record a claim of ``message``'s execution starts with."""
+        return {
+            "worker": self.worker,
+            "attempt": message.attempt,
+            "workflow": message.workflow,
+            "version": message.version,
+        }
+
+    def _let_go(self, lease: Lease | None) -> None:
+        """A lease handed on to a step that will not run here after all."""
+        if lease is not None:
+            self._give_up_lease(lease)
 
     def _give_up_lease(self, lease: Lease) -> None:
         """A handler outlived its timeout and grace period: let its lease go, so the next

@@ -1,5 +1,6 @@
 """A step continued in its worker (cairn.workers.step.continuation) is read from what the
-commit before it left, not from the database: a chain of three runs on one read. What
+commit before it left, not from the database, and its lease is claimed as the step before
+it lets its own go: a chain of three runs on one read and four lease calls. What
 moved the run meanwhile — another process's cancel between the commit and the next step —
 is still found by that step's commit, whose statement is conditional on the run's seq.
 On PostgreSQL and on the embedded default's SQLite, two runtimes on one database standing
@@ -78,6 +79,31 @@ def _reads(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return nodes
 
 
+def _lease_calls(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The runner's lease calls, by name, in order (not those one makes of another)."""
+    leases = runtime.runner.leases
+    calls: list[str] = []
+    inside: list[str] = []
+
+    def counting(name: str) -> Any:
+        call = getattr(leases, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if not inside:
+                calls.append(name)
+            inside.append(name)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                inside.pop()
+
+        return counted
+
+    for name in ("acquire", "release", "hand_on"):
+        monkeypatch.setattr(leases, name, counting(name))
+    return calls
+
+
 def _ran(runtime: Runtime, run_id: str) -> dict[str, tuple[int, str]]:
     with runtime.store.reading() as tx:
         rows = tx.connection.execute(
@@ -92,12 +118,15 @@ def test_a_continued_chain_reads_once_and_each_step_sees_the_one_before(
 ) -> None:
     one, _two = processes
     reads = _reads(one, monkeypatch)
+    lease_calls = _lease_calls(one, monkeypatch)
     run_id = one.orchestrator.submit("three", {})
     (first,) = _taken(one, "first")
     continued: list[str] = []
     assert str(one.runner.run(first.to_dict(), continued)) == "committed"
     assert continued == ["second#1 committed", "third#1 committed"]
     assert reads == ["first"]  # the two continued steps were answered by their commits
+    assert lease_calls == ["acquire", "hand_on", "hand_on", "release"]
+    assert one.runner.leases.claims() == []  # every lease let go
     assert SEEN == [("first", 0), ("second", 1), ("third", 2)]
     view = one.orchestrator.get_run(run_id)
     assert view.status is RunStatus.SUCCEEDED and view.state is not None

@@ -59,9 +59,10 @@ class Chain:
     recorders: list[Recorders] = field(default_factory=list)
 
 
-def admit(runner: NodeRunner, read: Read) -> Admitted | Handled:
+def admit(runner: NodeRunner, read: Read, handed: Lease | None = None) -> Admitted | Handled:
+    """``handed``: its lease, already claimed as the step before it let its own go."""
     message = read.message
-    lease = runner._acquire(message, read.execution.fence)
+    lease = handed if handed is not None else runner._acquire(message, read.execution.fence)
     if lease is None:
         return Handled.LEASE_HELD
     if lease.superseded:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cairn.engine.reads import Restored
+from cairn.lease.port import Lease
 from cairn.model.builds import Versioning
 from cairn.model.definition import TaskNode, WorkflowDefinition
 from cairn.model.events import Phase
@@ -60,6 +61,13 @@ class Continuation:
     # The step just committed, whose kept message runs next: the run as that step read
     # it and the state its commit left — what the next step's read is answered from.
     committed: tuple[Restored, RunState] | None = None
+    # The kept message's lease, claimed as that step's was let go (one round trip).
+    handed: Lease | None = None
+
+    def take_lease(self) -> Lease | None:
+        """The lease handed on to the step about to run, once."""
+        lease, self.handed = self.handed, None
+        return lease
 
     def open(self) -> bool:
         return (

@@ -1,14 +1,18 @@
 """Stage 6, release: the heartbeat stopped, the lease let go (token-checked; marked
 finished when the result is recorded), the chain's slots given back — whatever happened
-before. Then :func:`settle` says how the message ended: committed (or the failure it
-committed), discarded, or stale."""
+before; for the message this worker keeps to run next, that execution's lease is claimed
+in the same round trip. Then :func:`settle` says how the message ended: committed (or the
+failure it committed), discarded, or stale."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
 
+from cairn import clock
 from cairn.engine.advance import Completion
+from cairn.lease.port import Lease
+from cairn.lease.waits import delivered
 from cairn.workers.cache import invalidate
 from cairn.workers.failed import Failed, failure_of
 from cairn.workers.stale import record_stale
@@ -25,17 +29,31 @@ log = logging.getLogger("cairn.workers.runner")
 
 def release(
     runner: NodeRunner, held: Held, ran: Ran | None, completion: Completion | Handled | None
-) -> None:
+) -> Lease | None:
+    """The lease the message this worker keeps to run next took as this one's was let go
+    (None: let go alone)."""
     runner.heartbeats.drop(held.beat)
     lease = held.admitted.lease
     recorded = isinstance(completion, Completion) and completion.recorded
+    kept = completion.kept if isinstance(completion, Completion) else None
+    timings = ran.timings if ran is not None else {}
+    handed = None
     try:
-        runner.leases.release(
-            lease, finished=recorded, timings=ran.timings if ran is not None else {}
-        )
-    except Exception:  # the lease expires on its own
+        if kept is not None and kept.attempt == 1:  # a first claim: no fence on record
+            with delivered(clock.wall()):  # its wait starts at this commit
+                handed = runner.leases.hand_on(
+                    lease,
+                    kept.lease_key,
+                    runner.settings.lease_ttl,
+                    timings=timings,
+                    record=runner.lease_record(kept),
+                )
+        else:
+            runner.leases.release(lease, finished=recorded, timings=timings)
+    except Exception:  # the lease expires on its own; the next claims its own
         log.warning("releasing %s failed", lease.key, exc_info=True)
     leave(runner, [*held.admitted.pools, *held.chain.pools], held.chain.holder)
+    return handed
 
 
 def leave(runner: NodeRunner, pools: list[Pool], holder: str) -> None:
