@@ -28,7 +28,7 @@ from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.schema import model_calls, model_messages
 from cairn.testing.model_server import ModelServer, Reply
-from cairn.testing.store_contract import started
+from cairn.testing.store_rows import started
 from cairn.workers.context import StepContext
 
 

@@ -90,17 +90,19 @@ class Advanced:
 
 
 # One-statement completions a step tries before the locking path, while other processes
-# keep moving its run (each try after the first reads the run again): each lost try means
-# another step of the run committed, so a fan-out's branches spread over a few processes
-# all get through within a try per sibling.
+# keep moving its run (each try after the first plans on the run as the lost try's
+# statement found it on PostgreSQL, or as read again): each lost try means another step
+# of the run committed, so a fan-out's branches spread over a few processes all get
+# through within a try per sibling.
 OPTIMISTIC_TRIES = 8
 
 
+@dataclass(frozen=True)
 class _Moved:
-    """A one-statement completion found the run moved since its read."""
+    """A one-statement completion found the run moved since its read: the run as it is
+    now, when the statement said (else it is read again)."""
 
-
-_MOVED = _Moved()
+    now: Restored | None
 
 
 @dataclass
@@ -206,7 +208,7 @@ class Steps:
         (``fence``) another worker has taken over since. ``known`` is the run as the
         worker read it before running: if the run has not moved since, the whole
         completion is one statement where the backend has one — planned on the step a
-        sibling branch committed here since, if one did, and on the run read again if
+        sibling branch committed here since, if one did, and on the run as it is now if
         another process moved it (a few times); otherwise the run is locked and read
         again. ``keep``: what the worker runs next itself, unpublished.
         """
@@ -313,7 +315,7 @@ class Steps:
                 done = self._complete_unmoved(message, outcome, worker, known, fence)
                 if not isinstance(done, _Moved):
                     break
-                reread = self._reread(message.key, known)
+                reread = done.now or self._reread(message.key, known)
                 if reread is None:
                     return None
                 known = reread
@@ -349,7 +351,7 @@ class Steps:
             return None
         sent = self.outbox.sent.drain()
         with self.store.statements(writes=True) as tx:
-            checked, finished, ids = tx.complete_step(
+            done = tx.complete_step(
                 message.key,
                 attempt=message.attempt,
                 fence=fence,
@@ -357,15 +359,15 @@ class Steps:
                 result=result_values(outcome, worker),
                 writes=self.planner.writes(plan, event, sent),
             )
-        if not (checked and finished):
+        if not (done.checked and done.finished):
             self.outbox.sent.add(sent)  # nothing was written, the marks included
-            if not checked:
-                return _MOVED
+            if not done.checked:
+                return _Moved(_restored(done.moved))
             return Completion(
                 False, f"a result for {message.key} attempt {message.attempt} is already recorded"
             )
         self.heads.committed(known, plan.run, decision.state)
-        return _Committed(Completion(True, decision=decision), plan, ids)
+        return _Committed(Completion(True, decision=decision), plan, done.outbox_ids)
 
     # -- history -----------------------------------------------------------------------
 
@@ -582,3 +584,12 @@ class Steps:
         except (UnknownWorkflow, InvalidInput) as exc:
             return str(exc)
         return definition, payload
+
+
+def _restored(moved: tuple[RunRecord, float] | None) -> Restored | None:
+    """The run a completion found moved, as it is now, when its state is cached (else the
+    locking path restores it)."""
+    if moved is None:
+        return None
+    row, db_now = moved
+    return None if row.state is None else Restored(row, RunState.from_dict(row.state), db_now)

@@ -9,8 +9,8 @@ and each other's statement finds the run moved. Here they queue on the run's loc
 instead (a step's plan and one statement long), and each plans on the head the one
 before it committed — the run exactly as the database now has it, unless another
 process moved it meanwhile, which the statement's condition still catches (then the
-run is read again: :meth:`cairn.engine.advance.Steps.complete`). The database stays the
-arbiter; this only spares it conflicts it would refuse.
+run as that statement found it is planned on: :meth:`cairn.engine.advance.Steps.complete`).
+The database stays the arbiter; this only spares it conflicts it would refuse.
 """
 
 from __future__ import annotations

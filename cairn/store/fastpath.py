@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 from cairn.errors import StoreError
 from cairn.faults import fault_point
 from cairn.model.outcomes import StepWrites
+from cairn.store.records import RunRecord, StepCompletion
 
 EXECUTION_AND_RUN = """
 SELECT e.status AS execution_status, e.attempt AS execution_attempt,
@@ -154,7 +155,9 @@ coalesce((SELECT json_agg(json_build_array(id, node, iteration, phase)) FROM box
 
 # The whole completion of a step as one all-or-nothing statement, optimistic on the seq
 # the worker read before running the node: if the run has moved since (or the result is
-# already recorded), it writes nothing and the caller takes the locking path.
+# already recorded), it writes nothing. A run that moved comes back as it is now (``moved``:
+# its columns and the clock; locked to read it, so a sibling's step committed while this
+# statement waited for the row is in it), for the caller to plan on again without a read.
 COMPLETE_STEP = (
     """
 WITH chk AS (
@@ -170,8 +173,13 @@ WITH chk AS (
   RETURNING id
 ),"""
     + _STEP_WRITES
-    + "SELECT (SELECT count(*) FROM chk) AS checked, (SELECT count(*) FROM done) AS finished,"
+    + """, moved AS (
+  SELECT r.*, extract(epoch FROM clock_timestamp())::float8 AS db_now FROM runs r
+  WHERE r.id = %(run_id)s AND NOT EXISTS (SELECT 1 FROM chk) FOR UPDATE
+)
+SELECT (SELECT count(*) FROM chk) AS checked, (SELECT count(*) FROM done) AS finished,"""
     + _OUTBOX_IDS
+    + ", moved.* FROM (SELECT 1) AS one LEFT JOIN moved ON true"
 )
 
 # A new run and its first step in one statement. The run is inserted already advanced by
@@ -354,17 +362,19 @@ def complete_step(
     known_seq: int,
     result: Mapping[str, Any],
     writes: StepWrites,
-) -> tuple[bool, bool, dict[tuple[str, int, str], int]]:
+) -> StepCompletion:
     """Run COMPLETE_STEP on an autocommit connection: one statement, so one transaction,
-    and one round trip. Returns (the run was still at ``known_seq``, the result was
-    recorded, outbox id by (node, iteration, phase))."""
+    and one round trip."""
     params = {
         **_result_params(key, attempt, fence, result),
         "known_seq": known_seq,
         **_step_params(writes),
     }
     row = _one_statement(connection, COMPLETE_STEP, params)
-    return bool(row.checked), bool(row.finished), _outbox_ids(row)
+    moved = None
+    if not row.checked and row.id is not None:
+        moved = (RunRecord.of(row), float(row.db_now))
+    return StepCompletion(bool(row.checked), bool(row.finished), _outbox_ids(row), moved)
 
 
 def submit_run(

@@ -20,7 +20,7 @@ from cairn.store import fastpath
 from cairn.store.database import autocommit_twin
 from cairn.store.definitions import VisibleWorkflow
 from cairn.store.errors import translated
-from cairn.store.records import ExecutionHead, RunRecord
+from cairn.store.records import ExecutionHead, RunRecord, StepCompletion
 from cairn.store.schema import outbox, runs
 from cairn.store.sql import Store, Tx
 
@@ -105,7 +105,7 @@ class PostgresTx(Tx):
         known_seq: int,
         result: Mapping[str, Any],
         writes: StepWrites,
-    ) -> tuple[bool, bool, dict[tuple[str, int, str], int]]:
+    ) -> StepCompletion:
         return fastpath.complete_step(
             self._driver(),
             key.params(),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -18,6 +18,7 @@ from cairn import clock
 from cairn.errors import StoreError
 from cairn.model.effects import EffectStatus
 from cairn.model.keys import ExecutionKey
+from cairn.model.outcomes import StepWrites
 from cairn.model.statuses import ExecutionStatus, RunStatus
 from cairn.model.workflow_names import DEFAULT_NAMESPACE, qualified
 
@@ -304,6 +305,30 @@ class ExecutionHead:
             row.execution_recoveries,
             getattr(row, "db_now", None),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class StepCompletion:
+    """What a one-statement completion did (:meth:`cairn.store.steps.StepsTx.complete_step`):
+    whether the run was still at the seq the step was planned on (``checked``) and the
+    result was recorded (``finished``) — nothing is written unless both hold — the outbox
+    id of each dispatch by (node, iteration, phase), and, for a run that had moved, the
+    run as it is now and the database's clock (``moved``; None where the backend does not
+    read it in the same statement)."""
+
+    checked: bool
+    finished: bool
+    outbox_ids: dict[tuple[str, int, str], int]
+    moved: tuple[RunRecord, float] | None = None
+
+
+def outbox_ids(writes: StepWrites, ids: Sequence[int]) -> dict[tuple[str, int, str], int]:
+    """The outbox id of each of a step's dispatches by (node, iteration, phase), from the
+    ids its writes returned, in the dispatches' order."""
+    return {
+        (key.node, key.iteration, key.phase): outbox_id
+        for (key, _attempt, _payload), outbox_id in zip(writes.dispatches, ids, strict=True)
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from sqlalchemy.dialects import sqlite
 from cairn.model.keys import ExecutionKey
 from cairn.model.outcomes import StepWrites
 from cairn.store import sqlite_fastpath as fastpath
-from cairn.store.records import ExecutionHead, RunRecord, utcnow
+from cairn.store.records import ExecutionHead, RunRecord, StepCompletion, utcnow
 from cairn.store.sql import Store, Tx
 
 
@@ -48,7 +48,7 @@ class SqliteTx(Tx):
         known_seq: int,
         result: Mapping[str, Any],
         writes: StepWrites,
-    ) -> tuple[bool, bool, dict[tuple[str, int, str], int]]:
+    ) -> StepCompletion:
         return fastpath.complete_step(
             self._driver(),
             fastpath.codec(self.connection.dialect),

@@ -26,7 +26,7 @@ from cairn.faults import fault_point
 from cairn.model.keys import ExecutionKey
 from cairn.model.outcomes import StepWrites
 from cairn.store.clauses import ACTIVE_EXECUTION
-from cairn.store.records import from_epoch
+from cairn.store.records import StepCompletion, from_epoch, outbox_ids
 from cairn.store.schema import events, outbox, runs
 
 EXECUTION_AND_RUN = """
@@ -149,10 +149,10 @@ def complete_step(
     result: Mapping[str, Any],
     writes: StepWrites,
     now: Any,
-) -> tuple[bool, bool, dict[tuple[str, int, str], int]]:
+) -> StepCompletion:
     """:meth:`cairn.store.steps.StepsTx.complete_step`, in the caller's transaction."""
     if driver.execute(RUN_AT, (key.run_id, known_seq)).fetchone() is None:
-        return False, False, {}
+        return StepCompletion(False, False, {})
     recorded = driver.execute(
         RECORD_RESULT,
         (
@@ -172,16 +172,9 @@ def complete_step(
         ),
     )
     if not recorded.rowcount:
-        return True, False, {}
+        return StepCompletion(True, False, {})
     ids = write_step(driver, coder, key.run_id, writes, now)
-    return (
-        True,
-        True,
-        {
-            (k.node, k.iteration, k.phase): outbox_id
-            for (k, _attempt, _payload), outbox_id in zip(writes.dispatches, ids, strict=True)
-        },
-    )
+    return StepCompletion(True, True, outbox_ids(writes, ids))
 
 
 def write_step(driver: Any, coder: Codec, run_id: str, writes: StepWrites, now: Any) -> list[int]:

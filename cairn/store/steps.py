@@ -20,7 +20,7 @@ from cairn.model.outcomes import StepWrites
 from cairn.store.clauses import unfinished, where
 from cairn.store.executions import ExecutionsTx
 from cairn.store.messages import MessagesTx
-from cairn.store.records import ExecutionHead, RunRecord
+from cairn.store.records import ExecutionHead, RunRecord, StepCompletion, outbox_ids
 from cairn.store.runs import RunsTx
 from cairn.store.schema import events, executions, outbox, runs, snapshots
 
@@ -36,11 +36,7 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
         iteration, phase)."""
         if not self.insert_run(values):
             return False, {}
-        ids = self.write_step(str(values["id"]), writes)
-        return True, {
-            (key.node, key.iteration, key.phase): outbox_id
-            for (key, _attempt, _payload), outbox_id in zip(writes.dispatches, ids, strict=True)
-        }
+        return True, outbox_ids(writes, self.write_step(str(values["id"]), writes))
 
     def submit_runs(
         self, runs: Sequence[tuple[Mapping[str, Any], StepWrites]]
@@ -81,7 +77,7 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
         known_seq: int,
         result: Mapping[str, Any],
         writes: StepWrites,
-    ) -> tuple[bool, bool, dict[tuple[str, int, str], int]]:
+    ) -> StepCompletion:
         """The optimistic, all-or-nothing completion of a step: if the run is still at
         ``known_seq`` (the worker's read), record the result (first for this attempt, no
         newer claim) and write the step. Returns (the run was at ``known_seq``, the result
@@ -93,23 +89,15 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
             .with_for_update()
         ).first()
         if unmoved is None:
-            return False, False, {}
+            return StepCompletion(False, False, {})
         finish = (
             update(executions)
             .where(unfinished(key, attempt), executions.c.fence <= fence)
             .values(**result)
         )
         if not self.connection.execute(finish).rowcount:
-            return True, False, {}
-        ids = self.write_step(key.run_id, writes)
-        return (
-            True,
-            True,
-            {
-                (k.node, k.iteration, k.phase): outbox_id
-                for (k, _attempt, _payload), outbox_id in zip(writes.dispatches, ids, strict=True)
-            },
-        )
+            return StepCompletion(True, False, {})
+        return StepCompletion(True, True, outbox_ids(writes, self.write_step(key.run_id, writes)))
 
     def finish_and_lock(
         self, key: ExecutionKey, attempt: int, fence: int, values: Mapping[str, Any]

@@ -9,8 +9,6 @@ migrated store.
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -21,126 +19,30 @@ from cairn.model.keys import Claim, ExecutionKey
 from cairn.model.outcomes import RunWrite, StepWrites
 from cairn.model.statuses import ExecutionStatus, RunStatus
 from cairn.store.records import (
-    EffectRecord,
-    ExecutionRecord,
     Intent,
     RunRecord,
     from_epoch,
     to_epoch,
 )
-from cairn.store.sql import Store, Tx
-
-NODE = "fetch"
-
-
-def new_run_values(store: Store, *, request_id: str | None = None) -> dict[str, Any]:
-    with store.reading() as tx:
-        now = tx.now()
-    stamp = from_epoch(now)
-    return {
-        "id": str(uuid.uuid4()),
-        "namespace": "default",
-        "workflow": "w",
-        "workflow_namespace": "default",
-        "version": 1,
-        "status": "pending",
-        "input": {},
-        "request_id": request_id,
-        "webhook_url": None,
-        "current": [],
-        "created_at": stamp,
-        "updated_at": stamp,
-    }
-
-
-def first_step(run_id: str, at: float, *, attempt: int = 1) -> StepWrites:
-    """A run's first decision: ``fetch`` dispatched, a node timer armed."""
-    key = ExecutionKey(run_id, NODE, 1, "run")
-    message = {
-        "run_id": run_id,
-        "workflow": "w",
-        "version": 1,
-        "node": NODE,
-        "iteration": 1,
-        "attempt": attempt,
-        "phase": "run",
-    }
-    return StepWrites(
-        run=RunWrite(
-            status=RunStatus.RUNNING,
-            last_seq=1,
-            updated_at=from_epoch(at),
-            current=[f"{NODE}#1"],
-            reason=None,
-            state_json=None,
-        ),
-        event={"type": "run_started", "at": at, "input": {}},
-        outcome={"status": "running"},
-        sent=[],
-        dispatches=[(key, attempt, message)],
-        armed=[(f"node_timeout:{NODE}:1:{attempt}", at + 3600)],
-    )
-
-
-def started(store: Store) -> tuple[str, ExecutionKey, float]:
-    """A run, started: its id, its first execution's key, the database's time."""
-    values = new_run_values(store)
-    at = to_epoch(values["created_at"])
-    with store.transaction() as tx:
-        assert tx.insert_run(values)
-        tx.write_step(values["id"], first_step(values["id"], at))
-    return values["id"], ExecutionKey(values["id"], NODE, 1, "run"), at
-
-
-def next_step(run_id: str, at: float, *, seq: int, attempt: int, node: str = NODE) -> StepWrites:
-    """A later decision (event ``seq``) that dispatches ``node`` at ``attempt``."""
-    first = first_step(run_id, at, attempt=attempt)
-    key = ExecutionKey(run_id, node, 1, "run")
-    message = {**first.dispatches[0][2], "node": node}
-    return StepWrites(
-        run=replace(first.run, last_seq=seq),
-        event={"type": "node_finished", "at": at},
-        outcome={"status": "running"},
-        sent=[],
-        dispatches=[(key, attempt, message)],
-    )
-
-
-def seq_and_events(store: Store, run_id: str) -> tuple[int, list[int]]:
-    with store.reading() as tx:
-        return the_run(tx, run_id).last_seq, [e.seq for e in tx.events_after(run_id, 0)]
-
-
-def the_run(tx: Tx, run_id: str) -> RunRecord:
-    row = tx.run(run_id)
-    assert row is not None, f"no run {run_id}"
-    return row
-
-
-def the_execution(tx: Tx, key: ExecutionKey) -> ExecutionRecord:
-    row = tx.execution(key)
-    assert row is not None, f"no execution {key}"
-    return row
-
-
-def the_effect(tx: Tx, key: str) -> EffectRecord:
-    row = tx.effect("default", key)
-    assert row is not None, f"no effect {key!r}"
-    return row
-
-
-def result(status: ExecutionStatus = ExecutionStatus.SUCCEEDED) -> dict[str, Any]:
-    return {
-        "status": status.value,
-        "result": {"ok": True},
-        "error_class": None,
-        "error": None,
-        "duration_s": 0.01,
-        "worker": "w-1",
-    }
+from cairn.store.sql import Store
+from cairn.testing.store_rows import (
+    NODE,
+    new_run_values,
+    next_step,
+    result,
+    seq_and_events,
+    started,
+    the_effect,
+    the_execution,
+    the_run,
+)
 
 
 class StoreContract:
+    # Whether the backend's one-step completion reads a run that moved in the same
+    # statement (StepCompletion.moved): PostgreSQL's does; elsewhere the caller reads it.
+    reads_moved_run = False
+
     # -- runs and their steps -------------------------------------------------------------
 
     def test_a_run_and_its_first_step_are_written_together(self, store: Store) -> None:
@@ -430,6 +332,36 @@ class StoreContract:
         with store.reading() as tx:
             assert the_execution(tx, key).status == "scheduled"  # the result went with the step
         assert seq_and_events(store, run_id) == (2, [1, 2])
+
+    def test_the_one_step_completion_of_a_moved_run_writes_nothing_and_says_where_it_is(
+        self, store: Store
+    ) -> None:
+        run_id, key, at = started(store)
+        with store.transaction() as tx:  # another step moves the run to seq 2
+            tx.write_step(run_id, next_step(run_id, at, seq=2, attempt=1, node="other"))
+            now = tx.now()
+        planned_on_1 = next_step(run_id, at, seq=2, attempt=1, node="third")
+        with store.statements(writes=True) as tx:
+            done = tx.complete_step(
+                key, attempt=1, fence=1, known_seq=1, result=result(), writes=planned_on_1
+            )
+        assert (done.checked, done.finished, done.outbox_ids) == (False, False, {})
+        assert (done.moved is not None) == self.reads_moved_run
+        if done.moved is not None:
+            row, db_now = done.moved
+            assert (row.id, row.last_seq, list(row.current)) == (run_id, 2, ["fetch#1"])
+            assert now - 1 <= db_now <= now + 60
+        with store.reading() as tx:
+            assert the_execution(tx, key).status == "scheduled"
+        assert seq_and_events(store, run_id) == (2, [1, 2])
+        planned_on_2 = next_step(run_id, at, seq=3, attempt=1, node="third")
+        with store.statements(writes=True) as tx:
+            done = tx.complete_step(
+                key, attempt=1, fence=1, known_seq=2, result=result(), writes=planned_on_2
+            )
+        assert (done.checked, done.finished, done.moved) == (True, True, None)
+        assert list(done.outbox_ids) == [("third", 1, "run")]
+        assert seq_and_events(store, run_id) == (3, [1, 2, 3])
 
     def test_only_an_unfinished_or_failed_execution_is_held(self, store: Store) -> None:
         _run_id, key, _at = started(store)

@@ -27,6 +27,8 @@ class TestSqliteStore(StoreContract):
 
 
 class TestPostgresStore(StoreContract):
+    reads_moved_run = True
+
     @pytest.fixture
     def store(self, request: pytest.FixtureRequest) -> Iterator[Store]:
         try:

@@ -25,7 +25,7 @@ from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.schema import runs
 from cairn.store.sql import Store
-from cairn.testing.store_contract import started
+from cairn.testing.store_rows import started
 from tests.support.one_slot import WORKFLOW, one_slot_runtime, release
 
 POOLS = [("ns/one", 1)]

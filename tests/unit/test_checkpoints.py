@@ -17,7 +17,7 @@ from cairn.model.failures import StaleClaim
 from cairn.model.keys import ExecutionKey
 from cairn.model.state import RunState
 from cairn.store.sql import Store
-from cairn.testing.store_contract import started
+from cairn.testing.store_rows import started
 from cairn.workers.checkpoints import Checkpoints
 from cairn.workers.context import StepContext
 

@@ -28,7 +28,7 @@ from cairn.model.messages import NodeMessage
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.sql import Store
-from cairn.testing.store_contract import started
+from cairn.testing.store_rows import started
 from tests.support import one_slot
 
 _lock = threading.Lock()

@@ -16,7 +16,7 @@ from cairn.model.events import Phase
 from cairn.model.keys import ExecutionKey
 from cairn.model.messages import InvalidMessage, NodeMessage
 from cairn.store.sql import Store
-from cairn.testing.store_contract import started
+from cairn.testing.store_rows import started
 
 CALL = {"call_index": 0, "provider": "p", "operation": "o", "model": None, "params": {},
         "messages": [], "response": {"answer": 1}, "usage": None, "latency_s": 0.1,

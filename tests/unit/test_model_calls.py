@@ -23,7 +23,7 @@ from cairn.recording.sdk import price_of
 from cairn.store.model_calls import messages_stored
 from cairn.store.sql import Store
 from cairn.testing.model_server import Fault, ModelServer, Reply, ToolCall
-from cairn.testing.store_contract import started
+from cairn.testing.store_rows import started
 from cairn.workers.context import StepContext
 
 

@@ -23,7 +23,7 @@ from cairn.recording.calls import ModelCallRefused, ModelCalls
 from cairn.recording.compaction import split_for_compaction
 from cairn.store.sql import Store
 from cairn.testing.model_server import ModelServer, Reply
-from cairn.testing.store_contract import started
+from cairn.testing.store_rows import started
 from cairn.workers.context import StepContext
 
 SYSTEM = {"role": "system", "content": "You are terse."}

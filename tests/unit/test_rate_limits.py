@@ -38,7 +38,7 @@ from cairn.recording.calls import ModelCalls
 from cairn.runtime import Runtime
 from cairn.store.sql import Store
 from cairn.testing.model_server import Fault, ModelServer, Reply
-from cairn.testing.store_contract import started
+from cairn.testing.store_rows import started
 from cairn.workers.context import StepContext
 from tests.unit.test_fleet_metrics import _samples
 
