@@ -109,9 +109,6 @@ def _add_node_task(app: Celery) -> None:
         throws=(NodeFailure,),
     )
     def run_node(task: Any, message: dict[str, Any]) -> str:
-        fair = getattr(task.request, FAIR_HEADER, None)
-        if fair is not None:
-            _taken(app, fair)
         with delivered(_published_at(task.request)):
             try:  # continued: the steps it went on with, named in its result
                 runner, continued = _process_runtime(app).runner, list[str]()
@@ -270,15 +267,6 @@ def _hand_over(app: Celery, runner: Any, task_id: str) -> HandOver | None:
     nodes = AwaitingNodes.of_process(limit)
     concluded = partial(acks.concluded, task_id)
     return lambda ready: nodes.hand_over(runner, ready, concluded)
-
-
-def _taken(app: Celery, header: object) -> None:
-    """A node message left its queue: its namespace's count there is one fewer. Best
-    effort — a count missed is mended when the queue is next found empty."""
-    try:
-        _fairness(app).taken(header)
-    except Exception:
-        log.warning("could not count a node message out of its queue", exc_info=True)
 
 
 def _fairness(app: Celery) -> Fairness:

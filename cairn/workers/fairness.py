@@ -24,13 +24,14 @@ node message with a *level* — the lower, the sooner:
 The count n is a Redis hash per queue (``cairn:fair:<queue>``, a field per namespace): a
 publish adds its messages in one script call (the one extra round trip a publish costs),
 a worker takes one off when it receives a message (the namespace and queue ride in its
-``cairn_fair`` header; never below 0). Counts cannot drift for long: the hash expires a
-``TTL`` after its last touch, and whenever the queue is found empty — every scheduler asks
-each declared queue's length every 10 s (:meth:`Fairness.backlog`) — it is dropped in the
-same script that counted the lists, atomically: an empty queue has nothing waiting for
-anyone. A message lost (its count never
-taken off) or counted twice skews one namespace's bands until then, never its messages'
-delivery.
+``cairn_fair`` header; never below 0), in the transaction its transport makes to hold the
+message unacknowledged (:class:`cairn.workers.transport.QoS`): no round trip of its own.
+Counts cannot drift for long: the hash expires a ``TTL`` after its last touch, and
+whenever the queue is found empty — every scheduler asks each declared queue's length
+every 10 s (:meth:`Fairness.backlog`) — it is dropped in the same script that counted the
+lists, atomically: an empty queue has nothing waiting for anyone. A message lost (its
+count never taken off) or counted twice skews one namespace's bands until then, never its
+messages' delivery.
 
 ``CAIRN_FAIRNESS=off`` publishes every message in band 0 (first in, first out within a
 priority) and makes no Redis call; ``CAIRN_NAMESPACE_WEIGHTS`` gives namespaces shares.
@@ -38,6 +39,7 @@ priority) and makes no Redis call; ``CAIRN_NAMESPACE_WEIGHTS`` gives namespaces 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -86,12 +88,28 @@ return counts
 """
 
 # KEYS[1]: the counts hash; ARGV: namespace, ttl. One message of it left the queue.
-_TAKE = """
+TAKE = """
 local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
 return left
 """
+TAKE_SHA = hashlib.sha1(TAKE.encode(), usedforsecurity=False).hexdigest()
+
+
+def taken_from(header: object) -> tuple[str, str] | None:
+    """For a message received with ``header``: TAKE's key (its queue's counts) and
+    namespace, to count it out of the queue. None: published with fairness off, or by
+    another producer."""
+    if not (
+        isinstance(header, list | tuple)
+        and len(header) == 2
+        and all(isinstance(part, str) and part for part in header)
+    ):
+        return None
+    queue, namespace = header
+    return KEY_PREFIX + queue, namespace
+
 
 # KEYS: the queue's lists, then its counts hash. How many messages wait; none: every
 # namespace's count is 0, and the hash goes (in the same atomic step).
@@ -173,17 +191,6 @@ class Fairness:
 
     def header(self, message: NodeMessage, default_queue: str) -> list[str]:
         return [message.queue or default_queue, message.namespace or DEFAULT_NAMESPACE]
-
-    def taken(self, header: object) -> None:
-        """A worker received a message published with ``header``: one fewer waits."""
-        if not (
-            isinstance(header, list | tuple)
-            and len(header) == 2
-            and all(isinstance(part, str) and part for part in header)
-        ):
-            return  # published with fairness off, or by another producer
-        queue, namespace = header
-        self._script(_TAKE)(keys=[KEY_PREFIX + queue], args=[namespace, TTL_S])
 
     def backlog(self, queue: str) -> int:
         """Messages waiting in ``queue`` (every level); its counts dropped if none."""

@@ -13,6 +13,10 @@ queue — kombu building the command's keys and packing it again before every po
 of a worker's main process's CPU under a fan-out (profiled under bench/step_profile.py);
 the command is the same one, sent from a cache per order of the queues.
 
+It counts each message it receives out of its namespace's share of the queue
+(:mod:`cairn.workers.fairness`) in the transaction kombu makes to hold it unacknowledged,
+not in a round trip of the worker's own.
+
 It also takes kombu priorities up to :data:`cairn.workers.fairness.LEVELS` - 1 (kombu caps
 them at 9): node messages are ordered by their run's priority and their namespace's share
 (:mod:`cairn.workers.fairness`), one Redis list per level, the lowest served first.
@@ -20,15 +24,55 @@ them at 9): node messages are ordered by their run's priority and their namespac
 
 from __future__ import annotations
 
-from time import monotonic
+import logging
+from time import monotonic, time
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.json import dumps
+from redis.exceptions import NoScriptError
 
-from cairn.workers.fairness import LEVELS
+from cairn.workers.fairness import FAIR_HEADER, LEVELS, TAKE, TAKE_SHA, TTL_S, taken_from
+
+log = logging.getLogger(__name__)
+
+
+class QoS(kombu_redis.QoS):
+    def append(self, message: Any, delivery_tag: str) -> None:
+        """kombu's (5.7): the message held unacknowledged — and, in the same transaction,
+        counted out of its namespace's share of the queue it left
+        (:mod:`cairn.workers.fairness`), instead of a round trip of its own."""
+        delivery = message.delivery_info
+        unacked = dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
+        taken = taken_from((message.headers or {}).get(FAIR_HEADER))
+        with self.pipe_or_acquire() as pipe:
+            pipe.zadd(self.unacked_index_key, {delivery_tag: time()})
+            pipe.hset(self.unacked_key, delivery_tag, unacked)
+            if taken is not None:  # EVALSHA, not a Script: no SCRIPT EXISTS before each
+                pipe.evalsha(TAKE_SHA, 1, taken[0], taken[1], TTL_S)
+            answers = pipe.execute(raise_on_error=False)
+            virtual.QoS.append(self, message, delivery_tag)
+        for answer in answers[:2]:
+            if isinstance(answer, Exception):
+                raise answer
+        if taken is not None and isinstance(answers[2], Exception):
+            self._take_again(taken, answers[2])
+
+    def _take_again(self, taken: tuple[str, str], error: Exception) -> None:
+        """The count, once more: loading the script if Redis lost it (a restart). Best
+        effort — a count missed is mended when the queue is next found empty."""
+        try:
+            with self.channel.conn_or_acquire() as client:
+                if isinstance(error, NoScriptError):
+                    client.script_load(TAKE)
+                client.evalsha(TAKE_SHA, 1, taken[0], taken[1], TTL_S)
+        except Exception:
+            log.warning("could not count a node message out of its queue", exc_info=True)
 
 
 class Channel(kombu_redis.Channel):
+    QoS = QoS
     _cairn_client: Any = None
     max_priority = LEVELS - 1
 
