@@ -120,17 +120,20 @@ appended AS (
   ON CONFLICT DO NOTHING
 ), sent AS (
   UPDATE outbox SET sent_at = now(), publishes = publishes + 1
-  WHERE id = ANY(%(sent)s::bigint[]) AND sent_at IS NULL AND EXISTS (SELECT 1 FROM adv)
+  WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(rows)s::jsonb -> 'sent'))
+    AND sent_at IS NULL AND EXISTS (SELECT 1 FROM adv)
 ), scheduled AS (
   INSERT INTO node_executions (run_id, node, iteration, phase, status, attempt, dispatched_at)
   SELECT adv.id, d.node, d.iteration, d.phase, 'scheduled', d.attempt, now()
-  FROM adv, unnest(%(d_node)s::text[], %(d_iteration)s::int[], %(d_phase)s::text[],
-                   %(d_attempt)s::int[]) AS d(node, iteration, phase, attempt)"""
+  FROM adv, jsonb_to_recordset(%(rows)s::jsonb -> 'dispatches')
+            AS d(node text, iteration int, phase text, attempt int)"""
     + _FORWARD_ONLY
     + """), box AS (
   INSERT INTO outbox (run_id, topic, payload, created_at)
-  SELECT adv.id, 'node', p.payload, now() FROM adv, unnest(%(d_payload)s::jsonb[]) AS p(payload)
-  WHERE CASE WHEN (SELECT count(*) FROM scheduled) = cardinality(%(d_node)s::text[]) THEN true
+  SELECT adv.id, 'node', d.payload, now()
+  FROM adv, jsonb_to_recordset(%(rows)s::jsonb -> 'dispatches') AS d(payload jsonb)
+  WHERE CASE WHEN (SELECT count(*) FROM scheduled)
+                  = jsonb_array_length(%(rows)s::jsonb -> 'dispatches') THEN true
         ELSE cairn_refuse("""
     + _STALE_DISPATCH.format(run="adv.id")
     + """) = 0 END
@@ -139,11 +142,12 @@ appended AS (
 ), armed AS (
   INSERT INTO timers (run_id, timer_id, due_at)
   SELECT adv.id, t.timer_id, to_timestamp(t.due_at)
-  FROM adv, unnest(%(t_armed)s::text[], %(t_due)s::float8[]) AS t(timer_id, due_at)
+  FROM adv, jsonb_to_recordset(%(rows)s::jsonb -> 'armed') AS t(timer_id text, due_at float8)
   ON CONFLICT (run_id, timer_id) DO UPDATE SET due_at = EXCLUDED.due_at, fired_at = NULL
 ), disarmed AS (
   DELETE FROM timers
-  WHERE run_id IN (SELECT id FROM adv) AND timer_id = ANY(%(t_disarmed)s::text[])
+  WHERE run_id IN (SELECT id FROM adv)
+    AND timer_id IN (SELECT jsonb_array_elements_text(%(rows)s::jsonb -> 'disarmed'))
 )
 """
 )
@@ -215,14 +219,16 @@ WITH appended AS (
   ON CONFLICT DO NOTHING
 ), sent AS (
   UPDATE outbox SET sent_at = now(), publishes = publishes + 1
-  WHERE id = ANY(%(sent)s::bigint[]) AND sent_at IS NULL
+  WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(rows)s::jsonb -> 'sent'))
+    AND sent_at IS NULL
 ), armed AS (
   INSERT INTO timers (run_id, timer_id, due_at)
   SELECT %(run_id)s, t.timer_id, to_timestamp(t.due_at)
-  FROM unnest(%(t_armed)s::text[], %(t_due)s::float8[]) AS t(timer_id, due_at)
+  FROM jsonb_to_recordset(%(rows)s::jsonb -> 'armed') AS t(timer_id text, due_at float8)
   ON CONFLICT (run_id, timer_id) DO UPDATE SET due_at = EXCLUDED.due_at, fired_at = NULL
 ), disarmed AS (
-  DELETE FROM timers WHERE run_id = %(run_id)s AND timer_id = ANY(%(t_disarmed)s::text[])
+  DELETE FROM timers WHERE run_id = %(run_id)s
+    AND timer_id IN (SELECT jsonb_array_elements_text(%(rows)s::jsonb -> 'disarmed'))
 ), adv AS (
   UPDATE runs"""
     + _ADVANCE_RUN
@@ -454,7 +460,7 @@ def _result_params(
 
 def _step_params(writes: StepWrites) -> dict[str, Any]:
     """The parameters of what a step writes, shared by its three statements."""
-    run, snapshot, dispatches = writes.run, writes.snapshot, writes.dispatches
+    run, snapshot = writes.run, writes.snapshot
     if snapshot is not None:
         # One statement writes the snapshot with the step: there is no "half written"
         # to die in, so the fault point sits where it is ready and not yet sent.
@@ -473,18 +479,31 @@ def _step_params(writes: StepWrites) -> dict[str, Any]:
         "data": Jsonb(dict(writes.event)),
         "outcome": Jsonb(dict(writes.outcome)),
         "at": writes.at,
-        "sent": list(writes.sent),
         "snap_format": snapshot[0] if snapshot else None,
         "snap_codec": snapshot[1] if snapshot else None,
         "snap_body": snapshot[2] if snapshot else None,
-        "d_node": [key.node for key, _attempt, _payload in dispatches],
-        "d_iteration": [key.iteration for key, _attempt, _payload in dispatches],
-        "d_phase": [key.phase for key, _attempt, _payload in dispatches],
-        "d_attempt": [attempt for _key, attempt, _payload in dispatches],
-        "d_payload": [Jsonb(dict(payload)) for _key, _attempt, payload in dispatches],
-        "t_armed": [timer_id for timer_id, _due in writes.armed],
-        "t_due": [due for _timer_id, due in writes.armed],
-        "t_disarmed": list(writes.disarmed),
+        "rows": Jsonb(_step_rows(writes)),
+    }
+
+
+def _step_rows(writes: StepWrites) -> dict[str, Any]:
+    """The rows a step adds or touches besides its own, as one JSON parameter the
+    statement takes apart (``jsonb_to_recordset``): dumping one document costs psycopg
+    a sixth of what the nine arrays it replaces did, each scanned for its element type."""
+    return {
+        "sent": list(writes.sent),
+        "dispatches": [
+            {
+                "node": key.node,
+                "iteration": key.iteration,
+                "phase": key.phase,
+                "attempt": attempt,
+                "payload": dict(payload),
+            }
+            for key, attempt, payload in writes.dispatches
+        ],
+        "armed": [{"timer_id": timer_id, "due_at": due} for timer_id, due in writes.armed],
+        "disarmed": list(writes.disarmed),
     }
 
 
