@@ -143,20 +143,27 @@ class NodeRunner:
     ) -> Handled | Failed:
         """The message's step; then each step this worker continues with, as its own."""
         continuation = Continuation()
-        handled, following = self.stages(message, continuation, hand_over=hand_over)
-        while following is not None:
-            this = following
-            outcome: Handled | Failed | str
-            try:  # it waited in no queue: its lease wait runs from its predecessor's commit
-                with delivered(clock.wall()):
-                    outcome, following = self.stages(this, continuation, continuing=True)
-            except Exception:  # its row is unsent: the relay publishes it, as after a crash
-                log.warning("the step continued with, %s, failed", this.key, exc_info=True)
-                outcome, following = "error", None
-            continuation.steps.append(f"{this.node}#{this.iteration} {_named(outcome)}")
+        try:
+            handled, following = self.stages(message, continuation, hand_over=hand_over)
+            while following is not None:
+                following = self._continue(following, continuation)
+        finally:  # a lease handed on to a step an error kept from running: let it go
+            self._let_go(continuation.take_lease())
         if continued is not None:
             continued.extend(continuation.steps)
         return handled
+
+    def _continue(self, this: NodeMessage, continuation: Continuation) -> NodeMessage | None:
+        """A step this worker continues with; the one it continues with next, if any."""
+        outcome: Handled | Failed | str
+        try:  # it waited in no queue: its lease wait runs from its predecessor's commit
+            with delivered(clock.wall()):
+                outcome, following = self.stages(this, continuation, continuing=True)
+        except Exception:  # its row is unsent: the relay publishes it, as after a crash
+            log.warning("the step continued with, %s, failed", this.key, exc_info=True)
+            outcome, following = "error", None
+        continuation.steps.append(f"{this.node}#{this.iteration} {_named(outcome)}")
+        return following
 
     def stages(
         self,

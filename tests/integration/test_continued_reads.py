@@ -23,6 +23,7 @@ from cairn.engine.reads import Restored
 from cairn.model.messages import NodeMessage
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
+from cairn.workers import runner as runner_module
 from tests.integration.test_sibling_completions import Taking
 
 SEEN: list[tuple[str, int]] = []  # (node, the count in the state it was given)
@@ -192,3 +193,25 @@ def test_a_later_attempt_or_a_head_from_elsewhere_is_read_from_the_database(
     )
     assert executions.begin_after(replace(second, attempt=2), known, left) is None
     assert executions.begin_after(second, known, replace(left)) is None  # not this head
+
+
+def test_a_lease_handed_on_to_a_step_an_error_keeps_from_running_is_let_go(
+    processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """first commits and hands its lease on to second; then something fails before
+    second runs: second's lease is let go at once (its row is the relay's), not left to
+    lapse as if a worker had died holding it."""
+    one, _two = processes
+    run_id = one.orchestrator.submit("three", {})
+    (first,) = _taken(one, "first")
+
+    def failing(*_args: Any) -> Any:
+        raise RuntimeError("after the commit")
+
+    monkeypatch.setattr(runner_module, "settle", failing)
+    with pytest.raises(RuntimeError, match="after the commit"):
+        one.runner.run(first.to_dict())
+    assert _ran(one, run_id)["first"] == (1, "succeeded")
+    assert "second" in _ran(one, run_id)  # dispatched, its outbox row unsent
+    assert one.runner.leases.claims() == []  # nobody holds second: the relay may send it
+    assert [node for node, _count in SEEN] == ["first"]
