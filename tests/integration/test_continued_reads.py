@@ -16,15 +16,13 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from cairn.config import Settings
 from cairn.definitions.builder import Workflow
 from cairn.engine.executions import Begun, Executions
 from cairn.engine.reads import Restored
-from cairn.model.messages import NodeMessage
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.workers import runner as runner_module
-from tests.integration.test_sibling_completions import Taking
+from tests.support.taking import taken, two_processes
 
 SEEN: list[tuple[str, int]] = []  # (node, the count in the state it was given)
 
@@ -43,27 +41,11 @@ three.end("done")
 
 @pytest.fixture(params=["postgresql", "sqlite"])
 def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Runtime]]:
-    values: dict[str, Any] = {
-        "home": tmp_path / "home",
-        "workflows": [__name__],
-        "log_level": "WARNING",
-    }
-    if request.param == "postgresql":
-        values["database_url"] = request.getfixturevalue("database_url")
-    runtimes = [Runtime.build(Settings(**values)) for _ in range(2)]
-    for runtime in runtimes:
-        runtime.orchestrator.publisher = Taking()
-    runtimes[0].runner.continues = True  # as a Celery worker's runner does
-    SEEN.clear()
-    yield runtimes
-    for runtime in runtimes:
-        runtime.close()
-
-
-def _taken(runtime: Runtime, node: str) -> list[NodeMessage]:
-    publisher = runtime.orchestrator.publisher
-    assert isinstance(publisher, Taking)
-    return publisher.take(node)
+    url = request.getfixturevalue("database_url") if request.param == "postgresql" else None
+    with two_processes(tmp_path / "home", __name__, url) as runtimes:
+        runtimes[0].runner.continues = True  # as a Celery worker's runner does
+        SEEN.clear()
+        yield runtimes
 
 
 def _reads(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -121,7 +103,7 @@ def test_a_continued_chain_reads_once_and_each_step_sees_the_one_before(
     reads = _reads(one, monkeypatch)
     lease_calls = _lease_calls(one, monkeypatch)
     run_id = one.orchestrator.submit("three", {})
-    (first,) = _taken(one, "first")
+    (first,) = taken(one, "first")
     continued: list[str] = []
     assert str(one.runner.run(first.to_dict(), continued)) == "committed"
     assert continued == ["second#1 committed", "third#1 committed"]
@@ -150,7 +132,7 @@ def test_a_cancel_from_another_process_after_the_commit_is_found_by_the_next_com
         return answered[-1]
 
     monkeypatch.setattr(Executions, "begin_after", cancelled_meanwhile)
-    (first,) = _taken(one, "first")
+    (first,) = taken(one, "first")
     continued: list[str] = []
     assert str(one.runner.run(first.to_dict(), continued)) == "committed"
     assert answered and isinstance(answered[0], Begun)  # read from first's commit
@@ -169,14 +151,14 @@ def test_a_later_attempt_or_a_head_from_elsewhere_is_read_from_the_database(
     one, _two = processes
     one.runner.continues = False
     run_id = one.orchestrator.submit("three", {})
-    (first,) = _taken(one, "first")
+    (first,) = taken(one, "first")
     begun = one.orchestrator.executions.begin(first)
     assert isinstance(begun, Begun) and begun.state is not None
     known = Restored(begun.run, begun.state, one.orchestrator.executions.now())
     executions = one.orchestrator.executions
     assert executions.begin_after(first, known, begun.state) is None  # no newer head here
     assert str(one.runner.run(first.to_dict())) == "committed"
-    (second,) = _taken(one, "second")
+    (second,) = taken(one, "second")
     left = executions.heads.state_at(run_id, begun.run.last_seq + 1)
     assert left is not None
     answered = executions.begin_after(second, known, left)
@@ -203,7 +185,7 @@ def test_a_lease_handed_on_to_a_step_an_error_keeps_from_running_is_let_go(
     lapse as if a worker had died holding it."""
     one, _two = processes
     run_id = one.orchestrator.submit("three", {})
-    (first,) = _taken(one, "first")
+    (first,) = taken(one, "first")
 
     def failing(*_args: Any) -> Any:
         raise RuntimeError("after the commit")

@@ -7,18 +7,18 @@ and on the embedded default's SQLite."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from cairn.config import Settings
 from cairn.definitions.builder import Workflow
 from cairn.model.messages import NodeMessage
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
+from tests.support.taking import taken, two_processes
 
 BRANCHES = 8
 # The branches' handlers all return at once: their completions race for the run row.
@@ -44,51 +44,11 @@ siblings.task("after", noop, next="done")
 siblings.end("done")
 
 
-class Taking:
-    """A publisher that keeps the messages for the test to run."""
-
-    def __init__(self) -> None:
-        self.messages: list[NodeMessage] = []
-        self._lock = threading.Lock()
-
-    def publish(self, messages: Sequence[NodeMessage]) -> bool:
-        with self._lock:
-            self.messages.extend(messages)
-        return True
-
-    def backlog(self, queue: str | None = None) -> int | None:
-        return None
-
-    def take(self, node: str) -> list[NodeMessage]:
-        with self._lock:
-            taken = [m for m in self.messages if m.node.startswith(node)]
-            self.messages = [m for m in self.messages if m not in taken]
-        return taken
-
-
 @pytest.fixture(params=["postgresql", "sqlite"])
 def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Runtime]]:
-    """Two runtimes on one database, each with its own pool, leases and run locks — two
-    processes as far as the engine can tell — taking their messages by hand."""
-    values: dict[str, Any] = {
-        "home": tmp_path / "home",
-        "workflows": [__name__],
-        "log_level": "WARNING",
-    }
-    if request.param == "postgresql":
-        values["database_url"] = request.getfixturevalue("database_url")
-    runtimes = [Runtime.build(Settings(**values)) for _ in range(2)]
-    for runtime in runtimes:
-        runtime.orchestrator.publisher = Taking()
-    yield runtimes
-    for runtime in runtimes:
-        runtime.close()
-
-
-def _taking(runtime: Runtime) -> Taking:
-    publisher = runtime.orchestrator.publisher
-    assert isinstance(publisher, Taking)
-    return publisher
+    url = request.getfixturevalue("database_url") if request.param == "postgresql" else None
+    with two_processes(tmp_path / "home", __name__, url) as runtimes:
+        yield runtimes
 
 
 def _run_together(pairs: list[tuple[Runtime, NodeMessage]]) -> list[str]:
@@ -140,15 +100,15 @@ def test_siblings_finishing_together_all_commit_and_the_join_fires_once(
     for _round in range(3):
         reads.clear()
         run_id = one.orchestrator.submit("siblings", {})
-        (first,) = _taking(one).take("first")
+        (first,) = taken(one, "first")
         assert str(one.runner.run(first.to_dict())) == "committed"
-        branches = _taking(one).take("b")
+        branches = taken(one, "b")
         assert sorted(m.node for m in branches) == _NAMES
         runners = [one, two] if spread == "two processes" else [one]
         pairs = [(runners[index % len(runners)], m) for index, m in enumerate(branches)]
         assert _run_together(pairs) == ["committed"] * BRANCHES
         assert locked == []
-        after = _taking(one).take("after") + _taking(two).take("after")
+        after = taken(one, "after") + taken(two, "after")
         assert [(m.node, m.attempt) for m in after] == [("after", 1)]  # the join, once
         assert str(two.runner.run(after[0].to_dict())) == "committed"
         if postgresql:
