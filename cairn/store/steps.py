@@ -80,9 +80,9 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
     ) -> StepCompletion:
         """The optimistic, all-or-nothing completion of a step: if the run is still at
         ``known_seq`` (the worker's read), record the result (first for this attempt, no
-        newer claim) and write the step. Returns (the run was at ``known_seq``, the result
-        was recorded, outbox ids by (node, iteration, phase)); nothing is written unless
-        both hold. On PostgreSQL one statement (cairn.store.fastpath.COMPLETE_STEP)."""
+        newer claim) and write the step; what it did is a :class:`StepCompletion` (here
+        with no ``moved``: the caller reads a moved run itself). On PostgreSQL one
+        statement (cairn.store.fastpath.COMPLETE_STEP), which also returns a moved run."""
         unmoved = self.connection.execute(
             select(runs.c.id)
             .where(runs.c.id == key.run_id, runs.c.last_seq == known_seq)
