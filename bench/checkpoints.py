@@ -75,7 +75,7 @@ def _measure(
         time.sleep(1.0)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("TRUNCATE bench_checkpoint_sizes")
-        before = commits(database)
+        before = commits()
         started = time.perf_counter()
         submitted = client.runtime.orchestrator.submit_batch(
             [SubmitItem("bench_turns", run_input) for _ in range(runs)]
@@ -87,10 +87,7 @@ def _measure(
         client.close()
         stop(worker)
     try:
-        # An idle backend reports its commits late (PGSTAT_IDLE_INTERVAL); one that ended
-        # has reported them all.
-        time.sleep(0.5)
-        committed = commits(database) - before
+        committed = commits() - before
         with psycopg.connect(url) as conn:
             stored = [row[0] for row in conn.execute("SELECT bytes FROM bench_checkpoint_sizes")]
             history = conn.execute(

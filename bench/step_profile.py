@@ -1,7 +1,7 @@
 """What one trivial step costs, counted: a chain of ten trivial steps on one ``cairn
-worker`` process (prefork, one child) and the scheduler, on PostgreSQL and two Redis
-servers of the bench's own (the broker's and the leases'), so that nothing else on the
-machine is in the counts.
+worker`` process (prefork, one child unless ``--concurrency`` says more) and the
+scheduler, on PostgreSQL and two Redis servers of the bench's own (the broker's and the
+leases'), so that nothing else on the machine is in the counts.
 
     python -m bench.step_profile --runs 100 [--py-spy PATH] [--set CAIRN_X=value ...]
 
@@ -11,8 +11,10 @@ the setting and once without, in that order, in the same invocation.
 
 Prints, per step, over a burst of ``--runs`` runs submitted at once:
 
-- PostgreSQL transactions of the run's database (commits; rollbacks, which is how a
-  read-only round trip ends), less the scheduler's idle polling measured just before;
+- PostgreSQL transactions: write transactions, exactly (transaction ids handed out),
+  and the run's database's rollbacks, which is how a read-only round trip ends (as its
+  backends report them, a little short), less the scheduler's idle polling measured just
+  before;
 - Redis commands on each server by name (``INFO commandstats``), the broker's and the
   leases', less their idle rate;
 - CPU per step of each process (the worker's parent and child, the scheduler, both
@@ -40,7 +42,7 @@ from typing import Any
 import psycopg
 import redis
 
-from bench.chain import admin, fresh_database, spawn, stop, wait_finished
+from bench.chain import admin, commits, fresh_database, spawn, stop, wait_finished
 
 IDLE_WINDOW_S = 3.0
 INCLUSIVE_SHOWN = ("cairn.", "json.", "psycopg.connection", "redis.client", "sqlalchemy.engine")
@@ -115,14 +117,16 @@ def backends(database: str) -> list[int]:
 
 
 def transactions(database: str) -> tuple[int, int]:
+    """(write transactions so far, exact: :func:`bench.chain.commits`; rollbacks of the
+    run's database, as its backends have reported them — up to ten seconds late, so the
+    read-only round trips are counted a little short)."""
     with admin() as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         row = conn.execute(
-            "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = %s",
-            (database,),
+            "SELECT xact_rollback FROM pg_stat_database WHERE datname = %s", (database,)
         ).fetchone()
     assert row is not None
-    return int(row[0]), int(row[1])
+    return commits(), int(row[0])
 
 
 def commandstats(url: str) -> collections.Counter[str]:
@@ -246,6 +250,13 @@ def main() -> None:
         help="the worker's process py-spy samples: the pool child that runs steps, or the "
         "main process (Celery's consumer, which receives each message)",
     )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="the worker's pool children; with more than one, siblings of a fan-out can "
+        "complete at once and one loses its commit to the other (py-spy samples the first)",
+    )
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--set", dest="settings", action="append", default=[])
     parser.add_argument("--compare", default=None)
@@ -279,7 +290,14 @@ def profile(args: argparse.Namespace, settings: dict[str, str]) -> None:
             **settings,
         )
         worker = spawn(
-            [sys.executable, "-m", "cairn.cli", "worker", "--concurrency=1", "--pool=prefork"],
+            [
+                sys.executable,
+                "-m",
+                "cairn.cli",
+                "worker",
+                f"--concurrency={args.concurrency}",
+                "--pool=prefork",
+            ],
             env,
             workdir / "worker.log",
         )
@@ -307,7 +325,7 @@ def profile(args: argparse.Namespace, settings: dict[str, str]) -> None:
             idle = delta(meter.read(), start)
             spy = None
             raw = workdir / "spy.txt"
-            (child,) = children(worker.pid)
+            child = children(worker.pid)[0]
             if args.py_spy:
                 spy = subprocess.Popen(
                     [
