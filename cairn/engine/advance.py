@@ -8,7 +8,8 @@ the after-commit hooks told.
 A worker's result goes through :meth:`Steps.complete`, which records it in the
 idempotency table *in the same transaction* as the advance it causes, so a trivial step
 costs one commit — one statement, when the run has not moved since the worker read it
-and the decision only dispatches (the store's ``complete_step``).
+and the decision only dispatches (the store's ``complete_step``), and one commit for
+siblings finishing together in this process (:mod:`cairn.engine.optimistic`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from cairn.decider.children import child_run_id
 from cairn.engine.heads import RunHeads
 from cairn.engine.hooks import AfterCommit, log_finish, tell
 from cairn.engine.inputs import check_input, child_link, child_refused, new_run
+from cairn.engine.optimistic import Completion, Keep, OneStatement, Pending
 from cairn.engine.outbox import Outbox, with_outbox_ids
 from cairn.engine.plan import Plan, Planner, result_values
 from cairn.engine.reads import AUDIT_ONLY, Reads, Restored, restore
@@ -64,22 +66,6 @@ ANY_FENCE = 2**31 - 1
 
 
 @dataclass
-class Completion:
-    """What became of a worker's result."""
-
-    recorded: bool
-    reason: str = ""
-    decision: Decision | None = None
-    # The message its worker keeps to run next itself (see ``keep``), not published.
-    kept: NodeMessage | None = None
-
-
-# Given a committed step's messages, the one its worker runs next itself (None: publish
-# them all). The kept message's outbox row stays unsent: the relay's doorbell if it dies.
-Keep = Callable[[Sequence[NodeMessage]], NodeMessage | None]
-
-
-@dataclass
 class Advanced:
     """A step written, not yet committed: its decision, the messages to publish once it
     commits, and the inbox entries (id, run) it posted for other runs."""
@@ -87,32 +73,6 @@ class Advanced:
     decision: Decision
     messages: list[NodeMessage]
     posted: list[tuple[int, str]] = field(default_factory=list)
-
-
-# One-statement completions a step tries before the locking path, while other processes
-# keep moving its run (each try after the first plans on the run as the lost try's
-# statement found it on PostgreSQL, or as read again): each lost try means another step
-# of the run committed, so a fan-out's branches spread over a few processes all get
-# through within a try per sibling.
-OPTIMISTIC_TRIES = 8
-
-
-@dataclass(frozen=True)
-class _Moved:
-    """A one-statement completion found the run moved since its read: the run as it is
-    now, when the statement said (else it is read again)."""
-
-    now: Restored | None
-
-
-@dataclass
-class _Committed:
-    """A one-statement completion committed: told to the world once the run's lock is
-    let go."""
-
-    completion: Completion
-    plan: Plan
-    outbox_ids: dict[tuple[str, int, str], int]
 
 
 class _Discard(Exception):  # control flow: rolls the transaction back
@@ -133,7 +93,10 @@ class Steps:
         self.outbox = outbox
         self.reads = reads
         self.hooks = hooks
-        self.heads = RunHeads()
+        self.heads: RunHeads[Pending] = RunHeads()
+        self.optimistic = OneStatement(
+            self.store, self.registry, planner, outbox, heads=self.heads, told=self.committed_plan
+        )
 
     # -- an event ----------------------------------------------------------------------
 
@@ -208,14 +171,13 @@ class Steps:
         (``fence``) another worker has taken over since. ``known`` is the run as the
         worker read it before running: if the run has not moved since, the whole
         completion is one statement where the backend has one — planned on the step a
-        sibling branch committed here since, if one did, and on the run as it is now if
-        another process moved it (a few times); otherwise the run is locked and read
-        again. ``keep``: what the worker runs next itself, unpublished.
+        sibling branch committed here since, if one did, written with the siblings
+        finishing with it here, and on the run as it is now if another process moved it
+        (a few times); otherwise the run is locked and read again. ``keep``: what the
+        worker runs next itself, unpublished.
         """
         if known is not None:
-            completion = self._complete_optimistic(
-                message, outcome, worker, known, fence, keep=keep
-            )
+            completion = self.optimistic.complete(message, outcome, worker, known, fence, keep=keep)
             if completion is not None:
                 return completion
         key = message.key
@@ -294,80 +256,6 @@ class Steps:
             return Completion(False, discard.decision.ignored or "", discard.decision)
         self.after_commit(advanced)
         return Completion(True, decision=advanced.decision)
-
-    def _complete_optimistic(
-        self,
-        message: NodeMessage,
-        outcome: NodeOutcome,
-        worker: str,
-        known: Restored,
-        fence: int,
-        *,
-        keep: Keep | None,
-    ) -> Completion | None:
-        """The one-statement completion, under the run's lock of this process (see
-        :mod:`cairn.engine.heads`), tried again on the run as it is now when it moved
-        (another process's step): at most OPTIMISTIC_TRIES statements. None means: take
-        the locking path."""
-        with self.heads.holding(message.run_id):
-            known = self.heads.latest(known)
-            for _try in range(OPTIMISTIC_TRIES):
-                done = self._complete_unmoved(message, outcome, worker, known, fence)
-                if not isinstance(done, _Moved):
-                    break
-                reread = done.now or self._reread(message.key, known)
-                if reread is None:
-                    return None
-                known = reread
-            else:
-                return None
-        if isinstance(done, _Committed):
-            kept = self.committed_plan(message.run_id, done.plan, done.outbox_ids, keep)
-            return replace(done.completion, kept=kept)
-        return done
-
-    def _reread(self, key: ExecutionKey, known: Restored) -> Restored | None:
-        """The run as it is now, with its cached state (None: not cached, for the locking
-        path to restore)."""
-        with self.store.statements() as tx:
-            execution, row = tx.execution_and_run(key)
-        if row is None or row.state is None:
-            return None
-        db_now = execution.db_now if execution is not None else None
-        return Restored(row, RunState.from_dict(row.state), db_now or known.now())
-
-    def _complete_unmoved(
-        self, message: NodeMessage, outcome: NodeOutcome, worker: str, known: Restored, fence: int
-    ) -> Completion | _Committed | _Moved | None:
-        """The store's one-step completion, when the decision only dispatches: it records
-        the result and writes the step if the run is where the worker left it. None
-        means: take the locking path."""
-        definition = self.registry.get(message.workflow, message.version)
-        event = replace(outcome.event, at=known.now())
-        decision, plan = self.planner.plan(
-            known.row, definition, known.state, event, cached=known.cached
-        )
-        if plan is None or plan.writes_other_rows:
-            return None
-        sent = self.outbox.sent.drain()
-        with self.store.statements(writes=True) as tx:
-            done = tx.complete_step(
-                message.key,
-                attempt=message.attempt,
-                fence=fence,
-                known_seq=known.row.last_seq,
-                result=result_values(outcome, worker),
-                writes=self.planner.writes(plan, event, sent),
-            )
-        if not (done.checked and done.finished):
-            self.outbox.sent.add(sent)  # nothing was written, the marks included
-            if not done.checked:
-                return _Moved(_restored(done.moved))
-            return Completion(
-                False, f"a result for {message.key} attempt {message.attempt} is already recorded"
-            )
-        self.heads.committed(known, plan.run, decision.state)
-        return _Committed(Completion(True, decision=decision), plan, done.outbox_ids)
 
     # -- history -----------------------------------------------------------------------
 
@@ -584,12 +472,3 @@ class Steps:
         except (UnknownWorkflow, InvalidInput) as exc:
             return str(exc)
         return definition, payload
-
-
-def _restored(moved: tuple[RunRecord, float] | None) -> Restored | None:
-    """The run a completion found moved, as it is now, when its state is cached (else the
-    locking path restores it)."""
-    if moved is None:
-        return None
-    row, db_now = moved
-    return None if row.state is None else Restored(row, RunState.from_dict(row.state), db_now)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from cairn.engine.code_faults import CodeFaultBook, CodeMissing
 from cairn.engine.heads import RunHeads
@@ -61,7 +62,9 @@ class Executions:
     The fenced writes a running node makes are handed out as parts of their own:
     ``checkpoints``, ``model_calls``, and the worker's ``code_faults``."""
 
-    def __init__(self, store: Store, registry: Registry, heads: RunHeads | None = None) -> None:
+    def __init__(
+        self, store: Store, registry: Registry, heads: RunHeads[Any] | None = None
+    ) -> None:
         self.store, self.registry = store, registry
         # The states this process's own steps left (shared with its write path).
         self.heads = heads or RunHeads()

@@ -6,11 +6,12 @@ A worker reads its run before it runs a node; the one-statement completion
 (``complete_step``) is conditional on the run being still at that read's ``last_seq``.
 Branches of a fan-out read the same ``last_seq`` and finish together: the first commits,
 and each other's statement finds the run moved. Here they queue on the run's lock
-instead (a step's plan and one statement long), and each plans on the head the one
-before it committed — the run exactly as the database now has it, unless another
-process moved it meanwhile, which the statement's condition still catches (then the
-run as that statement found it is planned on: :meth:`cairn.engine.advance.Steps.complete`).
-The database stays the arbiter; this only spares it conflicts it would refuse.
+instead, and whoever takes it next takes every completion queued meanwhile, to plan each
+on the one before and write them together (:mod:`cairn.engine.optimistic`) — on the head
+the last step committed here left: the run exactly as the database now has it, unless
+another process moved it meanwhile, which the statement's condition still catches (then
+the run as that statement found it is planned on). The database stays the arbiter; this
+only spares it conflicts it would refuse, and commits it would make one by one.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Generic, TypeVar
 
 from cairn.engine.reads import Restored
 from cairn.model.outcomes import RunWrite
@@ -29,6 +31,8 @@ from cairn.model.state import RunState
 # Heads kept, the least recently committed forgotten first: a forgotten head costs a
 # conflict and a read, never a wrong step.
 HEADS_KEPT = 4096
+
+Queued = TypeVar("Queued")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,32 +53,83 @@ class _Head:
         """Whether the step left the state on the row."""
         return self.run.state_json is not None
 
+    @classmethod
+    def of_step(cls, known: Restored, run: RunWrite, state: RunState) -> _Head:
+        """The head a step planned on ``known`` leaves, writing ``run``."""
+        row = known.row
+        return cls(
+            state,
+            run,
+            row.finished_at if run.finished_at is None else run.finished_at,
+            row.snapshot_seq if run.snapshot_seq is None else run.snapshot_seq,
+            row.snapshot_at if run.snapshot_at is None else run.snapshot_at,
+        )
 
-class RunHeads:
-    """Per run: a lock for completing its steps, and the head its last one left."""
+    def restored(self, known: Restored) -> Restored:
+        """``known`` moved to this head: the row's other columns (priority, webhook, ...)
+        from ``known``, the step's from the head."""
+        run = self.run
+        row = replace(
+            known.row,
+            status=run.status,
+            last_seq=run.last_seq,
+            updated_at=run.updated_at,
+            current=run.current,
+            reason=run.reason,
+            state=None,
+            finished_at=self.finished_at,
+            snapshot_seq=self.snapshot_seq,
+            snapshot_at=self.snapshot_at,
+        )
+        return replace(known, row=row, state=self.state, row_cached=self.cached)
+
+
+@dataclass
+class _RunLock(Generic[Queued]):
+    """A run's lock, the completions queued for it and how many threads want it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    queued: list[Queued] = field(default_factory=list)
+    wanted: int = 0
+
+
+class RunHeads(Generic[Queued]):
+    """Per run: a lock for completing its steps, the completions queued for it, and the
+    head its last step left."""
 
     def __init__(self, kept: int = HEADS_KEPT) -> None:
         self._kept = kept
         self._heads: OrderedDict[str, _Head] = OrderedDict()
-        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+        self._locks: dict[str, _RunLock[Queued]] = {}
         self._guard = threading.Lock()
 
     @contextmanager
-    def holding(self, run_id: str) -> Iterator[None]:
-        """The run's lock, for a completion's plan and statement."""
+    def taking(self, run_id: str, item: Queued) -> Iterator[list[Queued]]:
+        """Queue ``item`` for the run's lock, and hold the lock: yields what was queued and
+        not yet taken — ``item`` among them, unless a holder before took it (and
+        settles it): then whatever was queued after it, possibly nothing."""
         with self._guard:
-            lock, holders = self._locks.get(run_id, (threading.Lock(), 0))
-            self._locks[run_id] = (lock, holders + 1)
+            entry = self._locks.get(run_id)
+            if entry is None:
+                entry = self._locks[run_id] = _RunLock()
+            entry.queued.append(item)
+            entry.wanted += 1
         try:
-            with lock:
-                yield
+            with entry.lock:
+                with self._guard:
+                    taken, entry.queued = entry.queued, []
+                yield taken
         finally:
             with self._guard:
-                lock, holders = self._locks[run_id]
-                if holders == 1:
+                entry.wanted -= 1
+                if entry.wanted == 0:
                     del self._locks[run_id]
-                else:
-                    self._locks[run_id] = (lock, holders - 1)
+
+    def waiting(self, run_id: str) -> int:
+        """Completions of the run queued and not yet taken."""
+        with self._guard:
+            entry = self._locks.get(run_id)
+            return 0 if entry is None else len(entry.queued)
 
     def state_at(self, run_id: str, last_seq: int) -> RunState | None:
         """The state this process's last step of the run left, if the run is still
@@ -88,27 +143,18 @@ class RunHeads:
         return head.state if head is not None and head.last_seq == last_seq else None
 
     def latest(self, known: Restored) -> Restored:
-        """``known`` (a worker's read), or the head committed here since, if newer: the
-        row's other columns (priority, webhook, ...) from the read, the step's from the
-        head."""
+        """``known`` (a worker's read), or the head committed here since, if newer."""
         with self._guard:
             head = self._heads.get(known.row.id)
         if head is None or head.last_seq <= known.row.last_seq:
             return known
-        run = head.run
-        row = replace(
-            known.row,
-            status=run.status,
-            last_seq=run.last_seq,
-            updated_at=run.updated_at,
-            current=run.current,
-            reason=run.reason,
-            state=None,
-            finished_at=head.finished_at,
-            snapshot_seq=head.snapshot_seq,
-            snapshot_at=head.snapshot_at,
-        )
-        return replace(known, row=row, state=head.state, row_cached=head.cached)
+        return head.restored(known)
+
+    @staticmethod
+    def after(known: Restored, run: RunWrite, state: RunState) -> Restored:
+        """The run as a step planned on ``known`` leaves it, writing ``run`` and leaving
+        ``state`` — what the step after it is planned on, before either commits."""
+        return _Head.of_step(known, run, state).restored(known)
 
     def committed(self, known: Restored, run: RunWrite, state: RunState) -> None:
         """A step committed on ``known`` (the run as it was planned on), writing the row
@@ -118,13 +164,7 @@ class RunHeads:
             if run.status.terminal:
                 self._heads.pop(row.id, None)
                 return
-            self._heads[row.id] = _Head(
-                state,
-                run,
-                row.finished_at if run.finished_at is None else run.finished_at,
-                row.snapshot_seq if run.snapshot_seq is None else run.snapshot_seq,
-                row.snapshot_at if run.snapshot_at is None else run.snapshot_at,
-            )
+            self._heads[row.id] = _Head.of_step(known, run, state)
             self._heads.move_to_end(row.id)
             while len(self._heads) > self._kept:
                 self._heads.popitem(last=False)

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from cairn.config import Settings
 from cairn.decider import Decision
-from cairn.engine.advance import Completion
+from cairn.engine.optimistic import Completion
 from cairn.model.definition import AnyNode, ErrorClass, TaskNode
 from cairn.model.events import Event, NodeFailed, NodeHeld, stamped
 from cairn.model.messages import NodeMessage

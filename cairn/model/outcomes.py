@@ -91,3 +91,18 @@ class StepWrites:
     @property
     def at(self) -> float:
         return float(self.event["at"])
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """A worker's result for one execution and the step it leads to, as a completion
+    writes it: the execution (``key``, ``attempt``) and the claim it ran under
+    (``fence``), the run's seq the step was planned on (``known_seq``), the result's
+    columns, and the step's writes."""
+
+    key: ExecutionKey
+    attempt: int
+    fence: int
+    known_seq: int
+    result: Mapping[str, Any]
+    writes: StepWrites

@@ -29,7 +29,7 @@ from psycopg.types.json import Jsonb
 
 from cairn.errors import StoreError
 from cairn.faults import fault_point
-from cairn.model.outcomes import StepWrites
+from cairn.model.outcomes import StepResult, StepWrites
 from cairn.store.records import RunRecord, StepCompletion
 
 EXECUTION_AND_RUN = """
@@ -381,6 +381,54 @@ def complete_step(
     if not row.checked and row.id is not None:
         moved = (RunRecord.of(row), float(row.db_now))
     return StepCompletion(bool(row.checked), bool(row.finished), _outbox_ids(row), moved)
+
+
+# COMPLETE_STEP for a step completed with its siblings: all of them or none, so one that
+# is not written fails the transaction — the ones after it were planned on it.
+COMPLETE_STEP_TOGETHER = (
+    COMPLETE_STEP
+    + """
+WHERE CASE WHEN (SELECT count(*) FROM done) = 1 THEN true ELSE cairn_refuse(
+  'run ' || %(run_id)s::text || ', node ' || %(node)s::text
+  || ': its step, completed with its siblings, is not where it was planned') = 0 END
+"""
+)
+_OPEN = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
+
+
+def complete_steps(
+    connection: Connection[Any], steps: Sequence[StepResult]
+) -> list[StepCompletion]:
+    """COMPLETE_STEP_TOGETHER for each of ``steps`` (one run's, each planned on the one
+    before) in one transaction on an autocommit connection, pipelined: sent together,
+    answered together — one round trip and one commit for them all, or none of them
+    (:meth:`cairn.store.steps.StepsTx.complete_steps`)."""
+    _require_autocommit(connection)
+    cursors = []
+    try:
+        with connection.pipeline():
+            connection.execute("BEGIN", prepare=False)
+            for step in steps:
+                params = {
+                    **_result_params(step.key.params(), step.attempt, step.fence, step.result),
+                    "known_seq": step.known_seq,
+                    **_step_params(step.writes),
+                }
+                cursor = connection.cursor(row_factory=namedtuple_row)
+                cursor.execute(COMPLETE_STEP_TOGETHER, params, prepare=True)
+                cursors.append(cursor)
+            connection.execute("COMMIT", prepare=False)
+        rows: list[Any] = [cursor.fetchone() for cursor in cursors]
+    except BaseException:
+        # A refused statement leaves the transaction open (and aborted); a lost
+        # connection has none to end — what it raised is what the caller hears.
+        if connection.info.transaction_status in _OPEN:
+            connection.rollback()
+        raise
+    finally:
+        for cursor in cursors:
+            cursor.close()
+    return [StepCompletion(True, True, _outbox_ids(row)) for row in rows]
 
 
 def submit_run(

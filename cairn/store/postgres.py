@@ -15,7 +15,7 @@ from sqlalchemy import Engine, Select, func, select, text
 from sqlalchemy.dialects import postgresql
 
 from cairn.model.keys import ExecutionKey
-from cairn.model.outcomes import StepWrites
+from cairn.model.outcomes import StepResult, StepWrites
 from cairn.store import fastpath
 from cairn.store.database import autocommit_twin
 from cairn.store.definitions import VisibleWorkflow
@@ -115,6 +115,9 @@ class PostgresTx(Tx):
             result=result,
             writes=writes,
         )
+
+    def complete_steps(self, steps: Sequence[StepResult]) -> list[StepCompletion]:
+        return fastpath.complete_steps(self._driver(), steps)
 
     def finish_and_lock(
         self, key: ExecutionKey, attempt: int, fence: int, values: Mapping[str, Any]

@@ -16,13 +16,15 @@ from sqlalchemy import insert, select, update
 from cairn.errors import StaleTransition
 from cairn.faults import fault_point
 from cairn.model.keys import ExecutionKey
-from cairn.model.outcomes import StepWrites
+from cairn.model.outcomes import StepResult, StepWrites
 from cairn.store.clauses import unfinished, where
 from cairn.store.executions import ExecutionsTx
 from cairn.store.messages import MessagesTx
 from cairn.store.records import ExecutionHead, RunRecord, StepCompletion, outbox_ids
 from cairn.store.runs import RunsTx
 from cairn.store.schema import events, executions, outbox, runs, snapshots
+
+_NOT_TOGETHER = "{key}: its step, completed with its siblings, is not where it was planned"
 
 
 class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
@@ -98,6 +100,27 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
         if not self.connection.execute(finish).rowcount:
             return StepCompletion(True, False, {})
         return StepCompletion(True, True, outbox_ids(writes, self.write_step(key.run_id, writes)))
+
+    def complete_steps(self, steps: Sequence[StepResult]) -> list[StepCompletion]:
+        """Steps of one run completed together, each planned on the one before it (its
+        ``known_seq`` the seq the one before writes), all or none: each as
+        :meth:`complete_step`, in order — and if one is not written (the run moved, or
+        its result is on record), StaleTransition, and this transaction with it. On
+        PostgreSQL one round trip and one commit for them all."""
+        done: list[StepCompletion] = []
+        for step in steps:
+            completion = self.complete_step(
+                step.key,
+                attempt=step.attempt,
+                fence=step.fence,
+                known_seq=step.known_seq,
+                result=step.result,
+                writes=step.writes,
+            )
+            if not (completion.checked and completion.finished):
+                raise StaleTransition(_NOT_TOGETHER.format(key=step.key))
+            done.append(completion)
+        return done
 
     def finish_and_lock(
         self, key: ExecutionKey, attempt: int, fence: int, values: Mapping[str, Any]

@@ -16,7 +16,7 @@ import pytest
 
 from cairn.errors import StaleTransition, StoreRefused
 from cairn.model.keys import Claim, ExecutionKey
-from cairn.model.outcomes import RunWrite, StepWrites
+from cairn.model.outcomes import RunWrite, StepResult, StepWrites
 from cairn.model.statuses import ExecutionStatus, RunStatus
 from cairn.store.records import (
     Intent,
@@ -32,6 +32,7 @@ from cairn.testing.store_rows import (
     result,
     seq_and_events,
     started,
+    step_to,
     the_effect,
     the_execution,
     the_run,
@@ -362,6 +363,53 @@ class StoreContract:
         assert (done.checked, done.finished, done.moved) == (True, True, None)
         assert list(done.outbox_ids) == [("third", 1, "run")]
         assert seq_and_events(store, run_id) == (3, [1, 2, 3])
+
+    def test_steps_completed_together_are_written_all_or_none(self, store: Store) -> None:
+        run_id, key, at = started(store)
+        with store.transaction() as tx:  # a second execution beside the first: siblings
+            tx.write_step(run_id, next_step(run_id, at, seq=2, attempt=1, node="other"))
+        other = ExecutionKey(run_id, "other", 1, "run")
+
+        def together(known_seq: int) -> list[StepResult]:
+            """The two results, the second planned on the step of the first."""
+            seq = known_seq + 1
+            return [
+                StepResult(key, 1, 1, known_seq, result(), step_to(run_id, at, seq, "third")),
+                StepResult(other, 1, 1, seq, result(), step_to(run_id, at, seq + 1, "fourth")),
+            ]
+
+        # Planned on seq 1, but the run is at 2: the first is not written, and the second
+        # — which would find the run at the seq it was planned on — is not either.
+        with pytest.raises(StaleTransition), store.statements(writes=True) as tx:
+            tx.complete_steps(together(1))
+        assert seq_and_events(store, run_id) == (2, [1, 2])
+        with store.statements(writes=True) as tx:
+            done = tx.complete_steps(together(2))
+        assert [(d.checked, d.finished) for d in done] == [(True, True), (True, True)]
+        assert [list(d.outbox_ids) for d in done] == [[("third", 1, "run")], [("fourth", 1, "run")]]
+        assert seq_and_events(store, run_id) == (4, [1, 2, 3, 4])
+        with store.reading() as tx:
+            assert {the_execution(tx, k).status for k in (key, other)} == {"succeeded"}
+
+    def test_steps_completed_together_one_of_which_is_on_record_are_not_written(
+        self, store: Store
+    ) -> None:
+        run_id, key, at = started(store)
+        with store.transaction() as tx:
+            tx.write_step(run_id, next_step(run_id, at, seq=2, attempt=1, node="other"))
+        other = ExecutionKey(run_id, "other", 1, "run")
+        with store.transaction() as tx:  # the second's result is recorded already
+            tx.finish_and_lock(other, 1, 1, result())
+        steps = [
+            StepResult(key, 1, 1, 2, result(), step_to(run_id, at, 3, "third")),
+            StepResult(other, 1, 1, 3, result(), step_to(run_id, at, 4, "fourth")),
+        ]
+        with pytest.raises(StaleTransition), store.statements(writes=True) as tx:
+            tx.complete_steps(steps)
+        assert seq_and_events(store, run_id) == (2, [1, 2])
+        with store.reading() as tx:
+            assert the_execution(tx, key).status == "scheduled"  # the first went with it
+            assert tx.execution(ExecutionKey(run_id, "third", 1, "run")) is None
 
     def test_only_an_unfinished_or_failed_execution_is_held(self, store: Store) -> None:
         _run_id, key, _at = started(store)

@@ -90,6 +90,11 @@ def next_step(run_id: str, at: float, *, seq: int, attempt: int, node: str = NOD
     )
 
 
+def step_to(run_id: str, at: float, seq: int, node: str) -> StepWrites:
+    """Event ``seq``, dispatching a first attempt of ``node``."""
+    return next_step(run_id, at, seq=seq, attempt=1, node=node)
+
+
 def seq_and_events(store: Store, run_id: str) -> tuple[int, list[int]]:
     with store.reading() as tx:
         return the_run(tx, run_id).last_seq, [e.seq for e in tx.events_after(run_id, 0)]

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cairn.engine.advance import Completion
+from cairn.engine.optimistic import Completion
 from cairn.model.definition import ErrorClass
 from cairn.observe.sentry import report_failure
 from cairn.reconnect import is_outage

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cairn.engine.advance import Completion, Keep
 from cairn.engine.executions import Begun, Executions, Skip
+from cairn.engine.optimistic import Completion, Keep
 from cairn.engine.outbox import SentMarks
 from cairn.engine.reads import Restored
 from cairn.engine.recovery import RecoveryPolicy

@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 from cairn import clock
 from cairn.config import Settings
-from cairn.engine.advance import Completion
 from cairn.engine.code_faults import CodeMissing
+from cairn.engine.optimistic import Completion
 from cairn.engine.rates import Rates
 from cairn.engine.recovery import RecoveryPolicy
 from cairn.engine.slots import SlotGate

@@ -1,12 +1,14 @@
 """Branches of a fan-out that finish together: every result commits, and the join fires
-once — whether the siblings complete in one process (they queue on the run's lock and
-each plans on the step the one before committed) or in two (the one-statement
-completion finds the run moved and tries again on the run read anew). On PostgreSQL,
-and on the embedded default's SQLite."""
+once — whether the siblings complete in one process (they queue on the run's lock, and
+whoever takes it writes those queued together, each planned on the one before) or in two
+(the one-statement completion finds the run moved and tries again on the run read anew).
+On PostgreSQL, and on the embedded default's SQLite."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -134,3 +136,111 @@ def test_siblings_finishing_together_all_commit_and_the_join_fires_once(
         assert sorted(rows) == sorted(
             [(name, 1, "succeeded") for name in ["first", *_NAMES, "after"]]
         )
+
+
+def test_siblings_queued_in_one_process_are_written_together(
+    processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, _two = processes
+    heads = one.orchestrator.steps.heads
+    tx_class = type(one.store).tx_class
+    groups: list[int] = []
+    complete_steps = tx_class.complete_steps
+
+    def counted(self: Any, steps: Any) -> Any:
+        groups.append(len(steps))
+        return complete_steps(self, steps)
+
+    monkeypatch.setattr(tx_class, "complete_steps", counted)
+    # The first branch to take the run's lock writes its step only once the seven others
+    # are queued behind it: whoever takes the lock next takes them all.
+    complete_step = tx_class.complete_step
+    holding = {"armed": False}
+
+    def held_first(self: Any, key: Any, **kwargs: Any) -> Any:
+        if holding["armed"]:
+            holding["armed"] = False
+            deadline = time.monotonic() + 30
+            while heads.waiting(key.run_id) < BRANCHES - 1:
+                assert time.monotonic() < deadline, "the siblings did not queue"
+                time.sleep(0.005)
+        return complete_step(self, key, **kwargs)
+
+    monkeypatch.setattr(tx_class, "complete_step", held_first)
+    run_id = one.orchestrator.submit("siblings", {})
+    (first,) = taken(one, "first")
+    assert str(one.runner.run(first.to_dict())) == "committed"
+    holding["armed"] = True
+    branches = taken(one, "b")
+    assert _run_together([(one, m) for m in branches]) == ["committed"] * BRANCHES
+    assert groups == [BRANCHES - 1]
+    (after,) = taken(one, "after")  # the join, once: dispatched by the last written
+    assert str(one.runner.run(after.to_dict())) == "committed"
+    view = one.orchestrator.get_run(run_id)
+    assert view.status is RunStatus.SUCCEEDED
+    assert view.state is not None
+    assert {name: view.state.vars[name] for name in _NAMES} == dict.fromkeys(_NAMES, 1)
+    events = one.orchestrator.events(run_id)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert sorted(e["data"]["node"] for e in events if e["type"] == "node_succeeded") == sorted(
+        ["first", *_NAMES, "after"]
+    )
+
+
+def test_siblings_written_together_on_a_run_moved_meanwhile_are_each_written_alone(
+    processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = processes
+    heads = one.orchestrator.steps.heads
+    tx_class = type(one.store).tx_class
+    run_id = one.orchestrator.submit("siblings", {})
+    (first,) = taken(one, "first")
+    assert str(one.runner.run(first.to_dict())) == "committed"
+    *here, elsewhere = taken(one, "b")
+    attempts: list[int] = []
+    complete_steps = tx_class.complete_steps
+
+    def counted(self: Any, steps: Any) -> Any:
+        attempts.append(len(steps))
+        return complete_steps(self, steps)
+
+    monkeypatch.setattr(tx_class, "complete_steps", counted)
+    optimistic = one.orchestrator.steps.optimistic
+    plans = optimistic._plans
+
+    def moved_once_planned(taken: Any) -> Any:
+        # Planned and about to be written: the other process's sibling commits first.
+        planned = plans(taken)
+        if len(planned) > 1 and not attempts:
+            monkeypatch.setattr(sys.modules[__name__], "GATE", threading.Barrier(1))
+            assert _run_together([(two, elsewhere)]) == ["committed"]
+        return planned
+
+    monkeypatch.setattr(optimistic, "_plans", moved_once_planned)
+    complete_step = tx_class.complete_step
+    holding = {"armed": True}
+
+    def held_first(self: Any, key: Any, **kwargs: Any) -> Any:
+        if holding["armed"]:
+            holding["armed"] = False
+            deadline = time.monotonic() + 30
+            while heads.waiting(key.run_id) < len(here) - 1:
+                assert time.monotonic() < deadline, "the siblings did not queue"
+                time.sleep(0.005)
+        return complete_step(self, key, **kwargs)
+
+    monkeypatch.setattr(tx_class, "complete_step", held_first)
+    monkeypatch.setattr(sys.modules[__name__], "GATE", threading.Barrier(len(here), timeout=30))
+    # Six of the seven here are planned together, refused whole (the run moved), and
+    # then each written alone on the run as it is now: all commit, the join fires once.
+    results = _run_together([(one, m) for m in here])
+    assert results == ["committed"] * len(here)
+    assert attempts == [len(here) - 1]
+    (after,) = taken(one, "after") + taken(two, "after")
+    assert str(one.runner.run(after.to_dict())) == "committed"
+    view = one.orchestrator.get_run(run_id)
+    assert view.status is RunStatus.SUCCEEDED
+    events = one.orchestrator.events(run_id)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    succeeded = [e["data"]["node"] for e in events if e["type"] == "node_succeeded"]
+    assert sorted(succeeded) == sorted(["first", *_NAMES, "after"])

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from cairn.engine.advance import Completion, Keep
+from cairn.engine.optimistic import Completion, Keep
 from cairn.faults import fault_point
 from cairn.model.events import NodeCancelled, NodeFailed, NodeSucceeded
 from cairn.model.messages import NodeMessage

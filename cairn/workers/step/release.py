@@ -10,7 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from cairn import clock
-from cairn.engine.advance import Completion
+from cairn.engine.optimistic import Completion
 from cairn.lease.port import Lease
 from cairn.lease.waits import delivered
 from cairn.workers.cache import invalidate

@@ -1,0 +1,313 @@
+"""A worker's result recorded the optimistic way: with the step it leads to, in one
+statement conditional on the run being where the worker read it (the store's
+``complete_step``) — and siblings finishing together in this process in one transaction.
+
+Completions of one run queue on its lock (:meth:`cairn.engine.heads.RunHeads.taking`).
+Whoever takes the lock takes every completion queued meanwhile and plans each on the one
+before it, from the head the run's last step here left: a fan-out's branches finishing
+together on a worker's threads are written together (``complete_steps``: one round trip
+and one commit on PostgreSQL) instead of queueing for a statement each. A completion that
+cannot go with the others — the run moved, its result is on record, a decision that
+writes rows besides the step's own — is tried on its own, as before: again on the run as
+its statement found it (or as read anew) when another process moved the run, a few
+times; then the caller takes the locking path.
+
+What a completion tells the world — the hooks, its messages, the one its worker keeps to
+run next — is told once the run's lock is let go, by the thread that wrote it, in the
+order the steps were written; each waiting thread then has its answer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from cairn.decider import Decision
+from cairn.engine.heads import RunHeads
+from cairn.engine.outbox import Outbox
+from cairn.engine.plan import Plan, Planner, result_values
+from cairn.engine.reads import Restored
+from cairn.engine.registry import Registry
+from cairn.errors import StaleTransition
+from cairn.model.events import Event
+from cairn.model.keys import ExecutionKey
+from cairn.model.messages import NodeMessage
+from cairn.model.outcomes import NodeOutcome, StepResult
+from cairn.model.state import RunState
+from cairn.store.records import RunRecord
+from cairn.store.sql import Store
+
+
+@dataclass
+class Completion:
+    """What became of a worker's result."""
+
+    recorded: bool
+    reason: str = ""
+    decision: Decision | None = None
+    # The message its worker keeps to run next itself (see ``keep``), not published.
+    kept: NodeMessage | None = None
+
+
+# Given a committed step's messages, the one its worker runs next itself (None: publish
+# them all). The kept message's outbox row stays unsent: the relay's doorbell if it dies.
+Keep = Callable[[Sequence[NodeMessage]], NodeMessage | None]
+
+# Once a plan the store wrote in one statement has committed: tell the hooks, publish its
+# messages but the one ``keep`` takes (returned).
+Told = Callable[[str, Plan, Mapping[tuple[str, int, str], int], Keep | None], NodeMessage | None]
+
+# One-statement completions a step tries on its own before the locking path, while other
+# processes keep moving its run (each try after the first plans on the run as the lost
+# try's statement found it on PostgreSQL, or as read again): each lost try means another
+# step of the run committed, so a fan-out's branches spread over a few processes all get
+# through within a try per sibling.
+OPTIMISTIC_TRIES = 8
+
+
+@dataclass(frozen=True)
+class _Moved:
+    """A one-statement completion found the run moved since its read: the run as it is
+    now, when the statement said (else it is read again)."""
+
+    now: Restored | None
+
+
+@dataclass
+class _Committed:
+    """A step written: told to the world once the run's lock is let go."""
+
+    decision: Decision
+    plan: Plan
+    outbox_ids: dict[tuple[str, int, str], int]
+
+
+@dataclass
+class Pending:
+    """A worker's result queued for its run's lock, until its answer is settled."""
+
+    message: NodeMessage
+    outcome: NodeOutcome
+    worker: str
+    known: Restored
+    fence: int
+    keep: Keep | None
+    # Written (to be told), refused (a Completion), or None: the locking path.
+    settled: _Committed | Completion | None = None
+    error: BaseException | None = None
+    answered: threading.Event = field(default_factory=threading.Event)
+
+    def answer(self) -> Completion | None:
+        self.answered.wait()
+        if self.error is not None:
+            raise self.error
+        if isinstance(self.settled, _Committed):  # written, its telling cut short
+            return Completion(True, decision=self.settled.decision)
+        return self.settled
+
+
+@dataclass
+class _Planned:
+    pending: Pending
+    known: Restored  # the run the step is planned on
+    event: Event
+    decision: Decision
+    plan: Plan
+
+
+class OneStatement:
+    """The optimistic completions of one process (see the module's docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        planner: Planner,
+        outbox: Outbox,
+        *,
+        heads: RunHeads[Pending],
+        told: Told,
+    ) -> None:
+        self.store, self.registry, self.planner, self.outbox = store, registry, planner, outbox
+        self.heads, self.told = heads, told
+
+    def complete(
+        self,
+        message: NodeMessage,
+        outcome: NodeOutcome,
+        worker: str,
+        known: Restored,
+        fence: int,
+        *,
+        keep: Keep | None,
+    ) -> Completion | None:
+        """Record the result and write its step, alone or with siblings queued with it.
+        None means: take the locking path."""
+        mine = Pending(message, outcome, worker, known, fence, keep)
+        settled: list[Pending] = []
+        try:
+            with self.heads.taking(message.run_id, mine) as taken:
+                settled = taken
+                self._settle(taken)
+        finally:
+            for pending in settled:
+                self._tell(pending)
+        return mine.answer()
+
+    def _settle(self, taken: list[Pending]) -> None:
+        """Under the run's lock: write the completions taken, together as far as they
+        go, the rest one by one. What fails one is its own thread's to hear; what fails
+        the lot (the database gone) each unsettled one's."""
+        try:
+            together = self._together(taken) if len(taken) > 1 else 0
+            for pending in taken[together:]:
+                try:
+                    pending.settled = self._alone(pending)
+                except Exception as failed:
+                    pending.error = failed
+        except BaseException as failed:
+            for pending in taken:
+                if pending.settled is None and pending.error is None:
+                    pending.error = failed
+            if not isinstance(failed, Exception):
+                raise
+
+    def _tell(self, pending: Pending) -> None:
+        """Once the run's lock is let go: tell the world of a written step (its messages
+        published but the one its worker keeps), and answer its thread."""
+        try:
+            written = pending.settled
+            if isinstance(written, _Committed):
+                run_id = pending.message.run_id
+                kept = self.told(run_id, written.plan, written.outbox_ids, pending.keep)
+                pending.settled = Completion(True, decision=written.decision, kept=kept)
+        except Exception as failed:
+            pending.error = failed
+        finally:
+            pending.answered.set()
+
+    # -- together ----------------------------------------------------------------------
+
+    def _together(self, taken: list[Pending]) -> int:
+        """Plan the completions taken, each on the one before, and write in one
+        transaction, all or none, the first of them that plan to nothing but their own
+        step; how many were written. Fewer than two such plans, or one of them refused
+        (the run moved, a result on record): none — each goes alone, and hears why."""
+        planned = self._plans(taken)
+        if len(planned) < 2:
+            return 0
+        sent = self.outbox.sent.drain()
+        steps = [
+            StepResult(
+                p.pending.message.key,
+                p.pending.message.attempt,
+                p.pending.fence,
+                p.known.row.last_seq,
+                result_values(p.pending.outcome, p.pending.worker),
+                self.planner.writes(p.plan, p.event, sent if index == 0 else ()),
+            )
+            for index, p in enumerate(planned)
+        ]
+        try:
+            with self.store.statements(writes=True) as tx:
+                done = tx.complete_steps(steps)
+        except StaleTransition:
+            self.outbox.sent.add(sent)  # nothing was written, the marks included
+            return 0
+        for p, completion in zip(planned, done, strict=True):
+            p.pending.settled = _Committed(p.decision, p.plan, completion.outbox_ids)
+        last = planned[-1]
+        self.heads.committed(last.known, last.plan.run, last.decision.state)
+        return len(planned)
+
+    def _plans(self, taken: list[Pending]) -> list[_Planned]:
+        """Each completion planned on the one before, from the newest the run is known
+        to be, as far as each plans to nothing but its own step."""
+        known = max(
+            (self.heads.latest(p.known) for p in taken), key=lambda restored: restored.row.last_seq
+        )
+        planned: list[_Planned] = []
+        for pending in taken:
+            definition = self.registry.get(pending.message.workflow, pending.message.version)
+            event = replace(pending.outcome.event, at=known.now())
+            decision, plan = self.planner.plan(
+                known.row, definition, known.state, event, cached=known.cached
+            )
+            if plan is None or plan.writes_other_rows:
+                break
+            planned.append(_Planned(pending, known, event, decision, plan))
+            known = self.heads.after(known, plan.run, decision.state)
+        return planned
+
+    # -- alone -------------------------------------------------------------------------
+
+    def _alone(self, pending: Pending) -> _Committed | Completion | None:
+        """The one-statement completion of one result, tried again on the run as it is
+        now when it moved (another process's step): at most OPTIMISTIC_TRIES statements.
+        None means: take the locking path."""
+        known = self.heads.latest(pending.known)
+        for _try in range(OPTIMISTIC_TRIES):
+            done = self._unmoved(pending, known)
+            if not isinstance(done, _Moved):
+                return done
+            reread = done.now or self._reread(pending.message.key, known)
+            if reread is None:
+                return None
+            known = reread
+        return None
+
+    def _reread(self, key: ExecutionKey, known: Restored) -> Restored | None:
+        """The run as it is now, with its cached state (None: not cached, for the locking
+        path to restore)."""
+        with self.store.statements() as tx:
+            execution, row = tx.execution_and_run(key)
+        if row is None or row.state is None:
+            return None
+        db_now = execution.db_now if execution is not None else None
+        return Restored(row, RunState.from_dict(row.state), db_now or known.now())
+
+    def _unmoved(
+        self, pending: Pending, known: Restored
+    ) -> _Committed | Completion | _Moved | None:
+        """The store's one-step completion, when the decision only dispatches: it records
+        the result and writes the step if the run is where it was planned on. None
+        means: take the locking path."""
+        message = pending.message
+        definition = self.registry.get(message.workflow, message.version)
+        event = replace(pending.outcome.event, at=known.now())
+        decision, plan = self.planner.plan(
+            known.row, definition, known.state, event, cached=known.cached
+        )
+        if plan is None or plan.writes_other_rows:
+            return None
+        sent = self.outbox.sent.drain()
+        with self.store.statements(writes=True) as tx:
+            done = tx.complete_step(
+                message.key,
+                attempt=message.attempt,
+                fence=pending.fence,
+                known_seq=known.row.last_seq,
+                result=result_values(pending.outcome, pending.worker),
+                writes=self.planner.writes(plan, event, sent),
+            )
+        if not (done.checked and done.finished):
+            self.outbox.sent.add(sent)  # nothing was written, the marks included
+            return _Moved(_restored(done.moved)) if not done.checked else _recorded_already(message)
+        self.heads.committed(known, plan.run, decision.state)
+        return _Committed(decision, plan, done.outbox_ids)
+
+
+def _recorded_already(message: NodeMessage) -> Completion:
+    return Completion(
+        False, f"a result for {message.key} attempt {message.attempt} is already recorded"
+    )
+
+
+def _restored(moved: tuple[RunRecord, float] | None) -> Restored | None:
+    """The run a completion found moved, as it is now, when its state is cached (else the
+    locking path restores it)."""
+    if moved is None:
+        return None
+    row, db_now = moved
+    return None if row.state is None else Restored(row, RunState.from_dict(row.state), db_now)
