@@ -80,7 +80,7 @@ class NodeRunner:
     circuits: CircuitWatch | None = None
     # Rate limits: the buckets model calls take from (None: rate limits are not kept).
     rates: Rates | None = None
-    # After a commit, run the step's only successor here rather than publish it (see
+    # After a commit, run the step's successor here rather than publish it (see
     # cairn.workers.step.continuation): a Celery worker's saving; the embedded broker's
     # queue is in memory already.
     continues: bool = False

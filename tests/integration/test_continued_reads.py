@@ -38,6 +38,14 @@ three.task("second", count, next="third")
 three.task("third", count, next="done")
 three.end("done")
 
+forked = Workflow("forked", version=1)
+forked.task("first", count, next="fan")
+forked.parallel("fan", ["left", "middle", "right"], next="after")
+for _branch in ("left", "middle", "right"):
+    forked.task(_branch, count)
+forked.task("after", count, next="done")
+forked.end("done")
+
 
 @pytest.fixture(params=["postgresql", "sqlite"])
 def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Runtime]]:
@@ -197,3 +205,39 @@ def test_a_lease_handed_on_to_a_step_an_error_keeps_from_running_is_let_go(
     assert "second" in _ran(one, run_id)  # dispatched, its outbox row unsent
     assert one.runner.leases.claims() == []  # nobody holds second: the relay may send it
     assert [node for node, _count in SEEN] == ["first"]
+
+
+def test_of_a_fork_the_first_branch_is_continued_with_and_the_others_published_first(
+    processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = processes
+    reads = _reads(one, monkeypatch)
+    run_id = one.orchestrator.submit("forked", {})
+    (first,) = taken(one, "first")
+    published: list[str] = []
+    publish = one.orchestrator.publisher.publish
+
+    def noted(messages: Any) -> bool:
+        published.extend(m.node for m in messages)
+        if "left" in [node for node, _count in SEEN]:
+            raise AssertionError("a branch ran before its siblings were published")
+        return publish(messages)
+
+    monkeypatch.setattr(one.orchestrator.publisher, "publish", noted)
+    continued: list[str] = []
+    assert str(one.runner.run(first.to_dict(), continued)) == "committed"
+    assert continued == ["left#1 committed"]  # kept: no broker round trip, no read
+    assert reads == ["first"]
+    assert published == ["middle", "right"]  # the siblings, published before it ran
+    branches = taken(one, "middle") + taken(one, "right")
+    assert [str(two.runner.run(m.to_dict())) for m in branches] == ["committed"] * 2
+    (after,) = taken(two, "after")  # the join, once, by the process that completed it
+    assert str(two.runner.run(after.to_dict())) == "committed"
+    view = one.orchestrator.get_run(run_id)
+    assert view.status is RunStatus.SUCCEEDED
+    assert sorted(node for node, _count in SEEN) == sorted(
+        ["first", "left", "middle", "right", "after"]
+    )
+    assert _ran(one, run_id) == dict.fromkeys(
+        ["first", "left", "middle", "right", "after"], (1, "succeeded")
+    )

@@ -1,6 +1,6 @@
 """Which committed step's successor a worker continues with itself (cairn.workers.step.
-continuation): only one plain task on the same queue and priority declaring no limit,
-within the chain's bounds — anything else is published as before."""
+continuation): the first plain task on the same queue and priority declaring no limit,
+within the chain's bounds — the rest, and anything else, is published as before."""
 
 from __future__ import annotations
 
@@ -65,9 +65,16 @@ def test_a_node_declaring_a_queue_or_a_limit_is_published(declared: dict[str, An
     assert _next(definition, following) is None
 
 
-def test_more_than_one_message_a_resumed_or_rowless_one_or_another_band_is_published() -> None:
+def test_of_a_forks_messages_the_first_plain_one_is_continued_with() -> None:
     definition = _chain()
-    assert _next(definition, _message("b"), _message("b", iteration=2)) is None
+    first, second = _message("b"), _message("b", iteration=2)
+    assert _next(definition, first, second) is first
+    assert _next(definition, _message("b", resumed=True), second) is second
+    assert _next(definition, _message("b", priority=3), _message("b", outbox_id=None)) is None
+
+
+def test_a_resumed_or_rowless_one_or_another_band_is_published() -> None:
+    definition = _chain()
     assert _next(definition, _message("b", resumed=True)) is None
     assert _next(definition, _message("b", outbox_id=None)) is None
     assert _next(definition, _message("b", priority=3)) is None

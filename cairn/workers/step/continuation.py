@@ -1,6 +1,8 @@
-"""After the commit: a step whose only successor is one plain task continues in the same
-worker, instead of a broker round trip — a publish, a consume, a message through the
-worker's pool pipe, all to land on a worker that could have run it now.
+"""After the commit: a step whose successors include a plain task continues with it in the
+same worker, instead of a broker round trip — a publish, a consume, a message through the
+worker's pool pipe, all to land on a worker that could have run it now. Of a fork's
+branches the first such is kept, and the others are published before it runs: they run
+on other workers meanwhile, as they would have.
 
 The next execution is run as any worker would run it, through every stage again: its
 read, its own lease and fence (admit), hold, execute, commit and release. Only its read is
@@ -82,14 +84,23 @@ def next_to_run(
     definition: WorkflowDefinition,
     messages: Sequence[NodeMessage],
 ) -> NodeMessage | None:
-    """Of a committed step's messages, the one this worker runs next itself — only when
-    it is the only one, a plain task on the same queue at the same priority declaring no
-    limit, and the chain is still within its bounds. None: publish them all."""
-    if len(messages) != 1 or not continuation.open():
+    """Of a committed step's messages, the one this worker runs next itself: the first
+    that is a plain task of the run on the same queue at the same priority declaring no
+    limit, while the chain is within its bounds. None: publish them all."""
+    if not messages or not continuation.open() or _routed_elsewhere(runner, definition, current):
         return None
-    (following,) = messages
+    return next(
+        (m for m in messages if _plain(runner, definition, current, m)),
+        None,
+    )
+
+
+def _plain(
+    runner: NodeRunner, definition: WorkflowDefinition, current: NodeMessage, following: NodeMessage
+) -> bool:
+    """Whether ``following`` is a message the broker would have nothing to decide about."""
     node = definition.nodes.get(following.node)
-    if (
+    return not (
         following.run_id != current.run_id
         or following.phase is not Phase.RUN
         or following.resumed
@@ -102,10 +113,7 @@ def next_to_run(
         or following.priority != current.priority
         or _limited(runner, definition, node)
         or runner.pauses.holds(following)
-        or _routed_elsewhere(runner, definition, current)
-    ):
-        return None
-    return following
+    )
 
 
 def _routed_elsewhere(
