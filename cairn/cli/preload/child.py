@@ -45,6 +45,9 @@ def run_command(connection: socket.socket) -> None:
         _hang_up_with(connection)
         code = _run(request)
         _log(log, f"cairn {command}: exit {code} in {time.monotonic() - started:.3f} s")
+    except KeyboardInterrupt:  # relayed once told go, before the command itself began
+        code = INTERRUPTED
+        _log(log, f"cairn {command}: interrupted as it began")
     except BaseException:  # the log says why; the command line says it was lost
         _log(log, f"cairn {command}: lost\n{traceback.format_exc()}")
     finally:

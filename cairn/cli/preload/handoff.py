@@ -57,7 +57,13 @@ def request(args: Sequence[str], environ: Mapping[str, str]) -> bytes:
 def run(path: str, args: Sequence[str]) -> int | None:
     """Run the command in the preloaded process listening at ``path``: its exit code, or
     None when none answers there — and then nothing ran, for a child runs the command
-    only once told ``go`` (the command then runs in this process)."""
+    only once told ``go`` (the command then runs in this process).
+
+    Signals are the command's from the start: one that comes before the child is known
+    is kept, and relayed once it has been told ``go`` — or, when none answers, raised
+    here again, as if it came now, for the command that then runs here."""
+    relay = _Relay()
+    previous = {signum: signal.signal(signum, relay) for signum in RELAYED}
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.settimeout(ANSWER_S)
     try:
@@ -70,19 +76,38 @@ def run(path: str, args: Sequence[str]) -> int | None:
         connection.sendall(b"go\n")
     except (OSError, ValueError, KeyError, TypeError):
         connection.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for kept in relay.pending:
+            signal.raise_signal(kept)
         return None
+    relay.to(child)
     connection.settimeout(None)
     with connection:
-        return _follow(child, answers)
+        return _follow(answers)
 
 
-def _follow(child: int, answers: BinaryIO) -> int:
-    def relay(signum: int, _frame: object) -> None:
+class _Relay:
+    """Signals for the child that runs the command: kept until it is known."""
+
+    def __init__(self) -> None:
+        self.child: int | None = None
+        self.pending: list[int] = []
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        if self.child is None:
+            self.pending.append(signum)
+            return
         with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signum)
+            os.kill(self.child, signum)
 
-    for signum in RELAYED:
-        signal.signal(signum, relay)
+    def to(self, child: int) -> None:
+        self.child = child
+        while self.pending:
+            self(self.pending.pop(0), None)
+
+
+def _follow(answers: BinaryIO) -> int:
     for line in answers:
         answer = json.loads(line)
         if "signal" in answer:  # the command was killed: so is its caller, as a shell sees
