@@ -113,7 +113,7 @@ class Runtime:
         )
         store, orchestrator, leases = parts.store, parts.orchestrator, parts.leases
         name = worker or f"{socket.gethostname()}:{os.getpid()}"
-        runner = _runner(parts, name, continues=broker is None and settings.continue_steps)
+        runner = _runner(parts, name, continues=settings.continue_steps)
         relay_after = EMBEDDED_RELAY_AFTER_S if broker is not None else None
         scheduler = Scheduler(
             orchestrator, leases, settings, relay_after=relay_after, gate=parts.gate
@@ -240,7 +240,7 @@ def __getattr__(name: str) -> Any:
 
 def _runner(parts: Parts, worker: str, *, continues: bool) -> NodeRunner:
     """The node runner on ``parts``, named ``worker``; ``continues``: it runs a committed
-    step's one successor itself (see cairn.workers.step.continuation)."""
+    step's successor itself (see cairn.workers.step.continuation)."""
     settings, orchestrator, leases = parts.settings, parts.orchestrator, parts.leases
     cache: ResultCache = (
         RedisResultCache.from_url(settings.redis_url) if settings.redis_url else MemoryResultCache()

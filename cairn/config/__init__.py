@@ -144,7 +144,7 @@ class Settings(OidcSettings, WorkerSettings, BuildSettings, ClientSettings):
     )
     continue_steps: bool = Field(
         default=True,
-        description="A Celery worker runs a step's successor (the first of a fork's; same "
+        description="A worker runs a step's successor (the first of a fork's; same "
         "queue and priority, no limit) itself, not through the broker; off: every step is a "
         "task of its own.",
     )

@@ -81,8 +81,8 @@ class NodeRunner:
     # Rate limits: the buckets model calls take from (None: rate limits are not kept).
     rates: Rates | None = None
     # After a commit, run the step's successor here rather than publish it (see
-    # cairn.workers.step.continuation): a Celery worker's saving; the embedded broker's
-    # queue is in memory already.
+    # cairn.workers.step.continuation): a broker round trip saved, and the next step's
+    # read — in memory too, on the embedded runtime's threads.
     continues: bool = False
     # This process's build (docs/versions.md), recorded in the events of the nodes it
     # runs; None: CAIRN_BUILD (a Celery worker's parent sets it to the derived one).

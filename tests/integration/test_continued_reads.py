@@ -51,7 +51,7 @@ forked.end("done")
 def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Runtime]]:
     url = request.getfixturevalue("database_url") if request.param == "postgresql" else None
     with two_processes(tmp_path / "home", __name__, url) as runtimes:
-        runtimes[0].runner.continues = True  # as a Celery worker's runner does
+        runtimes[0].runner.continues = True  # as every runner does by default
         SEEN.clear()
         yield runtimes
 

@@ -63,6 +63,7 @@ def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Runtime]
             workflows=[str(WORKFLOWS)],
             lease_ttl=0.3,
             heartbeat_interval=0.1,
+            continue_steps=False,  # every step published: the test takes each message
             **servers,
         )
     )

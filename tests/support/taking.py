@@ -40,7 +40,13 @@ class Taking:
 def two_processes(home: Path, workflows: str, database_url: str | None) -> Iterator[list[Runtime]]:
     """Two runtimes registering ``workflows`` (a module) on PostgreSQL at
     ``database_url``, or on one SQLite file under ``home``."""
-    values: dict[str, Any] = {"home": home, "workflows": [workflows], "log_level": "WARNING"}
+    # Every step published, for the test to take (a test of continuing turns it on).
+    values: dict[str, Any] = {
+        "home": home,
+        "workflows": [workflows],
+        "log_level": "WARNING",
+        "continue_steps": False,
+    }
     if database_url is not None:
         values["database_url"] = database_url
     runtimes = [Runtime.build(Settings(**values)) for _ in range(2)]

@@ -53,7 +53,7 @@ def test_a_chain_runs_on_sqlite_with_worker_threads(tmp_path: Path) -> None:
 
 def test_a_run_resumes_in_a_new_process_without_rerunning_finished_steps(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    first = Runtime.build(settings(tmp_path))
+    first = Runtime.build(settings(tmp_path, continue_steps=False))  # a step a message
     run_id = first.orchestrator.submit("chain10", {"ledger": str(ledger)})
     # Run three steps by hand, then "crash": the fourth is dispatched, never executed.
     for _ in range(3):
