@@ -55,6 +55,9 @@ class Begun:
     run: RunRecord
     definition: WorkflowDefinition
     state: RunState | None
+    # Whether the run's row caches its state, when the read was answered by a head
+    # committed here (its row carries no state); None: as ``run`` says.
+    row_cached: bool | None = None
 
 
 class Executions:
@@ -116,7 +119,7 @@ class Executions:
             return None
         definition = self.registry.get(message.workflow, message.version)
         execution = ExecutionHead(ExecutionStatus.SCHEDULED, 1, 0, 0, latest.now())
-        return Begun(execution, latest.row, definition, latest.state)
+        return Begun(execution, latest.row, definition, latest.state, latest.cached)
 
     def _state(self, tx: Tx, run: RunRecord, definition: WorkflowDefinition) -> RunState:
         """The run's latest state: as this process's last step of it left it, when the

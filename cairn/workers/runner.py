@@ -157,7 +157,9 @@ class NodeRunner:
         """A step this worker continues with; the one it continues with next, if any."""
         outcome: Handled | Failed | str
         try:  # it waited in no queue: its lease wait runs from its predecessor's commit
-            with delivered(clock.wall()):
+            # What it reports (Sentry, log lines) is tagged with its own node, not with
+            # the step of the message the chain began with.
+            with delivered(clock.wall()), node_scope(this):
                 outcome, following = self.stages(this, continuation, continuing=True)
         except Exception:  # its row is unsent: the relay publishes it, as after a crash
             log.warning("the step continued with, %s, failed", this.key, exc_info=True)

@@ -110,6 +110,17 @@ def test_a_continued_chain_reads_once_and_each_step_sees_the_one_before(
     one, _two = processes
     reads = _reads(one, monkeypatch)
     lease_calls = _lease_calls(one, monkeypatch)
+    # Each step leaves the run's state on its row, continued or not: the cache readers
+    # (and a step delivered after the chain) take it from.
+    cached: list[bool] = []
+    tx_class = type(one.store).tx_class
+    complete_step = tx_class.complete_step
+
+    def noted(self: Any, key: Any, **kwargs: Any) -> Any:
+        cached.append(kwargs["writes"].run.state_json is not None)
+        return complete_step(self, key, **kwargs)
+
+    monkeypatch.setattr(tx_class, "complete_step", noted)
     run_id = one.orchestrator.submit("three", {})
     (first,) = taken(one, "first")
     continued: list[str] = []
@@ -117,6 +128,7 @@ def test_a_continued_chain_reads_once_and_each_step_sees_the_one_before(
     assert continued == ["second#1 committed", "third#1 committed"]
     assert reads == ["first"]  # the two continued steps were answered by their commits
     assert lease_calls == ["acquire", "hand_on", "hand_on", "release"]
+    assert cached == [True, True, True]
     assert one.runner.leases.claims() == []  # every lease let go
     assert SEEN == [("first", 0), ("second", 1), ("third", 2)]
     view = one.orchestrator.get_run(run_id)

@@ -97,7 +97,7 @@ def read(
         db_time = None
     if db_time is None:  # every event's time comes from the database's clock
         db_time = runner._through_outages("reading the clock", runner.executions.now)
-    known = Restored(run, state, db_time)
+    known = Restored(run, state, db_time, row_cached=begun.row_cached)
     return Read(message, execution, run, definition, node, ref, known, irreversible)
 
 
