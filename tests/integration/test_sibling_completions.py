@@ -138,39 +138,49 @@ def test_siblings_finishing_together_all_commit_and_the_join_fires_once(
         )
 
 
-def test_siblings_queued_in_one_process_are_written_together(
-    processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    one, _two = processes
-    heads = one.orchestrator.steps.heads
-    tx_class = type(one.store).tx_class
-    groups: list[int] = []
+def _groups(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many steps each completion of siblings together wrote, or tried to."""
+    tx_class = type(runtime.store).tx_class
     complete_steps = tx_class.complete_steps
+    groups: list[int] = []
 
     def counted(self: Any, steps: Any) -> Any:
         groups.append(len(steps))
         return complete_steps(self, steps)
 
     monkeypatch.setattr(tx_class, "complete_steps", counted)
-    # The first branch to take the run's lock writes its step only once the seven others
-    # are queued behind it: whoever takes the lock next takes them all.
+    return groups
+
+
+def _hold_the_first(runtime: Runtime, monkeypatch: pytest.MonkeyPatch, behind: int) -> None:
+    """The next completion to take its run's lock writes its step only once ``behind``
+    others are queued behind it: whoever takes the lock after it takes them all."""
+    heads = runtime.orchestrator.steps.heads
+    tx_class = type(runtime.store).tx_class
     complete_step = tx_class.complete_step
-    holding = {"armed": False}
+    holding = {"armed": True}
 
     def held_first(self: Any, key: Any, **kwargs: Any) -> Any:
         if holding["armed"]:
             holding["armed"] = False
             deadline = time.monotonic() + 30
-            while heads.waiting(key.run_id) < BRANCHES - 1:
+            while heads.waiting(key.run_id) < behind:
                 assert time.monotonic() < deadline, "the siblings did not queue"
                 time.sleep(0.005)
         return complete_step(self, key, **kwargs)
 
     monkeypatch.setattr(tx_class, "complete_step", held_first)
+
+
+def test_siblings_queued_in_one_process_are_written_together(
+    processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, _two = processes
+    groups = _groups(one, monkeypatch)
     run_id = one.orchestrator.submit("siblings", {})
     (first,) = taken(one, "first")
     assert str(one.runner.run(first.to_dict())) == "committed"
-    holding["armed"] = True
+    _hold_the_first(one, monkeypatch, behind=BRANCHES - 1)
     branches = taken(one, "b")
     assert _run_together([(one, m) for m in branches]) == ["committed"] * BRANCHES
     assert groups == [BRANCHES - 1]
@@ -191,20 +201,11 @@ def test_siblings_written_together_on_a_run_moved_meanwhile_are_each_written_alo
     processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one, two = processes
-    heads = one.orchestrator.steps.heads
-    tx_class = type(one.store).tx_class
     run_id = one.orchestrator.submit("siblings", {})
     (first,) = taken(one, "first")
     assert str(one.runner.run(first.to_dict())) == "committed"
     *here, elsewhere = taken(one, "b")
-    attempts: list[int] = []
-    complete_steps = tx_class.complete_steps
-
-    def counted(self: Any, steps: Any) -> Any:
-        attempts.append(len(steps))
-        return complete_steps(self, steps)
-
-    monkeypatch.setattr(tx_class, "complete_steps", counted)
+    attempts = _groups(one, monkeypatch)
     optimistic = one.orchestrator.steps.optimistic
     plans = optimistic._plans
 
@@ -217,19 +218,7 @@ def test_siblings_written_together_on_a_run_moved_meanwhile_are_each_written_alo
         return planned
 
     monkeypatch.setattr(optimistic, "_plans", moved_once_planned)
-    complete_step = tx_class.complete_step
-    holding = {"armed": True}
-
-    def held_first(self: Any, key: Any, **kwargs: Any) -> Any:
-        if holding["armed"]:
-            holding["armed"] = False
-            deadline = time.monotonic() + 30
-            while heads.waiting(key.run_id) < len(here) - 1:
-                assert time.monotonic() < deadline, "the siblings did not queue"
-                time.sleep(0.005)
-        return complete_step(self, key, **kwargs)
-
-    monkeypatch.setattr(tx_class, "complete_step", held_first)
+    _hold_the_first(one, monkeypatch, behind=len(here) - 1)
     monkeypatch.setattr(sys.modules[__name__], "GATE", threading.Barrier(len(here), timeout=30))
     # Six of the seven here are planned together, refused whole (the run moved), and
     # then each written alone on the run as it is now: all commit, the join fires once.
