@@ -61,7 +61,8 @@ def run(path: str, args: Sequence[str]) -> int | None:
 
     Signals are the command's from the start: one that comes before the child is known
     is kept, and relayed once it has been told ``go`` — or, when none answers, raised
-    here again, as if it came now, for the command that then runs here."""
+    here again as if it came now, with this process's own handlers (an interrupt ends
+    it before the command would run here)."""
     relay = _Relay()
     previous = {signum: signal.signal(signum, relay) for signum in RELAYED}
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
