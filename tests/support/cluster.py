@@ -150,6 +150,19 @@ class Cluster:
                 parts.append(f"--- {path.name} ---\n" + "\n".join(tail))
         return "\n".join(parts)
 
+    def log_lines(self, needle: str) -> str:
+        """Every line of every process's log that mentions ``needle`` (a run id: what
+        each process did with it, which a tail of the busiest log may have cut)."""
+        parts = []
+        for process in self.processes:
+            path: Path = process.log_path  # type: ignore[attr-defined]
+            if path.exists():
+                found = [
+                    line for line in path.read_text(errors="replace").splitlines() if needle in line
+                ]
+                parts.append(f"--- {path.name} ---\n" + "\n".join(found))
+        return "\n".join(parts)
+
     def stop(self) -> None:
         """End every process of the test at once: the test is over, and a Celery worker's
         warm shutdown (seconds, each) would only make the suite slower. Nothing a test
