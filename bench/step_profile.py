@@ -12,9 +12,9 @@ the setting and once without, in that order, in the same invocation.
 Prints, per step, over a burst of ``--runs`` runs submitted at once:
 
 - PostgreSQL transactions: write transactions, exactly (transaction ids handed out),
-  and the run's database's rollbacks, which is how a read-only round trip ends (as its
-  backends report them, a little short), less the scheduler's idle polling measured just
-  before;
+  and read-only ones (a read is one statement, its own transaction with no id): all the
+  run's database's backends report, less the writes — reported up to seconds late, so a
+  little short; both less the scheduler's idle polling measured just before;
 - Redis commands on each server by name (``INFO commandstats``), the broker's and the
   leases', less their idle rate;
 - CPU per step of each process (the worker's parent and child, the scheduler, both
@@ -117,16 +117,18 @@ def backends(database: str) -> list[int]:
 
 
 def transactions(database: str) -> tuple[int, int]:
-    """(write transactions so far, exact: :func:`bench.chain.commits`; rollbacks of the
-    run's database, as its backends have reported them — up to ten seconds late, so the
-    read-only round trips are counted a little short)."""
+    """(write transactions so far, exact: :func:`bench.chain.commits`; all transactions
+    of the run's database, as its backends have reported them — up to ten seconds late,
+    so the read-only ones are counted a little short)."""
     with admin() as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         row = conn.execute(
-            "SELECT xact_rollback FROM pg_stat_database WHERE datname = %s", (database,)
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
+            (database,),
         ).fetchone()
     assert row is not None
-    return commits(), int(row[0])
+    writes = commits()
+    return writes, int(row[0]) - writes
 
 
 def commandstats(url: str) -> collections.Counter[str]:
@@ -159,7 +161,7 @@ def delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     return {
         "seconds": after["time"] - before["time"],
         "commits": after["xact"][0] - before["xact"][0],
-        "rollbacks": after["xact"][1] - before["xact"][1],
+        "reads": after["xact"][1] - before["xact"][1],
         "redis": {name: after["redis"][name] - before["redis"][name] for name in after["redis"]},
         "cpu": {name: after["cpu"][name] - before["cpu"].get(name, 0.0) for name in after["cpu"]},
     }
@@ -170,7 +172,7 @@ def less_idle(burst: dict[str, Any], idle: dict[str, Any]) -> dict[str, Any]:
     scale = burst["seconds"] / idle["seconds"]
     return {
         "commits": burst["commits"] - idle["commits"] * scale,
-        "rollbacks": burst["rollbacks"] - idle["rollbacks"] * scale,
+        "reads": burst["reads"] - idle["reads"] * scale,
         "redis": {
             name: {
                 command: calls - idle["redis"][name].get(command, 0) * scale
@@ -187,7 +189,7 @@ def less_idle(burst: dict[str, Any], idle: dict[str, Any]) -> dict[str, Any]:
 def report(measured: dict[str, Any], steps: int) -> None:
     print(f"\nper step (over {steps} steps, less the idle fleet):")
     print(f"  PostgreSQL commits   {measured['commits'] / steps:6.2f}")
-    print(f"  PostgreSQL rollbacks {measured['rollbacks'] / steps:6.2f}  (read-only round trips)")
+    print(f"  PostgreSQL reads     {measured['reads'] / steps:6.2f}  (read-only transactions)")
     for name, counts in measured["redis"].items():
         total = sum(counts.values()) / steps
         shown = ", ".join(

@@ -7,9 +7,10 @@ portable versions in :mod:`cairn.store.runs` and its siblings. Round trips are w
 
 * the write is one statement (COMPLETE_STEP, SUBMIT_RUN), run on an autocommit
   connection: it is its own transaction, one round trip, and prepared on the server;
-* the read is ``BEGIN READ ONLY; SELECT ...; ROLLBACK`` as one simple query: one round
-  trip, counted as a rollback rather than a commit. It goes below psycopg's cursors,
-  which forget every prepared statement of the connection when they see a ROLLBACK.
+* the read is one SELECT on the same autocommit connection, prepared too: a statement
+  alone is its own read-only transaction (one snapshot; PostgreSQL gives it no
+  transaction id), so it needs neither a BEGIN nor a ROLLBACK — nor the planning of a
+  query sent as text each time.
 
 The locking path (``write_step``) keeps a transaction: BEGIN, reads under lock, and its
 writes pipelined with the COMMIT.
@@ -17,13 +18,10 @@ writes pipelined with the COMMIT.
 
 from __future__ import annotations
 
-import functools
-from collections import namedtuple
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from psycopg import ClientCursor, Connection, errors, generators, pq
-from psycopg.adapt import Transformer
+from psycopg import Connection, pq
 from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
 
@@ -276,46 +274,20 @@ def visible_workflow(
     """What ``name`` means to namespace ``caller``, and the database's clock, in one
     read (see :func:`execution_and_run`)."""
     params = {"caller": caller, "name": name, "owner": owner, "version": version}
-    return _read_only_row(connection, VISIBLE_WORKFLOW, params)
+    return _read_row(connection, VISIBLE_WORKFLOW, params)
 
 
 def execution_and_run(connection: Connection[Any], key: Mapping[str, Any]) -> Any:
-    """The read a worker does before running a node, on an autocommit connection.
-
-    Sent as one simple query, ``BEGIN READ ONLY; SELECT ...; ROLLBACK``: one round trip,
-    and a rollback in PostgreSQL's statistics (a lone SELECT would count as a commit).
-    """
-    return _read_only_row(connection, EXECUTION_AND_RUN, key)
+    """The read a worker does before running a node: one prepared statement on an
+    autocommit connection, its own read-only transaction."""
+    return _read_row(connection, EXECUTION_AND_RUN, key)
 
 
-def _read_only_row(connection: Connection[Any], query: str, params: Mapping[str, Any]) -> Any:
-    """The first row (a namedtuple) of ``query`` run in a read-only transaction that one
-    round trip opens and rolls back; None if there is none.
-
-    Below psycopg's cursors on purpose: a cursor that sees a ROLLBACK forgets every
-    statement psycopg has prepared on the connection, the step's write among them.
-    """
+def _read_row(connection: Connection[Any], query: str, params: Mapping[str, Any]) -> Any:
+    """The first row (a namedtuple) of ``query``, prepared on the server, or None."""
     _require_autocommit(connection)
-    bound = ClientCursor(connection).mogrify(query, params).encode(connection.info.encoding)
-    with connection.lock:
-        connection.pgconn.send_query(b"BEGIN READ ONLY;" + bound + b";ROLLBACK")
-        results = connection.wait(generators.execute(connection.pgconn))
-    failed = next((r for r in results if r.status == pq.ExecStatus.FATAL_ERROR), None)
-    if failed is not None:
-        connection.rollback()  # the failed statement left the transaction open
-        raise errors.error_from_result(failed, encoding=connection.info.encoding)
-    rows = results[1]
-    if rows.ntuples == 0:
-        return None
-    loader = Transformer(connection)
-    loader.set_pgresult(rows)
-    names = [(rows.fname(i) or b"").decode() for i in range(rows.nfields)]
-    return loader.load_row(0, _row_type(tuple(names))._make)
-
-
-@functools.cache
-def _row_type(names: tuple[str, ...]) -> Any:
-    return namedtuple("Row", names)
+    with connection.cursor(row_factory=namedtuple_row) as cursor:
+        return cursor.execute(query, params, prepare=True).fetchone()
 
 
 def finish_and_lock(
