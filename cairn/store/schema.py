@@ -124,7 +124,9 @@ runs = Table(
     Column("build", String(64)),
     UniqueConstraint("namespace", "request_id"),
     _known(RunStatus),
-    Index("ix_runs_status_updated_at", "status", "updated_at"),
+    # The runs of a status (0030). Nothing a step changes is indexed — not updated_at —
+    # so PostgreSQL updates a run's row in place (heap-only) at each step.
+    Index("ix_runs_status_created_at", "status", "created_at"),
     # A namespace's runs newest first (0008); by status, workflow or both (0024).
     Index("ix_runs_namespace_created_at_id", "namespace", *_PAGED),
     Index("ix_runs_listing_status", "namespace", "status", *_PAGED),
