@@ -142,24 +142,20 @@ class Cluster:
         raise AssertionError(f"timed out waiting for {what}\n{self.log_tails()}")
 
     def log_tails(self, lines: int = 30) -> str:
-        parts = []
-        for process in self.processes:
-            path: Path = process.log_path  # type: ignore[attr-defined]
-            if path.exists():
-                tail = path.read_text(errors="replace").splitlines()[-lines:]
-                parts.append(f"--- {path.name} ---\n" + "\n".join(tail))
-        return "\n".join(parts)
+        return self._logs(lambda found: found[-lines:])
 
     def log_lines(self, needle: str) -> str:
         """Every line of every process's log that mentions ``needle`` (a run id: what
         each process did with it, which a tail of the busiest log may have cut)."""
+        return self._logs(lambda found: [line for line in found if needle in line])
+
+    def _logs(self, pick: Callable[[list[str]], list[str]]) -> str:
+        """What ``pick`` keeps of each process's log lines, under the log's name."""
         parts = []
         for process in self.processes:
             path: Path = process.log_path  # type: ignore[attr-defined]
             if path.exists():
-                found = [
-                    line for line in path.read_text(errors="replace").splitlines() if needle in line
-                ]
+                found = pick(path.read_text(errors="replace").splitlines())
                 parts.append(f"--- {path.name} ---\n" + "\n".join(found))
         return "\n".join(parts)
 

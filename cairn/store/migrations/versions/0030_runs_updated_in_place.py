@@ -9,11 +9,13 @@ PostgreSQL can write the new version of a row beside the old one without touchin
 index — a heap-only (HOT) update — only when no indexed column changes and the page has
 room. ``ix_runs_status_updated_at`` held ``updated_at``, so every step inserted a new
 entry into each of the table's nine indexes. It becomes ``ix_runs_status_created_at``:
-status and creation time change on no ordinary step, and it serves what the old one did —
-the runs of a status (newest first, ``list_runs``; the people's inbox, whose waiting
-runs the index finds and a sort orders by when they last moved). The table's pages
-keep 15% free for the new versions (``fillfactor``, PostgreSQL only; pages written from
-now on). Measured on a chain of trivial steps: 86% of the run-row updates heap-only,
+status and creation time change on no ordinary step. It serves the runs of a status,
+newest first (``list_runs``), and finds the people's inbox — the waiting runs, which a
+sort then orders by when they last moved: a page of 50 from 4,000 waiting runs among
+200,000 took 6 ms. That sort grows with the runs waiting for a person; the index entries
+it replaces grew with every step of every run. The table's pages keep 15% free for the
+new versions (``fillfactor``, PostgreSQL only; pages written from now on). Measured on
+chains and fan-outs of trivial steps: 85 to 86% of the run-row updates heap-only,
 against none before.
 """
 
