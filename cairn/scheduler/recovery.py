@@ -44,6 +44,10 @@ BATCH = 500
 # message is most likely still waiting in it), or once it has waited this many times
 # CAIRN_RECOVERY_AFTER (a message lost while the queue was never empty).
 QUEUED_PATIENCE = 10
+# The cause a recovery records (``audit.recovered``) when no worker had claimed the
+# execution: its message may have been lost — or taken by a worker that had not yet
+# claimed it, which this cannot see (the copy sent again then meets that claim).
+NEVER_CLAIMED = "never claimed or message lost"
 
 
 @dataclass
@@ -162,14 +166,14 @@ class Recovery:
             self.metrics.recoveries.labels(outcome.value).inc()
             return 1
         self.metrics.recoveries.labels("redispatched").inc()
-        cause = "worker died" if died else "never claimed or message lost"
+        cause = "worker died" if died else NEVER_CLAIMED
         self.orchestrator.record_recovery(message, cause=cause, recoveries=recoveries)
         self.orchestrator.publisher.publish([message])
         log.warning(
             "recovered %s attempt %d (%s): no lease, no result; dispatched again",
             key,
             execution.attempt,
-            "its worker died" if died else "never claimed or message lost",
+            "its worker died" if died else NEVER_CLAIMED,
         )
         return 1
 

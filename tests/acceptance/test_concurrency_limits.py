@@ -14,7 +14,7 @@ import pytest
 
 from cairn.observe.flow import pool_reports
 from cairn.testing.model_server import ModelServer, Reply
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, lost_a_claim
 
 LIMIT = 4
 
@@ -49,14 +49,11 @@ def test_a_pool_never_has_more_calls_at_the_provider_than_its_limit(
         assert tx.waiting_pools() == []
 
 
-# What a run's history says when its claim was lost while its call was out: only then
-# may the call be sent again (cairn.recording.calls: "only the call that was in flight").
-LOST_CLAIMS = ("audit.recovered", "audit.stale_write_rejected")
-
-
 def _one_request_per_run(cluster: Cluster, provider: ModelServer, runs: list[str]) -> None:
     """Each run sent its call once — or once more for each claim its history says it
-    lost (a 2 s lease can lapse on a starved machine): a parked run is never retried."""
+    lost (a 2 s lease can lapse on a starved machine; only a call in flight when its
+    claim was lost is sent again, cairn.recording.calls): a parked run is never
+    retried."""
     sent = Counter(
         str(request.body["messages"][0]["content"]).removeprefix("run ")
         for request in provider.requests
@@ -64,7 +61,7 @@ def _one_request_per_run(cluster: Cluster, provider: ModelServer, runs: list[str
     assert set(sent) == set(runs), sent
     for run in runs:
         events = cluster.client.events(run)
-        lost = sum(1 for e in events if e["type"] in LOST_CLAIMS)
+        lost = sum(1 for e in events if lost_a_claim(e))
         if not 1 <= sent[run] <= 1 + lost:
             story = [(e["type"], e["data"]) for e in events]
             pytest.fail(f"{run} sent {sent[run]}: {story}\n{cluster.log_lines(run)}")

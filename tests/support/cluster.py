@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from cairn.client import Client
 from cairn.config import Settings
 from cairn.engine.reads import RunView
 from cairn.model.statuses import RunStatus
+from cairn.scheduler.recovery import NEVER_CLAIMED
 from tests.support.services import ROOT
 
 WORKFLOWS = ROOT / "tests" / "integration" / "workflows"
@@ -171,6 +172,14 @@ class Cluster:
                 process.wait(timeout=10)
         if self._client is not None:
             self._client.close()
+
+
+def lost_a_claim(event: Mapping[str, Any]) -> bool:
+    """A run's history saying a claim was lost: a stale write refused, or a recovery of
+    an execution a worker had claimed (one nobody had claimed lost no claim)."""
+    if event["type"] == "audit.stale_write_rejected":
+        return True
+    return event["type"] == "audit.recovered" and event["data"]["cause"] != NEVER_CLAIMED
 
 
 FAST = {
