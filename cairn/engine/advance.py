@@ -341,7 +341,9 @@ class Steps:
         """Once a step's transaction commits: tell the hooks, publish its messages (but
         the one ``keep`` takes, returned), deliver the inbox entries it posted (the
         scheduler delivers any left behind)."""
-        tell(self.hooks, advanced.decision.state.run_id, advanced.decision)
+        run_id = advanced.decision.state.run_id
+        self.heads.forget(run_id)  # a step not through the heads: the kept one is older
+        tell(self.hooks, run_id, advanced.decision)
         kept = self._publish(advanced.messages, keep)
         if advanced.posted:
             fault_point("inbox.after_commit")

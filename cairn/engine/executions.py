@@ -4,8 +4,9 @@ engine — the worker hands over a message and gets records back, never a connec
 
 - :meth:`Executions.begin` — the execution, its run, the definition and the restored
   state, in one statement (the hot path's one read), or why there is nothing to run;
-  :meth:`Executions.begin_after` the same, with no round trip, for a message its worker
-  kept from the step it committed just before;
+  :meth:`Executions.begin_here` the same, with no round trip, for a message whose
+  execution a step this process committed just dispatched (kept by its worker, or a
+  sibling delivered here);
 - :meth:`Executions.now` — the database's clock, which every event's time comes from;
 - :meth:`Executions.claim` — a claim recorded before running (a takeover, an
   irreversible node), fenced;
@@ -27,14 +28,15 @@ from cairn.engine.code_faults import CodeFaultBook, CodeMissing
 from cairn.engine.heads import RunHeads
 from cairn.engine.model_calls import ModelCallBook
 from cairn.engine.node_checkpoints import NodeCheckpoints
-from cairn.engine.reads import Restored, restore
+from cairn.engine.reads import restore
 from cairn.engine.registry import Registry
 from cairn.errors import WorkflowDefinitionError
-from cairn.model.definition import WorkflowDefinition
+from cairn.model.definition import TaskNode, WorkflowDefinition
+from cairn.model.events import Phase
 from cairn.model.keys import ExecutionKey
 from cairn.model.messages import InvalidMessage, NodeMessage
 from cairn.model.state import RunState
-from cairn.model.statuses import ExecutionStatus, RunStatus
+from cairn.model.statuses import ExecutionStatus, NodeStatus, RunStatus
 from cairn.store.records import ExecutionClaim, ExecutionHead, RunRecord
 from cairn.store.sql import Store, Tx
 
@@ -102,24 +104,50 @@ class Executions:
             state = None if status is RunStatus.CANCELLING else self._state(tx, run, definition)
         return Begun(execution, run, definition, state)
 
-    def begin_after(self, message: NodeMessage, known: Restored, left: RunState) -> Begun | None:
-        """A kept message's read, answered by the step its worker just committed (read as
-        ``known``, leaving ``left``): that commit wrote the run's row and inserted the
-        message's execution. None: read it — a later attempt (its row holds claims of
-        its own), a step committed elsewhere since or not through this process's head,
-        a run no longer running."""
-        if message.attempt != 1:  # a first attempt's row is always new (forward-only)
+    def begin_here(self, message: NodeMessage, within_s: float) -> Begun | None:
+        """A message's read answered, with no round trip, by the last step this process
+        committed to its run — as a read a moment after that commit would have found
+        it: the execution a first attempt that commit's head shows dispatched and not
+        yet begun, less than ``within_s`` ago. The message's worker keeps it from the
+        step it just committed (:mod:`cairn.workers.step.continuation`), or a sibling
+        this process dispatched is delivered to it. Whatever moved the run since
+        (another process's step, a cancel) its commit's condition on the run's seq still
+        finds, as it finds what moves a run between any read and its commit.
+
+        None: read it — a later or resumed attempt (its row holds claims of its own, or
+        it waited), an irreversible node (its claim is the record), a run no step of
+        committed here or not running, an execution dispatched longer ago than
+        ``within_s``. ``within_s`` stays below the lease's TTL: no claim of the execution
+        can have lapsed and been taken over since it was dispatched, so the row holds
+        none (a first claim is recorded in the lease alone)."""
+        if message.attempt != 1 or message.resumed or message.phase is not Phase.RUN:
             return None
-        latest = self.heads.latest(known)
+        head = self.heads.current(message.run_id)
+        if head is None or head.row.status is not RunStatus.RUNNING:
+            return None
+        node = head.state.nodes.get(message.node)
         if (
-            latest is known  # no step of the run committed here since that read
-            or latest.state is not left
-            or latest.row.status is not RunStatus.RUNNING
+            node is None
+            or node.iteration != message.iteration
+            or node.attempt != 1
+            or node.status is not NodeStatus.SCHEDULED
+            or not node.dispatched
+            or head.row.workflow_ref != message.workflow
+            or head.row.version != message.version
         ):
             return None
-        definition = self.registry.get(message.workflow, message.version)
-        execution = ExecutionHead(ExecutionStatus.SCHEDULED, 1, 0, 0, latest.now())
-        return Begun(execution, latest.row, definition, latest.state, latest.cached)
+        now = head.now()
+        if now - node.first_at >= within_s:
+            return None
+        try:
+            definition = self.registry.get(message.workflow, message.version)
+        except WorkflowDefinitionError:  # the read says why
+            return None
+        task = definition.nodes.get(message.node)
+        if isinstance(task, TaskNode) and task.irreversible:
+            return None
+        execution = ExecutionHead(ExecutionStatus.SCHEDULED, 1, 0, 0, now)
+        return Begun(execution, head.row, definition, head.state, head.cached)
 
     def _state(self, tx: Tx, run: RunRecord, definition: WorkflowDefinition) -> RunState:
         """The run's latest state: as this process's last step of it left it, when the

@@ -43,6 +43,8 @@ class _Head:
     finished_at: datetime | None
     snapshot_seq: int
     snapshot_at: datetime | None
+    # The run the step was planned on: the row's other columns, and the database's clock.
+    base: Restored
 
     @property
     def last_seq(self) -> int:
@@ -63,11 +65,14 @@ class _Head:
             row.finished_at if run.finished_at is None else run.finished_at,
             row.snapshot_seq if run.snapshot_seq is None else run.snapshot_seq,
             row.snapshot_at if run.snapshot_at is None else run.snapshot_at,
+            # a read's row carries the state it was read with: not kept twice
+            known if row.state is None else replace(known, row=replace(row, state=None)),
         )
 
-    def restored(self, known: Restored) -> Restored:
-        """``known`` moved to this head: the row's other columns (priority, webhook, ...)
-        from ``known``, the step's from the head."""
+    def restored(self, known: Restored | None = None) -> Restored:
+        """``known`` (else the run the step was planned on) moved to this head: the row's
+        other columns (priority, webhook, ...) from ``known``, the step's from the head."""
+        known = self.base if known is None else known
         run = self.run
         row = replace(
             known.row,
@@ -141,6 +146,20 @@ class RunHeads(Generic[Queued]):
         with self._guard:
             head = self._heads.get(run_id)
         return head.state if head is not None and head.last_seq == last_seq else None
+
+    def current(self, run_id: str) -> Restored | None:
+        """The run as the last step this process committed to it left it (None: no such
+        step, or one that ended the run) — the database's view unless another process
+        moved the run since, as a read a moment after that commit would have found it."""
+        with self._guard:
+            head = self._heads.get(run_id)
+        return None if head is None else head.restored()
+
+    def forget(self, run_id: str) -> None:
+        """A step of the run committed here another way (the locking path): whatever
+        head was kept is older than the run now."""
+        with self._guard:
+            self._heads.pop(run_id, None)
 
     def latest(self, known: Restored) -> Restored:
         """``known`` (a worker's read), or the head committed here since, if newer."""

@@ -3,6 +3,7 @@ child run's link to its parent, or why it could not start."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,20 +15,24 @@ from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import ChildFinished
 from cairn.model.payloads import storable_json
 from cairn.model.statuses import RunStatus
-from cairn.store.records import from_epoch
+from cairn.store.records import RunRecord, from_epoch
 
 
 def check_input(
     definition: WorkflowDefinition, run_input: object, *, limit_bytes: int
 ) -> dict[str, Any]:
-    """The input as it will be stored: a JSON object PostgreSQL can hold, within the
-    size limit, matching the definition's schema; otherwise :class:`InvalidInput`."""
+    """The input as it will be stored and read back: a JSON object PostgreSQL can hold,
+    within the size limit, matching the definition's schema; otherwise
+    :class:`InvalidInput`."""
     if run_input is None:
         run_input = {}
     if not isinstance(run_input, Mapping):
         raise InvalidInput(f"the input must be a JSON object, not {type(run_input).__name__}")
-    payload = dict(run_input)
-    storable_json(payload, what="the input", limit_bytes=limit_bytes)
+    # As the database will keep it (a tuple a list, an integer key a string): the state
+    # this process plans the first step on is the one any worker restores.
+    payload: dict[str, Any] = json.loads(
+        storable_json(dict(run_input), what="the input", limit_bytes=limit_bytes)
+    )
     if definition.input_schema is not None:
         # Here, not with the module: whoever only reads runs (the CLI) never checks one.
         from jsonschema import Draft202012Validator  # noqa: PLC0415
@@ -122,4 +127,32 @@ class FreshRun:
             values["namespace"],
             values["webhook_url"],
             priority=values.get("priority", 0),
+        )
+
+    @staticmethod
+    def record(values: Mapping[str, Any]) -> RunRecord:
+        """The row of a run about to start, as its insert will leave it (no step yet)."""
+        return RunRecord(
+            id=values["id"],
+            namespace=values["namespace"],
+            workflow=values["workflow"],
+            version=values["version"],
+            status=RunStatus(values["status"]),
+            input=values["input"],
+            request_id=values["request_id"],
+            last_seq=0,
+            snapshot_seq=0,
+            snapshot_at=None,
+            current=list(values["current"]),
+            state=None,
+            reason=None,
+            parent_run_id=None,
+            fork_seq=None,
+            webhook_url=values["webhook_url"],
+            created_at=values["created_at"],
+            updated_at=values["updated_at"],
+            finished_at=None,
+            priority=values.get("priority", 0),
+            workflow_namespace=values["workflow_namespace"],
+            build=values.get("build"),
         )

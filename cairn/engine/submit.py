@@ -17,6 +17,7 @@ from cairn.engine.notices import WebhookPolicy
 from cairn.engine.outbox import with_outbox_ids
 from cairn.engine.pauses import PauseBook, hold_in
 from cairn.engine.plan import Plan
+from cairn.engine.reads import Restored
 from cairn.errors import (
     CairnError,
     ConfirmationRequired,
@@ -307,9 +308,11 @@ class Submissions:
         dispatches (no other rows to write); None otherwise."""
         run_id = values["id"]
         state = RunState(run_id, definition.name, definition.version)
+        # The run as its insert leaves it, by the clock ``now`` was just read from.
+        known = Restored(FreshRun.record(values), state, now)
         event = RunStarted(at=now, input=values["input"], actor=actor)
         planner = self.steps.planner
-        _decision, plan = planner.plan(FreshRun.of(values), definition, state, event)
+        decision, plan = planner.plan(FreshRun.of(values), definition, state, event)
         if plan is None or plan.writes_other_rows:
             return None
         sent = self.steps.outbox.sent.drain()
@@ -318,6 +321,8 @@ class Submissions:
         if not inserted:
             self.steps.outbox.sent.add(sent)  # nothing was written, the marks included
             return self._existing_run(values)
+        # The head its first nodes begin from, when delivered to this process's workers.
+        self.steps.heads.committed(known, plan.run, decision.state)
         self.steps.committed_plan(run_id, plan, ids)
         return str(run_id)
 

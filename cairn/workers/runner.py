@@ -177,11 +177,10 @@ class NodeRunner:
     ) -> tuple[Handled | Failed, NodeMessage | None]:
         """read → admit → hold → execute → commit → release; and the message this worker
         continues with (kept from the commit, unpublished), if any."""
-        # continuing: its read answered by what the commit before left, its lease handed
-        # on by that step's release; else one statement and the database's clock
+        # continuing: its lease handed on by the release of the step before
         handed = continuation.take_lease() if continuing else None
         try:
-            found = read(self, message, continuation.committed if continuing else None)
+            found = read(self, message)
         except BaseException:
             self._let_go(handed)
             raise
@@ -222,8 +221,6 @@ class NodeRunner:
         handled = settle(self, held, ran, completion)  # COMMITTED, DISCARDED, LEASE_LOST
         if not isinstance(completion, Completion) or completion.kept is None:
             return handled, None
-        if completion.decision is not None:  # what the kept message's read is answered from
-            continuation.committed = (found.known, completion.decision.state)
         return handled, completion.kept
 
     def _handed_over(self, held: Held, hand_over: HandOver) -> bool:

@@ -1,10 +1,10 @@
 """A step continued in its worker (cairn.workers.step.continuation) is read from what the
 commit before it left, not from the database, and its lease is claimed as the step before
-it lets its own go: a chain of three runs on one read and four lease calls. What
-moved the run meanwhile — another process's cancel between the commit and the next step —
-is still found by that step's commit, whose statement is conditional on the run's seq.
-On PostgreSQL and on the embedded default's SQLite, two runtimes on one database standing
-for two processes."""
+it lets its own go: a chain of three runs on no read and four lease calls — its first
+node begun from what the submission in this process left. What moved the run meanwhile —
+another process's cancel between the commit and the next step — is still found by that
+step's commit, whose statement is conditional on the run's seq. On PostgreSQL and on the
+embedded default's SQLite, two runtimes on one database standing for two processes."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from sqlalchemy import text
 
 from cairn.definitions.builder import Workflow
 from cairn.engine.executions import Begun, Executions
-from cairn.engine.reads import Restored
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.workers import runner as runner_module
@@ -126,7 +125,8 @@ def test_a_continued_chain_reads_once_and_each_step_sees_the_one_before(
     continued: list[str] = []
     assert str(one.runner.run(first.to_dict(), continued)) == "committed"
     assert continued == ["second#1 committed", "third#1 committed"]
-    assert reads == ["first"]  # the two continued steps were answered by their commits
+    # first begun from its submission's head, the continued two from their commits
+    assert reads == []
     assert lease_calls == ["acquire", "hand_on", "hand_on", "release"]
     assert cached == [True, True, True]
     assert one.runner.leases.claims() == []  # every lease let go
@@ -142,16 +142,17 @@ def test_a_cancel_from_another_process_after_the_commit_is_found_by_the_next_com
 ) -> None:
     one, two = processes
     run_id = one.orchestrator.submit("three", {})
-    begin_after = Executions.begin_after
+    begin_here = Executions.begin_here
     answered: list[Begun | None] = []
 
-    def cancelled_meanwhile(self: Executions, *args: Any) -> Begun | None:
-        if not answered:  # right after first's commit, before second's read
+    def cancelled_meanwhile(self: Executions, message: Any, within_s: float) -> Begun | None:
+        if message.node == "second":  # right after first's commit, before second's read
             two.orchestrator.cancel(run_id, "stop", actor="test")
-        answered.append(begin_after(self, *args))
-        return answered[-1]
+            answered.append(begin_here(self, message, within_s))
+            return answered[-1]
+        return begin_here(self, message, within_s)
 
-    monkeypatch.setattr(Executions, "begin_after", cancelled_meanwhile)
+    monkeypatch.setattr(Executions, "begin_here", cancelled_meanwhile)
     (first,) = taken(one, "first")
     continued: list[str] = []
     assert str(one.runner.run(first.to_dict(), continued)) == "committed"
@@ -165,26 +166,25 @@ def test_a_cancel_from_another_process_after_the_commit_is_found_by_the_next_com
     assert "third" not in _ran(one, run_id)
 
 
-def test_a_later_attempt_or_a_head_from_elsewhere_is_read_from_the_database(
+def test_a_head_answers_only_a_fresh_first_attempt_of_a_run_committed_here(
     processes: list[Runtime],
 ) -> None:
-    one, _two = processes
+    """What a head answers is what the database says; a later or resumed attempt, an
+    execution dispatched longer ago than the window, a run no step of committed in this
+    process, or one whose last step here went the locking way, is read from the database."""
+    one, two = processes
     one.runner.continues = False
     run_id = one.orchestrator.submit("three", {})
     (first,) = taken(one, "first")
-    begun = one.orchestrator.executions.begin(first)
-    assert isinstance(begun, Begun) and begun.state is not None
-    known = Restored(begun.run, begun.state, one.orchestrator.executions.now())
     executions = one.orchestrator.executions
-    assert executions.begin_after(first, known, begun.state) is None  # no newer head here
     assert str(one.runner.run(first.to_dict())) == "committed"
     (second,) = taken(one, "second")
-    left = executions.heads.state_at(run_id, begun.run.last_seq + 1)
-    assert left is not None
-    answered = executions.begin_after(second, known, left)
+    answered = executions.begin_here(second, 30.0)
     from_database = executions.begin(second)
     assert isinstance(answered, Begun) and isinstance(from_database, Begun)
     assert answered.run.last_seq == from_database.run.last_seq
+    assert answered.run.workflow_ref == from_database.run.workflow_ref
+    assert answered.run.priority == from_database.run.priority
     assert answered.state == from_database.state
     head, stored = answered.execution, from_database.execution
     assert (head.status, head.attempt, head.fence, head.recoveries) == (
@@ -193,8 +193,14 @@ def test_a_later_attempt_or_a_head_from_elsewhere_is_read_from_the_database(
         stored.fence,
         stored.recoveries,
     )
-    assert executions.begin_after(replace(second, attempt=2), known, left) is None
-    assert executions.begin_after(second, known, replace(left)) is None  # not this head
+    assert executions.begin_here(replace(second, attempt=2), 30.0) is None
+    assert executions.begin_here(replace(second, resumed=True), 30.0) is None
+    assert executions.begin_here(second, 0.0) is None  # dispatched longer ago than that
+    assert executions.begin_here(replace(second, iteration=2), 30.0) is None
+    assert two.orchestrator.executions.begin_here(second, 30.0) is None  # nothing there
+    # A step of the run through the locking path here: the head kept is older than it.
+    one.orchestrator.cancel(run_id, "stop", actor="test")
+    assert executions.begin_here(second, 30.0) is None
 
 
 def test_a_lease_handed_on_to_a_step_an_error_keeps_from_running_is_let_go(
@@ -239,7 +245,7 @@ def test_of_a_fork_the_first_branch_is_continued_with_and_the_others_published_f
     continued: list[str] = []
     assert str(one.runner.run(first.to_dict(), continued)) == "committed"
     assert continued == ["left#1 committed"]  # kept: no broker round trip, no read
-    assert reads == ["first"]
+    assert reads == []  # first begun from what its submission here left
     assert published == ["middle", "right"]  # the siblings, published before it ran
     branches = taken(one, "middle") + taken(one, "right")
     assert [str(two.runner.run(m.to_dict())) for m in branches] == ["committed"] * 2

@@ -8,7 +8,7 @@ The next execution is run as any worker would run it, through every stage again:
 read, its own lease and fence (admit), hold, execute, commit and release. Only its read is
 not a round trip: the commit before it wrote the run's row and state and inserted the
 execution's row (a first attempt: scheduled, no claim), so the read is answered from
-what that commit left (:meth:`cairn.engine.executions.Executions.begin_after`) — as if it
+what that commit left (:meth:`cairn.engine.executions.Executions.begin_here`) — as if it
 had been read a lease's acquire earlier. Whatever moved the run since (another process's
 step, a cancel) the commit's condition on the run's ``last_seq`` still finds, as it finds
 anything that moves a run between any read and its step's commit.
@@ -36,13 +36,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cairn.engine.reads import Restored
 from cairn.lease.port import Lease
 from cairn.model.builds import Versioning
 from cairn.model.definition import TaskNode, WorkflowDefinition
 from cairn.model.events import Phase
 from cairn.model.messages import NodeMessage
-from cairn.model.state import RunState
 
 if TYPE_CHECKING:
     from cairn.workers.runner import NodeRunner
@@ -60,9 +58,6 @@ class Continuation:
 
     started: float = field(default_factory=time.monotonic)
     steps: list[str] = field(default_factory=list)
-    # The step just committed, whose kept message runs next: the run as that step read
-    # it and the state its commit left — what the next step's read is answered from.
-    committed: tuple[Restored, RunState] | None = None
     # The kept message's lease, claimed as that step's was let go (one round trip).
     handed: Lease | None = None
 

@@ -1,7 +1,7 @@
 """Stage 1, read: the execution, its run, the definition and the restored state, in one
-statement and the database's clock (no statement for a step continued after the one
-before it: its commit left them) — or why there is nothing to run (finished, superseded,
-the run ended, its queue paused)."""
+statement and the database's clock (no statement for an execution a step this process
+committed just dispatched: its commit left them) — or why there is nothing to run
+(finished, superseded, the run ended, its queue paused)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,10 @@ from cairn.workers.step.handled import Handled
 
 if TYPE_CHECKING:
     from cairn.workers.runner import NodeRunner
+
+# An execution dispatched by a step this process committed less than this long ago is
+# begun from what that step left (:func:`_within`).
+HEAD_READ_WITHIN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -51,15 +55,12 @@ class Unstarted:
     fence_floor: int
 
 
-def read(
-    runner: NodeRunner, message: NodeMessage, after: tuple[Restored, RunState] | None = None
-) -> Read | Unstarted | Handled:
-    """``after``: the step this worker committed just before, whose kept message this is
-    (:mod:`cairn.workers.step.continuation`) — what its read is answered from if it can."""
+def read(runner: NodeRunner, message: NodeMessage) -> Read | Unstarted | Handled:
+    """Answered by the step this process committed just before, when that step
+    dispatched the message's execution (kept by this worker, or a sibling delivered
+    here): :meth:`cairn.engine.executions.Executions.begin_here`; else one statement."""
     key = message.key
-    begun: Begun | Skip | None = None
-    if after is not None:
-        begun = runner.executions.begin_after(message, *after)
+    begun: Begun | Skip | None = runner.executions.begin_here(message, _within(runner))
     if begun is None:
         begun = runner._through_outages(f"reading {key}", lambda: runner.executions.begin(message))
     if isinstance(begun, Skip):
@@ -99,6 +100,13 @@ def read(
         db_time = runner._through_outages("reading the clock", runner.executions.now)
     known = Restored(run, state, db_time, row_cached=begun.row_cached)
     return Read(message, execution, run, definition, node, ref, known, irreversible)
+
+
+def _within(runner: NodeRunner) -> float:
+    """How long after its dispatch an execution's read may be answered by a head here:
+    well inside a lease's TTL, so that no claim of it can have lapsed and been taken over
+    (and recorded) meanwhile."""
+    return min(HEAD_READ_WITHIN_S, runner.settings.lease_ttl / 2)
 
 
 _SKIPPED = {Skip.ALREADY_DONE: Handled.ALREADY_DONE, Skip.RUN_FINISHED: Handled.RUN_FINISHED}
