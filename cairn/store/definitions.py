@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select
+from sqlalchemy import ColumnElement, and_, delete, exists, or_, select
 
 from cairn.errors import VersionConflict
 from cairn.store.base import TxBase
@@ -76,6 +76,22 @@ def visible_to(caller: str) -> ColumnElement[bool]:
         workflow_shares.c.version.in_([EVERY_VERSION, workflows.c.version]),
     )
     return or_(workflows.c.namespace == caller, shared)
+
+
+def chosen(
+    caller: str, visible: list[tuple[str, int]], version: int | None, now: float
+) -> VisibleWorkflow:
+    """Of the (namespace, version) pairs ``caller`` may see, the namespace a name means
+    (its own, else the one other that offers it) and its newest version there — or
+    ``version``, if it is among them."""
+    owners = tuple(sorted({namespace for namespace, _number in visible}))
+    owner = caller if caller in owners else owners[0] if len(owners) == 1 else None
+    numbers = [
+        number
+        for namespace, number in visible
+        if namespace == owner and (version is None or number == version)
+    ]
+    return VisibleWorkflow(owner, max(numbers, default=None), owners, now)
 
 
 class DefinitionsTx(TxBase):
@@ -145,24 +161,18 @@ class DefinitionsTx(TxBase):
         its own workflow of that name if it has one, else the one namespace that shares
         one with it (several: :attr:`VisibleWorkflow.owner` is None, ``owners`` says
         which)."""
+        return chosen(caller, self.visible_versions(caller, name, owner), version, self.now())
+
+    def visible_versions(self, caller: str, name: str, owner: str | None) -> list[tuple[str, int]]:
+        """Every (namespace, version) of ``name`` that ``caller`` may see (of ``owner``
+        only, if given)."""
         seen = and_(workflows.c.name == name, visible_to(caller))
         if owner is not None:
             seen = and_(seen, workflows.c.namespace == owner)
-        owners = tuple(
-            self.connection.execute(
-                select(workflows.c.namespace).where(seen).distinct().order_by(workflows.c.namespace)
-            ).scalars()
-        )
-        chosen = caller if caller in owners else owners[0] if len(owners) == 1 else None
-        found = None
-        if chosen is not None:
-            newest = select(func.max(workflows.c.version)).where(
-                seen, workflows.c.namespace == chosen
-            )
-            if version is not None:
-                newest = newest.where(workflows.c.version == version)
-            found = self.connection.execute(newest).scalar()
-        return VisibleWorkflow(chosen, found, owners, self.now())
+        query = select(workflows.c.namespace, workflows.c.version).where(seen)
+        return [
+            (str(namespace), int(number)) for namespace, number in self.connection.execute(query)
+        ]
 
     def visible_workflows(self, caller: str) -> list[ListedWorkflow]:
         """Every definition ``caller`` may see, by namespace, name and version."""

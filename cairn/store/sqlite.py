@@ -2,13 +2,16 @@
 the write lock at BEGIN (``BEGIN IMMEDIATE``), so that two never both read and then
 deadlock upgrading to write; ``busy_timeout`` queues them. The portable statements serve
 as they are — with one writer there is nothing to skip and no one to race — but for a
-step's read and its write, constant SQL below SQLAlchemy (:mod:`cairn.store.sqlite_fastpath`).
+step's read and its write, constant SQL below SQLAlchemy (:mod:`cairn.store.sqlite_fastpath`),
+the write on a connection its thread keeps (:class:`KeptConnections`).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event, exc
@@ -17,6 +20,7 @@ from sqlalchemy.dialects import sqlite
 from cairn.model.keys import ExecutionKey
 from cairn.model.outcomes import StepWrites
 from cairn.store import sqlite_fastpath as fastpath
+from cairn.store.errors import translated
 from cairn.store.records import ExecutionHead, RunRecord, StepCompletion, utcnow
 from cairn.store.sql import Store, Tx
 
@@ -34,6 +38,12 @@ class SqliteTx(Tx):
     def _driver(self) -> Any:
         """The sqlite3 connection under this transaction (see cairn.store.sqlite_fastpath)."""
         return self.connection.connection.driver_connection
+
+    def visible_versions(self, caller: str, name: str, owner: str | None) -> list[tuple[str, int]]:
+        return fastpath.visible_versions(self._driver(), caller, name, owner)
+
+    def insert_run(self, values: Mapping[str, Any]) -> bool:
+        return fastpath.insert_run(self._driver(), fastpath.codec(self.connection.dialect), values)
 
     def execution_and_run(self, key: ExecutionKey) -> tuple[ExecutionHead | None, RunRecord | None]:
         coder = fastpath.codec(self.connection.dialect)
@@ -73,6 +83,72 @@ class SqliteStore(Store):
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
         _serialise_writers(engine)
+        self._kept = KeptConnections(engine, KEPT_CONNECTIONS)
+
+    def dispose(self) -> None:
+        self._kept.close()
+        super().dispose()
+
+    @contextmanager
+    def statements(self, *, writes: bool = False) -> Iterator[Tx]:
+        """A step's write on the thread's own connection, kept open between its steps
+        (:class:`KeptConnections`); anything else as :meth:`Store.statements`."""
+        kept = self._kept.take() if writes else None
+        if kept is None:
+            with super().statements(writes=writes) as tx:
+                yield tx
+            return
+        try:
+            with translated(), kept.begin(), translated(kept):
+                yield self.tx_class(kept)
+        except BaseException:
+            self._kept.discard(kept)  # rolled back; its state after a failure not relied on
+            raise
+
+
+# Threads that keep a connection of their own for their steps' writes, at most; any other
+# takes one from the pool each time, as readers do.
+KEPT_CONNECTIONS = 16
+
+
+class KeptConnections:
+    """A connection per thread for the hot path's write transactions, opened once and
+    kept: taking one from the pool and handing it back cost about as much Python as the
+    step's statements (SQLAlchemy's checkout, reset and checkin around each). The pool
+    still serves readers, every other transaction, and threads past ``most``; a thread
+    that ended has its connection closed by the next thread to take one."""
+
+    def __init__(self, engine: Engine, most: int) -> None:
+        self._engine, self._most = engine, most
+        self._lock = threading.Lock()
+        self._held: dict[threading.Thread, Connection] = {}
+
+    def take(self) -> Connection | None:
+        """This thread's connection (None: ``most`` threads keep one already)."""
+        thread = threading.current_thread()
+        connection = self._held.get(thread)
+        if connection is not None and not connection.closed:
+            return connection
+        with self._lock:
+            for ended in [t for t in self._held if not t.is_alive()]:
+                self._held.pop(ended).close()
+            if len(self._held) >= self._most:
+                return None
+            connection = self._held[thread] = self._engine.connect()
+        return connection
+
+    def discard(self, connection: Connection) -> None:
+        with self._lock:
+            for thread, held in list(self._held.items()):
+                if held is connection:
+                    del self._held[thread]
+        connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            held, self._held = list(self._held.values()), {}
+        for connection in held:
+            connection.close()
 
 
 def _serialise_writers(engine: Engine) -> None:

@@ -80,6 +80,16 @@ MARK_SENT = (
     "WHERE id IN ({ids}) AND sent_at IS NULL"
 )
 
+# The definitions of a name a namespace may see (cairn.store.definitions.visible_to).
+VISIBLE_VERSIONS = """
+SELECT w.namespace, w.version FROM workflows w
+WHERE w.name = ? AND (? IS NULL OR w.namespace = ?)
+  AND (w.namespace = ? OR EXISTS (
+    SELECT 1 FROM workflow_shares s
+    WHERE s.namespace = w.namespace AND s.workflow = w.name AND s.grantee = ?
+      AND s.version IN (0, w.version)))
+"""
+
 Encode = Callable[[Any], Any]
 
 
@@ -90,6 +100,7 @@ class Codec:
     def __init__(self, dialect: Dialect) -> None:
         self.json: Encode = _bind(dialect, events.c.data)
         self.time: Encode = _bind(dialect, outbox.c.created_at)
+        self.run_column = {column.name: _bind(dialect, column) for column in runs.columns}
         self._loads: dict[str, Encode] = {}
         for column in runs.columns:
             load = _result(dialect, column)
@@ -136,6 +147,30 @@ def execution_and_run(driver: Any, coder: Codec, key: ExecutionKey) -> Any:
     if values is None:
         return None
     return coder.row(tuple(d[0] for d in cursor.description), values)
+
+
+def visible_versions(
+    driver: Any, caller: str, name: str, owner: str | None
+) -> list[tuple[str, int]]:
+    """:meth:`cairn.store.definitions.DefinitionsTx.visible_versions`."""
+    rows = driver.execute(VISIBLE_VERSIONS, (name, owner, owner, caller, caller)).fetchall()
+    return [(str(namespace), int(number)) for namespace, number in rows]
+
+
+def insert_run(driver: Any, coder: Codec, values: Mapping[str, Any]) -> bool:
+    """:meth:`cairn.store.runs.RunsTx.insert_run`: False if its (namespace, request id)
+    is taken."""
+    names = tuple(values)
+    encoded = [coder.run_column[name](values[name]) for name in names]
+    return bool(driver.execute(_insert_run(names), encoded).rowcount)
+
+
+@functools.cache
+def _insert_run(names: tuple[str, ...]) -> str:
+    return (
+        f"INSERT INTO runs ({', '.join(names)}) VALUES ({', '.join('?' * len(names))}) "
+        "ON CONFLICT DO NOTHING"
+    )
 
 
 def complete_step(
