@@ -159,6 +159,7 @@ class Runtime:
         self._announcer = Announcer(
             self.store, self.settings, build, workflow_keys(self.registered)
         ).start()
+        self.orchestrator.steps.starts_leave_heads = True
         self.broker.start(self.runner.run)
 
     def start_scheduler(self) -> None:
@@ -209,12 +210,15 @@ def _pool_size(broker: InProcessBroker | None) -> int:
 
 def worker_runtime(app: Any) -> Runtime:
     """The runtime of one Celery worker process, built after the fork."""
-    return Runtime.build(
+    runtime = Runtime.build(
         app.cairn_settings,
         celery_app=app,
         worker=f"{socket.gethostname()}:{os.getpid()}",
         register=False,  # `cairn worker` did, once, before the fork
     )
+    # a run submitted by a message may have its first node delivered to this process
+    runtime.orchestrator.steps.starts_leave_heads = True
+    return runtime
 
 
 def worker_app(settings: Settings) -> Any:

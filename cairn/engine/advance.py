@@ -94,6 +94,10 @@ class Steps:
         self.reads = reads
         self.hooks = hooks
         self.heads: RunHeads[Pending] = RunHeads()
+        # Whether a run submitted here leaves a head its first nodes begin from: only in
+        # a process that runs nodes (a worker, the embedded runtime), else it is memory
+        # held for nothing (an API server's every submission).
+        self.starts_leave_heads = False
         self.optimistic = OneStatement(
             self.store, self.registry, planner, outbox, heads=self.heads, told=self.committed_plan
         )

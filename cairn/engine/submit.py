@@ -321,8 +321,8 @@ class Submissions:
         if not inserted:
             self.steps.outbox.sent.add(sent)  # nothing was written, the marks included
             return self._existing_run(values)
-        # The head its first nodes begin from, when delivered to this process's workers.
-        self.steps.heads.committed(known, plan.run, decision.state)
+        if self.steps.starts_leave_heads:  # its first nodes begin from it, if run here
+            self.steps.heads.committed(known, plan.run, decision.state)
         self.steps.committed_plan(run_id, plan, ids)
         return str(run_id)
 

@@ -259,3 +259,16 @@ def test_of_a_fork_the_first_branch_is_continued_with_and_the_others_published_f
     assert _ran(one, run_id) == dict.fromkeys(
         ["first", "left", "middle", "right", "after"], (1, "succeeded")
     )
+
+
+def test_a_submission_leaves_a_head_only_where_nodes_run(processes: list[Runtime]) -> None:
+    """A process that runs no nodes (an API server) keeps nothing of what it submits: its
+    every submission would be memory held for nothing."""
+    one, two = processes
+    two.orchestrator.steps.starts_leave_heads = False
+    here = one.orchestrator.submit("three", {})
+    elsewhere = two.orchestrator.submit("three", {})
+    assert one.orchestrator.steps.heads.current(here) is not None
+    assert two.orchestrator.steps.heads.current(elsewhere) is None
+    (first,) = [m for m in taken(two, "first") if m.run_id == elsewhere]
+    assert two.orchestrator.executions.begin_here(first, 30.0) is None

@@ -53,6 +53,7 @@ def two_processes(home: Path, workflows: str, database_url: str | None) -> Itera
     try:
         for runtime in runtimes:
             runtime.orchestrator.publisher = Taking()
+            runtime.orchestrator.steps.starts_leave_heads = True  # each runs nodes
         yield runtimes
     finally:
         for runtime in runtimes:
