@@ -8,11 +8,12 @@ the write on a connection its thread keeps (:class:`KeptConnections`).
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, event, exc
 from sqlalchemy.dialects import sqlite
@@ -23,6 +24,23 @@ from cairn.store import sqlite_fastpath as fastpath
 from cairn.store.errors import translated
 from cairn.store.records import ExecutionHead, RunRecord, StepCompletion, utcnow
 from cairn.store.sql import Store, Tx
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _driver_errors(method: _F) -> _F:
+    """The driver's errors raised as SQLAlchemy's would have been — what the store's
+    translation reads (a CHECK refused, the database unreachable): the constant SQL runs
+    on the sqlite3 connection, below SQLAlchemy."""
+
+    @functools.wraps(method)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as error:
+            raise exc.DBAPIError.instance(None, None, error, sqlite3.Error) from error
+
+    return wrapped  # type: ignore[return-value]
 
 
 class SqliteTx(Tx):
@@ -39,17 +57,21 @@ class SqliteTx(Tx):
         """The sqlite3 connection under this transaction (see cairn.store.sqlite_fastpath)."""
         return self.connection.connection.driver_connection
 
+    @_driver_errors
     def visible_versions(self, caller: str, name: str, owner: str | None) -> list[tuple[str, int]]:
         return fastpath.visible_versions(self._driver(), caller, name, owner)
 
+    @_driver_errors
     def insert_run(self, values: Mapping[str, Any]) -> bool:
         return fastpath.insert_run(self._driver(), fastpath.codec(self.connection.dialect), values)
 
+    @_driver_errors
     def execution_and_run(self, key: ExecutionKey) -> tuple[ExecutionHead | None, RunRecord | None]:
         coder = fastpath.codec(self.connection.dialect)
         row = fastpath.execution_and_run(self._driver(), coder, key)
         return self._execution_and_run_of(row, key)
 
+    @_driver_errors
     def complete_step(
         self,
         key: ExecutionKey,
@@ -72,6 +94,7 @@ class SqliteTx(Tx):
             now=self.stamp(),
         )
 
+    @_driver_errors
     def write_step(self, run_id: str, writes: StepWrites, *, last: bool = True) -> list[int]:
         coder = fastpath.codec(self.connection.dialect)
         return fastpath.write_step(self._driver(), coder, run_id, writes, self.stamp())
@@ -157,13 +180,10 @@ def _serialise_writers(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
 
     @event.listens_for(engine, "begin")
+    @_driver_errors
     def _begin_immediate(connection: Connection) -> None:
         read_only = connection.get_execution_options().get("cairn_read_only", False)
         # On the driver's connection: SQLAlchemy's statement machinery (an execution
         # context, a result) cost a third of opening a step's transaction.
-        statement = "BEGIN" if read_only else "BEGIN IMMEDIATE"
         driver: Any = connection.connection.driver_connection
-        try:
-            driver.execute(statement)
-        except sqlite3.Error as error:  # as SQLAlchemy's own call would have raised it
-            raise exc.DBAPIError.instance(statement, None, error, sqlite3.Error) from error
+        driver.execute("BEGIN" if read_only else "BEGIN IMMEDIATE")

@@ -42,28 +42,39 @@ def test_a_pool_never_has_more_calls_at_the_provider_than_its_limit(
     item = {"workflow": "limited_calls", "input": {"ledger": str(cluster.ledger), "tenant": "acme"}}
     runs = [str(answer.run_id) for answer in cluster.client.submit_batch([item] * 12)]
     cluster.all_succeeded(runs, 90)
-    assert provider.over_limit == 0  # no call past the limit reached the provider
+    lost = _lost_claims(cluster, runs)
+    # No call past the limit reached the provider — but for a holder whose lease lapsed
+    # (a 2 s lease, on a starved machine): its slot went with the lease while its call
+    # was still out (docs/flow-control.md), at most one call each.
+    if provider.over_limit > sum(lost.values()):
+        pytest.fail(f"{provider.over_limit} calls past the limit; claims lost: {lost}")
     assert provider.peak_in_flight == LIMIT  # and the limit was used
-    _one_request_per_run(cluster, provider, runs)  # a parked run is not retried
+    _one_request_per_run(cluster, provider, runs, lost)  # a parked run is not retried
     with cluster.client.runtime.store.reading() as tx:
         assert tx.waiting_pools() == []
 
 
-def _one_request_per_run(cluster: Cluster, provider: ModelServer, runs: list[str]) -> None:
+def _lost_claims(cluster: Cluster, runs: list[str]) -> Counter[str]:
+    """The claims each run's history says it lost."""
+    return Counter(
+        {run: sum(1 for e in cluster.client.events(run) if lost_a_claim(e)) for run in runs}
+    )
+
+
+def _one_request_per_run(
+    cluster: Cluster, provider: ModelServer, runs: list[str], lost: Counter[str]
+) -> None:
     """Each run sent its call once — or once more for each claim its history says it
-    lost (a 2 s lease can lapse on a starved machine; only a call in flight when its
-    claim was lost is sent again, cairn.recording.calls): a parked run is never
-    retried."""
+    lost (only a call in flight when its claim was lost is sent again,
+    cairn.recording.calls): a parked run is never retried."""
     sent = Counter(
         str(request.body["messages"][0]["content"]).removeprefix("run ")
         for request in provider.requests
     )
     assert set(sent) == set(runs), sent
     for run in runs:
-        events = cluster.client.events(run)
-        lost = sum(1 for e in events if lost_a_claim(e))
-        if not 1 <= sent[run] <= 1 + lost:
-            story = [(e["type"], e["data"]) for e in events]
+        if not 1 <= sent[run] <= 1 + lost[run]:
+            story = [(e["type"], e["data"]) for e in cluster.client.events(run)]
             pytest.fail(f"{run} sent {sent[run]}: {story}\n{cluster.log_lines(run)}")
 
 
