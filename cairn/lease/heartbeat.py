@@ -106,12 +106,14 @@ class Heartbeats:
         interval_s: float,
         cancel_requested: Callable[[], bool] | None = None,
     ) -> Beat:
-        now = time.monotonic()
+        # Both from when the lease was taken: what came between renewed nothing (a
+        # renewal already due is made at once, a lease already out is lost at confirm).
+        taken = min(lease.taken_at, time.monotonic())
         beat = Beat(
             lease,
             interval_s,
-            deadline=now + lease.ttl_s,
-            next_renewal=now + interval_s,
+            deadline=taken + lease.ttl_s,
+            next_renewal=taken + interval_s,
             cancel_requested=cancel_requested,
         )
         with self._wake:

@@ -43,6 +43,8 @@ default and unit tests. One contract suite holds the two together
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -86,6 +88,10 @@ class Lease:
     # and also after a sweep took the dead holder's record — before the sweep has
     # counted the death as well as after, so nobody need wait for that count.
     lapsed: bool = False
+    # When the claim was asked for (time.monotonic()): its TTL runs from then, not from
+    # when its heartbeat starts — the steps between (slots, a takeover's count) renew
+    # nothing, and a process must not trust a lease longer than the store keeps it.
+    taken_at: float = dataclasses.field(default_factory=time.monotonic, compare=False)
 
 
 @dataclass(frozen=True)

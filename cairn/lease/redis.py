@@ -103,7 +103,9 @@ class RedisLeases:
     ) -> Lease | None:
         token = f"{attempt}:{secrets.token_hex(16)}"
         keys, args = _acquiring(key, token, ttl_s, record, floor)
-        return _claimed(key, token, ttl_s, attempt, self._acquire(keys=keys, args=args))
+        asked = time.monotonic()
+        answer = self._acquire(keys=keys, args=args)
+        return _claimed(key, token, ttl_s, attempt, answer, asked=asked)
 
     def hand_on(
         self,
@@ -118,10 +120,11 @@ class RedisLeases:
         token = f"{attempt}:{secrets.token_hex(16)}"
         released_keys, released_args = _releasing(lease, True, timings)
         keys, args = _acquiring(key, token, ttl_s, record, 0)
+        asked = time.monotonic()
         answer = self._hand_on(
             keys=[*released_keys, *keys], args=[len(released_args), *released_args, *args]
         )
-        return _claimed(key, token, ttl_s, attempt, answer)
+        return _claimed(key, token, ttl_s, attempt, answer, asked=asked)
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
         return self._touch(lease, ms(lease.ttl_s), record, progressed=False)
@@ -294,13 +297,24 @@ def _acquiring(
     return [key, beat_key(key), STATS_KEY, fence_key(key), WAIT_KEY, CLAIMS_KEY], args
 
 
-def _claimed(key: str, token: str, ttl_s: float, attempt: int, answer: Any) -> Lease | None:
-    """The lease acquire.lua's answer gives (None: it is held)."""
+def _claimed(
+    key: str, token: str, ttl_s: float, attempt: int, answer: Any, *, asked: float
+) -> Lease | None:
+    """The lease acquire.lua's answer gives (None: it is held), its TTL running from
+    when it was ``asked`` for."""
     fence, orphaned, superseded, lapsed = answer
     if not fence:
         return None
     return Lease(
-        key, token, ttl_s, int(fence), bool(orphaned), attempt, bool(superseded), bool(lapsed)
+        key,
+        token,
+        ttl_s,
+        int(fence),
+        bool(orphaned),
+        attempt,
+        bool(superseded),
+        bool(lapsed),
+        taken_at=asked,
     )
 
 
