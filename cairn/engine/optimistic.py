@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from cairn.decider import Decision
 from cairn.engine.heads import RunHeads
+from cairn.engine.merges import branch_merge, may_merge
 from cairn.engine.outbox import Outbox
 from cairn.engine.plan import Plan, Planner, result_values
 from cairn.engine.reads import Restored
@@ -33,9 +34,9 @@ from cairn.errors import StaleTransition
 from cairn.model.events import Event
 from cairn.model.keys import ExecutionKey
 from cairn.model.messages import NodeMessage
-from cairn.model.outcomes import NodeOutcome, StepResult
+from cairn.model.outcomes import BranchMerge, Merged, NodeOutcome, StepResult
 from cairn.model.state import RunState
-from cairn.store.records import RunRecord
+from cairn.store.records import RunRecord, StepCompletion
 from cairn.store.sql import Store
 
 
@@ -244,8 +245,10 @@ class OneStatement:
 
     def _alone(self, pending: Pending) -> _Committed | Completion | None:
         """The one-statement completion of one result, tried again on the run as it is
-        now when it moved (another process's step): at most OPTIMISTIC_TRIES statements.
-        None means: take the locking path."""
+        now when it moved (another process's step): at most OPTIMISTIC_TRIES statements —
+        a merge (:mod:`cairn.engine.merges`) where the step allows one (planned again on
+        the run as a refused merge found it, a step the run allows or one that is not a
+        merge). None means: take the locking path."""
         known = self.heads.latest(pending.known)
         for _try in range(OPTIMISTIC_TRIES):
             done = self._unmoved(pending, known)
@@ -271,31 +274,82 @@ class OneStatement:
         self, pending: Pending, known: Restored
     ) -> _Committed | Completion | _Moved | None:
         """The store's one-step completion, when the decision only dispatches: it records
-        the result and writes the step if the run is where it was planned on. None
-        means: take the locking path."""
+        the result and writes the step if the run is where it was planned on — or, for a
+        merge, where the merge may go. None means: take the locking path."""
         message = pending.message
         definition = self.registry.get(message.workflow, message.version)
         event = replace(pending.outcome.event, at=known.now())
+        # A merge writes only what it changes: the state is serialized only if not one.
+        mergeable = self.store.merges_branches and may_merge(known.state, event)
         decision, plan = self.planner.plan(
-            known.row, definition, known.state, event, cached=known.cached
+            known.row,
+            definition,
+            known.state,
+            event,
+            cached=known.cached,
+            serialized=not mergeable,
         )
         if plan is None or plan.writes_other_rows:
             return None
+        merge = None
+        if mergeable:
+            merge = branch_merge(known, definition, event, plan, self.planner.settings)
+            if merge is None:
+                plan = self.planner.serialize(plan, cached=known.cached)
         sent = self.outbox.sent.drain()
-        with self.store.statements(writes=True) as tx:
-            done = tx.complete_step(
-                message.key,
-                attempt=message.attempt,
-                fence=pending.fence,
-                known_seq=known.row.last_seq,
-                result=result_values(pending.outcome, pending.worker),
-                writes=self.planner.writes(plan, event, sent),
-            )
+        step = StepResult(
+            message.key,
+            message.attempt,
+            pending.fence,
+            known.row.last_seq,
+            result_values(pending.outcome, pending.worker),
+            self.planner.writes(plan, event, sent),
+        )
+        try:
+            done, merged = self._write(step, merge, message.run_id)
+        except StaleTransition:
+            if merge is None:
+                raise
+            self.outbox.sent.add(sent)  # claimed anew as it merged: nothing written
+            return None
         if not (done.checked and done.finished):
             self.outbox.sent.add(sent)  # nothing was written, the marks included
-            return _Moved(_restored(done.moved)) if not done.checked else _recorded_already(message)
-        self.heads.committed(known, plan.run, decision.state)
+            if done.checked:
+                return _recorded_already(message)
+            return _Moved(_restored(done.moved))
+        if merge is None:
+            self.heads.committed(known, plan.run, decision.state)
+        else:
+            self._merged(known, plan, merged)
         return _Committed(decision, plan, done.outbox_ids)
+
+    def _write(
+        self, step: StepResult, merge: BranchMerge | None, run_id: str
+    ) -> tuple[StepCompletion, Merged | None]:
+        """The step's one statement: conditional on the run's seq, or a merge."""
+        with self.store.statements(writes=True) as tx:
+            if merge is not None:
+                # Siblings queued here plan on the run as this merge leaves it.
+                queued = self.heads.waiting(run_id) > 0
+                return tx.merge_step(step, merge, returning_state=queued)
+            done = tx.complete_step(
+                step.key,
+                attempt=step.attempt,
+                fence=step.fence,
+                known_seq=step.known_seq,
+                result=step.result,
+                writes=step.writes,
+            )
+            return done, None
+
+    def _merged(self, known: Restored, plan: Plan, merged: Merged | None) -> None:
+        """The run's head once a merge is written: as the merge left it, when the statement
+        returned that; else unknown here (siblings merged before it), so forgotten."""
+        if merged is None or merged.state is None:
+            self.heads.forget(known.row.id)
+            return
+        run = replace(plan.run, last_seq=merged.seq, current=merged.current)
+        self.heads.committed(known, run, RunState.from_dict(merged.state))
 
 
 def _recorded_already(message: NodeMessage) -> Completion:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cairn.config import Settings
@@ -81,15 +81,19 @@ class Planner:
         event: Event,
         *,
         cached: bool = True,
+        serialized: bool = True,
     ) -> tuple[Decision, Plan | None]:
         """Decide, and work out every row the decision writes (None if it was ignored).
-        ``cached``: whether the run's row held its state before this step."""
+        ``cached``: whether the run's row held its state before this step;
+        ``serialized``: whether the row's cache is written from the new state (else only
+        a snapshot is, when due: for a step that may not write the state whole — a
+        branch's merge — until :meth:`serialize` says otherwise)."""
         decision = decide(definition, state, event)
         if decision.ignored:
             return decision, None
         new = decision.state
         seq = row.last_seq + 1
-        run, snapshot = self._run_write(row, new, seq, event, cached)
+        run, snapshot = self._run_write(row, new, seq, event, cached and serialized)
         dispatches = [
             NodeMessage(
                 row.id,
@@ -145,6 +149,17 @@ class Planner:
             snapshot_at=at if snapshot_due else None,
         )
         return run, state_json if snapshot_due else None
+
+    def serialize(self, plan: Plan, *, cached: bool) -> Plan:
+        """``plan`` (planned with ``serialized=False``) writing the row's cache after all,
+        as the cache policy says (``cached``: whether the row held it before the step)."""
+        run = plan.run
+        if run.state_json is not None or not cached or self.settings.state_cache_bytes <= 0:
+            return plan
+        state_json = json.dumps(plan.decision.state.to_dict(), separators=(",", ":"))
+        if len(state_json) > self.settings.state_cache_bytes:
+            return plan
+        return replace(plan, run=replace(run, state_json=state_json))
 
     def snapshot_due(self, row: RunRecord | FreshRun, new: RunState, seq: int, at: float) -> bool:
         """Snapshots compress the log: every K events, every T seconds, and whenever the

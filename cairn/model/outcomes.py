@@ -106,3 +106,35 @@ class StepResult:
     known_seq: int
     result: Mapping[str, Any]
     writes: StepWrites
+
+
+@dataclass(frozen=True)
+class BranchMerge:
+    """A branch's success as it merges onto its run as the run is by then
+    (:mod:`cairn.engine.merges`): the operations on the cached state (``set`` a path to a
+    value, ``drop`` a path, ``add`` an integer to one), the executions it leaves the run's
+    ``current``, and what must hold of the run it merges onto — every step since
+    ``known_seq`` a merge too, its join (``join``) undecided by it: between ``at_least``
+    and ``at_most`` of the branch's siblings with an outcome in ``counted``; no snapshot
+    due (``snapshot_every`` events, ``snapshot_every_s`` seconds); and the state, merged,
+    within what the row caches (``cache_bytes``)."""
+
+    ops: Sequence[Mapping[str, Any]]
+    left: Sequence[str]
+    join: str
+    counted: Sequence[str]
+    at_least: int
+    at_most: int
+    snapshot_every: int
+    snapshot_every_s: float
+    cache_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """Where a branch's merged step left its run: the seq it took, the executions still
+    running, and the state (when asked for)."""
+
+    seq: int
+    current: list[str]
+    state: dict[str, Any] | None

@@ -372,6 +372,11 @@ class RunState:
         )
 
 
+def plain(entry: NodeState | TimerState | CompletedStep) -> dict[str, Any]:
+    """A node's, timer's or completed step's entry as the state's JSON holds it."""
+    return _plain(entry)
+
+
 def _plain(entry: Any) -> dict[str, Any]:
     """A flat frozen entry (node, timer, step) as a dict, enums as their values, unset
     optional fields left out."""
@@ -403,6 +408,7 @@ def _timer(data: Mapping[str, Any]) -> TimerState:
 
 __all__ = [
     "AnomalyTrack",
+    "plain",
     "BranchOutcome",
     "CompletedStep",
     "Compensation",

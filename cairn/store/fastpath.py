@@ -50,7 +50,7 @@ SET status = %(run_status)s, last_seq = %(last_seq)s, updated_at = %(updated_at)
 
 # A worker's result, recorded only if it is the first for the execution at this attempt
 # and no newer claim took the execution over (its fence).
-_RECORD_RESULT = """
+RECORD_RESULT = """
   UPDATE node_executions
   SET status = %(status)s, result = %(result)s, error_class = %(error_class)s,
       error = %(error)s, finished_at = now(), duration_s = %(duration_s)s, worker = %(worker)s
@@ -59,10 +59,17 @@ _RECORD_RESULT = """
     AND fence <= %(fence)s
 """
 
+# The outbox rows this process published since its last step, marked sent by the step.
+OUTBOX_SENT = """
+  UPDATE outbox SET sent_at = now(), publishes = publishes + 1
+  WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(rows)s::jsonb -> 'sent'))
+    AND sent_at IS NULL
+"""
+
 FINISH_AND_LOCK = (
     """
 WITH done AS ("""
-    + _RECORD_RESULT
+    + RECORD_RESULT
     + """  RETURNING run_id
 )
 SELECT r.*, extract(epoch FROM clock_timestamp())::float8 AS db_now
@@ -116,10 +123,9 @@ appended AS (
   SELECT id, %(last_seq)s, %(snap_format)s, %(snap_codec)s, %(snap_body)s::bytea, now()
   FROM adv WHERE %(snap_body)s::bytea IS NOT NULL
   ON CONFLICT DO NOTHING
-), sent AS (
-  UPDATE outbox SET sent_at = now(), publishes = publishes + 1
-  WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(rows)s::jsonb -> 'sent'))
-    AND sent_at IS NULL AND EXISTS (SELECT 1 FROM adv)
+), sent AS ("""
+    + OUTBOX_SENT
+    + """    AND EXISTS (SELECT 1 FROM adv)
 ), scheduled AS (
   INSERT INTO node_executions (run_id, node, iteration, phase, status, attempt, dispatched_at)
   SELECT adv.id, d.node, d.iteration, d.phase, 'scheduled', d.attempt, now()
@@ -165,7 +171,7 @@ COMPLETE_STEP = (
 WITH chk AS (
   SELECT id FROM runs WHERE id = %(run_id)s AND last_seq = %(known_seq)s FOR UPDATE
 ), done AS ("""
-    + _RECORD_RESULT
+    + RECORD_RESULT
     + """    AND EXISTS (SELECT 1 FROM chk)
   RETURNING run_id
 ), adv AS (
@@ -297,7 +303,7 @@ def finish_and_lock(
     fence: int,
     values: Mapping[str, Any],
 ) -> Any:
-    params = _result_params(key, attempt, fence, values)
+    params = result_params(key, attempt, fence, values)
     with connection.cursor(row_factory=namedtuple_row) as cursor:
         return cursor.execute(FINISH_AND_LOCK, params).fetchone()
 
@@ -319,7 +325,7 @@ def write_step(
             params = {**key.params(), "attempt": attempt, "payload": Jsonb(dict(payload))}
             cursor.execute(DISPATCH, params)
             cursors.append(cursor)
-        connection.execute(RECORD_STEP, {"run_id": run_id, **_step_params(writes)})
+        connection.execute(RECORD_STEP, {"run_id": run_id, **step_params(writes)})
         if commit:
             connection.commit()
     ids = []
@@ -344,11 +350,11 @@ def complete_step(
     """Run COMPLETE_STEP on an autocommit connection: one statement, so one transaction,
     and one round trip."""
     params = {
-        **_result_params(key, attempt, fence, result),
+        **result_params(key, attempt, fence, result),
         "known_seq": known_seq,
-        **_step_params(writes),
+        **step_params(writes),
     }
-    row = _one_statement(connection, COMPLETE_STEP, params)
+    row = one_statement(connection, COMPLETE_STEP, params)
     moved = None
     if not row.checked and row.id is not None:
         moved = (RunRecord.of(row), float(row.db_now))
@@ -382,9 +388,9 @@ def complete_steps(
             connection.execute("BEGIN", prepare=False)
             for step in steps:
                 params = {
-                    **_result_params(step.key.params(), step.attempt, step.fence, step.result),
+                    **result_params(step.key.params(), step.attempt, step.fence, step.result),
                     "known_seq": step.known_seq,
-                    **_step_params(step.writes),
+                    **step_params(step.writes),
                 }
                 cursor = connection.cursor(row_factory=namedtuple_row)
                 cursor.execute(COMPLETE_STEP_TOGETHER, params, prepare=True)
@@ -408,7 +414,7 @@ def submit_run(
 ) -> tuple[bool, dict[tuple[str, int, str], int]]:
     """Run SUBMIT_RUN on an autocommit connection. Returns (the run was inserted, outbox
     id by (node, iteration, phase))."""
-    row = _one_statement(connection, SUBMIT_RUN, _submit_params(values, writes))
+    row = one_statement(connection, SUBMIT_RUN, _submit_params(values, writes))
     return bool(row.inserted), _outbox_ids(row)
 
 
@@ -444,11 +450,11 @@ def _submit_params(values: Mapping[str, Any], writes: StepWrites) -> dict[str, A
         "webhook_url": values["webhook_url"],
         "priority": values.get("priority", 0),
         "created_at": values["created_at"],
-        **_step_params(writes),
+        **step_params(writes),
     }
 
 
-def _one_statement(connection: Connection[Any], query: str, params: Mapping[str, Any]) -> Any:
+def one_statement(connection: Connection[Any], query: str, params: Mapping[str, Any]) -> Any:
     """One statement as its own transaction, prepared on the server (it runs per step)."""
     _require_autocommit(connection)
     with connection.cursor(row_factory=namedtuple_row) as cursor:
@@ -461,10 +467,10 @@ def _outbox_ids(row: Any) -> dict[tuple[str, int, str], int]:
     return {(node, int(iteration), phase): int(id_) for id_, node, iteration, phase in row.outbox}
 
 
-def _result_params(
+def result_params(
     key: Mapping[str, Any], attempt: int, fence: int, result: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The parameters of _RECORD_RESULT."""
+    """The parameters of RECORD_RESULT."""
     return {
         **key,
         "attempt": attempt,
@@ -478,7 +484,7 @@ def _result_params(
     }
 
 
-def _step_params(writes: StepWrites) -> dict[str, Any]:
+def step_params(writes: StepWrites) -> dict[str, Any]:
     """The parameters of what a step writes, shared by its three statements."""
     run, snapshot = writes.run, writes.snapshot
     if snapshot is not None:

@@ -15,8 +15,8 @@ from sqlalchemy import Engine, Select, func, select, text
 from sqlalchemy.dialects import postgresql
 
 from cairn.model.keys import ExecutionKey
-from cairn.model.outcomes import StepResult, StepWrites
-from cairn.store import fastpath
+from cairn.model.outcomes import BranchMerge, Merged, StepResult, StepWrites
+from cairn.store import branch_merges, fastpath
 from cairn.store.database import autocommit_twin
 from cairn.store.definitions import VisibleWorkflow
 from cairn.store.errors import translated
@@ -119,6 +119,13 @@ class PostgresTx(Tx):
     def complete_steps(self, steps: Sequence[StepResult]) -> list[StepCompletion]:
         return fastpath.complete_steps(self._driver(), steps)
 
+    def merge_step(
+        self, step: StepResult, merge: BranchMerge, *, returning_state: bool = False
+    ) -> tuple[StepCompletion, Merged | None]:
+        return branch_merges.merge_step(
+            self._driver(), step, merge, returning_state=returning_state
+        )
+
     def finish_and_lock(
         self, key: ExecutionKey, attempt: int, fence: int, values: Mapping[str, Any]
     ) -> tuple[RunRecord | None, float]:
@@ -135,6 +142,7 @@ class PostgresTx(Tx):
 
 class PostgresStore(Store):
     tx_class = PostgresTx
+    merges_branches = True
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)

@@ -117,6 +117,9 @@ class RunRecord:
     # Whose definition it runs: its own namespace's, or the one that shared it.
     workflow_namespace: str = DEFAULT_NAMESPACE
     build: str | None = None  # the build it started on (docs/versions.md)
+    # The seqs its last branch merges went from and to (cairn.engine.merges).
+    merged_from: int | None = None
+    merged_to: int | None = None
 
     @property
     def workflow_ref(self) -> str:
@@ -149,6 +152,8 @@ class RunRecord:
             row.workflow_namespace,
             # The step's constant SQL reads the columns it names, which may not have it.
             getattr(row, "build", None),
+            getattr(row, "merged_from", None),
+            getattr(row, "merged_to", None),
         )
 
 

@@ -122,6 +122,11 @@ runs = Table(
     Column("workflow_namespace", String(100), nullable=False, server_default="default"),
     # The build it started on (migration 0029); None: not routed by build.
     Column("build", String(64)),
+    # The run's last steps that were branch successes merged onto it (migration 0031):
+    # from the seq they merged onto to the last of them. None, or behind last_seq: the
+    # run's last step was of another kind.
+    Column("merged_from", Integer),
+    Column("merged_to", Integer),
     UniqueConstraint("namespace", "request_id"),
     _known(RunStatus),
     # The runs of a status (0030). Nothing a step changes is indexed — not updated_at —

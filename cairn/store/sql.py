@@ -66,6 +66,10 @@ class Store:
     A backend subclasses it; :func:`~cairn.store.backends.store_for` picks one."""
 
     tx_class: ClassVar[type[Tx]] = Tx
+    # Whether a branch's success may merge onto its run as it is by then
+    # (Tx.merge_step): only where one statement can take the run's next seq under its
+    # lock — elsewhere one process writes, and its run lock orders the branches already.
+    merges_branches: ClassVar[bool] = False
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -13,10 +13,10 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
-from cairn.errors import StaleTransition
+from cairn.errors import StaleTransition, StoreError
 from cairn.faults import fault_point
 from cairn.model.keys import ExecutionKey
-from cairn.model.outcomes import StepResult, StepWrites
+from cairn.model.outcomes import BranchMerge, Merged, StepResult, StepWrites
 from cairn.store.clauses import unfinished, where
 from cairn.store.executions import ExecutionsTx
 from cairn.store.messages import MessagesTx
@@ -121,6 +121,14 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
                 raise StaleTransition(_NOT_TOGETHER.format(key=step.key))
             done.append(completion)
         return done
+
+    def merge_step(
+        self, step: StepResult, merge: BranchMerge, *, returning_state: bool = False
+    ) -> tuple[StepCompletion, Merged | None]:
+        """A branch's success merged onto its run as the run is by then (see
+        :mod:`cairn.engine.merges`), and where it left the run: only where the store
+        ``merges_branches`` (PostgreSQL: cairn.store.branch_merges)."""
+        raise StoreError(f"the {self.connection.dialect.name} store does not merge branches")
 
     def finish_and_lock(
         self, key: ExecutionKey, attempt: int, fence: int, values: Mapping[str, Any]

@@ -156,23 +156,28 @@ def _groups(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _hold_the_first(runtime: Runtime, monkeypatch: pytest.MonkeyPatch, behind: int) -> None:
-    """The next completion to take its run's lock writes its step only once ``behind``
-    others are queued behind it: whoever takes the lock after it takes them all."""
+    """The next completion to take its run's lock writes its step (one statement, or a
+    branch's merge) only once ``behind`` others are queued behind it: whoever takes the
+    lock after it takes them all."""
     heads = runtime.orchestrator.steps.heads
     tx_class = type(runtime.store).tx_class
-    complete_step = tx_class.complete_step
     holding = {"armed": True}
 
-    def held_first(self: Any, key: Any, **kwargs: Any) -> Any:
-        if holding["armed"]:
-            holding["armed"] = False
-            deadline = time.monotonic() + 30
-            while heads.waiting(key.run_id) < behind:
-                assert time.monotonic() < deadline, "the siblings did not queue"
-                time.sleep(0.005)
-        return complete_step(self, key, **kwargs)
+    def held(write: Any) -> Any:
+        def held_first(self: Any, first: Any, *args: Any, **kwargs: Any) -> Any:
+            if holding["armed"]:
+                holding["armed"] = False
+                run_id = first.run_id if hasattr(first, "run_id") else first.key.run_id
+                deadline = time.monotonic() + 30
+                while heads.waiting(run_id) < behind:
+                    assert time.monotonic() < deadline, "the siblings did not queue"
+                    time.sleep(0.005)
+            return write(self, first, *args, **kwargs)
 
-    monkeypatch.setattr(tx_class, "complete_step", held_first)
+        return held_first
+
+    monkeypatch.setattr(tx_class, "complete_step", held(tx_class.complete_step))
+    monkeypatch.setattr(tx_class, "merge_step", held(tx_class.merge_step))
 
 
 def test_siblings_queued_in_one_process_are_written_together(
