@@ -60,6 +60,9 @@ class Begun:
     # Whether the run's row caches its state, when the read was answered by a head
     # committed here (its row carries no state); None: as ``run`` says.
     row_cached: bool | None = None
+    # Whether a branch's success is written as a merge (Restored.merging): after a
+    # read, yes; answered by a head, as that head's step was written.
+    merging: bool = True
 
 
 class Executions:
@@ -147,7 +150,7 @@ class Executions:
         if isinstance(task, TaskNode) and task.irreversible:
             return None
         execution = ExecutionHead(ExecutionStatus.SCHEDULED, 1, 0, 0, now)
-        return Begun(execution, head.row, definition, head.state, head.cached)
+        return Begun(execution, head.row, definition, head.state, head.cached, head.merging)
 
     def _state(self, tx: Tx, run: RunRecord, definition: WorkflowDefinition) -> RunState:
         """The run's latest state: as this process's last step of it left it, when the

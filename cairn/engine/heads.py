@@ -45,19 +45,24 @@ class _Head:
     snapshot_at: datetime | None
     # The run the step was planned on: the row's other columns, and the database's clock.
     base: Restored
+    cached: bool  # whether the step left the state on the row
+    merging: bool  # whether the step was a branch's merge (Restored.merging)
 
     @property
     def last_seq(self) -> int:
         return self.run.last_seq
 
-    @property
-    def cached(self) -> bool:
-        """Whether the step left the state on the row."""
-        return self.run.state_json is not None
-
     @classmethod
-    def of_step(cls, known: Restored, run: RunWrite, state: RunState) -> _Head:
-        """The head a step planned on ``known`` leaves, writing ``run``."""
+    def of_step(
+        cls,
+        known: Restored,
+        run: RunWrite,
+        state: RunState,
+        cached: bool | None = None,
+        merging: bool = False,
+    ) -> _Head:
+        """The head a step planned on ``known`` leaves, writing ``run`` (``cached``: the
+        state on the row, if not as ``run`` writes it; ``merging``: a branch's merge)."""
         row = known.row
         return cls(
             state,
@@ -67,6 +72,8 @@ class _Head:
             row.snapshot_at if run.snapshot_at is None else run.snapshot_at,
             # a read's row carries the state it was read with: not kept twice
             known if row.state is None else replace(known, row=replace(row, state=None)),
+            run.state_json is not None if cached is None else cached,
+            merging,
         )
 
     def restored(self, known: Restored | None = None) -> Restored:
@@ -86,7 +93,9 @@ class _Head:
             snapshot_seq=self.snapshot_seq,
             snapshot_at=self.snapshot_at,
         )
-        return replace(known, row=row, state=self.state, row_cached=self.cached)
+        return replace(
+            known, row=row, state=self.state, row_cached=self.cached, merging=self.merging
+        )
 
 
 @dataclass
@@ -170,20 +179,32 @@ class RunHeads(Generic[Queued]):
         return head.restored(known)
 
     @staticmethod
-    def after(known: Restored, run: RunWrite, state: RunState) -> Restored:
+    def after(
+        known: Restored, run: RunWrite, state: RunState, *, cached: bool | None = None
+    ) -> Restored:
         """The run as a step planned on ``known`` leaves it, writing ``run`` and leaving
-        ``state`` — what the step after it is planned on, before either commits."""
-        return _Head.of_step(known, run, state).restored(known)
+        ``state`` (on the row if ``cached``; None: as ``run`` says) — what the step after
+        it is planned on, before either commits, merged as ``known`` is."""
+        return _Head.of_step(known, run, state, cached, known.merging).restored(known)
 
-    def committed(self, known: Restored, run: RunWrite, state: RunState) -> None:
+    def committed(
+        self,
+        known: Restored,
+        run: RunWrite,
+        state: RunState,
+        *,
+        cached: bool | None = None,
+        merging: bool = False,
+    ) -> None:
         """A step committed on ``known`` (the run as it was planned on), writing the row
-        ``run`` and leaving ``state``."""
+        ``run`` and leaving ``state`` (on the row if ``cached``; None: as ``run`` says;
+        ``merging``: the step was a branch's merge)."""
         row = known.row
         with self._guard:
             if run.status.terminal:
                 self._heads.pop(row.id, None)
                 return
-            self._heads[row.id] = _Head.of_step(known, run, state)
+            self._heads[row.id] = _Head.of_step(known, run, state, cached, merging)
             self._heads.move_to_end(row.id)
             while len(self._heads) > self._kept:
                 self._heads.popitem(last=False)

@@ -115,6 +115,7 @@ class _Planned:
     event: Event
     decision: Decision
     plan: Plan
+    serialized: bool  # the state written whole (else it may merge: Planner.serialize)
 
 
 class OneStatement:
@@ -161,8 +162,11 @@ class OneStatement:
         go, the rest one by one. What fails one is its own thread's to hear; what fails
         the lot (the database gone) each unsettled one's."""
         try:
-            together = self._together(taken) if len(taken) > 1 else 0
-            for pending in taken[together:]:
+            if len(taken) > 1:
+                self._together(taken)
+            for pending in taken:
+                if pending.settled is not None:
+                    continue
                 try:
                     pending.settled = self._alone(pending)
                 except Exception as failed:
@@ -190,37 +194,54 @@ class OneStatement:
 
     # -- together ----------------------------------------------------------------------
 
-    def _together(self, taken: list[Pending]) -> int:
+    def _together(self, taken: list[Pending]) -> None:
         """Plan the completions taken, each on the one before, and write in one
-        transaction, all or none, the first of them that plan to nothing but their own
-        step; how many were written. Fewer than two such plans, or one of them refused
-        (the run moved, a result on record): none — each goes alone, and hears why."""
+        transaction the first of them that plan to nothing but their own step: all or
+        none — but where branches merge, a branch's merge the run refuses writes nothing
+        and leaves the others be. Fewer than two such plans, or a refusal (the run moved,
+        a result on record): none is written — each goes alone, and hears why."""
         planned = self._plans(taken)
         if len(planned) < 2:
-            return 0
+            return
+        merges = [None if p.serialized else self._merge_of(p) for p in planned]
+        for p, merge in zip(planned, merges, strict=True):
+            if merge is None and not p.serialized:
+                p.plan = self.planner.serialize(p.plan, cached=p.known.cached)
+        # Sent-marks ride on each step: the first written marks them, the others find
+        # them marked.
         sent = self.outbox.sent.drain()
-        steps = [
-            StepResult(
-                p.pending.message.key,
-                p.pending.message.attempt,
-                p.pending.fence,
-                p.known.row.last_seq,
-                result_values(p.pending.outcome, p.pending.worker),
-                self.planner.writes(p.plan, p.event, sent if index == 0 else ()),
-            )
-            for index, p in enumerate(planned)
-        ]
+        steps = [self._step(p.pending, p.known, p.plan, p.event, sent) for p in planned]
         try:
             with self.store.statements(writes=True) as tx:
-                done = tx.complete_steps(steps)
+                if any(merges):
+                    done = tx.merge_steps(list(zip(steps, merges, strict=True)))
+                else:
+                    done = [(completion, None) for completion in tx.complete_steps(steps)]
         except StaleTransition:
             self.outbox.sent.add(sent)  # nothing was written, the marks included
-            return 0
-        for p, completion in zip(planned, done, strict=True):
+            return
+        written = [(p, c, m) for p, (c, m) in zip(planned, done, strict=True) if c.finished]
+        if not written:
+            self.outbox.sent.add(sent)
+            return
+        for p, completion, _merged in written:
             p.pending.settled = _Committed(p.decision, p.plan, completion.outbox_ids)
-        last = planned[-1]
-        self.heads.committed(last.known, last.plan.run, last.decision.state)
-        return len(planned)
+        last, _completion, merged = written[-1]
+        if merged is None:
+            self.heads.committed(last.known, last.plan.run, last.decision.state)
+        else:
+            self._merged(last.known, last.plan, merged)
+
+    def _mergeable(self, known: Restored, event: Event) -> bool:
+        """Whether the step ``event`` leads to from ``known`` may be a merge, planned so."""
+        return self.store.merges_branches and known.merging and may_merge(known.state, event)
+
+    def _merge_of(self, planned: _Planned) -> BranchMerge | None:
+        message = planned.pending.message
+        definition = self.registry.get(message.workflow, message.version)
+        return branch_merge(
+            planned.known, definition, planned.event, planned.plan, self.planner.settings
+        )
 
     def _plans(self, taken: list[Pending]) -> list[_Planned]:
         """Each completion planned on the one before, from the newest the run is known
@@ -232,13 +253,21 @@ class OneStatement:
         for pending in taken:
             definition = self.registry.get(pending.message.workflow, pending.message.version)
             event = replace(pending.outcome.event, at=known.now())
+            mergeable = self._mergeable(known, event)
             decision, plan = self.planner.plan(
-                known.row, definition, known.state, event, cached=known.cached
+                known.row,
+                definition,
+                known.state,
+                event,
+                cached=known.cached,
+                serialized=not mergeable,
             )
             if plan is None or plan.writes_other_rows:
                 break
-            planned.append(_Planned(pending, known, event, decision, plan))
-            known = self.heads.after(known, plan.run, decision.state)
+            planned.append(_Planned(pending, known, event, decision, plan, not mergeable))
+            known = self.heads.after(
+                known, plan.run, decision.state, cached=known.cached if mergeable else None
+            )
         return planned
 
     # -- alone -------------------------------------------------------------------------
@@ -280,7 +309,7 @@ class OneStatement:
         definition = self.registry.get(message.workflow, message.version)
         event = replace(pending.outcome.event, at=known.now())
         # A merge writes only what it changes: the state is serialized only if not one.
-        mergeable = self.store.merges_branches and may_merge(known.state, event)
+        mergeable = self._mergeable(known, event)
         decision, plan = self.planner.plan(
             known.row,
             definition,
@@ -297,16 +326,9 @@ class OneStatement:
             if merge is None:
                 plan = self.planner.serialize(plan, cached=known.cached)
         sent = self.outbox.sent.drain()
-        step = StepResult(
-            message.key,
-            message.attempt,
-            pending.fence,
-            known.row.last_seq,
-            result_values(pending.outcome, pending.worker),
-            self.planner.writes(plan, event, sent),
-        )
+        step = self._step(pending, known, plan, event, sent)
         try:
-            done, merged = self._write(step, merge, message.run_id)
+            done, merged = self._write(step, merge)
         except StaleTransition:
             if merge is None:
                 raise
@@ -323,15 +345,27 @@ class OneStatement:
             self._merged(known, plan, merged)
         return _Committed(decision, plan, done.outbox_ids)
 
+    def _step(
+        self, pending: Pending, known: Restored, plan: Plan, event: Event, sent: Sequence[int]
+    ) -> StepResult:
+        """A completion's result and the step it plans, planned on ``known``."""
+        message = pending.message
+        return StepResult(
+            message.key,
+            message.attempt,
+            pending.fence,
+            known.row.last_seq,
+            result_values(pending.outcome, pending.worker),
+            self.planner.writes(plan, event, sent),
+        )
+
     def _write(
-        self, step: StepResult, merge: BranchMerge | None, run_id: str
+        self, step: StepResult, merge: BranchMerge | None
     ) -> tuple[StepCompletion, Merged | None]:
         """The step's one statement: conditional on the run's seq, or a merge."""
         with self.store.statements(writes=True) as tx:
             if merge is not None:
-                # Siblings queued here plan on the run as this merge leaves it.
-                queued = self.heads.waiting(run_id) > 0
-                return tx.merge_step(step, merge, returning_state=queued)
+                return tx.merge_step(step, merge)
             done = tx.complete_step(
                 step.key,
                 attempt=step.attempt,
@@ -343,13 +377,13 @@ class OneStatement:
             return done, None
 
     def _merged(self, known: Restored, plan: Plan, merged: Merged | None) -> None:
-        """The run's head once a merge is written: as the merge left it, when the statement
-        returned that; else unknown here (siblings merged before it), so forgotten."""
-        if merged is None or merged.state is None:
-            self.heads.forget(known.row.id)
-            return
+        """The run's head once a merge is written: as the merge left it, siblings merged
+        before included — what siblings queued here plan on, and what a sibling
+        delivered here next begins from without a read."""
+        assert merged is not None
         run = replace(plan.run, last_seq=merged.seq, current=merged.current)
-        self.heads.committed(known, run, RunState.from_dict(merged.state))
+        state = plan.decision.state if merged.state is None else RunState.from_dict(merged.state)
+        self.heads.committed(known, run, state, cached=True, merging=True)
 
 
 def _recorded_already(message: NodeMessage) -> Completion:

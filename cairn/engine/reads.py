@@ -128,6 +128,11 @@ class Restored:
     # Whether the run's row caches its state (None: as the row read says; a head
     # committed here says so itself, its row carries no state).
     row_cached: bool | None = None
+    # Whether a branch's success planned on this is written as a merge
+    # (cairn.engine.merges): planned on a read, or on a merge committed here — other
+    # processes may be moving the run; not on a step this process wrote the ordinary way,
+    # whose seq its next is likely to find unmoved.
+    merging: bool = True
 
     @property
     def cached(self) -> bool:

@@ -133,7 +133,8 @@ class BranchMerge:
 @dataclass(frozen=True, slots=True)
 class Merged:
     """Where a branch's merged step left its run: the seq it took, the executions still
-    running, and the state (when asked for)."""
+    running, and the state, siblings merged before it included (None: none was since the
+    seq it was planned on — the state is the one planned)."""
 
     seq: int
     current: list[str]

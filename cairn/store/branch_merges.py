@@ -10,16 +10,23 @@ the run as the statement found it, for the caller to plan on again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg import Connection
+from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
 
 from cairn.model.outcomes import BranchMerge, Merged, StepResult
 from cairn.store.fastpath import (
+    COMPLETE_STEP_TOGETHER,
+    OPEN,
     OUTBOX_SENT,
     RECORD_RESULT,
+    completion_params,
     one_statement,
+    outbox_ids_of,
+    require_autocommit,
     result_params,
     step_params,
 )
@@ -59,7 +66,10 @@ WITH adv AS (
     AND EXISTS ("""
     + _RECORDABLE
     + """)
-  RETURNING id, last_seq, CASE WHEN %(returning_state)s THEN state END AS state, current
+  -- The state only if a sibling merged since the one it was planned on: else the caller
+  -- has it already, as it planned it.
+  RETURNING id, last_seq, CASE WHEN last_seq <> %(known_seq)s + 1 THEN state END AS state,
+            current
 ), done AS ("""
     + RECORD_RESULT
     + """    AND EXISTS (SELECT 1 FROM adv)
@@ -94,17 +104,57 @@ FROM (SELECT 1) AS one LEFT JOIN moved ON true
 
 
 def merge_step(
-    connection: Connection[Any], step: StepResult, merge: BranchMerge, *, returning_state: bool
+    connection: Connection[Any], step: StepResult, merge: BranchMerge
 ) -> tuple[StepCompletion, Merged | None]:
     """Run MERGE_STEP on an autocommit connection. Returns what it did as a one-statement
     completion does — ``checked``: the run allowed the merge; ``finished``: the result was
     recorded (its execution unfinished at this attempt, no newer claim) and the step
     written; ``moved``: the run as the statement found it when it did not allow it (it
     may have moved again since: the merge planned on it is checked) — and, merged, where
-    the merge left the run (its state only if ``returning_state``). A claim taken anew
-    while it merged: StaleTransition, nothing written."""
-    params = {**_params(step, merge), "returning_state": returning_state}
-    row = one_statement(connection, MERGE_STEP, params)
+    the merge left the run (its state only if a sibling merged since the seq it was
+    planned on). A claim taken anew while it merged: StaleTransition, nothing written."""
+    return _merged(one_statement(connection, MERGE_STEP, _params(step, merge)))
+
+
+def merge_steps(
+    connection: Connection[Any], steps: Sequence[tuple[StepResult, BranchMerge | None]]
+) -> list[tuple[StepCompletion, Merged | None]]:
+    """Steps of one run, each planned on the one before, in one transaction on an
+    autocommit connection, pipelined: one round trip and one commit for them all. A
+    branch's merge (``BranchMerge``) merges or not on its own, onto the run as the ones
+    before it left it; any other step is COMPLETE_STEP_TOGETHER, conditional on the seq
+    it was planned on — not there (a merge before it refused), or a claim taken anew as
+    a branch merged, and none is written (StaleTransition)."""
+    require_autocommit(connection)
+    cursors = []
+    try:
+        with connection.pipeline():
+            connection.execute("BEGIN", prepare=False)
+            for step, merge in steps:
+                cursor = connection.cursor(row_factory=namedtuple_row)
+                if merge is None:
+                    cursor.execute(COMPLETE_STEP_TOGETHER, completion_params(step), prepare=True)
+                else:
+                    cursor.execute(MERGE_STEP, _params(step, merge), prepare=True)
+                cursors.append(cursor)
+            connection.execute("COMMIT", prepare=False)
+        rows = [cursor.fetchone() for cursor in cursors]
+        return [
+            _merged(row)
+            if merge is not None
+            else (StepCompletion(True, True, outbox_ids_of(row)), None)
+            for row, (_step, merge) in zip(rows, steps, strict=True)
+        ]
+    except BaseException:
+        if connection.info.transaction_status in OPEN:
+            connection.rollback()
+        raise
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+def _merged(row: Any) -> tuple[StepCompletion, Merged | None]:
     if row.merged_seq is not None:
         merged = Merged(int(row.merged_seq), list(row.merged_current), row.merged_state)
         return StepCompletion(True, True, {}), merged
@@ -119,7 +169,7 @@ def _params(step: StepResult, merge: BranchMerge) -> dict[str, Any]:
         **result_params(step.key.params(), step.attempt, step.fence, step.result),
         **step_params(step.writes),
         "known_seq": step.known_seq,
-        "ops": Jsonb(list(merge.ops)),
+        "ops": Jsonb([{**op, "path": _text_array(op["path"])} for op in merge.ops]),
         "left": list(merge.left),
         "join": merge.join,
         "counted": list(merge.counted),
@@ -129,3 +179,10 @@ def _params(step: StepResult, merge: BranchMerge) -> dict[str, Any]:
         "snapshot_every_s": merge.snapshot_every_s,
         "cache_bytes": merge.cache_bytes,
     }
+
+
+def _text_array(path: Sequence[Any]) -> str:
+    """A path as PostgreSQL's text[] literal, each element quoted: what cairn_merged
+    casts without a query."""
+    quoted = (str(part).replace("\\", "\\\\").replace('"', '\\"') for part in path)
+    return "{" + ",".join(f'"{part}"' for part in quoted) + "}"

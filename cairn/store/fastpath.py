@@ -291,7 +291,7 @@ def execution_and_run(connection: Connection[Any], key: Mapping[str, Any]) -> An
 
 def _read_row(connection: Connection[Any], query: str, params: Mapping[str, Any]) -> Any:
     """The first row (a namedtuple) of ``query``, prepared on the server, or None."""
-    _require_autocommit(connection)
+    require_autocommit(connection)
     with connection.cursor(row_factory=namedtuple_row) as cursor:
         return cursor.execute(query, params, prepare=True).fetchone()
 
@@ -358,7 +358,7 @@ def complete_step(
     moved = None
     if not row.checked and row.id is not None:
         moved = (RunRecord.of(row), float(row.db_now))
-    return StepCompletion(bool(row.checked), bool(row.finished), _outbox_ids(row), moved)
+    return StepCompletion(bool(row.checked), bool(row.finished), outbox_ids_of(row), moved)
 
 
 # COMPLETE_STEP for a step completed with its siblings: all of them or none, so one that
@@ -371,7 +371,7 @@ WHERE CASE WHEN (SELECT count(*) FROM done) = 1 THEN true ELSE cairn_refuse(
   || ': its step, completed with its siblings, is not where it was planned') = 0 END
 """
 )
-_OPEN = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
+OPEN = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
 
 
 def complete_steps(
@@ -381,32 +381,27 @@ def complete_steps(
     before) in one transaction on an autocommit connection, pipelined: sent together,
     answered together — one round trip and one commit for them all, or none of them
     (:meth:`cairn.store.steps.StepsTx.complete_steps`)."""
-    _require_autocommit(connection)
+    require_autocommit(connection)
     cursors = []
     try:
         with connection.pipeline():
             connection.execute("BEGIN", prepare=False)
             for step in steps:
-                params = {
-                    **result_params(step.key.params(), step.attempt, step.fence, step.result),
-                    "known_seq": step.known_seq,
-                    **step_params(step.writes),
-                }
                 cursor = connection.cursor(row_factory=namedtuple_row)
-                cursor.execute(COMPLETE_STEP_TOGETHER, params, prepare=True)
+                cursor.execute(COMPLETE_STEP_TOGETHER, completion_params(step), prepare=True)
                 cursors.append(cursor)
             connection.execute("COMMIT", prepare=False)
         rows: list[Any] = [cursor.fetchone() for cursor in cursors]
     except BaseException:
         # A refused statement leaves the transaction open (and aborted); a lost
         # connection has none to end — what it raised is what the caller hears.
-        if connection.info.transaction_status in _OPEN:
+        if connection.info.transaction_status in OPEN:
             connection.rollback()
         raise
     finally:
         for cursor in cursors:
             cursor.close()
-    return [StepCompletion(True, True, _outbox_ids(row)) for row in rows]
+    return [StepCompletion(True, True, outbox_ids_of(row)) for row in rows]
 
 
 def submit_run(
@@ -415,7 +410,7 @@ def submit_run(
     """Run SUBMIT_RUN on an autocommit connection. Returns (the run was inserted, outbox
     id by (node, iteration, phase))."""
     row = one_statement(connection, SUBMIT_RUN, _submit_params(values, writes))
-    return bool(row.inserted), _outbox_ids(row)
+    return bool(row.inserted), outbox_ids_of(row)
 
 
 def submit_runs(
@@ -433,7 +428,7 @@ def submit_runs(
     for cursor in cursors:
         row: Any = cursor.fetchone()
         assert row is not None
-        answers.append((bool(row.inserted), _outbox_ids(row)))
+        answers.append((bool(row.inserted), outbox_ids_of(row)))
         cursor.close()
     return answers
 
@@ -456,15 +451,24 @@ def _submit_params(values: Mapping[str, Any], writes: StepWrites) -> dict[str, A
 
 def one_statement(connection: Connection[Any], query: str, params: Mapping[str, Any]) -> Any:
     """One statement as its own transaction, prepared on the server (it runs per step)."""
-    _require_autocommit(connection)
+    require_autocommit(connection)
     with connection.cursor(row_factory=namedtuple_row) as cursor:
         row = cursor.execute(query, params, prepare=True).fetchone()
     assert row is not None
     return row
 
 
-def _outbox_ids(row: Any) -> dict[tuple[str, int, str], int]:
+def outbox_ids_of(row: Any) -> dict[tuple[str, int, str], int]:
     return {(node, int(iteration), phase): int(id_) for id_, node, iteration, phase in row.outbox}
+
+
+def completion_params(step: StepResult) -> dict[str, Any]:
+    """The parameters of COMPLETE_STEP (and its TOGETHER variant) for ``step``."""
+    return {
+        **result_params(step.key.params(), step.attempt, step.fence, step.result),
+        "known_seq": step.known_seq,
+        **step_params(step.writes),
+    }
 
 
 def result_params(
@@ -533,7 +537,7 @@ def _step_rows(writes: StepWrites) -> dict[str, Any]:
     }
 
 
-def _require_autocommit(connection: Connection[Any]) -> None:
+def require_autocommit(connection: Connection[Any]) -> None:
     if not connection.autocommit:
         raise StoreError("this statement runs on its own: use Store.statements()")
 

@@ -120,11 +120,14 @@ class PostgresTx(Tx):
         return fastpath.complete_steps(self._driver(), steps)
 
     def merge_step(
-        self, step: StepResult, merge: BranchMerge, *, returning_state: bool = False
+        self, step: StepResult, merge: BranchMerge
     ) -> tuple[StepCompletion, Merged | None]:
-        return branch_merges.merge_step(
-            self._driver(), step, merge, returning_state=returning_state
-        )
+        return branch_merges.merge_step(self._driver(), step, merge)
+
+    def merge_steps(
+        self, steps: Sequence[tuple[StepResult, BranchMerge | None]]
+    ) -> list[tuple[StepCompletion, Merged | None]]:
+        return branch_merges.merge_steps(self._driver(), steps)
 
     def finish_and_lock(
         self, key: ExecutionKey, attempt: int, fence: int, values: Mapping[str, Any]

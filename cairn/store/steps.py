@@ -123,11 +123,19 @@ class StepsTx(RunsTx, ExecutionsTx, MessagesTx):
         return done
 
     def merge_step(
-        self, step: StepResult, merge: BranchMerge, *, returning_state: bool = False
+        self, step: StepResult, merge: BranchMerge
     ) -> tuple[StepCompletion, Merged | None]:
         """A branch's success merged onto its run as the run is by then (see
         :mod:`cairn.engine.merges`), and where it left the run: only where the store
         ``merges_branches`` (PostgreSQL: cairn.store.branch_merges)."""
+        raise StoreError(f"the {self.connection.dialect.name} store does not merge branches")
+
+    def merge_steps(
+        self, steps: Sequence[tuple[StepResult, BranchMerge | None]]
+    ) -> list[tuple[StepCompletion, Merged | None]]:
+        """Steps of one run, each planned on the one before, in one transaction: the
+        branches' merges each on its own (see :meth:`merge_step`), the others as
+        :meth:`complete_steps` does them — only where the store ``merges_branches``."""
         raise StoreError(f"the {self.connection.dialect.name} store does not merge branches")
 
     def finish_and_lock(

@@ -70,7 +70,12 @@ charged.end("done")
 
 @pytest.fixture
 def processes(database_url: str, tmp_path: Path) -> Iterator[list[Runtime]]:
+    """Two worker processes; the runs are submitted as an API server submits them,
+    leaving no head: every branch begins from a read (a branch begun from the head of a
+    step its process wrote the ordinary way is written the ordinary way first)."""
     with two_processes(tmp_path / "home", __name__, database_url) as runtimes:
+        for runtime in runtimes:
+            runtime.orchestrator.steps.starts_leave_heads = False
         yield runtimes
 
 
@@ -81,13 +86,23 @@ def _merges(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> Tried:
     merge_step = tx_class.merge_step
     written = Tried()
 
-    def counted(self: Any, step: Any, *args: Any, **kwargs: Any) -> Any:
-        done, merged = merge_step(self, step, *args, **kwargs)
+    merge_steps = tx_class.merge_steps
+
+    def counted(self: Any, step: Any, merge: Any) -> Any:
+        done, merged = merge_step(self, step, merge)
         written.append(merged is not None)
         written.nodes.append(step.key.node)
         return done, merged
 
+    def counted_together(self: Any, steps: Any) -> Any:
+        done = merge_steps(self, steps)
+        for (step, _merge), (_completion, merged) in zip(steps, done, strict=True):
+            written.append(merged is not None)
+            written.nodes.append(step.key.node)
+        return done
+
     monkeypatch.setattr(tx_class, "merge_step", counted)
+    monkeypatch.setattr(tx_class, "merge_steps", counted_together)
     return written
 
 
@@ -184,9 +199,10 @@ def test_branches_finishing_together_in_two_processes_merge_and_replay_agrees(
         pairs = [((one, two)[index % 2], message) for index, message in enumerate(branches)]
         assert _run_together(pairs) == ["committed"] * BRANCHES
         assert locked == []
-        # Seven of the eight merge, each at its first try; the last decides the join
-        # the ordinary way (the merges it tried, planned on the run before its siblings'
-        # last, refused: a refused merge returns the run as its statement found it).
+        # Seven of the eight merge — alone, or with the siblings queued beside them in
+        # their process — each once; the last decides the join the ordinary way (the
+        # merges it tried, planned on the run before its siblings' last, refused: a
+        # refused merge returns the run as its statement found it).
         assert written.count(True) == BRANCHES - 1
         merged = {node for node, ok in zip(written.nodes, written, strict=True) if ok}
         refused = {node for node, ok in zip(written.nodes, written, strict=True) if not ok}

@@ -144,14 +144,19 @@ def test_siblings_finishing_together_all_commit_and_the_join_fires_once(
 def _groups(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many steps each completion of siblings together wrote, or tried to."""
     tx_class = type(runtime.store).tx_class
-    complete_steps = tx_class.complete_steps
     groups: list[int] = []
 
-    def counted(self: Any, steps: Any) -> Any:
-        groups.append(len(steps))
-        return complete_steps(self, steps)
+    def counted(write: Any) -> Any:
+        def counting(self: Any, steps: Any) -> Any:
+            groups.append(len(steps))
+            return write(self, steps)
 
-    monkeypatch.setattr(tx_class, "complete_steps", counted)
+        return counting
+
+    # Where branches merge (PostgreSQL), a group's branches merge, the last decides
+    # the join: merge_steps writes both kinds.
+    for name in ("complete_steps", "merge_steps"):
+        monkeypatch.setattr(tx_class, name, counted(getattr(tx_class, name)))
     return groups
 
 

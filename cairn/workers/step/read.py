@@ -98,7 +98,7 @@ def read(runner: NodeRunner, message: NodeMessage) -> Read | Unstarted | Handled
         db_time = None
     if db_time is None:  # every event's time comes from the database's clock
         db_time = runner._through_outages("reading the clock", runner.executions.now)
-    known = Restored(run, state, db_time, row_cached=begun.row_cached)
+    known = Restored(run, state, db_time, row_cached=begun.row_cached, merging=begun.merging)
     return Read(message, execution, run, definition, node, ref, known, irreversible)
 
 

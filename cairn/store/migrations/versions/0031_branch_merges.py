@@ -30,6 +30,8 @@ down_revision = "0030"
 branch_labels = None
 depends_on = None
 
+# Simple expressions only (no query inside the loop): PL/pgSQL evaluates those without
+# the executor. A path is a text[] literal ('{joins,fan,outcomes,b1}').
 MERGED = """
 CREATE OR REPLACE FUNCTION cairn_merged(state jsonb, ops jsonb) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE AS $$
@@ -37,8 +39,9 @@ DECLARE
   op jsonb;
   path text[];
 BEGIN
-  FOR op IN SELECT value FROM jsonb_array_elements(ops) LOOP
-    path := ARRAY(SELECT jsonb_array_elements_text(op -> 'path'));
+  FOR i IN 0 .. jsonb_array_length(ops) - 1 LOOP
+    op := ops -> i;
+    path := (op ->> 'path')::text[];
     IF op ->> 'op' = 'set' THEN
       state := jsonb_set(state, path, op -> 'value', true);
     ELSIF op ->> 'op' = 'drop' THEN
