@@ -10,7 +10,12 @@ and one commit on PostgreSQL) instead of queueing for a statement each. A comple
 cannot go with the others — the run moved, its result is on record, a decision that
 writes rows besides the step's own — is tried on its own, as before: again on the run as
 its statement found it (or as read anew) when another process moved the run, a few
-times; then the caller takes the locking path.
+times; then the caller takes the locking path. Where the store merges branches
+(:mod:`cairn.engine.merges`), a branch's success that leaves its join undecided is not
+conditional on the seq but merged onto the run as it is by then — when planned on a read
+or on a merge committed here, as another process may be moving the run; planned on a
+step written here the ordinary way, its seq is likely unmoved, and it is written so
+first.
 
 What a completion tells the world — the hooks, its messages, the one its worker keeps to
 run next — is told once the run's lock is let go, by the thread that wrote it, in the
@@ -380,7 +385,7 @@ class OneStatement:
         """The run's head once a merge is written: as the merge left it, siblings merged
         before included — what siblings queued here plan on, and what a sibling
         delivered here next begins from without a read."""
-        assert merged is not None
+        assert merged is not None  # a merge written says where it left the run
         run = replace(plan.run, last_seq=merged.seq, current=merged.current)
         state = plan.decision.state if merged.state is None else RunState.from_dict(merged.state)
         self.heads.committed(known, run, state, cached=True, merging=True)

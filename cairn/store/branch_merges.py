@@ -93,7 +93,7 @@ SELECT CASE WHEN (SELECT count(*) FROM adv) = (SELECT count(*) FROM done)
             ELSE cairn_refuse('stale transition: run ' || %(run_id)s::text || ', node '
                               || %(node)s::text || ': claimed anew as its branch merged') END
          AS merged_seq,
-       EXISTS ("""
+       NOT EXISTS (SELECT 1 FROM adv) AND EXISTS ("""
     + _RECORDABLE
     + """) AS recordable,
        (SELECT state FROM adv) AS merged_state, (SELECT current FROM adv) AS merged_current,
