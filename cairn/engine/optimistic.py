@@ -36,6 +36,7 @@ from cairn.engine.plan import Plan, Planner, result_values
 from cairn.engine.reads import Restored
 from cairn.engine.registry import Registry
 from cairn.errors import StaleTransition
+from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import Event
 from cairn.model.keys import ExecutionKey
 from cairn.model.messages import NodeMessage
@@ -256,17 +257,7 @@ class OneStatement:
         )
         planned: list[_Planned] = []
         for pending in taken:
-            definition = self.registry.get(pending.message.workflow, pending.message.version)
-            event = replace(pending.outcome.event, at=known.now())
-            mergeable = self._mergeable(known, event)
-            decision, plan = self.planner.plan(
-                known.row,
-                definition,
-                known.state,
-                event,
-                cached=known.cached,
-                serialized=not mergeable,
-            )
+            _definition, event, mergeable, decision, plan = self._plan(pending, known)
             if plan is None or plan.writes_other_rows:
                 break
             planned.append(_Planned(pending, known, event, decision, plan, not mergeable))
@@ -311,18 +302,7 @@ class OneStatement:
         the result and writes the step if the run is where it was planned on — or, for a
         merge, where the merge may go. None means: take the locking path."""
         message = pending.message
-        definition = self.registry.get(message.workflow, message.version)
-        event = replace(pending.outcome.event, at=known.now())
-        # A merge writes only what it changes: the state is serialized only if not one.
-        mergeable = self._mergeable(known, event)
-        decision, plan = self.planner.plan(
-            known.row,
-            definition,
-            known.state,
-            event,
-            cached=known.cached,
-            serialized=not mergeable,
-        )
+        definition, event, mergeable, decision, plan = self._plan(pending, known)
         if plan is None or plan.writes_other_rows:
             return None
         merge = None
@@ -349,6 +329,26 @@ class OneStatement:
         else:
             self._merged(known, plan, merged)
         return _Committed(decision, plan, done.outbox_ids)
+
+    def _plan(
+        self, pending: Pending, known: Restored
+    ) -> tuple[WorkflowDefinition, Event, bool, Decision, Plan | None]:
+        """The completion's event and its step planned on ``known``, and whether the step
+        may be a merge — a merge writes only what it changes, so its plan does not
+        serialize the state (:meth:`~cairn.engine.plan.Planner.serialize` if it is not)."""
+        message = pending.message
+        definition = self.registry.get(message.workflow, message.version)
+        event = replace(pending.outcome.event, at=known.now())
+        mergeable = self._mergeable(known, event)
+        decision, plan = self.planner.plan(
+            known.row,
+            definition,
+            known.state,
+            event,
+            cached=known.cached,
+            serialized=not mergeable,
+        )
+        return definition, event, mergeable, decision, plan
 
     def _step(
         self, pending: Pending, known: Restored, plan: Plan, event: Event, sent: Sequence[int]

@@ -14,19 +14,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from psycopg import Connection
-from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
 
 from cairn.model.outcomes import BranchMerge, Merged, StepResult
 from cairn.store.fastpath import (
     COMPLETE_STEP_TOGETHER,
-    OPEN,
     OUTBOX_SENT,
     RECORD_RESULT,
     completion_params,
+    in_one_transaction,
     one_statement,
     outbox_ids_of,
-    require_autocommit,
     result_params,
     step_params,
 )
@@ -119,39 +117,25 @@ def merge_step(
 def merge_steps(
     connection: Connection[Any], steps: Sequence[tuple[StepResult, BranchMerge | None]]
 ) -> list[tuple[StepCompletion, Merged | None]]:
-    """Steps of one run, each planned on the one before, in one transaction on an
-    autocommit connection, pipelined: one round trip and one commit for them all. A
-    branch's merge (``BranchMerge``) merges or not on its own, onto the run as the ones
-    before it left it; any other step is COMPLETE_STEP_TOGETHER, conditional on the seq
-    it was planned on — not there (a merge before it refused), or a claim taken anew as
-    a branch merged, and none is written (StaleTransition)."""
-    require_autocommit(connection)
-    cursors = []
-    try:
-        with connection.pipeline():
-            connection.execute("BEGIN", prepare=False)
-            for step, merge in steps:
-                cursor = connection.cursor(row_factory=namedtuple_row)
-                if merge is None:
-                    cursor.execute(COMPLETE_STEP_TOGETHER, completion_params(step), prepare=True)
-                else:
-                    cursor.execute(MERGE_STEP, _params(step, merge), prepare=True)
-                cursors.append(cursor)
-            connection.execute("COMMIT", prepare=False)
-        rows = [cursor.fetchone() for cursor in cursors]
-        return [
-            _merged(row)
-            if merge is not None
-            else (StepCompletion(True, True, outbox_ids_of(row)), None)
-            for row, (_step, merge) in zip(rows, steps, strict=True)
-        ]
-    except BaseException:
-        if connection.info.transaction_status in OPEN:
-            connection.rollback()
-        raise
-    finally:
-        for cursor in cursors:
-            cursor.close()
+    """Steps of one run, each planned on the one before, in one transaction
+    (:func:`~cairn.store.fastpath.in_one_transaction`): one round trip and one commit for
+    them all. A branch's merge (``BranchMerge``) merges or not on its own, onto the run
+    as the ones before it left it; any other step is COMPLETE_STEP_TOGETHER, conditional
+    on the seq it was planned on — not there (a merge before it refused), or a claim
+    taken anew as a branch merged, and none is written (StaleTransition)."""
+    statements = [
+        (MERGE_STEP, _params(step, merge))
+        if merge is not None
+        else (COMPLETE_STEP_TOGETHER, completion_params(step))
+        for step, merge in steps
+    ]
+    rows = in_one_transaction(connection, statements)
+    return [
+        _merged(row)
+        if merge is not None
+        else (StepCompletion(True, True, outbox_ids_of(row)), None)
+        for row, (_step, merge) in zip(rows, steps, strict=True)
+    ]
 
 
 def _merged(row: Any) -> tuple[StepCompletion, Merged | None]:

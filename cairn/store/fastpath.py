@@ -371,37 +371,46 @@ WHERE CASE WHEN (SELECT count(*) FROM done) = 1 THEN true ELSE cairn_refuse(
   || ': its step, completed with its siblings, is not where it was planned') = 0 END
 """
 )
-OPEN = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
+_OPEN = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
 
 
 def complete_steps(
     connection: Connection[Any], steps: Sequence[StepResult]
 ) -> list[StepCompletion]:
     """COMPLETE_STEP_TOGETHER for each of ``steps`` (one run's, each planned on the one
-    before) in one transaction on an autocommit connection, pipelined: sent together,
-    answered together — one round trip and one commit for them all, or none of them
-    (:meth:`cairn.store.steps.StepsTx.complete_steps`)."""
+    before) in one transaction (:func:`in_one_transaction`): one round trip and one
+    commit for them all, or none of them (:meth:`cairn.store.steps.StepsTx.complete_steps`)."""
+    statements = [(COMPLETE_STEP_TOGETHER, completion_params(step)) for step in steps]
+    rows = in_one_transaction(connection, statements)
+    return [StepCompletion(True, True, outbox_ids_of(row)) for row in rows]
+
+
+def in_one_transaction(
+    connection: Connection[Any], statements: Sequence[tuple[str, Mapping[str, Any]]]
+) -> list[Any]:
+    """``statements`` in one transaction on an autocommit connection, pipelined — sent
+    together, answered together, each prepared — and the first row of each. One refused
+    (cairn_refuse) ends it with nothing written, and raises."""
     require_autocommit(connection)
     cursors = []
     try:
         with connection.pipeline():
             connection.execute("BEGIN", prepare=False)
-            for step in steps:
+            for query, params in statements:
                 cursor = connection.cursor(row_factory=namedtuple_row)
-                cursor.execute(COMPLETE_STEP_TOGETHER, completion_params(step), prepare=True)
+                cursor.execute(query, params, prepare=True)
                 cursors.append(cursor)
             connection.execute("COMMIT", prepare=False)
-        rows: list[Any] = [cursor.fetchone() for cursor in cursors]
+        return [cursor.fetchone() for cursor in cursors]
     except BaseException:
         # A refused statement leaves the transaction open (and aborted); a lost
         # connection has none to end — what it raised is what the caller hears.
-        if connection.info.transaction_status in OPEN:
+        if connection.info.transaction_status in _OPEN:
             connection.rollback()
         raise
     finally:
         for cursor in cursors:
             cursor.close()
-    return [StepCompletion(True, True, outbox_ids_of(row)) for row in rows]
 
 
 def submit_run(

@@ -16,11 +16,10 @@ from sqlalchemy import text
 
 from cairn.definitions.builder import Workflow
 from cairn.engine.reads import restore
-from cairn.model.messages import NodeMessage
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
-from tests.support.taking import taken, two_processes
+from tests.support.taking import run_together, taken, two_processes
 
 BRANCHES = 8
 GATE = threading.Barrier(BRANCHES, timeout=30)
@@ -145,23 +144,6 @@ def _no_locking_path(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[
     return locked
 
 
-def _run_together(pairs: list[tuple[Runtime, NodeMessage]]) -> list[str]:
-    results = [""] * len(pairs)
-
-    def run(index: int, runtime: Runtime, message: NodeMessage) -> None:
-        results[index] = str(runtime.runner.run(message.to_dict()))
-
-    threads = [
-        threading.Thread(target=run, args=(index, runtime, message))
-        for index, (runtime, message) in enumerate(pairs)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return results
-
-
 def _replay_agrees(runtime: Runtime, run_id: str) -> RunState:
     """The state the run's row caches is the state its log replays to, and its
     ``current`` the executions that state has running."""
@@ -197,7 +179,7 @@ def test_branches_finishing_together_in_two_processes_merge_and_replay_agrees(
         run_id = one.orchestrator.submit("merging", {})
         branches = taken(one, "b")
         pairs = [((one, two)[index % 2], message) for index, message in enumerate(branches)]
-        assert _run_together(pairs) == ["committed"] * BRANCHES
+        assert run_together(pairs) == ["committed"] * BRANCHES
         assert locked == []
         # Seven of the eight merge — alone, or with the siblings queued beside them in
         # their process — each once; the last decides the join the ordinary way (the

@@ -17,10 +17,9 @@ import pytest
 from sqlalchemy import text
 
 from cairn.definitions.builder import Workflow
-from cairn.model.messages import NodeMessage
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
-from tests.support.taking import taken, two_processes
+from tests.support.taking import run_together, taken, two_processes
 
 BRANCHES = 8
 # The branches' handlers all return at once: their completions race for the run row.
@@ -51,23 +50,6 @@ def processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[R
     url = request.getfixturevalue("database_url") if request.param == "postgresql" else None
     with two_processes(tmp_path / "home", __name__, url) as runtimes:
         yield runtimes
-
-
-def _run_together(pairs: list[tuple[Runtime, NodeMessage]]) -> list[str]:
-    results: list[str] = [""] * len(pairs)
-
-    def run(index: int, runtime: Runtime, message: NodeMessage) -> None:
-        results[index] = str(runtime.runner.run(message.to_dict()))
-
-    threads = [
-        threading.Thread(target=run, args=(index, runtime, message))
-        for index, (runtime, message) in enumerate(pairs)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return results
 
 
 @pytest.mark.parametrize("spread", ["one process", "two processes"])
@@ -109,7 +91,7 @@ def test_siblings_finishing_together_all_commit_and_the_join_fires_once(
         assert sorted(m.node for m in branches) == _NAMES
         runners = [one, two] if spread == "two processes" else [one]
         pairs = [(runners[index % len(runners)], m) for index, m in enumerate(branches)]
-        assert _run_together(pairs) == ["committed"] * BRANCHES
+        assert run_together(pairs) == ["committed"] * BRANCHES
         assert locked == []
         after = taken(one, "after") + taken(two, "after")
         assert [(m.node, m.attempt) for m in after] == [("after", 1)]  # the join, once
@@ -195,7 +177,7 @@ def test_siblings_queued_in_one_process_are_written_together(
     assert str(one.runner.run(first.to_dict())) == "committed"
     _hold_the_first(one, monkeypatch, behind=BRANCHES - 1)
     branches = taken(one, "b")
-    assert _run_together([(one, m) for m in branches]) == ["committed"] * BRANCHES
+    assert run_together([(one, m) for m in branches]) == ["committed"] * BRANCHES
     assert groups == [BRANCHES - 1]
     (after,) = taken(one, "after")  # the join, once: dispatched by the last written
     assert str(one.runner.run(after.to_dict())) == "committed"
@@ -227,7 +209,7 @@ def test_siblings_written_together_on_a_run_moved_meanwhile_are_each_written_alo
         planned = plans(taken)
         if len(planned) > 1 and not attempts:
             monkeypatch.setattr(sys.modules[__name__], "GATE", threading.Barrier(1))
-            assert _run_together([(two, elsewhere)]) == ["committed"]
+            assert run_together([(two, elsewhere)]) == ["committed"]
         return planned
 
     monkeypatch.setattr(optimistic, "_plans", moved_once_planned)
@@ -235,7 +217,7 @@ def test_siblings_written_together_on_a_run_moved_meanwhile_are_each_written_alo
     monkeypatch.setattr(sys.modules[__name__], "GATE", threading.Barrier(len(here), timeout=30))
     # Six of the seven here are planned together, refused whole (the run moved), and
     # then each written alone on the run as it is now: all commit, the join fires once.
-    results = _run_together([(one, m) for m in here])
+    results = run_together([(one, m) for m in here])
     assert results == ["committed"] * len(here)
     assert attempts == [len(here) - 1]
     (after,) = taken(one, "after") + taken(two, "after")

@@ -65,3 +65,22 @@ def taken(runtime: Runtime, node: str) -> list[NodeMessage]:
     publisher = runtime.orchestrator.publisher
     assert isinstance(publisher, Taking)
     return publisher.take(node)
+
+
+def run_together(pairs: Sequence[tuple[Runtime, NodeMessage]]) -> list[str]:
+    """Each message run by its runtime's runner, all at once on threads of their own:
+    what each run returned, as text."""
+    results = [""] * len(pairs)
+
+    def run(index: int, runtime: Runtime, message: NodeMessage) -> None:
+        results[index] = str(runtime.runner.run(message.to_dict()))
+
+    threads = [
+        threading.Thread(target=run, args=(index, runtime, message))
+        for index, (runtime, message) in enumerate(pairs)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results
