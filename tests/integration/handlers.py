@@ -47,6 +47,18 @@ def step(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     return {ctx.node: ctx.iteration, "last": ctx.node}
 
 
+def branch(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """A fan-out's branch that changes nothing but its own output (so its success may
+    merge onto its run): record the execution, maybe dawdle as :func:`step` does."""
+    first = _runs_before(ctx, state) == 0
+    _record(ctx, state, "start")
+    delay = float((state.get("slow") or {}).get(ctx.node, 0)) if first else 0.0
+    deadline = time.monotonic() + delay
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {ctx.node: ctx.iteration}
+
+
 def where(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     """Records which worker ran the node: the role its test gave the worker process
     (CAIRN_TEST_WORKER_ROLE), so routing is judged by the handler, not by cairn."""
