@@ -31,18 +31,24 @@ def _runs_before(ctx: Any, state: dict[str, Any]) -> int:
         return sum(line.startswith(prefix) for line in ledger)
 
 
-def step(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
-    """One step of a chain: record the execution, maybe dawdle, return a marker.
-
-    ``state["slow"][node]`` seconds are spent on the node's first execution only, so a
-    test can kill a worker mid-node and see the re-execution finish promptly.
-    """
+def _start_and_dawdle(ctx: Any, state: dict[str, Any]) -> None:
+    """Record the execution's start; on the node's first execution only, spend
+    ``state["slow"][node]`` seconds."""
     first = _runs_before(ctx, state) == 0
     _record(ctx, state, "start")
     delay = float((state.get("slow") or {}).get(ctx.node, 0)) if first else 0.0
     deadline = time.monotonic() + delay
     while time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def step(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """One step of a chain: record the execution, maybe dawdle, return a marker.
+
+    ``state["slow"][node]`` seconds are spent on the node's first execution only, so a
+    test can kill a worker mid-node and see the re-execution finish promptly.
+    """
+    _start_and_dawdle(ctx, state)
     ctx.messages.append({"role": "tool", "content": f"{ctx.node} done"})
     return {ctx.node: ctx.iteration, "last": ctx.node}
 
@@ -50,12 +56,7 @@ def step(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
 def branch(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     """A fan-out's branch that changes nothing but its own output (so its success may
     merge onto its run): record the execution, maybe dawdle as :func:`step` does."""
-    first = _runs_before(ctx, state) == 0
-    _record(ctx, state, "start")
-    delay = float((state.get("slow") or {}).get(ctx.node, 0)) if first else 0.0
-    deadline = time.monotonic() + delay
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
+    _start_and_dawdle(ctx, state)
     return {ctx.node: ctx.iteration}
 
 
