@@ -240,7 +240,8 @@ def check_yaml_shape(text: str) -> None:
 
     import yaml  # noqa: PLC0415  (only a definition read from text needs the parser)
 
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # as cairn.definitions.text
+    for event in yaml.parse(text, Loader=loader):
         if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
             open_sizes.append(1)
             open_anchors.append(event.anchor)

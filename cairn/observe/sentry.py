@@ -11,11 +11,10 @@ workflow and kind.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
-
-import sentry_sdk
 
 from cairn.config import Settings
 from cairn.model.definition import ErrorClass
@@ -29,6 +28,7 @@ def init_sentry(settings: Settings, *, transport: Any = None) -> bool:
     dsn = settings.sentry_dsn.get_secret_value() if settings.sentry_dsn else None
     if dsn is None and transport is None:
         return False
+    import sentry_sdk  # noqa: PLC0415 - see reporting()
     from sentry_sdk.integrations.celery import CeleryIntegration  # noqa: PLC0415
 
     from cairn import __version__  # noqa: PLC0415 - cairn imports this module's users
@@ -46,7 +46,12 @@ def init_sentry(settings: Settings, *, transport: Any = None) -> bool:
 
 
 def reporting() -> bool:
-    return sentry_sdk.get_client().is_active()
+    """Whether Sentry is on in this process. A process that never imported the SDK
+    cannot have started it — neither by :func:`init_sentry` nor by a handlers' module
+    of its own — so its import (a tenth of a second at every process's start) is left
+    to the processes that report."""
+    sdk = sys.modules.get("sentry_sdk")
+    return sdk is not None and bool(sdk.get_client().is_active())
 
 
 @contextmanager
@@ -62,6 +67,8 @@ def _sentry_scope(message: NodeMessage) -> Iterator[None]:
     if not reporting():
         yield
         return
+    import sentry_sdk  # noqa: PLC0415 - imported already: see reporting()
+
     with sentry_sdk.isolation_scope() as scope:
         scope.set_tag("run_id", message.run_id)
         scope.set_tag("workflow", message.workflow)
@@ -75,6 +82,8 @@ def _sentry_scope(message: NodeMessage) -> Iterator[None]:
 def report_failure(error: BaseException, error_class: ErrorClass) -> None:
     """A handler failed: worth a Sentry event unless its retry policy is on it."""
     if error_class is not ErrorClass.TRANSIENT and reporting():
+        import sentry_sdk  # noqa: PLC0415 - imported already: see reporting()
+
         sentry_sdk.capture_exception(error)
 
 
@@ -95,6 +104,8 @@ def report_anomaly(
     level = _ANOMALY_LEVELS.get(action)
     if level is None or not reporting():
         return False
+    import sentry_sdk  # noqa: PLC0415 - imported already: see reporting()
+
     with sentry_sdk.isolation_scope() as scope:
         scope.set_tag("run_id", run_id)
         scope.set_tag("workflow", workflow)
@@ -115,6 +126,8 @@ def report_circuit(dependency: str, change: str, *, run_id: str, node: str) -> b
     level: Literal["error", "warning", "info"] = {"opened": "error", "reopened": "warning"}.get(
         change, "info"
     )  # type: ignore[assignment]
+    import sentry_sdk  # noqa: PLC0415 - imported already: see reporting()
+
     with sentry_sdk.isolation_scope() as scope:
         scope.set_tag("dependency", dependency)
         scope.set_tag("circuit", change)

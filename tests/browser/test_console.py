@@ -11,6 +11,7 @@ operator forks a run after its dry run shows where the fork parts from it."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -78,7 +79,14 @@ def keys(http: httpx.Client) -> dict[str, str]:
     return mint_keys_over_http(http, principals, ADMIN)
 
 
-def until(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
+def until(
+    check: Callable[[], Any],
+    what: str,
+    timeout_s: float = 30.0,
+    shown: Callable[[], str] | None = None,
+) -> Any:
+    """``check()`` once it is truthy; a failure names ``what`` and, if given, what
+    ``shown()`` says was there instead."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -87,7 +95,11 @@ def until(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
             found = None
         if found:
             return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            instead = ""
+            with contextlib.suppress(Exception):
+                instead = f"; instead: {shown()[:2000]}" if shown else ""
+            raise AssertionError(f"timed out waiting for {what}{instead}")
         time.sleep(0.05)
 
 
@@ -119,7 +131,11 @@ def sign_in(driver: Any, base: str, key: str) -> None:
     screenshot(driver, "sign-in")
     driver.find_element(By.ID, "key").send_keys(key)
     driver.find_element(By.ID, "sign-in").click()
-    until(lambda: driver.find_elements(By.CSS_SELECTOR, "form.who"), "the signed-in page")
+    until(
+        lambda: driver.find_elements(By.CSS_SELECTOR, "form.who"),
+        "the signed-in page",
+        shown=lambda: f"{driver.current_url}: {driver.find_element(By.TAG_NAME, 'body').text}",
+    )
 
 
 def css(driver: Any, selector: str) -> list[Any]:

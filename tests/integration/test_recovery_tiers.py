@@ -61,8 +61,11 @@ def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Runtime]
         Settings(
             home=tmp_path / "home",
             workflows=[str(WORKFLOWS)],
-            lease_ttl=0.3,
-            heartbeat_interval=0.1,
+            # The runner's own leases outlive a loaded machine's stalls (0.3 s did not: a
+            # late heartbeat lost the lease of a step the test expects committed); the
+            # workers these tests kill hold leases of 0.2 s of their own.
+            lease_ttl=3,
+            heartbeat_interval=1,
             continue_steps=False,  # every step published: the test takes each message
             **servers,
         )
