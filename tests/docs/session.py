@@ -10,7 +10,8 @@ stops reading early). A Python block is fed to the virtualenv's ``python -``,
 in the shell's folder and environment as they are then. A background block is started
 with ``&`` and the page goes on.
 
-The whole script is a session of its own, its processes marked by a variable only they
+The whole script is a session of its own, in a process namespace of its own where the
+machine allows one (:func:`own_processes`), its processes marked by a variable only they
 carry; at the end every one of them is ended — including any that left the session —
 and the page fails if one survives that.
 """
@@ -18,6 +19,7 @@ and the page fails if one survives that.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shlex
@@ -205,7 +207,7 @@ def run_page(
     log = scripts / "page.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            ["bash", str(scripts / "page.sh")],
+            [*own_processes(), "bash", str(scripts / "page.sh")],
             cwd=folder,
             env={**env, "DOCS_TEST_STATUS": str(status)},
             stdin=subprocess.DEVNULL,
@@ -223,6 +225,24 @@ def run_page(
     if returncode != 0 and status.exists():
         failed = steps[int(status.read_text().strip())]
     return Outcome(returncode, failed, log.read_text(errors="replace"), survivors)
+
+
+@functools.cache
+def own_processes() -> tuple[str, ...]:
+    """The command that runs a page in a process namespace of its own, where one may be
+    made: a page's ``pkill -f`` then finds only the page's processes, never those of a
+    test running beside it (the tutorial kills ``cairn.dev.child worker``, which the
+    tests of ``cairn dev`` run too), and whatever the page leaves ends with it. Root
+    makes one directly, anyone else through a user namespace; where neither is
+    allowed, the page runs without (its processes are still ended by its token)."""
+    for prefix in (
+        ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child"),
+        ("unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child"),
+    ):
+        with contextlib.suppress(OSError):
+            if subprocess.run([*prefix, "true"], capture_output=True, check=False).returncode == 0:
+                return prefix
+    return ()
 
 
 def marked(token: str) -> Iterator[int]:
