@@ -48,7 +48,7 @@ from cairn.workers.ports import (
     StepParts,
 )
 from cairn.workers.setup import StepSetup
-from cairn.workers.step.admit import admit
+from cairn.workers.step.admit import admit, let_go
 from cairn.workers.step.commit import cancel_unstarted, commit
 from cairn.workers.step.continuation import Continuation, next_to_run
 from cairn.workers.step.execute import Awaitable, Ran, awaitable, execute
@@ -190,16 +190,16 @@ class NodeRunner:
             return found, None  # ALREADY_DONE, RUN_FINISHED, PAUSED, UNCONFIRMED
         if isinstance(found, Unstarted):
             return cancel_unstarted(self, found), None  # lease, commit, release
-        admitted = admit(self, found, handed)  # lease, circuits, an irreversible's slots
+        admitted = admit(self, found, handed)  # lease, heartbeat, circuits, an irreversible's slots
         if isinstance(admitted, Handled):
             return self._parked(message, admitted), None  # LEASE_HELD, PARKED: holds nothing
         try:
-            held = hold(self, admitted)  # claim, takeover, slots, heartbeat
+            held = hold(self, admitted)  # claim, takeover, slots
         except BaseException:
-            self.leases.release(admitted.lease)
+            let_go(self, admitted.lease, admitted.beat)
             raise
         if isinstance(held, Handled):
-            self.leases.release(admitted.lease)
+            let_go(self, admitted.lease, admitted.beat)
             return self._parked(message, held), None  # UNCONFIRMED, ALREADY_DONE, GAVE_UP, PARKED
         if hand_over is not None and self._handed_over(held, hand_over):
             return Handled.AWAITING, None  # awaited on the loop, concluded there

@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import select, update
 
@@ -467,3 +468,44 @@ def test_kill_9_then_on_resume_replans_the_run(cluster: Cluster) -> None:
     assert (counts[(run_id, "work", 1)], counts[(run_id, "replan", 1)]) == (1, 1)
     assert counts[(run_id, "work", 2)] == 1
     assert any(e["type"] == "plan_invalidated" for e in cluster.client.events(run_id))
+
+
+def test_an_irreversible_claim_waiting_out_a_database_outage_keeps_its_lease(
+    database_url: str, redis_urls: tuple[str, str], tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The claim an irreversible node records before it runs meets PostgreSQL restarting
+    for twice the lease's life: the heartbeat renews the lease from its acquire on, so
+    the node runs and commits when the database is back — not lost to a lease that
+    lapsed while the worker waited."""
+    built = Runtime.build(
+        Settings(
+            home=tmp_path / "home",
+            workflows=[str(WORKFLOWS)],
+            database_url=database_url,
+            redis_url=redis_urls[1],
+            lease_ttl=1,
+            heartbeat_interval=0.25,
+            continue_steps=False,
+        )
+    )
+    try:
+        built.orchestrator.publisher = broker = Captured()
+        run_id = built.orchestrator.submit("pay", {"ledger": str(tmp_path / "ledger.txt")})
+        charge = broker.take("charge")
+        executions_ = built.runner.executions
+        claim, back_at = executions_.claim, time.monotonic() + 2.0
+
+        def restarting(*args: Any, **kwargs: Any) -> Any:
+            if time.monotonic() < back_at:
+                raise psycopg.OperationalError("the database system is starting up")
+            return claim(*args, **kwargs)
+
+        monkeypatch.setattr(executions_, "claim", restarting)
+        assert built.runner.run(charge.to_dict()) is Handled.COMMITTED
+        assert time.monotonic() >= back_at  # it waited the outage out
+        assert [line.split()[1] for line in _ledger(tmp_path)] == ["charge"]
+        ship = broker.take("ship")
+        assert built.runner.run(ship.to_dict()) is Handled.COMMITTED
+        assert built.orchestrator.get_run(run_id).status is RunStatus.SUCCEEDED
+    finally:
+        built.close()

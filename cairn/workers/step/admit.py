@@ -1,7 +1,9 @@
-"""Stage 2, admit: the node's lease (an older attempt's is superseded), and what its
-flow control says — its dependencies' circuits, its concurrency pools. An irreversible
-node waits for its slots here, before its one claim; a reversible one in :mod:`hold`,
-after its takeover is counted. Parked or held elsewhere, it holds nothing.
+"""Stage 2, admit: the node's lease (an older attempt's is superseded) and the heartbeat
+that renews it from then on — the claim, a takeover and the slots that come before the
+handler may each wait out an outage of PostgreSQL longer than the lease lives — and
+what its flow control says: its dependencies' circuits, its concurrency pools. An
+irreversible node waits for its slots here, before its one claim; a reversible one in
+:mod:`hold`, after its takeover is counted. Parked or held elsewhere, it holds nothing.
 
 A node run on in a fused chain is admitted by :func:`admit_successor`: the same pools and
 circuits, for the chain's holder, but it never parks — a full pool ends the chain before
@@ -11,11 +13,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from cairn.engine.slots import Pool, holder_of
+from cairn.lease.heartbeat import Beat
 from cairn.lease.port import Lease
 from cairn.model.definition import TaskNode
+from cairn.model.events import Phase
 from cairn.model.keys import Claim
 from cairn.model.messages import NodeMessage
 from cairn.model.state import RunState
@@ -32,11 +37,12 @@ log = logging.getLogger("cairn.workers.runner")
 
 @dataclass(frozen=True)
 class Admitted:
-    """A node with its lease, the pools it takes slots of (for ``holder``, the lease) and
-    the circuits it reports to."""
+    """A node with its lease and the heartbeat renewing it, the pools it takes slots of
+    (for ``holder``, the lease) and the circuits it reports to."""
 
     read: Read
     lease: Lease
+    beat: Beat
     pools: list[Pool]
     guarded: Guarded | None
 
@@ -67,21 +73,42 @@ def admit(runner: NodeRunner, read: Read, handed: Lease | None = None) -> Admitt
         return Handled.LEASE_HELD
     if lease.superseded:
         log.info("%s attempt %d supersedes an older attempt's lease", message.key, message.attempt)
+    beat = runner.heartbeats.hold(
+        lease,
+        runner.settings.heartbeat_interval,
+        # Compensations are never cancelled: they are how a cancel undoes work.
+        cancel_requested=partial(runner.reads.stop_requested, message.key, message.attempt)
+        if message.phase is Phase.RUN
+        else None,
+    )
+    try:
+        admitted = _flow_controlled(runner, read, lease, beat)
+    except BaseException:
+        let_go(runner, lease, beat)
+        raise
+    if admitted is None:
+        let_go(runner, lease, beat)  # parked: it holds nothing
+        return Handled.PARKED
+    return admitted
+
+
+def _flow_controlled(runner: NodeRunner, read: Read, lease: Lease, beat: Beat) -> Admitted | None:
+    """The node admitted under its circuits and pools; None if, irreversible, it was
+    parked waiting for a slot (its first claim is its last: it waits before)."""
+    message = read.message
     pools, guarded = runner.setup.admission(
         read.definition, read.node, message, read.run, read.state
     )
-    admitted = Admitted(read, lease, pools, guarded)
-    # An irreversible node's first claim is its last: it waits for its slot before.
-    if read.irreversible:
-        try:
-            entered = enter(runner, admitted, message)
-        except BaseException:
-            runner.leases.release(lease)
-            raise
-        if not entered:
-            runner.leases.release(lease)  # parked: it holds nothing
-            return Handled.PARKED
+    admitted = Admitted(read, lease, beat, pools, guarded)
+    if read.irreversible and not enter(runner, admitted, message):
+        return None
     return admitted
+
+
+def let_go(runner: NodeRunner, lease: Lease, beat: Beat) -> None:
+    """A node that will not run after all: its heartbeat stopped, its lease let go."""
+    runner.heartbeats.drop(beat)
+    runner.leases.release(lease)
 
 
 def enter(runner: NodeRunner, admitted: Admitted, message: NodeMessage) -> bool:

@@ -1,19 +1,17 @@
 """Stage 3, hold: the claim recorded where it must be (a takeover, an irreversible node),
 a takeover from a holder that died counted as a recovery — and, too often, not run at
-all — a claim after a lapsed one marked resumed, a reversible node's slots taken, and the
-heartbeat that keeps the lease alive while the handler runs."""
+all — a claim after a lapsed one marked resumed, and a reversible node's slots taken;
+all under the heartbeat admit started with the lease."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import TYPE_CHECKING
 
 from cairn.engine.recovery import Outcome
 from cairn.lease.heartbeat import Beat
 from cairn.model.definition import AnyNode
-from cairn.model.events import Phase
 from cairn.model.keys import Claim, ExecutionKey
 from cairn.model.messages import NodeMessage
 from cairn.store.records import ExecutionClaim
@@ -43,8 +41,8 @@ class Held:
 
 
 def hold(runner: NodeRunner, admitted: Admitted) -> Held | Handled:
-    """The node held, its heartbeat running — or why it may not run (parked, its slots
-    full): its lease is then the pipeline's to let go, as when this raises."""
+    """The node held — or why it may not run (parked, its slots full): its lease and
+    heartbeat are then the pipeline's to let go, as when this raises."""
     read, lease = admitted.read, admitted.lease
     message, irreversible = read.message, read.irreversible
     recoveries = read.execution.recoveries
@@ -67,15 +65,7 @@ def hold(runner: NodeRunner, admitted: Admitted) -> Held | Handled:
         message = replace(message, resumed=True)
     if not irreversible and not enter(runner, admitted, message):
         return Handled.PARKED
-    beat = runner.heartbeats.hold(
-        lease,
-        runner.settings.heartbeat_interval,
-        # Compensations are never cancelled: they are how a cancel undoes work.
-        cancel_requested=partial(runner.reads.stop_requested, message.key, message.attempt)
-        if message.phase is Phase.RUN
-        else None,
-    )
-    claimed = Claimed(read.run, read.definition, read.known, lease.fence, beat)
+    claimed = Claimed(read.run, read.definition, read.known, lease.fence, admitted.beat)
     chain = Chain(
         admitted.holder, Claim(message.key, message.attempt, lease.fence), message.resumed
     )
