@@ -12,6 +12,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import yaml
 
 # The newest definition format this cairn reads. A definition may declare the format it
 # was written for (``format: 1``); keys introduced later are then faults, so a file meant
@@ -240,8 +244,7 @@ def check_yaml_shape(text: str) -> None:
 
     import yaml  # noqa: PLC0415  (only a definition read from text needs the parser)
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # as cairn.definitions.text
-    for event in yaml.parse(text, Loader=loader):
+    for event in yaml.parse(text, Loader=safe_loader()):
         if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
             open_sizes.append(1)
             open_anchors.append(event.anchor)
@@ -253,6 +256,16 @@ def check_yaml_shape(text: str) -> None:
             finish(1, event.anchor)
         elif isinstance(event, yaml.AliasEvent):
             finish(anchored.get(str(event.anchor), 1), None)
+
+
+def safe_loader() -> type[yaml.SafeLoader]:
+    """PyYAML's safe loader on libyaml when PyYAML was built with it (its wheels are):
+    the same documents, several times faster — every worker reads every definition at
+    its start."""
+    import yaml  # noqa: PLC0415  (only a definition read from text needs the parser)
+
+    loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return loader
 
 
 def check_data_shape(data: object) -> None:

@@ -14,10 +14,6 @@ from cairn.definitions import format as fmt
 from cairn.definitions.reader import ParsedSpec
 from cairn.errors import DefinitionFault, WorkflowDefinitionError
 
-# libyaml's parser when PyYAML was built with it (its wheels are): the same documents,
-# several times faster — every worker reads every definition at its start.
-SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 
 def parse_text(text: str, suffix: str = ".yaml", *, source: str | None = None) -> Any:
     """Parse definition text, reporting duplicate keys (YAML and JSON both drop them silently).
@@ -38,7 +34,7 @@ def parse_text(text: str, suffix: str = ".yaml", *, source: str | None = None) -
             fmt.check_data_shape(data)
         else:
             fmt.check_yaml_shape(text)
-            data = yaml.load(text, Loader=SAFE_LOADER)
+            data = yaml.load(text, Loader=fmt.safe_loader())
     except fmt.TooComplex as exc:
         raise WorkflowDefinitionError(
             [DefinitionFault("too_complex", str(exc))], source=source
@@ -51,7 +47,7 @@ def parse_text(text: str, suffix: str = ".yaml", *, source: str | None = None) -
     # tab indentation; in valid JSON a tab can only be whitespace, so it may become a space.
     composable = text.replace("\t", " ") if is_json else text
     try:
-        duplicates = list(_duplicate_keys(yaml.compose(composable, Loader=SAFE_LOADER), ()))
+        duplicates = list(_duplicate_keys(yaml.compose(composable, Loader=fmt.safe_loader()), ()))
     except yaml.YAMLError:
         duplicates = []
     return ParsedSpec(data, duplicates) if duplicates else data

@@ -4,15 +4,12 @@ once, the join is decided once, and each run's row holds the state its log repla
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from sqlalchemy import text
 
-from cairn.engine.reads import restore
-from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from tests.support.cluster import Cluster
+from tests.support.replay import replay_agrees
 
 BRANCHES = [f"b{index}" for index in range(1, 9)]
 RUNS = 4  # one b3 dawdling in each of the two workers' two slots
@@ -49,7 +46,10 @@ def test_kill_9_of_a_worker_amid_merging_branches_repeats_nothing_that_finished(
             assert counts[(run_id, "b3", 1)] in (1, 2)  # again only if killed mid-node
             for name in finished_before[run_id]:
                 assert counts[(run_id, name, 1)] == 1, (run_id, name)
-            _replay_agrees(runtime, run_id)
+            replayed = replay_agrees(runtime, run_id)
+            assert replayed.status is RunStatus.SUCCEEDED
+            nodes = replayed.nodes
+            assert all(nodes[name].status.value == "succeeded" for name in [*BRANCHES, "after"])
         with runtime.store.reading() as tx:
             merged = tx.connection.execute(
                 text("SELECT count(*) FROM runs WHERE merged_to IS NOT NULL")
@@ -57,15 +57,3 @@ def test_kill_9_of_a_worker_amid_merging_branches_repeats_nothing_that_finished(
         assert merged > 0  # the branches merged: this is what the test puts under a kill
     finally:
         runtime.close()
-
-
-def _replay_agrees(runtime: Runtime, run_id: str) -> None:
-    with runtime.store.reading() as tx:
-        row = tx.run(run_id)
-        assert row is not None and row.state is not None
-        definition = runtime.orchestrator.registry.get(row.workflow_ref, row.version, tx)
-        replayed = restore(tx, replace(row, state=None), definition)
-    assert replayed.to_dict() == RunState.from_dict(row.state).to_dict()
-    assert replayed.status is RunStatus.SUCCEEDED
-    nodes = replayed.nodes
-    assert all(nodes[name].status.value == "succeeded" for name in [*BRANCHES, "after"])

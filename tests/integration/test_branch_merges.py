@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,9 @@ import pytest
 from sqlalchemy import text
 
 from cairn.definitions.builder import Workflow
-from cairn.engine.reads import restore
-from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
+from tests.support.replay import replay_agrees
 from tests.support.taking import run_together, taken, two_processes
 
 BRANCHES = 8
@@ -144,20 +142,6 @@ def _no_locking_path(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[
     return locked
 
 
-def _replay_agrees(runtime: Runtime, run_id: str) -> RunState:
-    """The state the run's row caches is the state its log replays to, and its
-    ``current`` the executions that state has running."""
-    with runtime.store.reading() as tx:
-        row = tx.run(run_id)
-        assert row is not None and row.state is not None
-        definition = runtime.orchestrator.registry.get(row.workflow_ref, row.version, tx)
-        replayed = restore(tx, replace(row, state=None), definition)
-    cached = RunState.from_dict(row.state)
-    assert replayed.to_dict() == cached.to_dict()
-    assert sorted(row.current) == sorted(f"{n.node}#{n.iteration}" for n in cached.active_nodes)
-    return cached
-
-
 def _seqs_and_rows(runtime: Runtime, run_id: str) -> tuple[list[int], list[tuple[Any, ...]]]:
     events = runtime.orchestrator.events(run_id)
     with runtime.store.reading() as tx:
@@ -168,7 +152,7 @@ def _seqs_and_rows(runtime: Runtime, run_id: str) -> tuple[list[int], list[tuple
     return [e["seq"] for e in events], [tuple(row) for row in rows]
 
 
-def test_branches_finishing_together_in_two_processes_merge_and_replay_agrees(
+def test_branches_finishing_together_in_two_processes_merge_andreplay_agrees(
     processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one, two = processes
@@ -191,7 +175,7 @@ def test_branches_finishing_together_in_two_processes_merge_and_replay_agrees(
         assert len(merged) == BRANCHES - 1 and len(refused) <= 1 and not merged & refused
         after = taken(one, "after") + taken(two, "after")
         assert [(m.node, m.attempt) for m in after] == [("after", 1)]
-        _replay_agrees(one, run_id)
+        replay_agrees(one, run_id)
         assert str(two.runner.run(after[0].to_dict())) == "committed"
         view = one.orchestrator.get_run(run_id)
         assert view.status is RunStatus.SUCCEEDED
@@ -200,7 +184,7 @@ def test_branches_finishing_together_in_two_processes_merge_and_replay_agrees(
         seqs, rows = _seqs_and_rows(one, run_id)
         assert seqs == list(range(1, len(seqs) + 1))
         assert sorted(rows) == sorted([(name, 1, "succeeded") for name in [*_NAMES, "after"]])
-        _replay_agrees(one, run_id)
+        replay_agrees(one, run_id)
 
 
 def test_a_merge_goes_only_onto_merges_and_never_decides_its_join(
@@ -213,13 +197,13 @@ def test_a_merge_goes_only_onto_merges_and_never_decides_its_join(
     # Each planned on the run as submitted: v1 merges onto it.
     assert str(one.runner.run(v1.to_dict())) == "committed"
     assert written == [True]
-    _replay_agrees(one, run_id)
+    replay_agrees(one, run_id)
     # An audit event is a step of another kind: v2's merge, planned before it, is
     # refused; v2 plans again on the run as it is and merges then.
     _step_between(one, monkeypatch, lambda: one.orchestrator.steps.record(run_id, "note", {}))
     assert str(two.runner.run(v2.to_dict())) == "committed"
     assert written == [True, False, True]
-    _replay_agrees(one, run_id)
+    replay_agrees(one, run_id)
     # v4 plans a merge on two successes of a quorum of four; v3 merges before it is
     # written, and v4 would now reach the quorum: refused, it plans again and decides
     # the join the ordinary way.
@@ -232,7 +216,7 @@ def test_a_merge_goes_only_onto_merges_and_never_decides_its_join(
     for message in (v5, v6):
         assert str(two.runner.run(message.to_dict())) == "committed"
     assert written[5:] == []
-    state = _replay_agrees(one, run_id)
+    state = replay_agrees(one, run_id)
     assert state.joins["fan"].done
 
 
@@ -246,8 +230,8 @@ def test_a_branch_that_charges_is_not_merged(
     assert str(one.runner.run(c1.to_dict())) == "committed"
     assert str(two.runner.run(c2.to_dict())) == "committed"  # its spending: not merged
     assert written == [True]
-    _replay_agrees(one, run_id)
+    replay_agrees(one, run_id)
     assert str(one.runner.run(c3.to_dict())) == "committed"
-    state = _replay_agrees(one, run_id)
+    state = replay_agrees(one, run_id)
     assert state.spent == {"usd": 0.25}
     assert [m.node for m in taken(one, "after")] == ["after"]

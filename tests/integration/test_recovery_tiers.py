@@ -58,22 +58,24 @@ def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Runtime]
             "database_url": request.getfixturevalue("database_url"),
             "redis_url": request.getfixturevalue("redis_urls")[1],
         }
+    # The runner's own leases outlive a loaded machine's stalls (0.3 s did not: a late
+    # heartbeat lost the lease of a step the test expects committed); the workers these
+    # tests kill hold leases of 0.2 s of their own.
+    built = _built(tmp_path, lease_ttl=3, heartbeat_interval=1, **servers)
+    yield built
+    built.close()
+
+
+def _built(tmp_path: Path, **settings: Any) -> Runtime:
+    """A runtime on the test workflows whose publisher the test plays (every step
+    published: the test takes each message)."""
     built = Runtime.build(
         Settings(
-            home=tmp_path / "home",
-            workflows=[str(WORKFLOWS)],
-            # The runner's own leases outlive a loaded machine's stalls (0.3 s did not: a
-            # late heartbeat lost the lease of a step the test expects committed); the
-            # workers these tests kill hold leases of 0.2 s of their own.
-            lease_ttl=3,
-            heartbeat_interval=1,
-            continue_steps=False,  # every step published: the test takes each message
-            **servers,
+            home=tmp_path / "home", workflows=[str(WORKFLOWS)], continue_steps=False, **settings
         )
     )
     built.orchestrator.publisher = Captured()
-    yield built
-    built.close()
+    return built
 
 
 @pytest.fixture
@@ -477,19 +479,16 @@ def test_an_irreversible_claim_waiting_out_a_database_outage_keeps_its_lease(
     for twice the lease's life: the heartbeat renews the lease from its acquire on, so
     the node runs and commits when the database is back — not lost to a lease that
     lapsed while the worker waited."""
-    built = Runtime.build(
-        Settings(
-            home=tmp_path / "home",
-            workflows=[str(WORKFLOWS)],
-            database_url=database_url,
-            redis_url=redis_urls[1],
-            lease_ttl=1,
-            heartbeat_interval=0.25,
-            continue_steps=False,
-        )
+    built = _built(
+        tmp_path,
+        database_url=database_url,
+        redis_url=redis_urls[1],
+        lease_ttl=1,
+        heartbeat_interval=0.25,
     )
     try:
-        built.orchestrator.publisher = broker = Captured()
+        broker = built.orchestrator.publisher
+        assert isinstance(broker, Captured)
         run_id = built.orchestrator.submit("pay", {"ledger": str(tmp_path / "ledger.txt")})
         charge = broker.take("charge")
         executions_ = built.runner.executions
