@@ -7,7 +7,10 @@ leases'), so that nothing else on the machine is in the counts.
 
 ``--set`` passes settings to the fleet, e.g. ``--set CAIRN_CONTINUE_STEPS=false`` for
 every step through the broker; ``--compare CAIRN_X=value`` profiles the fleet once with
-the setting and once without, in that order, in the same invocation.
+the setting and once without, in that order, in the same invocation. ``--celery``
+profiles the baseline instead — the same shape as a plain Celery chain or chord (that of
+:mod:`bench.corridor`) on a ``celery worker`` with as many children — counted the same
+way, process by process.
 
 Prints, per step, over a burst of ``--runs`` runs submitted at once:
 
@@ -34,15 +37,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import redis
+from celery import chain, chord
 
-from bench.chain import admin, commits, fresh_database, spawn, stop, wait_finished
+from bench.chain import ROOT, admin, commits, fresh_database, spawn, stop, wait_finished
+from bench.wait_workflows import FANOUT
 
 IDLE_WINDOW_S = 3.0
 INCLUSIVE_SHOWN = ("cairn.", "json.", "psycopg.connection", "redis.client", "sqlalchemy.engine")
@@ -262,6 +268,13 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--set", dest="settings", action="append", default=[])
     parser.add_argument("--compare", default=None)
+    parser.add_argument(
+        "--celery",
+        action="store_true",
+        help="profile the baseline instead: the same shape as a plain Celery chain "
+        f"(--workflow bench_chain10) or chord ({FANOUT}) on a celery worker of as many "
+        "children, counted the same way",
+    )
     args = parser.parse_args()
     fixed = dict(setting.split("=", 1) for setting in args.settings)
     variants = (
@@ -272,96 +285,229 @@ def main() -> None:
         profile(args, variant)
 
 
+@dataclass
+class Fleet:
+    """What is profiled: its processes by name (``worker`` the one whose pool children
+    run the steps), its Redis servers by name, and how a burst of runs is sent, waited
+    for and counted in steps."""
+
+    pids: dict[str, int]
+    servers: dict[str, str]
+    database: str
+    send: Callable[[int], Any]
+    wait: Callable[[Any], None]
+    steps: Callable[[Any], int]
+
+
 def profile(args: argparse.Namespace, settings: dict[str, str]) -> None:
+    print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
+    workdir = Path(tempfile.mkdtemp(prefix="step-profile-"))
+    database, url = fresh_database("step_profile")
+    opened = _celery_fleet if args.celery else _cairn_fleet
+    try:
+        with (
+            redis_server(workdir, "broker") as broker,
+            redis_server(workdir, "leases") as leases,
+            opened(Setup(args, settings, workdir, database, url, broker, leases)) as fleet,
+        ):
+            burst, idle, sent, raw = _measured(args, fleet, workdir)
+            total = fleet.steps(sent)
+    finally:
+        with admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    print(f"{args.runs} runs of {_shape(args)}: {total} steps in {burst['seconds']:.2f} s")
+    report(less_idle(burst, idle), total)
+    if raw is not None and raw.exists():
+        spy_summary(raw, args.top)
+    print(f"\nlogs in {workdir}")
+
+
+def _measured(
+    args: argparse.Namespace, fleet: Fleet, workdir: Path
+) -> tuple[dict[str, Any], dict[str, Any], Any, Path | None]:
+    """The fleet idle, then a burst of ``--runs`` runs (py-spy sampling it if asked):
+    the two deltas, what was sent, and py-spy's raw stacks."""
+    meter = Meter(fleet.database, fleet.servers, fleet.pids)
+    time.sleep(1.0)
+    start = meter.read()
+    time.sleep(IDLE_WINDOW_S)
+    idle = delta(meter.read(), start)
+    spy, raw = None, None
+    if args.py_spy:
+        raw = workdir / "spy.txt"
+        worker = fleet.pids["worker"]
+        spy = subprocess.Popen(
+            [
+                *(args.py_spy, "record", "--rate", "250"),
+                *("--pid", str(children(worker)[0] if args.spy_on == "child" else worker)),
+                *("--format", "raw", "--output", str(raw), "--nonblocking", "--gil"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(workdir / "spy.log", "wb"),  # noqa: SIM115
+        )
+        time.sleep(1.0)
+    before = meter.read()
+    sent = fleet.send(args.runs)
+    fleet.wait(sent)
+    burst = delta(meter.read(), before)
+    if spy is not None:
+        spy.send_signal(2)
+        spy.wait(30)
+    return burst, idle, sent, raw
+
+
+def _shape(args: argparse.Namespace) -> str:
+    if not args.celery:
+        return str(args.workflow)
+    return "a plain Celery " + ("chord" if args.workflow == FANOUT else "chain")
+
+
+Server = tuple[str, "subprocess.Popen[bytes]"]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a fleet is started with: the options, settings, log folder, database and the
+    two Redis servers (the broker's, and the leases' or the result backend's)."""
+
+    args: argparse.Namespace
+    settings: dict[str, str]
+    workdir: Path
+    database: str
+    url: str
+    broker: Server
+    second: Server
+
+
+@contextmanager
+def _cairn_fleet(setup: Setup) -> Iterator[Fleet]:
+    """One ``cairn worker`` (prefork, ``--concurrency`` children) and the scheduler."""
     from cairn.client import Client  # noqa: PLC0415
     from cairn.config import Settings  # noqa: PLC0415
 
-    print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
-    root = Path(__file__).resolve().parents[1]
-    workdir = Path(tempfile.mkdtemp(prefix="step-profile-"))
-    database, url = fresh_database("step_profile")
-    with redis_server(workdir, "broker") as broker, redis_server(workdir, "leases") as leases:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-        env.update(
-            CAIRN_DATABASE_URL=url,
-            CAIRN_BROKER_URL=broker[0],
-            CAIRN_REDIS_URL=leases[0],
-            CAIRN_WORKFLOWS="bench.workflows,bench.wait_workflows",
-            CAIRN_LOG_LEVEL="WARNING",
-            PYTHONPATH=str(root),
-            **settings,
+    args, workdir, url, broker, leases = (
+        setup.args,
+        setup.workdir,
+        setup.url,
+        setup.broker,
+        setup.second,
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.update(
+        CAIRN_DATABASE_URL=url,
+        CAIRN_BROKER_URL=broker[0],
+        CAIRN_REDIS_URL=leases[0],
+        CAIRN_WORKFLOWS="bench.workflows,bench.wait_workflows",
+        CAIRN_LOG_LEVEL="WARNING",
+        PYTHONPATH=str(ROOT),
+    )
+    env.update(setup.settings)  # --set may name any of the above
+    command = [sys.executable, "-m", "cairn.cli", "worker"]
+    worker = spawn(
+        [*command, f"--concurrency={args.concurrency}", "--pool=prefork"],
+        env,
+        workdir / "worker.log",
+    )
+    scheduler = spawn(
+        [sys.executable, "-m", "cairn.cli", "scheduler"], env, workdir / "scheduler.log"
+    )
+    client = Client(Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")}))
+
+    def send(runs: int) -> list[str]:
+        return [str(client.submit(args.workflow, {})) for _ in range(runs)]
+
+    def steps(run_ids: list[str]) -> int:
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM node_executions WHERE run_id = ANY(%s)", (run_ids,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    try:
+        for _warm in range(5):
+            client.wait(client.submit(args.workflow, {}), 60)
+        yield Fleet(
+            {
+                "worker": worker.pid,
+                "scheduler": scheduler.pid,
+                "redis broker": broker[1].pid,
+                "redis leases": leases[1].pid,
+            },
+            {"broker": broker[0], "leases": leases[0]},
+            setup.database,
+            send,
+            lambda run_ids: wait_finished(url, run_ids),
+            steps,
         )
-        worker = spawn(
-            [
-                sys.executable,
-                "-m",
-                "cairn.cli",
-                "worker",
-                f"--concurrency={args.concurrency}",
-                "--pool=prefork",
-            ],
-            env,
-            workdir / "worker.log",
+    finally:
+        client.close()
+        stop(scheduler)
+        stop(worker)
+
+
+@contextmanager
+def _celery_fleet(setup: Setup) -> Iterator[Fleet]:
+    """The baseline: one ``celery worker`` (prefork, ``--concurrency`` children) running
+    the same shape as a plain Celery chain (:data:`bench.workflows.baseline`: each task
+    notes its end in Redis) or chord (:data:`bench.wait_workflows.chord_baseline`: results
+    in a Redis backend, the callback notes the run's end), JSON, late acks, prefetch 1."""
+    from bench.wait_workflows import branch, chord_baseline, joined  # noqa: PLC0415
+    from bench.workflows import baseline, step  # noqa: PLC0415
+
+    args, workdir, broker, backend = setup.args, setup.workdir, setup.broker, setup.second
+    fanout = args.workflow == FANOUT
+    marks_url = backend[0].removesuffix("/0") + "/1"
+    app = chord_baseline if fanout else baseline
+    app.conf.update(broker_url=broker[0], result_backend=backend[0] if fanout else None)
+    env = {
+        **os.environ,
+        "BENCH_BROKER_URL": broker[0],
+        "BENCH_BACKEND_URL": backend[0],
+        "BENCH_MARKS_URL": marks_url,
+        "PYTHONPATH": str(ROOT),
+    }
+    module = "bench.wait_workflows:chord_baseline" if fanout else "bench.workflows:baseline"
+    worker = spawn(
+        [
+            *(sys.executable, "-m", "celery", "-A", module, "worker", "--pool=prefork"),
+            *(f"--concurrency={args.concurrency}", "--loglevel=WARNING"),
+            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+        ],
+        env,
+        workdir / "worker.log",
+    )
+    marks = redis.Redis.from_url(marks_url)
+    key, per_run = ("bench:chord", 1) if fanout else ("bench:marks", STEPS)
+
+    def send(runs: int) -> int:
+        marks.delete(key)
+        for run in range(runs):
+            if fanout:
+                chord(branch.si(run, index) for index in range(8))(joined.s(run))
+            else:
+                chain(step.si(run, index) for index in range(STEPS)).apply_async()
+        return runs
+
+    def wait(runs: int) -> None:
+        deadline = time.monotonic() + 600
+        while marks.llen(key) < runs * per_run:
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise TimeoutError(f"{marks.llen(key)} of {runs * per_run} marks")
+            time.sleep(0.005)
+
+    try:
+        for _warm in range(5):
+            wait(send(1))
+        yield Fleet(
+            {"worker": worker.pid, "redis broker": broker[1].pid, "redis backend": backend[1].pid},
+            {"broker": broker[0], "backend": backend[0]},
+            setup.database,
+            send,
+            wait,
+            lambda runs: runs * (9 if fanout else STEPS),
         )
-        scheduler = spawn(
-            [sys.executable, "-m", "cairn.cli", "scheduler"], env, workdir / "scheduler.log"
-        )
-        cairn_env = {k: v for k, v in env.items() if k.startswith("CAIRN_")}
-        client = Client(Settings.from_env(cairn_env))
-        try:
-            for _warm in range(5):
-                client.wait(client.submit(args.workflow, {}), 60)
-            meter = Meter(
-                database,
-                {"broker": broker[0], "leases": leases[0]},
-                {
-                    "worker": worker.pid,
-                    "scheduler": scheduler.pid,
-                    "redis broker": broker[1].pid,
-                    "redis leases": leases[1].pid,
-                },
-            )
-            time.sleep(1.0)
-            start = meter.read()
-            time.sleep(IDLE_WINDOW_S)
-            idle = delta(meter.read(), start)
-            spy = None
-            raw = workdir / "spy.txt"
-            child = children(worker.pid)[0]
-            if args.py_spy:
-                spy = subprocess.Popen(
-                    [
-                        *(args.py_spy, "record", "--rate", "250"),
-                        *("--pid", str(child if args.spy_on == "child" else worker.pid)),
-                        *("--format", "raw", "--output", str(raw), "--nonblocking", "--gil"),
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=open(workdir / "spy.log", "wb"),  # noqa: SIM115
-                )
-                time.sleep(1.0)
-            before = meter.read()
-            run_ids = [str(client.submit(args.workflow, {})) for _ in range(args.runs)]
-            wait_finished(url, run_ids)
-            burst = delta(meter.read(), before)
-            if spy is not None:
-                spy.send_signal(2)
-                spy.wait(30)
-        finally:
-            client.close()
-            stop(scheduler)
-            stop(worker)
-            with psycopg.connect(url) as conn:
-                steps = conn.execute(
-                    "SELECT count(*) FROM node_executions WHERE run_id = ANY(%s)", (run_ids,)
-                ).fetchone()
-            with admin() as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-    total = int(steps[0]) if steps else args.runs * STEPS
-    print(f"{args.runs} runs of {args.workflow}: {total} steps in {burst['seconds']:.2f} s")
-    report(less_idle(burst, idle), total)
-    if spy is not None and raw.exists():
-        spy_summary(raw, args.top)
-    print(f"\nlogs in {workdir}")
+    finally:
+        stop(worker)
 
 
 if __name__ == "__main__":
