@@ -23,7 +23,9 @@ Prints, per step, over a burst of ``--runs`` runs submitted at once:
 - CPU per step of each process (the worker's parent and child, the scheduler, both
   Redis servers, the PostgreSQL backends of the run's database) from ``/proc``;
 - with ``--py-spy``: where the worker child's CPU goes, by function (self and
-  inclusive samples), sampled by py-spy for the burst.
+  inclusive samples), sampled by py-spy for the burst;
+- with ``--stages``: the pool children's CPU in each stage of a step, counted
+  (:mod:`bench.stage_cpu`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import psycopg
 import redis
 from celery import chain, chord
 
+from bench import stage_cpu
 from bench.chain import ROOT, admin, commits, fresh_database, spawn, stop, wait_finished
 from bench.wait_workflows import FANOUT
 
@@ -269,6 +272,11 @@ def main() -> None:
     parser.add_argument("--set", dest="settings", action="append", default=[])
     parser.add_argument("--compare", default=None)
     parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="also count the pool children's CPU in each stage of a step (bench.stage_cpu)",
+    )
+    parser.add_argument(
         "--celery",
         action="store_true",
         help="profile the baseline instead: the same shape as a plain Celery chain "
@@ -317,6 +325,8 @@ def profile(args: argparse.Namespace, settings: dict[str, str]) -> None:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     print(f"{args.runs} runs of {_shape(args)}: {total} steps in {burst['seconds']:.2f} s")
     report(less_idle(burst, idle), total)
+    if args.stages and not args.celery:
+        stage_cpu.report(workdir)
     if raw is not None and raw.exists():
         spy_summary(raw, args.top)
     print(f"\nlogs in {workdir}")
@@ -401,6 +411,9 @@ def _cairn_fleet(setup: Setup) -> Iterator[Fleet]:
         CAIRN_LOG_LEVEL="WARNING",
         PYTHONPATH=str(ROOT),
     )
+    if args.stages:  # each worker imports it, and counts its children's stages
+        env["CAIRN_WORKFLOWS"] += ",bench.stage_cpu"
+        env["BENCH_STAGES_DIR"] = str(workdir)
     env.update(setup.settings)  # --set may name any of the above
     command = [sys.executable, "-m", "cairn.cli", "worker"]
     worker = spawn(
