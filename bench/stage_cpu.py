@@ -6,7 +6,9 @@ In each pool child, from its start, the stages of :meth:`cairn.workers.runner.No
 .stages` and a few of their parts are wrapped to add up the thread's CPU time
 (``time.thread_time``: the kernel's time for its system calls included, its waits not);
 at the child's shutdown the sums, the calls and the child's own CPU go to a JSON file in
-``BENCH_STAGES_DIR``. Counting costs a few microseconds a wrapped call.
+``BENCH_STAGES_DIR``. ``BENCH_STAGES_MORE`` names more to count (:func:`_more`), e.g.
+``--set BENCH_STAGES_MORE=cairn.engine.optimistic:OneStatement._tell``. Counting costs a
+few microseconds a wrapped call.
 """
 
 from __future__ import annotations
@@ -51,11 +53,22 @@ def _counted(function: Callable[..., Any], label: str) -> Callable[..., Any]:
     return counted
 
 
+def _more() -> list[tuple[str, str | None, str, str]]:
+    """More to count, from ``BENCH_STAGES_MORE``: ``module:function`` or
+    ``module:Class.method``, comma-separated (each labelled so)."""
+    more: list[tuple[str, str | None, str, str]] = []
+    for spec in filter(None, os.environ.get("BENCH_STAGES_MORE", "").split(",")):
+        module_name, _, qualified = spec.partition(":")
+        owner_name, _, name = qualified.rpartition(".")
+        more.append((module_name, owner_name or None, name, qualified))
+    return more
+
+
 @worker_process_init.connect
 def _wrap(**_kwargs: Any) -> None:
     import importlib  # noqa: PLC0415
 
-    for module_name, owner_name, name, label in WRAPPED:
+    for module_name, owner_name, name, label in (*WRAPPED, *_more()):
         module = importlib.import_module(module_name)
         owner = module if owner_name is None else getattr(module, owner_name)
         setattr(owner, name, _counted(getattr(owner, name), label))
