@@ -16,8 +16,8 @@ from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.database import make_engine, shipped_revision
 from tests.support.cluster import WORKFLOWS
+from tests.support.embedded import wait
 from tests.support.services import admin, db_url, drop
-from tests.unit.test_embedded import wait
 
 
 @pytest.fixture

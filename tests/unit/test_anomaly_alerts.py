@@ -17,8 +17,8 @@ from cairn.model.commands import ReportAnomaly
 from cairn.model.state import RunState
 from cairn.observe.alerts import report_anomalies
 from cairn.observe.sentry import init_sentry, report_anomaly
+from tests.support.embedded import settings
 from tests.unit.test_anomaly import STUCK, Recorder, agent
-from tests.unit.test_embedded import settings
 from tests.unit.test_lease_metrics import scrape
 from tests.unit.test_sentry import Captured
 

@@ -1,10 +1,10 @@
 """Artifacts without services: the object stores (filesystem and memory, one contract),
 content addressing, versioning and idempotent puts on SQLite, cleanup with a fake clock,
-the fold of references into the run state, and a run in the embedded default."""
+and the fold of references into the run state. An async handler's puts, and a run in the
+embedded default: tests/embedded/test_artifacts.py."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 import uuid
@@ -32,15 +32,12 @@ from cairn.errors import ArtifactCorrupt, ConfigError
 from cairn.model.events import NodeSucceeded, event_from_dict, event_to_dict
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
-from cairn.runtime import Runtime
 from cairn.store.backends import store_for
 from cairn.store.database import make_engine, upgrade
 from cairn.store.sql import Store
 from cairn.testing.driver import Driver
 from cairn.workers.context import StepContext
 from tests.unit import handlers
-
-WORKFLOWS = str(Path(__file__).resolve().parents[1] / "integration" / "workflows")
 
 
 class FakeClock:
@@ -166,21 +163,6 @@ def test_each_put_of_a_name_is_its_next_version(execution: Execution) -> None:
         artifacts.get("draft", version=3)
     with pytest.raises(ArtifactNotFound):
         artifacts.info("nothing")
-
-
-def test_an_async_handler_puts_and_reads_artifacts_off_its_event_loop(
-    execution: Execution,
-) -> None:
-    artifacts = execution()
-
-    async def handler() -> tuple[dict[str, Any], bytes, str]:
-        ref = await artifacts.put_async("page", "<html>…</html>", tool="browser")
-        return ref, await artifacts.get_async("page"), await artifacts.text_async("page")
-
-    ref, content, text = asyncio.run(handler())
-    assert ref["version"] == 1 and content == "<html>…</html>".encode() and text == "<html>…</html>"
-    assert artifacts.created() == {"page": ref}
-    assert artifacts.info("page").tool == "browser"
 
 
 def test_a_put_records_its_provenance(execution: Execution) -> None:
@@ -320,41 +302,3 @@ def test_references_ride_on_the_result_into_the_state_newest_version_kept() -> N
     old = event_to_dict(NodeSucceeded(at=1.0, node="a"))
     del old["artifacts"]
     assert event_from_dict(old) == NodeSucceeded(at=1.0, node="a")
-
-
-def test_a_run_in_the_embedded_default_keeps_references_not_content(tmp_path: Path) -> None:
-    runtime = Runtime.build(
-        Settings(
-            home=tmp_path,
-            workflows=[WORKFLOWS],
-            lease_ttl=0.6,
-            heartbeat_interval=0.2,
-            scheduler_interval=0.05,
-        )
-    )
-    runtime.start_workers()
-    runtime.start_scheduler()
-    try:
-        run_id = runtime.orchestrator.submit(
-            "artifacts", {"topic": "cairns", "repeat": 2000, "fail_first": True}
-        )
-        deadline = time.monotonic() + 20
-        while not (view := runtime.orchestrator.get_run(run_id)).status.terminal:
-            assert time.monotonic() < deadline, "the run did not finish"
-            time.sleep(0.02)
-        assert view.status is RunStatus.SUCCEEDED and view.state is not None
-        refs = view.state.artifacts
-        assert sorted(refs) == ["draft", "draft-copy", "summary"]
-        executions = runtime.orchestrator.get_run(run_id, with_executions=True).executions
-        assert {e["node"]: e["attempt"] for e in executions}["draft"] == 2
-        assert refs["draft"]["version"] == 1  # the retry's put was the same registration
-        assert refs["draft"]["size"] == len("A draft about cairns.\n") * 2000
-        assert refs["draft-copy"]["sha256"] == refs["draft"]["sha256"]
-        # The state (and so every snapshot) holds the references, not the 44 kB draft.
-        assert len(str(view.state.to_dict())) < 10_000
-        objects = open_store(runtime.settings.effective_artifacts_url)
-        assert isinstance(objects, FilesystemStore)
-        assert objects.root == (tmp_path / "artifacts").resolve()
-        assert len(list(objects.blobs())) == 2  # the draft (twice) and the summary
-    finally:
-        runtime.close()

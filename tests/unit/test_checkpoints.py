@@ -1,11 +1,11 @@
 """Checkpoints inside a node, in this process on SQLite: what ``ctx.checkpoint()`` saves
 (what the node added, not the run's history), how a re-execution lays it over its state,
-the node's automatic policy at safe points, and the claim that fences it. (A worker
-killed mid-loop on real services: tests/acceptance/test_checkpoints.py.)"""
+the node's automatic policy at safe points, and the claim that fences it. (An async
+checkpoint, committed on a thread: tests/embedded/test_checkpoints.py; a worker killed
+mid-loop on real services: tests/acceptance/test_checkpoints.py.)"""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -112,24 +112,6 @@ def test_the_policy_checkpoints_after_a_while_at_safe_points(store: Store) -> No
     with store.reading() as tx:
         found = tx.checkpoint_of(key)
     assert found is not None and found.context["scratch"] == {"at": "first"}
-
-
-def test_an_async_checkpoint_saves_what_there_was_when_it_was_asked(store: Store) -> None:
-    run_id, key, _at = started(store)
-    ctx = _context(store, key, state=_state(run_id))
-
-    async def meanwhile() -> None:
-        ctx.scratch["turn"] = 2  # another coroutine goes on while the commit is made
-
-    async def loop() -> int:
-        ctx.scratch["turn"] = 1
-        saved, _ = await asyncio.gather(ctx.checkpoint_async(), meanwhile())
-        return saved
-
-    assert asyncio.run(loop()) == 1
-    with store.reading() as tx:
-        found = tx.checkpoint_of(key)
-    assert found is not None and found.context["scratch"] == {"turn": 1}
 
 
 def test_a_stale_claim_saves_no_checkpoint(store: Store) -> None:

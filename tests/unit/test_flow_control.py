@@ -1,10 +1,10 @@
 """Debounce and singleton on the embedded store, the debounce windows started by the
 engine with a clock given by hand (the database's clock is only where a window's times
-come from)."""
+come from). Singleton skip, with workers running the key's run to its end:
+tests/embedded/test_flow_control.py."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from cairn.model.flow import Debounce, Singleton, SingletonMode
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.records import DebounceRecord
-from tests.unit.test_embedded import settings
+from tests.support.embedded import settings
 
 
 @pytest.fixture
@@ -106,22 +106,6 @@ def test_a_pending_run_can_be_cancelled_and_the_key_starts_afresh(runtime: Runti
     assert orchestrator.get_run(pending).status is RunStatus.CANCELLED
 
 
-def test_singleton_skip_returns_the_unfinished_run(runtime: Runtime) -> None:
-    orchestrator = runtime.orchestrator
-    runtime.start_workers()
-    first = orchestrator.submit("approval", {}, singleton=Singleton("acct-1"))
-    assert orchestrator.submit("approval", {}, singleton=Singleton("acct-1")) == first
-    other = orchestrator.submit("approval", {}, singleton=Singleton("acct-2"))
-    assert other != first
-    _until(runtime, first, RunStatus.WAITING)
-    assert orchestrator.submit("approval", {}, singleton=Singleton("acct-1")) == first
-    orchestrator.signal(first, "reject")  # the run ends (failed)
-    _until(runtime, first, RunStatus.FAILED)
-    fresh = orchestrator.submit("approval", {}, singleton=Singleton("acct-1"))
-    assert fresh != first  # the key's run ended: a new one starts
-    assert orchestrator.submit("approval", {}, singleton=Singleton("acct-1")) == fresh
-
-
 def test_singleton_cancel_replaces_the_unfinished_run(runtime: Runtime) -> None:
     orchestrator = runtime.orchestrator
     first = orchestrator.submit("approval", {}, singleton=Singleton("acct"))
@@ -138,10 +122,3 @@ def test_singleton_cancel_replaces_the_unfinished_run(runtime: Runtime) -> None:
         "approval", {}, request_id="r-1", singleton=Singleton("acct", SingletonMode.CANCEL)
     )
     assert again == third and orchestrator.get_run(third).status is RunStatus.RUNNING
-
-
-def _until(runtime: Runtime, run_id: str, status: RunStatus, timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while runtime.orchestrator.get_run(run_id).status is not status:
-        assert time.monotonic() < deadline, f"run {run_id} did not become {status.value}"
-        time.sleep(0.02)

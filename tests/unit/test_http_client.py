@@ -1,10 +1,10 @@
 """The HTTP client without a server: SSE parsing, the retry policy, error mapping, paging
-and resuming a stream, against httpx's mock transport (the real API: the integration
+and a stream's position, against httpx's mock transport (a dropped stream resumed, after
+its reconnect delay: tests/embedded/test_http_client.py; the real API: the integration
 tests in tests/integration/test_http_client.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import pickle
 from collections.abc import Callable
@@ -15,11 +15,13 @@ import pytest
 import tenacity
 
 from cairn.errors import CairnError, IllegalTransition, NotWaiting, RunNotFound
-from cairn.http import ApiError, AsyncClient, Client, RetryPolicy
+from cairn.http import ApiError, Client, RetryPolicy
 from cairn.http.retries import RetryableAnswer
 from cairn.http.sse import RunStream, SSEDecoder
 
-FAST = RetryPolicy(attempts=4, backoff_s=0.001, max_backoff_s=0.002)
+# No wait between tries: these tests are about what is tried again, not when (the waits:
+# test_retry_after_is_waited_for_and_backoff_grows_otherwise).
+FAST = RetryPolicy(attempts=4, backoff_s=0.0, max_backoff_s=0.0)
 Handler = Callable[[httpx.Request], httpx.Response]
 
 
@@ -312,62 +314,6 @@ def test_list_runs_follows_the_cursor() -> None:
 
     with client(handler) as api:
         assert [r.id for r in api.list_runs(workflow="wf", page_size=2)] == list("abcde")
-
-
-def sse(*messages: tuple[str | None, str, dict[str, Any]]) -> bytes:
-    lines = ["retry: 1", ""]
-    for event_id, kind, data in messages:
-        lines += ([f"id: {event_id}"] if event_id else []) + [
-            f"event: {kind}",
-            f"data: {json.dumps(data)}",
-            "",
-        ]
-    return "\n".join(lines).encode() + b"\n"
-
-
-class Dropping(httpx.AsyncByteStream):
-    """A body that sends some bytes, then fails as a dropped connection does."""
-
-    def __init__(self, sent: bytes) -> None:
-        self.sent = sent
-
-    async def __aiter__(self) -> Any:
-        yield self.sent
-        raise httpx.ReadError("connection reset")
-
-
-def test_the_async_stream_resumes_after_a_drop_with_last_event_id() -> None:
-    asked: list[str | None] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        asked.append(request.headers.get("Last-Event-ID"))
-        headers = {"content-type": "text/event-stream"}
-        if len(asked) == 1:
-            body = sse(
-                ("1", "run_started", {"seq": 1}), (None, "progress", {"seq": 1, "running": {}})
-            )
-            return httpx.Response(200, headers=headers, stream=Dropping(body))
-        if len(asked) == 2:
-            return httpx.Response(503)
-        return httpx.Response(
-            200,
-            headers=headers,
-            content=sse(
-                ("2", "node_succeeded", {"seq": 2}),
-                (None, "end", {"status": "succeeded", "last_seq": 2}),
-            ),
-        )
-
-    async def follow() -> list[tuple[str, int | None]]:
-        transport = httpx.MockTransport(handler)
-        async with AsyncClient(
-            "http://cairn.test", "k" * 16, retry=FAST, transport=transport
-        ) as api:
-            return [(event.type, event.seq) async for event in api.stream("r1")]
-
-    events = asyncio.run(follow())
-    assert events == [("run_started", 1), ("progress", None), ("node_succeeded", 2), ("end", None)]
-    assert asked == [None, "1", "1"]
 
 
 def test_no_url_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ from cairn.model.pauses import PauseKind
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.messages import HeldQueues
-from tests.unit.test_embedded import settings
+from tests.support.embedded import settings
 
 WORKFLOW, QUEUE = PauseKind.WORKFLOW, PauseKind.QUEUE
 

@@ -37,7 +37,7 @@ from cairn.model.schedules import (
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.testing.clock import FakeClock
-from tests.unit.test_embedded import settings
+from tests.support.embedded import settings
 
 HOUR = 3600.0
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from cairn.model.keys import lease_key
 from cairn.runtime import Runtime
-from tests.unit import test_console as shared
-from tests.unit.test_console import ADMIN, SECRET, client, sign_in, waiting_run
+from tests.embedded import test_console as shared
+from tests.embedded.test_console import ADMIN, SECRET, client, sign_in, waiting_run
 
 # The console tests' fixtures (an embedded runtime, its keys, the app), for this module.
 runtime, keys, app = shared.runtime, shared.keys, shared.app

@@ -20,9 +20,9 @@ from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.workers.aio import Coroutines, EventLoop, is_async
 from cairn.workers.deadlines import limited
+from tests.embedded.test_deadlines import held
+from tests.support.embedded import settings, wait
 from tests.support.silent import silent_server
-from tests.unit.test_deadlines import held
-from tests.unit.test_embedded import settings, wait
 
 KEY = lease_key("r", "ask", 1, "run")
 

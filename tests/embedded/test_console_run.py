@@ -20,9 +20,9 @@ from cairn.config import Settings
 from cairn.model.principals import Role
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
+from tests.embedded.test_console import client, csrf_of, sign_in
 from tests.support.cluster import WORKFLOWS
 from tests.support.principals import mint_keys
-from tests.unit.test_console import client, csrf_of, sign_in
 
 ADMIN = "console-run-admin-key-0123456789"
 
