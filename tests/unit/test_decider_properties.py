@@ -698,7 +698,13 @@ def random_step(sim: Simulator, data: st.DataObject, weights: dict[str, int]) ->
             }
         )
         name = data.draw(sampled(["bogus", *declared]), label="bad signal")
-        waiting = sim.state.status is RunStatus.WAITING
+        # A wait is open while a branch left to finish still runs (a quorum join's rest,
+        # a wait in one of two parallel branches): the run is running, and the wait
+        # answers a signal by its own rules, as it does once the run is waiting.
+        waiting = bool(sim.state.waits) and sim.state.status in (
+            RunStatus.RUNNING,
+            RunStatus.WAITING,
+        )
         result = sim.signal(name, f"bad-{sim.decisions}")
         if name == "bogus" and waiting:
             assert isinstance(result, UnknownSignal), f"undeclared signal gave {result!r}"
