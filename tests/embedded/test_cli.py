@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from cairn.cli import watch
 from cairn.cli.main import app
 from cairn.client import Client
+from tests.support.cli import flat
 from tests.unit import test_cli as unit
-from tests.unit.test_cli import flat
 
 at_repo_root, runner = unit.at_repo_root, unit.runner
 

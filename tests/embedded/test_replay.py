@@ -9,7 +9,6 @@ workers and a real HTTP service: tests/integration/test_replay.py."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -33,8 +32,8 @@ from cairn.timetravel.ledger import Answer, unregister_stub
 from cairn.timetravel.replay import Replayer, Verdict
 from tests.integration import replay_handlers
 from tests.integration.replay_handlers import world_calls
+from tests.support.cli import REPO_ROOT, at_repo_root, flat
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO_ROOT / "tests" / "integration" / "workflows"
 REPLAY_WORKFLOWS = [str(WORKFLOWS / "replay_shop.yaml"), str(WORKFLOWS / "replay_approval.yaml")]
 TABLES = ("runs", "events", "snapshots", "node_executions", "effects", "artifacts", "outbox")
@@ -258,18 +257,8 @@ def orchestrator_timeline(runtime: Runtime, run_id: str) -> Any:
 
 @pytest.fixture
 def cli_env(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(REPO_ROOT)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    for key in list(os.environ):
-        if key.startswith("CAIRN_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("CAIRN_HOME", str(home))
-    monkeypatch.setenv("CAIRN_WORKFLOWS", ",".join(REPLAY_WORKFLOWS))
+    at_repo_root(monkeypatch, home=home, workflows=list(REPLAY_WORKFLOWS))
     return home
-
-
-def flat(text_: str) -> str:
-    return " ".join(text_.split())
 
 
 def test_cli_replay_and_fork(

@@ -6,7 +6,6 @@ tests/unit/test_timeline.py."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -30,9 +29,9 @@ from cairn.timetravel.diff import plain
 from cairn.timetravel.steps import digest
 from cairn.timetravel.timeline import SeqOutOfRange, Timeline
 from tests.integration import timeline_handlers
+from tests.support.cli import REPO_ROOT, at_repo_root, flat
 from tests.unit.test_timeline import CHECK
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO_ROOT / "tests" / "integration" / "workflows"
 TIMELINE_WORKFLOWS = [str(WORKFLOWS / "timeline_loop.yaml"), str(WORKFLOWS / "timeline_order.yaml")]
 SNAPSHOT_EVERY = 4
@@ -260,18 +259,8 @@ def test_unknown_runs_and_seqs_out_of_range_are_refused(
 
 @pytest.fixture
 def cli_env(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(REPO_ROOT)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    for key in list(os.environ):
-        if key.startswith("CAIRN_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("CAIRN_HOME", str(home))
-    monkeypatch.setenv("CAIRN_WORKFLOWS", ",".join(TIMELINE_WORKFLOWS))
+    at_repo_root(monkeypatch, home=home, workflows=list(TIMELINE_WORKFLOWS))
     return home
-
-
-def flat(text_: str) -> str:
-    return " ".join(text_.split())
 
 
 def test_cli_history_state_and_diff(runs: tuple[Runtime, dict[str, str]], cli_env: Path) -> None:

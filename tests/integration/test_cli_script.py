@@ -3,7 +3,6 @@ process (the commands themselves are tested in process in tests/unit/test_cli.py
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -13,14 +12,14 @@ import pytest
 
 from cairn.client import Client
 from cairn.errors import CairnError
+from tests.support import cli
+from tests.support.cli import REPO_ROOT, flat
 from tests.unit.test_cli import (
     BROKEN,
     BROKEN_CODES,
-    REPO_ROOT,
     TYPOS_YAML,
     clean_env,
     example_paths,
-    flat,
     hostile_files,
 )
 
@@ -28,10 +27,7 @@ from tests.unit.test_cli import (
 @pytest.fixture(autouse=True)
 def at_repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
     """From the repo root with no CAIRN_* settings, as the in-process tests run."""
-    monkeypatch.chdir(REPO_ROOT)
-    for key in list(os.environ):
-        if key.startswith("CAIRN_"):
-            monkeypatch.delenv(key)
+    cli.at_repo_root(monkeypatch)
 
 
 @pytest.fixture(scope="module")

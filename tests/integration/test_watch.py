@@ -21,12 +21,9 @@ from cairn.client import Client
 from cairn.lease.redis import RedisLeases
 from cairn.model.statuses import RunStatus
 from cairn.testing.model_server import Fault, ModelServer, Reply
+from tests.support.cli import flat
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 @pytest.fixture

@@ -21,8 +21,9 @@ from cairn.errors import CairnError, ConfigError
 from cairn.model.awaiting import RECOVERY_SIGNALS, Awaiting
 from cairn.model.events import NodeHeld, Phase, stamped
 from cairn.observe.waits import describe
+from tests.support import cli
+from tests.support.cli import flat
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 BROKEN = "tests/fixtures/broken.yaml"
 BROKEN_CODES = [
     "unknown_target",
@@ -55,11 +56,7 @@ nodes:
 @pytest.fixture(autouse=True)
 def at_repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run every command from the repo root with no CAIRN_* settings, restoring sys.path."""
-    monkeypatch.chdir(REPO_ROOT)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    for key in list(os.environ):
-        if key.startswith("CAIRN_"):
-            monkeypatch.delenv(key)
+    cli.at_repo_root(monkeypatch)
 
 
 @pytest.fixture
@@ -69,11 +66,6 @@ def runner() -> CliRunner:
 
 def example_paths() -> list[str]:
     return sorted(glob.glob("examples/*"))
-
-
-def flat(text: str) -> str:
-    """Rich wraps long lines at the console width; compare text with whitespace collapsed."""
-    return " ".join(text.split())
 
 
 def clean_env() -> dict[str, str]:

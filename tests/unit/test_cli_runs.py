@@ -6,8 +6,6 @@ what has no remote form, before anything is asked."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +15,8 @@ from typer.testing import CliRunner
 
 from cairn.cli.main import app
 from cairn.client import Client
+from tests.support.cli import at_repo_root
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = """\
 name: listed
 version: 1
@@ -31,12 +29,7 @@ nodes:
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(REPO_ROOT)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    for key in list(os.environ):
-        if key.startswith("CAIRN_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("CAIRN_HOME", str(tmp_path))
+    at_repo_root(monkeypatch, home=tmp_path)
     return tmp_path
 
 
