@@ -160,6 +160,7 @@ class Fleet:
     client: Any  # cairn.client.Client
     url: str  # its database's
     workers: list[subprocess.Popen[bytes]]
+    scheduler: subprocess.Popen[bytes] | None = None
 
 
 @contextmanager
@@ -192,7 +193,7 @@ def fleet(
     )
     client = Client(Settings.from_env({k: v for k, v in env.items() if k.startswith("CAIRN_")}))
     try:
-        yield Fleet(client, url, processes)
+        yield Fleet(client, url, processes, scheduler)
     finally:
         client.close()
         stop(scheduler)

@@ -15,6 +15,12 @@ For each shape and each system, per round:
 - **serial ms per step**: ``--serial`` runs one after another, each waited for before
   the next is sent; the median run's wall time over its steps — the latency of a step
   with nothing else in flight;
+- **fleet CPU ms per step**: the same, counted by process instead — the workers (main
+  processes and pool children), cairn's scheduler, the PostgreSQL backends of cairn's
+  database and the Redis server; not the bench, which submits and polls. Other work on
+  the machine does not move it, as it moves the machine's figure (whose idle rate is
+  measured before the burst), but the Redis server is shared: what others ask of it
+  during the burst is counted;
 - **commits per step** (cairn): PostgreSQL's write transactions over the burst, the
   transaction ids it handed out (:func:`bench.chain.commits`), less one per run for its
   submission, which is no step (a plain Celery chain's is a publish): what the steps
@@ -33,9 +39,10 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import psycopg
@@ -43,6 +50,7 @@ import redis
 from celery import chain, chord
 
 from bench.chain import REDIS, ROOT, commits, fleet, spawn, stop, wait_finished
+from bench.step_profile import backends, children, cpu_s
 
 SHAPES = {"chain10": 10, "fanout8": 9}
 CAIRN_WORKFLOWS = {"chain10": "bench_chain10", "fanout8": "bench_fanout8"}
@@ -56,6 +64,7 @@ class Result:
     cpu_ms_per_step: float
     serial_ms_per_step: float
     commits_per_step: float | None
+    fleet_cpu_ms_per_step: float
 
 
 def busy_s() -> float:
@@ -77,16 +86,34 @@ def idle_rate() -> float:
 class Burst:
     seconds: float
     cpu_s: float
+    fleet_cpu_s: float
+
+
+def fleet_pids(workers: Sequence[int], others: Sequence[int], database: str | None) -> list[int]:
+    """The processes whose CPU is the fleet's: each worker and its pool children, the
+    ``others`` (a scheduler, the Redis server), the backends of ``database``."""
+    pids = [*workers, *(child for worker in workers for child in children(worker)), *others]
+    return pids + (backends(database) if database is not None else [])
+
+
+def redis_pid() -> int:
+    return int(redis.Redis.from_url(REDIS).info("server")["process_id"])
 
 
 @contextmanager
-def burst(background: float) -> Iterator[list[Burst]]:
-    """Time a block and the machine's CPU in it, less ``background`` per second."""
+def burst(background: float, pids: Callable[[], list[int]]) -> Iterator[list[Burst]]:
+    """Time a block, the machine's CPU in it less ``background`` per second, and the CPU
+    of the processes ``pids()`` names (before and after: a process that ends between is
+    not counted)."""
     found: list[Burst] = []
-    before, started = busy_s(), time.perf_counter()
+    first = pids()
+    before, fleet_before, started = busy_s(), [cpu_s(pid) for pid in first], time.perf_counter()
     yield found
     elapsed = time.perf_counter() - started
-    found.append(Burst(elapsed, max(0.0, busy_s() - before - background * elapsed)))
+    machine = max(0.0, busy_s() - before - background * elapsed)
+    spent = dict(zip(first, fleet_before, strict=True))
+    fleet = sum(cpu_s(pid) - spent.get(pid, 0.0) for pid in set(first) | set(pids()))
+    found.append(Burst(elapsed, machine, fleet))
 
 
 def cairn_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
@@ -111,7 +138,11 @@ def cairn_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
         time.sleep(1.0)
         background = idle_rate()
         before = commits()
-        with burst(background) as measured:
+        workers = [process.pid for process in opened.workers]
+        scheduler = [] if opened.scheduler is None else [opened.scheduler.pid]
+        database = opened.url.rpartition("/")[2]
+        pids = partial(fleet_pids, workers, [*scheduler, redis_pid()], database)
+        with burst(background, pids) as measured:
             run_ids = [str(client.submit(workflow, {})) for _ in range(runs)]
             wait_finished(opened.url, run_ids)
         made = commits() - before
@@ -124,6 +155,7 @@ def cairn_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
         taken.cpu_s * 1000 / total,
         statistics.median(per_run) * 1000,
         (made - runs) / total,
+        taken.fleet_cpu_s * 1000 / total,
     )
 
 
@@ -203,7 +235,8 @@ def celery_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
         marks.delete(key)
         time.sleep(1.0)
         background = idle_rate()
-        with burst(background) as measured:
+        pids = partial(fleet_pids, [worker.pid], [redis_pid()], None)
+        with burst(background, pids) as measured:
             for run in range(runs):
                 send(run)
             wait(runs * marks_per_run)
@@ -212,7 +245,11 @@ def celery_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
     (taken,) = measured
     total = runs * steps
     return Result(
-        total / taken.seconds, taken.cpu_s * 1000 / total, statistics.median(per_run) * 1000, None
+        total / taken.seconds,
+        taken.cpu_s * 1000 / total,
+        statistics.median(per_run) * 1000,
+        None,
+        taken.fleet_cpu_s * 1000 / total,
     )
 
 
@@ -241,7 +278,8 @@ def report(shape: str, results: list[tuple[Result, Result]]) -> None:
     print(f"\n{shape} ({SHAPES[shape]} steps a run), median of {len(results)} round(s)")
     print(
         f"{'':<14} {'steps/s':>9} {'x Celery':>9} {'CPU ms/step':>12} {'x Celery':>9} "
-        f"{'serial ms/step':>15} {'- Celery':>9} {'commits/step':>13}"
+        f"{'serial ms/step':>15} {'- Celery':>9} {'commits/step':>13} "
+        f"{'fleet CPU ms/step':>18} {'x Celery':>9}"
     )
     for name, figures in (("plain Celery", celery), ("cairn", cairn)):
         commits_shown = (
@@ -253,7 +291,9 @@ def report(shape: str, results: list[tuple[Result, Result]]) -> None:
             f"{figures.cpu_ms_per_step:>12.2f} "
             f"{figures.cpu_ms_per_step / max(celery.cpu_ms_per_step, 1e-9):>8.2f}x "
             f"{figures.serial_ms_per_step:>15.2f} "
-            f"{figures.serial_ms_per_step - celery.serial_ms_per_step:>+8.2f} {commits_shown:>13}"
+            f"{figures.serial_ms_per_step - celery.serial_ms_per_step:>+8.2f} {commits_shown:>13} "
+            f"{figures.fleet_cpu_ms_per_step:>18.2f} "
+            f"{figures.fleet_cpu_ms_per_step / max(celery.fleet_cpu_ms_per_step, 1e-9):>8.2f}x"
         )
     print(f"steps/s ratio in each round: {', '.join(f'{r:.2f}x' for r in ratios)}")
 

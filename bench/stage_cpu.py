@@ -36,7 +36,7 @@ WRAPPED = (
     ("cairn.lease.redis", "RedisLeases", "release", "lease: release"),
 )
 
-_cpu: collections.Counter[str] = collections.Counter()
+_cpu: collections.defaultdict[str, float] = collections.defaultdict(float)
 _calls: collections.Counter[str] = collections.Counter()
 _started = [0.0]
 
@@ -64,7 +64,7 @@ def _more() -> list[tuple[str, str | None, str, str]]:
     return more
 
 
-@worker_process_init.connect
+@worker_process_init.connect  # type: ignore[untyped-decorator]
 def _wrap(**_kwargs: Any) -> None:
     import importlib  # noqa: PLC0415
 
@@ -75,23 +75,24 @@ def _wrap(**_kwargs: Any) -> None:
     _started[0] = time.process_time()
 
 
-@worker_process_shutdown.connect
+@worker_process_shutdown.connect  # type: ignore[untyped-decorator]
 def _write(**_kwargs: Any) -> None:
     folder = os.environ.get("BENCH_STAGES_DIR")
     if folder is None or not _calls:
         return
-    counted = {"cpu": dict(_cpu), "calls": dict(_calls)}
-    counted["cpu"]["the child, all of it"] = time.process_time() - _started[0]
+    cpu = {**_cpu, "the child, all of it": time.process_time() - _started[0]}
+    counted = {"cpu": cpu, "calls": dict(_calls)}
     Path(folder, f"stages-{os.getpid()}.json").write_text(json.dumps(counted))
 
 
 def report(folder: Path) -> None:
     """The children's sums, per task (a message a child ran, its continued steps in it)."""
-    cpu: collections.Counter[str] = collections.Counter()
+    cpu: collections.defaultdict[str, float] = collections.defaultdict(float)
     calls: collections.Counter[str] = collections.Counter()
     for path in folder.glob("stages-*.json"):
         counted = json.loads(path.read_text())
-        cpu.update(counted["cpu"])
+        for label, used in counted["cpu"].items():
+            cpu[label] += used
         calls.update(counted["calls"])
     tasks = calls[WRAPPED[0][3]]
     if not tasks:
