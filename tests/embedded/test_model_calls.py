@@ -14,17 +14,16 @@ from anthropic import Anthropic
 from openai import AsyncOpenAI, OpenAI
 
 from cairn.config import Settings
-from cairn.engine.model_calls import ModelCallBook
 from cairn.model.failures import BudgetExceeded, PermanentError, TransientError
 from cairn.model.keys import ExecutionKey
-from cairn.model.state import RunState
-from cairn.recording.calls import ModelCallRefused, ModelCalls
+from cairn.recording.calls import ModelCallRefused
 from cairn.recording.sdk import price_of
 from cairn.store.model_calls import messages_stored
 from cairn.store.sql import Store
 from cairn.testing.model_server import Fault, ModelServer, Reply, ToolCall
 from cairn.testing.store_rows import started
 from cairn.workers.context import StepContext
+from tests.support.contexts import model_calls, step_context
 
 
 @pytest.fixture
@@ -54,28 +53,10 @@ def _ctx(
     allowance: dict[str, float] | None = None,
     prices: dict[str, tuple[float, float]] | None = None,
 ) -> StepContext:
-    calls = ModelCalls(
-        ModelCallBook(store),
-        key,
-        1,
-        1,
-        max_bytes=1_000_000,
-        reconnect_within=0.0,
-        live=live,
-        may_have_record=again or not live,
-        prices=prices or {},
+    calls = model_calls(
+        store, key, live=live, may_have_record=again or not live, prices=prices or {}
     )
-    return StepContext(
-        run_id=key.run_id,
-        workflow="w",
-        node=key.node,
-        iteration=key.iteration,
-        attempt=1,
-        phase=key.phase,
-        state=RunState(key.run_id, "w", 1),
-        model_calls=calls,
-        allowance=allowance,
-    )
+    return step_context(key, model_calls=calls, allowance=allowance)
 
 
 def _conversation(ctx: StepContext, client: Any, turns: int) -> list[str]:
@@ -509,31 +490,11 @@ def test_a_large_message_and_response_go_to_the_artifact_store(
     objects = FilesystemStore(tmp_path / "blobs")
 
     def ctx(*, live: bool) -> StepContext:
-        calls = ModelCalls(
-            ModelCallBook(store),
-            key,
-            1,
-            1,
-            max_bytes=1_000_000,
-            reconnect_within=0.0,
-            live=live,
-            may_have_record=not live,
-            inline_bytes=2_000,
-        )
+        calls = model_calls(store, key, live=live, may_have_record=not live, inline_bytes=2_000)
         artifacts = Artifacts(
             ArtifactRegistry(store), objects, run_id=run_id, node=key.node, iteration=1, attempt=1
         )
-        return StepContext(
-            run_id=run_id,
-            workflow="w",
-            node=key.node,
-            iteration=1,
-            attempt=1,
-            phase="run",
-            state=RunState(run_id, "w", 1),
-            model_calls=calls,
-            artifacts=artifacts,
-        )
+        return step_context(key, model_calls=calls, artifacts=artifacts)
 
     document = {"role": "user", "content": "a long document " * 400}
     server.script(Reply(text="summary " * 500))

@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from cairn.engine.model_calls import ModelCallBook
 from cairn.model.definition import ContextPolicy, Ref
 from cairn.model.keys import ExecutionKey
 from cairn.model.state import RunState
 from cairn.observe.model_calls import model_calls_view
-from cairn.recording.calls import ModelCallRefused, ModelCalls
+from cairn.recording.calls import ModelCallRefused
 from cairn.store.sql import Store
 from cairn.testing.model_server import ModelServer, Reply
 from cairn.testing.store_rows import started
 from cairn.workers.context import StepContext
+from tests.support.contexts import model_calls, step_context
 from tests.unit.test_model_context import (
     SYSTEM,
     TASK,
@@ -49,27 +49,8 @@ def _ctx(
 ) -> StepContext:
     state = RunState(key.run_id, "w", 1)
     state.vars["model_url"] = server.openai_base_url
-    calls = ModelCalls(
-        ModelCallBook(store),
-        key,
-        1,
-        1,
-        max_bytes=1_000_000,
-        reconnect_within=0.0,
-        live=live,
-        may_have_record=not live,
-        context=policy,
-    )
-    return StepContext(
-        run_id=key.run_id,
-        workflow="w",
-        node=key.node,
-        iteration=key.iteration,
-        attempt=1,
-        phase=key.phase,
-        state=state,
-        model_calls=calls,
-    )
+    calls = model_calls(store, key, live=live, may_have_record=not live, context=policy)
+    return step_context(key, state, model_calls=calls)
 
 
 def _agent(ctx: StepContext, server: ModelServer, turns: int) -> list[dict[str, Any]]:

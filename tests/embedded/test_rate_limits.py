@@ -20,22 +20,20 @@ from prometheus_client import CollectorRegistry
 
 from cairn.api.app import create_app
 from cairn.config import Settings
-from cairn.engine.model_calls import ModelCallBook
 from cairn.lease.rates import MemoryRates
 from cairn.limits.limiter import RateLimiter
 from cairn.model.definition import Rate
 from cairn.model.failures import Cancelled, TransientError
 from cairn.model.keys import ExecutionKey
 from cairn.model.rates import Bucket
-from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.observe.metrics.fleet import FleetCollector
-from cairn.recording.calls import ModelCalls
 from cairn.runtime import Runtime
 from cairn.store.sql import Store
 from cairn.testing.model_server import Fault, ModelServer, Reply
 from cairn.testing.store_rows import started
 from cairn.workers.context import StepContext
+from tests.support.contexts import model_calls, step_context
 from tests.unit.test_fleet_metrics import _samples
 
 # -- ctx.model under a limit -------------------------------------------------------------
@@ -66,20 +64,8 @@ def _ctx(
         max_refusals=2,
         cancelled=cancelled.is_set if cancelled is not None else None,
     )
-    calls = ModelCalls(
-        ModelCallBook(store), key, 1, 1, max_bytes=1_000_000, reconnect_within=0.0,
-        may_have_record=again, limiter=limiter,
-    )  # fmt: skip
-    return StepContext(
-        run_id=key.run_id,
-        workflow="w",
-        node=key.node,
-        iteration=key.iteration,
-        attempt=1,
-        phase=key.phase,
-        state=RunState(key.run_id, "w", 1),
-        model_calls=calls,
-    )
+    calls = model_calls(store, key, may_have_record=again, limiter=limiter)
+    return step_context(key, model_calls=calls)
 
 
 def _ask(ctx: StepContext, client: OpenAI, text: str = "hello") -> str:

@@ -20,6 +20,7 @@ from cairn.store.sql import Store
 from cairn.testing.store_rows import started
 from cairn.workers.checkpoints import Checkpoints
 from cairn.workers.context import StepContext
+from tests.support.contexts import step_context
 
 
 def _context(
@@ -42,16 +43,8 @@ def _context(
         lease_trusted=lambda: trusted,
         policy=policy,
     )
-    return StepContext(
-        run_id=key.run_id,
-        workflow="w",
-        node=key.node,
-        iteration=key.iteration,
-        attempt=1,
-        phase=key.phase,
-        state=state,
-        checkpoints=checkpoints,
-        restored=checkpoints.load() if restore else None,
+    return step_context(
+        key, state, checkpoints=checkpoints, restored=checkpoints.load() if restore else None
     )
 
 
