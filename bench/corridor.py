@@ -47,8 +47,8 @@ from pathlib import Path
 
 import psycopg
 import redis
-from celery import chain, chord
 
+from bench.celery_baseline import CHAIN_MARKS, marks_waiter, send_run
 from bench.chain import REDIS, ROOT, commits, fleet, spawn, stop, wait_finished
 from bench.step_profile import backends, children, cpu_s
 
@@ -171,8 +171,8 @@ def run_durations_s(url: str, run_ids: list[str]) -> list[float]:
 
 
 def celery_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
-    from bench.wait_workflows import branch, chord_baseline, joined  # noqa: PLC0415
-    from bench.workflows import baseline, step  # noqa: PLC0415
+    from bench.wait_workflows import CHORD_MARKS, chord_baseline  # noqa: PLC0415
+    from bench.workflows import baseline  # noqa: PLC0415
 
     steps = SHAPES[shape]
     broker, marks_url, backend = (f"{REDIS}/{db}" for db in (BROKER_DB, MARKS_DB, BACKEND_DB))
@@ -180,15 +180,10 @@ def celery_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
         redis.Redis.from_url(url).flushdb()
     app = baseline if shape == "chain10" else chord_baseline
     app.conf.update(broker_url=broker, result_backend=backend)
-    key = "bench:marks" if shape == "chain10" else "bench:chord"
+    key = CHAIN_MARKS if shape == "chain10" else CHORD_MARKS
     # A chain marks each step; a chord marks its callback only, once per run.
     marks_per_run = steps if shape == "chain10" else 1
-
-    def send(run: int) -> None:
-        if shape == "chain10":
-            chain(step.si(run, index) for index in range(steps)).apply_async()
-        else:
-            chord(branch.si(run, index) for index in range(8))(joined.s(run))
+    send = partial(send_run, fanout=shape != "chain10", steps=steps)
 
     module = (
         "bench.workflows:baseline" if shape == "chain10" else "bench.wait_workflows:chord_baseline"
@@ -219,7 +214,7 @@ def celery_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
         workdir / f"corridor-celery-{shape}.log",
     )
     marks = redis.Redis.from_url(marks_url)
-    wait = _marks_waiter(marks, key, worker.poll)
+    wait = marks_waiter(marks, key, worker.poll)
     try:
         for warm in range(4):
             send(-1 - warm)
@@ -251,19 +246,6 @@ def celery_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
         None,
         taken.fleet_cpu_s * 1000 / total,
     )
-
-
-def _marks_waiter(
-    marks: redis.Redis, key: str, ended: Callable[[], int | None]
-) -> Callable[[int], None]:
-    def wait(count: int, timeout_s: float = 600) -> None:
-        deadline = time.monotonic() + timeout_s
-        while marks.llen(key) < count:
-            if ended() is not None or time.monotonic() > deadline:
-                raise TimeoutError(f"{marks.llen(key)} of {count} marks")
-            time.sleep(0.002)
-
-    return wait
 
 
 def median_round(results: list[tuple[Result, Result]]) -> tuple[Result, Result]:

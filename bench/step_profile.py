@@ -47,11 +47,11 @@ from typing import Any
 
 import psycopg
 import redis
-from celery import chain, chord
 
 from bench import stage_cpu
+from bench.celery_baseline import CHAIN_MARKS, marks_waiter, send_run
 from bench.chain import ROOT, admin, commits, fresh_database, spawn, stop, wait_finished
-from bench.wait_workflows import FANOUT
+from bench.wait_workflows import CHORD_MARKS, FANOUT
 
 IDLE_WINDOW_S = 3.0
 INCLUSIVE_SHOWN = ("cairn.", "json.", "psycopg.connection", "redis.client", "sqlalchemy.engine")
@@ -464,8 +464,8 @@ def _celery_fleet(setup: Setup) -> Iterator[Fleet]:
     the same shape as a plain Celery chain (:data:`bench.workflows.baseline`: each task
     notes its end in Redis) or chord (:data:`bench.wait_workflows.chord_baseline`: results
     in a Redis backend, the callback notes the run's end), JSON, late acks, prefetch 1."""
-    from bench.wait_workflows import branch, chord_baseline, joined  # noqa: PLC0415
-    from bench.workflows import baseline, step  # noqa: PLC0415
+    from bench.wait_workflows import chord_baseline  # noqa: PLC0415
+    from bench.workflows import baseline  # noqa: PLC0415
 
     args, workdir, broker, backend = setup.args, setup.workdir, setup.broker, setup.second
     fanout = args.workflow == FANOUT
@@ -490,23 +490,17 @@ def _celery_fleet(setup: Setup) -> Iterator[Fleet]:
         workdir / "worker.log",
     )
     marks = redis.Redis.from_url(marks_url)
-    key, per_run = ("bench:chord", 1) if fanout else ("bench:marks", STEPS)
+    key, per_run = (CHORD_MARKS, 1) if fanout else (CHAIN_MARKS, STEPS)
+    marked = marks_waiter(marks, key, worker.poll)
 
     def send(runs: int) -> int:
         marks.delete(key)
         for run in range(runs):
-            if fanout:
-                chord(branch.si(run, index) for index in range(8))(joined.s(run))
-            else:
-                chain(step.si(run, index) for index in range(STEPS)).apply_async()
+            send_run(run, fanout=fanout, steps=STEPS)
         return runs
 
     def wait(runs: int) -> None:
-        deadline = time.monotonic() + 600
-        while marks.llen(key) < runs * per_run:
-            if worker.poll() is not None or time.monotonic() > deadline:
-                raise TimeoutError(f"{marks.llen(key)} of {runs * per_run} marks")
-            time.sleep(0.005)
+        marked(runs * per_run)
 
     try:
         for _warm in range(5):
