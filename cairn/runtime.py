@@ -259,6 +259,7 @@ def _runner(parts: Parts, worker: str, *, continues: bool) -> NodeRunner:
         circuits=CircuitWatch(parts.circuits, orchestrator.record, count=leases.count),
         rates=parts.rates,
         continues=continues,
+        spill_after=settings.branch_spill_after,
     )
 
 

@@ -11,10 +11,13 @@ definitions.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from cairn.config import Settings
 from cairn.engine.advance import Steps
 from cairn.engine.builds import BuildBook, RoutingPublisher
 from cairn.engine.executions import Executions
+from cairn.engine.grouping import Grouping
 from cairn.engine.hooks import AfterCommit
 from cairn.engine.migrations import Migrations
 from cairn.engine.notices import WebhookPolicy
@@ -26,6 +29,7 @@ from cairn.engine.registry import Registry
 from cairn.engine.requests import Requests
 from cairn.engine.schedules import Schedules
 from cairn.engine.submit import Submissions
+from cairn.model.messages import NodeMessage
 from cairn.store.sql import Store
 
 
@@ -47,7 +51,7 @@ class Orchestrator:
         # What is paused, as this process sees it (cairn.engine.pauses).
         self.pause_book = PauseBook(store, settings.queue)
         self.builds = BuildBook(store, self.registry, settings)  # where routed nodes go
-        self.outbox = Outbox(store, self._routed(publisher), held=self.pause_book.holds)
+        self.outbox = self._outbox(publisher)
         self.webhooks = WebhookPolicy(settings)
         limit = settings.max_payload_bytes
         self.reads = reads = Reads(store, self.registry, self.builds.waiting_for)
@@ -98,6 +102,20 @@ class Orchestrator:
     @publisher.setter
     def publisher(self, publisher: Publisher) -> None:
         self.outbox.publisher = self._routed(publisher)
+
+    def _outbox(self, publisher: Publisher) -> Outbox:
+        """The outbox: its publishes routed to builds, held while their queue is paused,
+        and — with a broker, whose consumer each message costs — a fork's branches
+        grouped (cairn.engine.grouping); the embedded default's has no such cost."""
+        settings = self.settings
+        grouping: Callable[[Sequence[NodeMessage]], list[NodeMessage]] = list
+        if settings.broker_url is not None:
+            grouping = Grouping(
+                settings.branches_per_message,
+                self.registry.get,
+                namespace_limits=bool(settings.namespace_concurrency),
+            )
+        return Outbox(self.store, self._routed(publisher), self.pause_book.holds, grouping)
 
     def _routed(self, publisher: Publisher) -> Publisher:
         """A broker's publisher routes node messages to builds (docs/versions.md). The

@@ -79,22 +79,29 @@ class Outbox:
         store: Store,
         publisher: Publisher,
         held: Callable[[NodeMessage], bool] = lambda _message: False,
+        grouping: Callable[[Sequence[NodeMessage]], list[NodeMessage]] = list,
     ) -> None:
         self.store = store
         self.publisher = publisher
         self.held = held
+        # A fork's branches as fewer messages than branches (cairn.engine.grouping).
+        self.grouping = grouping
         self.sent = SentMarks()
 
-    def publish(self, messages: Sequence[NodeMessage]) -> None:
+    def publish(self, messages: Sequence[NodeMessage], *, group: bool = True) -> None:
         """Publish messages whose rows are committed; a failure is the relay's to mend.
         A message bound for a paused queue stays in the outbox, for the relay to publish
-        once the queue resumes."""
+        once the queue resumes. A fork's branches may go grouped (``group``), a lead
+        carrying its siblings; their rows stay unsent until each sibling's own commit
+        marks its own — or they are spilled, each published on its own (not ``group``)."""
         held = [m for m in messages if self.held(m)]
         if held:
             self._keep(held)
             messages = [m for m in messages if m not in held]
         if not messages:
             return
+        if group:
+            messages = self.grouping(messages)
         fault_point("publish.after_commit")
         try:
             taken = self.publisher.publish(messages)

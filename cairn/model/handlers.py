@@ -8,6 +8,7 @@ these are plain aliases.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -29,3 +30,11 @@ call's answer): JSON data. Mapping and Sequence, not dict and list, so that a
 
 Guard: TypeAlias = Callable[[State], bool | str]
 """A guard of a ``branch``: the state after the handler's output is merged -> its label."""
+
+
+def is_async(handler: Callable[..., Any]) -> bool:
+    """Does calling ``handler`` make a coroutine (an ``async def``, a partial of one, an
+    object whose ``__call__`` is one)?"""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - a callable object's method
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cairn.errors import EventRejected
@@ -56,6 +56,10 @@ class NodeMessage:
     # The build it is routed to (docs/versions.md): published to ``<queue>@<build>``,
     # which only that build's workers consume. Left out of the JSON when None.
     build: str | None = None
+    # Branches of the same fork its worker runs after it, one after another (a group,
+    # cairn.workers.step.grouping): never in the body or the outbox row — a header
+    # carries them, which a worker of an older version ignores (their rows are relayed).
+    siblings: tuple[Sibling, ...] = ()
 
     @property
     def key(self) -> ExecutionKey:
@@ -97,6 +101,12 @@ class NodeMessage:
         if self.build is not None:
             data["build"] = self.build
         return data
+
+    def spread(self) -> list[NodeMessage]:
+        """The message and each sibling it carries as messages of their own."""
+        if not self.siblings:
+            return [self]
+        return [replace(self, siblings=()), *(s.of(self) for s in self.siblings)]
 
     def body(self) -> dict[str, Any]:
         """The JSON a broker carries: :meth:`to_dict` without the namespace (a header)."""
@@ -140,6 +150,65 @@ class NodeMessage:
             namespace,
             build,
         )
+
+
+@dataclass(frozen=True)
+class Sibling:
+    """A branch a message carries for its worker to run after it: of the same run, phase,
+    queue, priority and build as the message, a first attempt, with an outbox row."""
+
+    node: str
+    iteration: int
+    outbox_id: int
+
+    @classmethod
+    def from_message(cls, message: NodeMessage) -> Sibling:
+        if message.outbox_id is None:
+            raise ValueError(f"{message.key} has no outbox row to be carried with")
+        return cls(message.node, message.iteration, message.outbox_id)
+
+    def of(self, lead: NodeMessage) -> NodeMessage:
+        """Its own message, made from the message that carried it."""
+        return replace(
+            lead,
+            node=self.node,
+            iteration=self.iteration,
+            attempt=1,
+            outbox_id=self.outbox_id,
+            resumed=False,
+            woken=False,
+            siblings=(),
+        )
+
+
+# Most siblings a header may carry: a group is small (CAIRN_BRANCHES_PER_MESSAGE).
+MAX_SIBLINGS = 64
+
+
+def siblings_header(message: NodeMessage) -> list[list[Any]]:
+    """The siblings as their header carries them: ``[[node, iteration, outbox_id], …]``."""
+    return [[s.node, s.iteration, s.outbox_id] for s in message.siblings]
+
+
+def siblings_from_header(value: object) -> tuple[Sibling, ...]:
+    """The siblings a header names (none when absent); a malformed header is refused
+    whole (InvalidMessage)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple) or len(value) > MAX_SIBLINGS:
+        raise InvalidMessage(f"siblings must be a list of at most {MAX_SIBLINGS} entries")
+    siblings = []
+    for entry in value:
+        if not (isinstance(entry, list | tuple) and len(entry) == 3):
+            raise InvalidMessage("a sibling is [node, iteration, outbox_id]")
+        node, iteration, outbox_id = entry
+        if not isinstance(node, str) or not node or not storable_text(node):
+            raise InvalidMessage("a sibling's node must be a non-empty string of valid text")
+        for name, number in (("iteration", iteration), ("outbox_id", outbox_id)):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+                raise InvalidMessage(f"a sibling's {name} must be a positive integer")
+        siblings.append(Sibling(node, iteration, outbox_id))
+    return tuple(siblings)
 
 
 # Every field a node message body may carry; any other refuses it.

@@ -25,13 +25,13 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from cairn import clock
 from cairn.engine.outbox import Publisher
 from cairn.model.events import Phase
-from cairn.model.messages import NodeMessage
+from cairn.model.messages import NodeMessage, Sibling, siblings_from_header
 from cairn.scheduler.relay import BATCH  # a relay pass publishes up to this many at once
 
 TAKE_S = 5.0  # the longest a published message may take to reach a consumer here
@@ -47,6 +47,14 @@ class Delivery:
 
     body: dict[str, Any]
     published_at: float | None
+    # The siblings the message carries, as its header names them (None: none).
+    siblings: object = None
+
+    def messages(self) -> list[NodeMessage]:
+        """The message this delivery is, and each sibling it carries, as the worker runs
+        them."""
+        message = NodeMessage.from_dict(self.body)
+        return replace(message, siblings=siblings_from_header(self.siblings)).spread()
 
 
 class Consumer(Protocol):
@@ -128,6 +136,20 @@ class PublisherContract:
             assert message in messages
             assert delivery.body == message.to_dict()  # no field the format does not have
         assert consumer.take(1, within_s=QUIET_S) == []  # each message once
+
+    def test_a_leads_siblings_reach_a_worker_carried_or_each_on_its_own(
+        self, publisher: Publisher, consumer: Consumer
+    ) -> None:
+        """A fork's branches grouped (cairn.engine.grouping): a broker whose consumer
+        costs nothing may spread them again, but none is lost or changed on the way."""
+        lead, *siblings = numbered(4, run_id="run-fork")
+        carrying = replace(lead, siblings=tuple(Sibling.from_message(s) for s in siblings))
+        assert publisher.publish([carrying]) is True
+        received: list[NodeMessage] = []
+        while len(received) < 4 and (taken := consumer.take(1)):
+            received += taken[0].messages()
+        assert sorted(received, key=lambda m: m.iteration) == [lead, *siblings]
+        assert consumer.take(1, within_s=QUIET_S) == []
 
     def test_a_message_carries_the_time_it_was_published(
         self, publisher: Publisher, consumer: Consumer

@@ -19,20 +19,12 @@ import inspect
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def is_async(handler: Callable[..., Any]) -> bool:
-    """Does calling ``handler`` make a coroutine (an ``async def``, a partial of one, an
-    object whose ``__call__`` is one)?"""
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        getattr(handler, "__call__", None)  # noqa: B004 - a callable object's method
-    )
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:

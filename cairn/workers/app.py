@@ -40,7 +40,7 @@ from cairn.errors import CairnError
 from cairn.lease.waits import delivered
 from cairn.model.builds import build_queue
 from cairn.model.flow import Debounce, Singleton
-from cairn.model.messages import NodeMessage
+from cairn.model.messages import NodeMessage, siblings_header
 from cairn.model.principals import Principal, PrincipalKind, Role
 from cairn.reconnect import is_outage
 from cairn.workers import deadlines
@@ -58,6 +58,9 @@ NODE_TASK = "cairn.node"
 SUBMIT_TASK = "cairn.submit"
 SUBMIT_BATCH_TASK = "cairn.submit_batch"
 PUBLISHED_HEADER = "cairn_published_at"  # epoch seconds, set by CeleryPublisher
+# The siblings a node message carries (cairn.workers.step.grouping), in a header: a
+# worker of an older version ignores it, and the siblings' unsent rows are relayed.
+SIBLINGS_HEADER = "cairn_siblings"
 
 
 class ProcessRuntime(Protocol):
@@ -112,7 +115,13 @@ def _add_node_task(app: Celery) -> None:
         with delivered(_published_at(task.request)):
             try:  # continued: the steps it went on with, named in its result
                 runner, continued = _process_runtime(app).runner, list[str]()
-                handled = runner.run(message, continued, _hand_over(app, runner, task.request.id))
+                request = task.request
+                handled = runner.run(
+                    message,
+                    continued,
+                    _hand_over(app, runner, request.id),
+                    getattr(request, SIBLINGS_HEADER, None),
+                )
             except Exception as error:
                 if is_outage(error):  # outlasted the retries: give it back, never ack
                     raise Reject(error, requeue=True) from error
@@ -369,6 +378,8 @@ class CeleryPublisher:
                 headers: dict[str, Any] = {PUBLISHED_HEADER: clock.wall()}
                 if self.fairness.enabled:
                     headers[FAIR_HEADER] = self.fairness.header(message, self.queue)
+                if message.siblings:
+                    headers[SIBLINGS_HEADER] = siblings_header(message)
                 # argsrepr given: Celery would otherwise saferepr() the arguments per message
                 self.app.send_task(
                     NODE_TASK,

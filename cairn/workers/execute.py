@@ -29,6 +29,7 @@ from cairn.model.events import (
     event_to_dict,
 )
 from cairn.model.failures import Cancelled, DeadlineExceeded
+from cairn.model.handlers import is_async
 from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome
 from cairn.model.payloads import storable_json
@@ -36,7 +37,7 @@ from cairn.model.statuses import NodeStatus
 from cairn.observe.sentry import report_failure
 from cairn.recording.calls import ModelCalls
 from cairn.recording.http import recording
-from cairn.workers.aio import Coroutines, EventLoop, is_async
+from cairn.workers.aio import Coroutines, EventLoop
 from cairn.workers.context import StepContext
 from cairn.workers.deadlines import limited
 

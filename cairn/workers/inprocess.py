@@ -37,8 +37,9 @@ class InProcessBroker:
         threads (a client) does not take them: the worker's relay will."""
         if not self._threads:
             return False
-        for message in messages:
-            self._queue.put((message.to_dict(), clock.wall()))
+        for message in messages:  # siblings as messages of their own: nothing to save here
+            for each in message.spread():
+                self._queue.put((each.to_dict(), clock.wall()))
         return True
 
     def backlog(self, queue: str | None = None) -> int | None:

@@ -80,9 +80,12 @@ class HeldMessages(Protocol):
 
 class OutboxPart(HeldMessages, Protocol):
     """The outbox as a step uses it: a message held back, an outbox row marked sent with
-    the step's commit (:class:`cairn.engine.outbox.Outbox`)."""
+    the step's commit, a group's siblings published on their own
+    (:class:`cairn.engine.outbox.Outbox`)."""
 
     sent: SentMarks
+
+    def publish(self, messages: Sequence[NodeMessage], *, group: bool = ...) -> None: ...
 
 
 class StepCommits(Protocol):

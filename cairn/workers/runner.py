@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -32,7 +32,7 @@ from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.port import Lease, Leases
 from cairn.lease.waits import delivered
 from cairn.model.definition import ErrorClass
-from cairn.model.messages import InvalidMessage, NodeMessage
+from cairn.model.messages import InvalidMessage, NodeMessage, siblings_from_header
 from cairn.observe.sentry import node_scope, report_failure
 from cairn.reconnect import is_outage, through_outages
 from cairn.workers.cache import MemoryResultCache, ResultCache
@@ -56,6 +56,7 @@ from cairn.workers.step.handled import Handled
 from cairn.workers.step.hold import Held, hold
 from cairn.workers.step.read import Unstarted, read
 from cairn.workers.step.release import release, settle
+from cairn.workers.step.siblings import Siblings, SpillTimer
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,9 @@ class NodeRunner:
     # cairn.workers.step.continuation): a broker round trip saved, and the next step's
     # read — in memory too, on the embedded runtime's threads.
     continues: bool = False
+    # How long a message's group of branches (cairn.engine.grouping) runs before the
+    # siblings it has not begun are published on their own (cairn.workers.step.siblings).
+    spill_after: float = 0.05
     # This process's build (docs/versions.md), recorded in the events of the nodes it
     # runs; None: CAIRN_BUILD (a Celery worker's parent sets it to the derived one).
     build: str | None = None
@@ -114,12 +118,17 @@ class NodeRunner:
         )
 
     def run(
-        self, body: Any, continued: list[str] | None = None, hand_over: HandOver | None = None
+        self,
+        body: Any,
+        continued: list[str] | None = None,
+        hand_over: HandOver | None = None,
+        siblings: object = None,
     ) -> Handled | Failed:
         """How the message's own step ended; ``continued`` gets how each step this
-        worker continued with after it ended (``node#iteration outcome``)."""
+        worker continued with after it ended (``node#iteration outcome``) — the siblings
+        the message carried (their header, ``siblings``) among them."""
         try:
-            message = NodeMessage.from_dict(body)
+            message = with_siblings(NodeMessage.from_dict(body), siblings)
             with node_scope(message):
                 try:
                     return self.step(message, continued, hand_over)
@@ -141,17 +150,41 @@ class NodeRunner:
         continued: list[str] | None = None,
         hand_over: HandOver | None = None,
     ) -> Handled | Failed:
-        """The message's step; then each step this worker continues with, as its own."""
+        """The message's step; then each step this worker continues with, and each
+        sibling the message carried, as its own."""
         continuation = Continuation()
+        siblings = self._siblings(message)
         try:
             handled, following = self.stages(message, continuation, hand_over=hand_over)
-            while following is not None:
+            while (following := self._next(following, siblings, continuation)) is not None:
                 following = self._continue(following, continuation)
         finally:  # a lease handed on to a step an error kept from running: let it go
             self._let_go(continuation.take_lease())
+            if siblings is not None:  # those it will not run go on their own
+                siblings.spill()
         if continued is not None:
             continued.extend(continuation.steps)
         return handled
+
+    def _next(
+        self, kept: NodeMessage | None, siblings: Siblings | None, continuation: Continuation
+    ) -> NodeMessage | None:
+        """What this worker runs next: the step it kept from its last commit, else the next
+        sibling — while the chain is within its bounds and their queue is not paused
+        (those left are spilled: held in the outbox, with their rows, until it resumes)."""
+        if kept is not None or siblings is None:
+            return kept
+        if not continuation.open() or self.pauses.holds(siblings.lead):
+            return None
+        return siblings.take()
+
+    def _siblings(self, message: NodeMessage) -> Siblings | None:
+        """The siblings ``message`` carries, to be spilled if its group runs too long."""
+        if not message.siblings:
+            return None
+        siblings = Siblings(message, partial(self.outbox.publish, group=False))
+        SpillTimer.of_process().arm(siblings, self.spill_after)
+        return siblings
 
     def _continue(self, this: NodeMessage, continuation: Continuation) -> NodeMessage | None:
         """A step this worker continues with; the one it continues with next, if any."""
@@ -282,6 +315,17 @@ class NodeRunner:
 
     def _through_outages(self, what: str, call: Callable[[], _T]) -> _T:
         return through_outages(self.settings.reconnect_within, what, call)
+
+
+def with_siblings(message: NodeMessage, header: object) -> NodeMessage:
+    """``message`` with the siblings its header names. A malformed header is logged and
+    left: the message runs alone, and the siblings' unsent rows are relayed."""
+    try:
+        carried = siblings_from_header(header)
+    except InvalidMessage as bad:
+        log.error("ignored the siblings of %s: %s", message.key, bad)
+        return message
+    return replace(message, siblings=carried) if carried else message
 
 
 def _named(outcome: Handled | Failed | str) -> str:

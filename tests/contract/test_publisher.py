@@ -36,7 +36,13 @@ from cairn.testing.publisher_contract import (
     sample_messages,
     wire,
 )
-from cairn.workers.app import NODE_TASK, PUBLISHED_HEADER, CeleryPublisher, make_celery
+from cairn.workers.app import (
+    NODE_TASK,
+    PUBLISHED_HEADER,
+    SIBLINGS_HEADER,
+    CeleryPublisher,
+    make_celery,
+)
 from cairn.workers.fairness import BANDS, FAIR_HEADER, PRIORITY_STEPS, level, list_name
 from cairn.workers.inprocess import InProcessBroker
 from tests.contract.conftest import unavailable
@@ -147,7 +153,11 @@ def node_task_call(message: Any) -> Delivery:
     args, kwargs, _embed = payload
     assert kwargs == {} and len(args) == 1, payload
     published_at = message.headers.get(PUBLISHED_HEADER)
-    return Delivery(args[0], float(published_at) if published_at is not None else None)
+    return Delivery(
+        args[0],
+        float(published_at) if published_at is not None else None,
+        message.headers.get(SIBLINGS_HEADER),
+    )
 
 
 @pytest.fixture

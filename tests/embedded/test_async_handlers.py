@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from cairn.model.failures import Cancelled, DeadlineExceeded
+from cairn.model.handlers import is_async
 from cairn.model.keys import lease_key
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
-from cairn.workers.aio import Coroutines, EventLoop, is_async
+from cairn.workers.aio import Coroutines, EventLoop
 from cairn.workers.deadlines import limited
 from tests.embedded.test_deadlines import held
 from tests.support.embedded import settings, wait

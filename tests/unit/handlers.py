@@ -29,3 +29,7 @@ def explode(state: dict[str, Any]) -> bool:
 
 def refuse(ctx: Any, state: dict[str, Any]) -> None:
     raise PermanentError("refused")
+
+
+async def awaiting_noop(ctx: Any, state: dict[str, Any]) -> None:
+    """An async handler: awaited on a worker's loop, so never carried in a group."""

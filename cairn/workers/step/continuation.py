@@ -36,9 +36,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cairn.engine.grouping import plain_task
 from cairn.lease.port import Lease
 from cairn.model.builds import Versioning
-from cairn.model.definition import TaskNode, WorkflowDefinition
+from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import Phase
 from cairn.model.messages import NodeMessage
 
@@ -94,19 +95,16 @@ def _plain(
     runner: NodeRunner, definition: WorkflowDefinition, current: NodeMessage, following: NodeMessage
 ) -> bool:
     """Whether ``following`` is a message the broker would have nothing to decide about."""
-    node = definition.nodes.get(following.node)
+    namespace_limits = bool(runner.settings.namespace_concurrency)
     return not (
         following.run_id != current.run_id
         or following.phase is not Phase.RUN
         or following.resumed
         or following.outbox_id is None  # no row to be recovered from
-        or not isinstance(node, TaskNode)
-        or node.handler is None
-        or node.irreversible  # its one claim is recorded before it runs: its own message
+        or plain_task(definition, following.node, namespace_limits=namespace_limits) is None
         or following.queue != current.queue
         or definition.queue_of(following.node) != definition.queue_of(current.node)
         or following.priority != current.priority
-        or _limited(runner, definition, node)
         or runner.pauses.holds(following)
     )
 
@@ -123,16 +121,4 @@ def _routed_elsewhere(
         definition.versioning is Versioning.AUTO_UPGRADE
         or current.build is None
         or current.build != runner.build
-    )
-
-
-def _limited(runner: NodeRunner, definition: WorkflowDefinition, node: TaskNode) -> bool:
-    """Whether the node is under a limit that admits it through a wait of its own."""
-    return bool(
-        node.concurrency
-        or definition.concurrency
-        or node.rate
-        or definition.rate
-        or node.dependencies
-        or runner.settings.namespace_concurrency
     )

@@ -19,11 +19,11 @@ from cairn.decider.fusion import MAX_FUSED, fused_next
 from cairn.lease.waits import current_wait
 from cairn.model.definition import OnResume, PersistKind, TaskNode
 from cairn.model.events import Phase
+from cairn.model.handlers import is_async
 from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome
 from cairn.model.state import RunState
 from cairn.model.statuses import NodeStatus
-from cairn.workers.aio import is_async
 from cairn.workers.cache import keep, node_entry
 from cairn.workers.circuits import Guarded
 from cairn.workers.context import StepContext

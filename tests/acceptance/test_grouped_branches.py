@@ -1,0 +1,94 @@
+"""A fork's branches published as fewer messages than branches (cairn.engine.grouping) on
+real PostgreSQL, Redis and Celery workers: a lead's worker runs its siblings after it,
+each marked sent by its own commit; a slow branch holds none of its siblings back (they
+are spilled and run elsewhere meanwhile); and a worker killed -9 mid-group loses nothing
+— the siblings' unsent rows are relayed, and every branch that finished ran once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from cairn.model.statuses import RunStatus
+from tests.support.cluster import Cluster
+
+BRANCHES = [f"b{index}" for index in range(1, 9)]
+
+
+def _rows(cluster: Cluster, run_id: str) -> list[Any]:
+    """Each branch's outbox row, sent or not, beside its execution's start and end."""
+    with psycopg.connect(cluster.settings.database_url) as conn:
+        return conn.execute(
+            "SELECT e.node, o.sent_at, e.finished_at - make_interval(secs => e.duration_s),"
+            " e.finished_at FROM outbox o JOIN node_executions e"
+            " ON e.run_id = o.run_id AND e.node = o.payload->>'node'"
+            " WHERE o.run_id = %s AND e.node LIKE 'b%%' ORDER BY e.node",
+            (run_id,),
+        ).fetchall()
+
+
+def test_grouped_branches_run_once_each_across_two_workers(cluster: Cluster) -> None:
+    for _ in range(2):
+        cluster.consuming(cluster.worker())
+    cluster.scheduler()
+    run_ids = [cluster.submit("fan_merge") for _ in range(6)]
+    cluster.all_succeeded(run_ids, timeout_s=60)
+    counts = cluster.executions()
+    for run_id in run_ids:
+        assert {b: counts[(run_id, b, 1)] for b in [*BRANCHES, "after"]} == dict.fromkeys(
+            [*BRANCHES, "after"], 1
+        )
+    # A sibling's row is marked sent by its own commit (the same transaction time): it
+    # was carried by its lead's message, never published on its own.
+    carried = [
+        node
+        for run_id in run_ids
+        for node, sent, _start, end in _rows(cluster, run_id)
+        if sent == end
+    ]
+    assert carried, cluster.log_tails()
+
+
+def test_a_slow_branch_holds_none_of_its_siblings_back(cluster: Cluster) -> None:
+    """Eight branches of two seconds each on eight slots: each lead's siblings are spilled
+    50 ms into its group and taken by idle slots — every branch starts before any ends."""
+    cluster.consuming(cluster.spawn("worker", "--concurrency=8", "--pool=threads"))
+    run_id = cluster.submit("fan_merge", {"slow": dict.fromkeys(BRANCHES, 2)})
+    assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
+    rows = _rows(cluster, run_id)
+    assert len(rows) == len(BRANCHES)
+    assert max(start for _n, _s, start, _e in rows) < min(end for _n, _s, _st, end in rows)
+
+
+def test_kill_9_mid_group_relays_the_siblings_and_repeats_nothing_that_finished(
+    cluster: Cluster,
+) -> None:
+    """The doomed worker runs one lead at a time and spills nothing for a minute: killed
+    while its lead dawdles, the siblings it carried have not begun. Their rows, unsent
+    with no lease held, are relayed; the lead's lapsed claim is recovered."""
+    doomed = cluster.spawn(
+        "worker",
+        "--concurrency=1",
+        "--pool=threads",
+        env={"CAIRN_BRANCH_SPILL_AFTER": "60"},
+    )
+    cluster.consuming(doomed)
+    run_id = cluster.submit("fan_merge", {"slow": {"b1": 30, "b2": 30}})
+
+    def a_lead_started() -> bool:
+        counts = cluster.executions()
+        return bool(counts[(run_id, "b1", 1)] or counts[(run_id, "b2", 1)])
+
+    cluster.wait_for(a_lead_started, 30, "a lead to start")
+    started = {b for b in BRANCHES if cluster.executions()[(run_id, b, 1)]}
+    assert len(started) == 1, started  # the lead alone: its siblings wait in its group
+    cluster.kill(doomed)
+    cluster.worker()
+    cluster.scheduler()
+    assert cluster.wait(run_id, 90).status is RunStatus.SUCCEEDED, cluster.log_tails()
+    counts = cluster.executions()
+    for branch in BRANCHES:
+        again = 2 if branch in started else 1  # the lead ran again: it was killed mid-node
+        assert counts[(run_id, branch, 1)] == again, (branch, counts)
+    assert counts[(run_id, "after", 1)] == 1
