@@ -116,7 +116,9 @@ def burst(background: float, pids: Callable[[], list[int]]) -> Iterator[list[Bur
     found.append(Burst(elapsed, machine, fleet))
 
 
-def cairn_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
+def cairn_round(
+    shape: str, runs: int, serial: int, workdir: Path, settings: dict[str, str] | None = None
+) -> Result:
     steps = SHAPES[shape]
     workflow = CAIRN_WORKFLOWS[shape]
     with fleet(
@@ -126,6 +128,7 @@ def cairn_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
         worker_args=["--concurrency=2", "--pool=prefork"],
         CAIRN_WORKFLOWS="bench.workflows,bench.wait_workflows",
         BENCH_MARKS_URL=f"{REDIS}/{MARKS_DB}",
+        **(settings or {}),
     ) as opened:
         client = opened.client
         for _warm in range(4):
@@ -248,22 +251,27 @@ def celery_round(shape: str, runs: int, serial: int, workdir: Path) -> Result:
     )
 
 
-def median_round(results: list[tuple[Result, Result]]) -> tuple[Result, Result]:
+# One round: Celery's result, cairn's, and cairn's with the --compare settings (if any).
+Round = tuple[Result, ...]
+
+
+def median_round(results: list[Round]) -> Round:
     """The round whose cairn/Celery steps/s ratio is the median one."""
     ordered = sorted(results, key=lambda pair: pair[1].steps_per_s / pair[0].steps_per_s)
     return ordered[len(ordered) // 2]
 
 
-def report(shape: str, results: list[tuple[Result, Result]]) -> None:
-    celery, cairn = median_round(results)
-    ratios = [c.steps_per_s / b.steps_per_s for b, c in results]
+def report(shape: str, results: list[Round], compared: str = "") -> None:
+    celery, *cairns = median_round(results)
+    ratios = [r[1].steps_per_s / r[0].steps_per_s for r in results]
     print(f"\n{shape} ({SHAPES[shape]} steps a run), median of {len(results)} round(s)")
     print(
         f"{'':<14} {'steps/s':>9} {'x Celery':>9} {'CPU ms/step':>12} {'x Celery':>9} "
         f"{'serial ms/step':>15} {'- Celery':>9} {'commits/step':>13} "
         f"{'fleet CPU ms/step':>18} {'x Celery':>9}"
     )
-    for name, figures in (("plain Celery", celery), ("cairn", cairn)):
+    names = ["plain Celery", "cairn", f"cairn {compared}"]
+    for name, figures in zip(names, (celery, *cairns), strict=False):
         commits_shown = (
             "-" if figures.commits_per_step is None else f"{figures.commits_per_step:.2f}"
         )
@@ -278,6 +286,9 @@ def report(shape: str, results: list[tuple[Result, Result]]) -> None:
             f"{figures.fleet_cpu_ms_per_step / max(celery.fleet_cpu_ms_per_step, 1e-9):>8.2f}x"
         )
     print(f"steps/s ratio in each round: {', '.join(f'{r:.2f}x' for r in ratios)}")
+    if compared:
+        against = [r[2].steps_per_s / r[0].steps_per_s for r in results]
+        print(f"  with {compared}: {', '.join(f'{r:.2f}x' for r in against)}")
 
 
 def main() -> None:
@@ -286,7 +297,16 @@ def main() -> None:
     parser.add_argument("--serial", type=int, default=20, help="runs one at a time, per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--shapes", default="chain10,fanout8")
+    parser.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="CAIRN_X=V",
+        help="also run cairn with these settings in each round (a row of its own), "
+        "e.g. CAIRN_BRANCHES_PER_MESSAGE=1",
+    )
     args = parser.parse_args()
+    compare = dict(item.split("=", 1) for item in args.compare)
     workdir = Path(os.environ.get("BENCH_WORKDIR", "/tmp/cairn-bench"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
@@ -295,8 +315,12 @@ def main() -> None:
         for _round in range(args.rounds):
             celery = celery_round(shape, args.runs, args.serial, workdir)
             cairn = cairn_round(shape, args.runs, args.serial, workdir)
-            results.append((celery, cairn))
-        report(shape, results)
+            if compare:
+                compared = cairn_round(shape, args.runs, args.serial, workdir, compare)
+                results.append((celery, cairn, compared))
+            else:
+                results.append((celery, cairn))
+        report(shape, results, " ".join(args.compare))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@
   once are safe, and a message published twice is a duplicate the workers turn away. A
   row whose execution's lease is held is in hand (a worker continued with that step
   instead of publishing it, :mod:`cairn.workers.step.continuation`): it waits another
-  interval, and is published once no lease holds it — its worker died;
+  interval, and is published once no lease holds it — its worker died. A row of a queue
+  with a backlog in the broker may be a fork's branch that another branch's message
+  carries (:mod:`cairn.engine.grouping`), waiting in that queue: it is left to that
+  message while the queue has one, for up to ``CAIRN_RECOVERY_AFTER``;
 - **inbox**: events one run left for another (a child's end, a parent's cancel) that
   were not applied right after their commit are applied, each once.
 """
@@ -13,7 +16,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cairn.config import Settings
@@ -24,6 +27,7 @@ from cairn.model.events import Phase
 from cairn.model.keys import lease_key
 from cairn.model.messages import NodeMessage
 from cairn.observe.metrics.scheduler import SchedulerMetrics
+from cairn.store.messages import HeldQueues
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,9 @@ class Relay:
             if not tx.has_unsent(tx.now() - relay_after, held):
                 return 0
         with store.transaction() as tx:
-            rows = tx.claim_unsent(tx.now() - relay_after, BATCH, held)
+            now = tx.now()
+            held = self._while_queued(held, now)
+            rows = tx.claim_unsent(now - relay_after, BATCH, held)
             in_hand = self._in_hand(rows)
             if in_hand:
                 tx.defer_unsent(sorted(in_hand))
@@ -70,6 +76,23 @@ class Relay:
         self.metrics.relayed.inc(len(rows))
         log.info("relayed %d unsent message(s)", len(rows))
         return len(rows)
+
+    def _while_queued(self, held: HeldQueues, now: float) -> HeldQueues:
+        """``held``, and the queues with a backlog in the broker: a row of theirs may be
+        a branch its lead's message carries (cairn.engine.grouping), waiting there with
+        it; it is left to that message until the queue is empty, or for as long as
+        recovery would wait for a queued execution. Queues the broker cannot count, and
+        queues not declared (CAIRN_QUEUES), are relayed from as ever."""
+        settings = self.settings
+        if settings.broker_url is None or settings.branches_per_message < 2:
+            return held  # nothing is grouped: no row is carried
+        publisher = self.orchestrator.publisher
+        waiting = frozenset(
+            name for name in {self.settings.queue, *self.settings.queues} if publisher.backlog(name)
+        )
+        if not waiting:
+            return held
+        return replace(held, waiting=waiting, waiting_since=now - self.settings.recovery_after)
 
     def _in_hand(self, rows: list[Any]) -> set[int]:
         """The rows whose execution's lease some worker holds."""

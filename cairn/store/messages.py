@@ -34,19 +34,30 @@ _HELD, _FAILED = ExecutionStatus.HELD.value, ExecutionStatus.FAILED.value
 @dataclass(frozen=True)
 class HeldQueues:
     """The (namespace, queue) pairs whose messages stay in the outbox, and the queue a
-    message naming none goes to."""
+    message naming none goes to. Rows of the ``waiting`` queues — a backlog in the broker,
+    where a message carrying them may wait (cairn.engine.grouping) — stay too, unless
+    written before ``waiting_since``."""
 
     pairs: frozenset[tuple[str, str]] = frozenset()
     default_queue: str = "cairn"
+    waiting: frozenset[str] = frozenset()
+    waiting_since: float = float("-inf")
 
 
 def _unsent(older_than: float, held: HeldQueues) -> list[Any]:
     conditions = [outbox.c.sent_at.is_(None), outbox.c.created_at < from_epoch(older_than)]
+    queue = func.coalesce(outbox.c.payload["queue"].as_string(), held.default_queue)
     if held.pairs:
         namespace = func.coalesce(outbox.c.payload["namespace"].as_string(), DEFAULT_NAMESPACE)
-        queue = func.coalesce(outbox.c.payload["queue"].as_string(), held.default_queue)
         conditions.append(
             not_(or_(*(and_(namespace == ns, queue == name) for ns, name in held.pairs)))
+        )
+    if held.waiting:
+        conditions.append(
+            or_(
+                queue.not_in(sorted(held.waiting)),
+                outbox.c.created_at < from_epoch(held.waiting_since),
+            )
         )
     return conditions
 

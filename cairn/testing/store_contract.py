@@ -9,6 +9,7 @@ migrated store.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from cairn.errors import StaleTransition, StoreRefused
 from cairn.model.keys import Claim, ExecutionKey
 from cairn.model.outcomes import RunWrite, StepResult, StepWrites
 from cairn.model.statuses import ExecutionStatus, RunStatus
+from cairn.store.messages import HeldQueues
 from cairn.store.records import (
     Intent,
     RunRecord,
@@ -488,6 +490,22 @@ class StoreContract:
             tx.mark_sent([rows[0].id])  # twice is once
         with store.reading() as tx:
             assert not tx.has_unsent(tx.now() + 1)
+
+    def test_a_waiting_queues_recent_rows_stay_and_its_older_ones_are_claimed(
+        self, store: Store
+    ) -> None:
+        """A queue with a backlog may hold a message carrying its unsent rows (a fork's
+        branches grouped): the relay leaves them, unless they are older than it waits."""
+        _run_id, _key, _at = started(store)  # its row goes to the default queue
+        with store.reading() as tx:
+            now = tx.now()
+        waiting = HeldQueues(default_queue="cairn", waiting=frozenset({"cairn"}))
+        with store.transaction() as tx:
+            assert tx.claim_unsent(now + 1, 10, replace(waiting, waiting_since=now - 60)) == []
+            assert not tx.has_unsent(now + 1, replace(waiting, waiting_since=now - 60))
+            assert len(tx.claim_unsent(now + 1, 10, replace(waiting, waiting_since=now + 1))) == 1
+            other = replace(waiting, waiting=frozenset({"gpu"}), waiting_since=now - 60)
+            assert len(tx.claim_unsent(now + 1, 10, other)) == 1
 
     def test_an_inbox_entry_is_taken_once(self, store: Store) -> None:
         run_id, _key, _at = started(store)

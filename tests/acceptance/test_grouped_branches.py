@@ -6,6 +6,7 @@ are spilled and run elsewhere meanwhile); and a worker killed -9 mid-group loses
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
@@ -14,16 +15,20 @@ from cairn.model.statuses import RunStatus
 from tests.support.cluster import Cluster
 
 BRANCHES = [f"b{index}" for index in range(1, 9)]
+SIBLINGS = BRANCHES[2:]  # eight go as two messages: b1 carries b3, b5, b7; b2 the rest
 
 
-def _rows(cluster: Cluster, run_id: str) -> list[Any]:
-    """Each branch's outbox row, sent or not, beside its execution's start and end."""
+def _rows(cluster: Cluster, run_id: str, *, every: bool = False) -> list[Any]:
+    """Each branch's outbox row, sent or not, beside its execution's start and end (if
+    it ran; ``every``: those that did not too)."""
+    join = "LEFT JOIN" if every else "JOIN"
     with psycopg.connect(cluster.settings.database_url) as conn:
         return conn.execute(
-            "SELECT e.node, o.sent_at, e.finished_at - make_interval(secs => e.duration_s),"
-            " e.finished_at FROM outbox o JOIN node_executions e"
-            " ON e.run_id = o.run_id AND e.node = o.payload->>'node'"
-            " WHERE o.run_id = %s AND e.node LIKE 'b%%' ORDER BY e.node",
+            "SELECT o.payload->>'node', o.sent_at,"
+            " e.finished_at - make_interval(secs => e.duration_s), e.finished_at"
+            f" FROM outbox o {join} node_executions e"
+            " ON e.run_id = o.run_id AND e.node = o.payload->>'node' AND e.finished_at IS NOT NULL"
+            " WHERE o.run_id = %s AND o.payload->>'node' LIKE 'b%%' ORDER BY 1",
             (run_id,),
         ).fetchall()
 
@@ -59,6 +64,22 @@ def test_a_slow_branch_holds_none_of_its_siblings_back(cluster: Cluster) -> None
     rows = _rows(cluster, run_id)
     assert len(rows) == len(BRANCHES)
     assert max(start for _n, _s, start, _e in rows) < min(end for _n, _s, _st, end in rows)
+
+
+def test_a_queued_leads_siblings_wait_with_it_and_are_not_relayed(cluster: Cluster) -> None:
+    """No worker yet: both leads wait in the queue, their six siblings' rows unsent. The
+    relay (every second here) leaves them while the queue has a backlog, as recovery
+    leaves a queued execution: each branch is published once, carried or not."""
+    cluster.scheduler(CAIRN_RECOVERY_AFTER="60")
+    run_id = cluster.submit("fan_merge")
+    time.sleep(4)  # four relay intervals
+    unsent = {node for node, sent, _start, _end in _rows(cluster, run_id, every=True) if not sent}
+    assert unsent >= set(SIBLINGS), unsent
+    cluster.consuming(cluster.worker(CAIRN_BRANCH_SPILL_AFTER="30"))
+    assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
+    # Each sibling's row marked by its own commit: it was never relayed.
+    marked = {node: sent == end for node, sent, _start, end in _rows(cluster, run_id)}
+    assert {node: marked[node] for node in SIBLINGS} == dict.fromkeys(SIBLINGS, True)
 
 
 def test_kill_9_mid_group_relays_the_siblings_and_repeats_nothing_that_finished(
