@@ -8,14 +8,17 @@ workers.
 
 Grouped: what a worker could continue with (:func:`plain_task`: a task with a handler, not
 irreversible, under no declared limit), a first attempt with an outbox row, and not an
-async handler (it is awaited on the loop holding no pool slot; a group would hold one).
+async handler (it is awaited on the loop holding no pool slot; a group would hold one:
+one the publishing process cannot tell, its worker publishes on its own).
 Branches share a message only with their run's others of the same queue, priority and
 build, which the broker would route alike; a band of fewer than k is published as it is.
 
 A sibling's outbox row is its doorbell, as a continued step's is: left unsent, it is
-marked sent by the sibling's own commit; if the lead's worker dies first, or the lead is
-refused or delayed past the relay's wait, the relay publishes the sibling on its own (the
-lease and the idempotency row turn a second delivery into a no-op). A broker that has no
+marked sent by the sibling's own commit; if the lead's worker dies first, or ignores the
+header (an older version), the relay publishes the sibling on its own — not while its
+queue has a backlog the lead may wait in, for up to ``CAIRN_RECOVERY_AFTER``
+(:mod:`cairn.scheduler.relay`); the lease and the idempotency row turn a second delivery
+into a no-op. A broker that has no
 use for groups spreads them again (the in-process one), so every publisher takes them.
 """
 
@@ -118,12 +121,20 @@ def plain_task(
     return None if limited else node
 
 
-def awaited(node: TaskNode) -> bool:
+def awaited(node: TaskNode, *, importing: bool = False) -> bool:
     """Whether the node's handler is awaited on a worker's loop (an async handler of a
-    durable node). One this process cannot import is not known not to be."""
-    if node.handler is None or node.persist.kind is not PersistKind.DURABLE:
+    durable node). Not ``importing``, only a handler this process has imported is known
+    to be: a process that loads definitions without their code (an API server, a
+    client, the scheduler) imports none of it for this, and takes the others for plain
+    — a worker carried an async one publishes it on its own
+    (:mod:`cairn.workers.step.siblings`). One that cannot be imported is not known not
+    to be."""
+    handler = node.handler
+    if handler is None or node.persist.kind is not PersistKind.DURABLE:
+        return False
+    if handler.target is None and not importing:
         return False
     try:
-        return is_async(node.handler.resolve())
-    except Exception:  # not importable here (an API server without the code)
+        return is_async(handler.resolve())
+    except Exception:  # not importable here
         return True

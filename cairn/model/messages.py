@@ -57,7 +57,7 @@ class NodeMessage:
     # which only that build's workers consume. Left out of the JSON when None.
     build: str | None = None
     # Branches of the same fork its worker runs after it, one after another (a group,
-    # cairn.workers.step.grouping): never in the body or the outbox row — a header
+    # cairn.engine.grouping): never in the body or the outbox row — a header
     # carries them, which a worker of an older version ignores (their rows are relayed).
     siblings: tuple[Sibling, ...] = ()
 

@@ -88,11 +88,11 @@ class Relay:
             return held  # nothing is grouped: no row is carried
         publisher = self.orchestrator.publisher
         waiting = frozenset(
-            name for name in {self.settings.queue, *self.settings.queues} if publisher.backlog(name)
+            name for name in {settings.queue, *settings.queues} if publisher.backlog(name)
         )
         if not waiting:
             return held
-        return replace(held, waiting=waiting, waiting_since=now - self.settings.recovery_after)
+        return replace(held, waiting=waiting, waiting_since=now - settings.recovery_after)
 
     def _in_hand(self, rows: list[Any]) -> set[int]:
         """The rows whose execution's lease some worker holds."""

@@ -58,7 +58,7 @@ NODE_TASK = "cairn.node"
 SUBMIT_TASK = "cairn.submit"
 SUBMIT_BATCH_TASK = "cairn.submit_batch"
 PUBLISHED_HEADER = "cairn_published_at"  # epoch seconds, set by CeleryPublisher
-# The siblings a node message carries (cairn.workers.step.grouping), in a header: a
+# The siblings a node message carries (cairn.engine.grouping), in a header: a
 # worker of an older version ignores it, and the siblings' unsent rows are relayed.
 SIBLINGS_HEADER = "cairn_siblings"
 

@@ -6,8 +6,9 @@ stages (:mod:`cairn.workers.step`) —
 each returning the next stage's input, or a :class:`Handled` that ends the message. A
 message a worker is sent, one redelivered after its worker died (resumed), one the
 embedded default runs in a thread, a node run on after an ephemeral one in the same
-chain, and the next step this worker continues with after a commit instead of publishing
-it (:mod:`cairn.workers.step.continuation`) all pass through these same stages. A Celery
+chain, the next step this worker continues with after a commit instead of publishing
+it (:mod:`cairn.workers.step.continuation`) and the fork's branches a message carried
+(:mod:`cairn.workers.step.siblings`) all pass through these same stages. A Celery
 worker may hand an async node, once held, to its process's event loop (``hand_over``):
 it is awaited there, and concluded — commit → release — by :mod:`cairn.workers.awaiting`,
 with no pool slot held meanwhile."""
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 from cairn import clock
 from cairn.config import Settings
 from cairn.engine.code_faults import CodeMissing
+from cairn.engine.grouping import awaited
 from cairn.engine.optimistic import Completion
 from cairn.engine.rates import Rates
 from cairn.engine.recovery import RecoveryPolicy
@@ -31,7 +33,7 @@ from cairn.errors import UnknownNode
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.port import Lease, Leases
 from cairn.lease.waits import delivered
-from cairn.model.definition import ErrorClass
+from cairn.model.definition import ErrorClass, TaskNode
 from cairn.model.messages import InvalidMessage, NodeMessage, siblings_from_header
 from cairn.observe.sentry import node_scope, report_failure
 from cairn.reconnect import is_outage, through_outages
@@ -176,7 +178,14 @@ class NodeRunner:
             return kept
         if not continuation.open() or self.pauses.holds(siblings.lead):
             return None
-        return siblings.take()
+        definition = continuation.definition
+        while (sibling := siblings.take()) is not None:
+            node = None if definition is None else definition.nodes.get(sibling.node)
+            if not (isinstance(node, TaskNode) and awaited(node, importing=True)):
+                return sibling
+            # Awaited on the loop holding no pool slot: a message of its own, not run here.
+            siblings.alone(sibling)
+        return None
 
     def _siblings(self, message: NodeMessage) -> Siblings | None:
         """The siblings ``message`` carries, to be spilled if its group runs too long."""
@@ -223,6 +232,7 @@ class NodeRunner:
             return found, None  # ALREADY_DONE, RUN_FINISHED, PAUSED, UNCONFIRMED
         if isinstance(found, Unstarted):
             return cancel_unstarted(self, found), None  # lease, commit, release
+        continuation.definition = found.definition
         admitted = admit(self, found, handed)  # lease, heartbeat, circuits, an irreversible's slots
         if isinstance(admitted, Handled):
             return self._parked(message, admitted), None  # LEASE_HELD, PARKED: holds nothing

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from sqlalchemy import text
 
 from cairn.definitions.builder import Workflow
 from cairn.engine.grouping import Grouping
-from cairn.model.messages import NodeMessage, siblings_header
+from cairn.model.messages import NodeMessage, Sibling, siblings_header
 from cairn.model.pauses import PauseKind
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
@@ -35,10 +36,20 @@ def branch(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     return {ctx.node: ctx.iteration}
 
 
+async def awaiting_branch(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    return {ctx.node: ctx.iteration}
+
+
 forked = Workflow("forked8", version=1).parallel("fan", BRANCHES, next="done")
 for _branch in BRANCHES:
     forked.task(_branch, branch)
 forked.end("done")
+
+# b3 is async: never grouped where it is known so, published alone where it was not.
+mixed = Workflow("mixed8", version=1).parallel("fan", BRANCHES, next="done")
+for _branch in BRANCHES:
+    mixed.task(_branch, awaiting_branch if _branch == "b3" else branch)
+mixed.end("done")
 
 
 @pytest.fixture
@@ -122,6 +133,24 @@ def test_a_sibling_done_elsewhere_is_skipped_and_the_rest_still_run(
     one.runner.run(first.to_dict(), continued, siblings=siblings_header(first))
     assert continued == ["b3#1 already_done", "b5#1 committed", "b7#1 committed"]
     assert _sent(one, run_id)["b7"] is True
+
+
+def test_an_async_sibling_is_published_on_its_own_not_run_holding_the_slot(
+    processes: list[Runtime],
+) -> None:
+    """Grouped by a process that could not tell b3 was async (as an API server groups):
+    the worker that takes the lead publishes b3 alone, to be awaited on a loop."""
+    one, _two = processes
+    one.orchestrator.submit("mixed8", {})
+    published = {m.node: m for m in taken(one, "b")}
+    assert "b3" in published and not published["b3"].siblings  # known async here: alone
+    first = published["b1"]
+    b3 = Sibling.from_message(published["b3"])
+    as_if_unknown = replace(first, siblings=(b3, *first.siblings))
+    continued: list[str] = []
+    one.runner.run(as_if_unknown.to_dict(), continued, siblings=siblings_header(as_if_unknown))
+    assert "b3#1" not in " ".join(continued) and len(continued) == len(first.siblings)
+    assert [m.node for m in taken(one, "b")] == ["b3"]
 
 
 def test_a_step_that_raises_spills_the_siblings_it_carried(

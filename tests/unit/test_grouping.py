@@ -81,8 +81,7 @@ def test_fewer_branches_than_a_group_and_a_size_of_one_go_as_they_are() -> None:
         {"irreversible": True},
         {"concurrency": {"key": "k", "limit": 2}},
         {"rate": {"key": "openai", "requests": "5/s"}},
-        {"handler": "tests.unit.handlers:awaiting_noop"},
-        {"handler": "tests.unit.no_such_module:handler"},  # unknown here: maybe async
+        {"handler": "tests.unit.handlers:awaiting_noop"},  # imported here: known async
     ],
 )
 def test_a_branch_that_must_be_its_own_message_is_never_carried(declared: dict[str, Any]) -> None:
@@ -90,11 +89,26 @@ def test_a_branch_that_must_be_its_own_message_is_never_carried(declared: dict[s
     wf = Workflow("w", version=1).parallel("fan", BRANCHES, next="done")
     for branch in BRANCHES:
         wf.task(branch, handler if branch == "b1" else NOOP, **(declared if branch == "b1" else {}))
-    definition = wf.end("done").build(resolve=False)
+    definition = wf.end("done").build()
     published = _grouping(definition)([_message(b) for b in BRANCHES])
     assert _carried(published)["b1"] == []
     every = [m.node for lead in published for m in lead.spread()]
     assert sorted(every) == sorted(BRANCHES)  # each published once, carried or not
+
+
+def test_a_process_without_the_code_imports_none_of_it_to_group() -> None:
+    """An API server or a client loads definitions without their handlers: an async one
+    it cannot tell is carried like the rest (its worker publishes it on its own)."""
+    wf = Workflow("w", version=1).parallel("fan", BRANCHES, next="done")
+    for branch in BRANCHES:
+        wf.task(branch, "tests.unit.no_such_module:handler" if branch == "b1" else NOOP)
+    definition = wf.end("done").build(resolve=False)
+    assert _carried(_grouping(definition)([_message(b) for b in BRANCHES]))["b1"] == [
+        "b4",
+        "b7",
+        "b10",
+    ]
+    assert definition.nodes["b1"].handler.target is None  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

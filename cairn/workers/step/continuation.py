@@ -61,6 +61,8 @@ class Continuation:
     steps: list[str] = field(default_factory=list)
     # The kept message's lease, claimed as that step's was let go (one round trip).
     handed: Lease | None = None
+    # The run's definition, once a step of it has been read (what its siblings are).
+    definition: WorkflowDefinition | None = None
 
     def take_lease(self) -> Lease | None:
         """The lease handed on to the step about to run, once."""

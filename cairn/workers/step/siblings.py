@@ -45,6 +45,10 @@ class Siblings:
         with self._lock:
             return self._waiting.popleft() if self._waiting else None
 
+    def alone(self, sibling: NodeMessage) -> None:
+        """Publish one sibling taken, not to be run here, on its own."""
+        self._publish([sibling])
+
     def spill(self) -> int:
         """Publish every sibling not taken yet, each a message of its own; how many. A
         publish that fails leaves their rows to the relay (the outbox logs it)."""
