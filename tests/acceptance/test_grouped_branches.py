@@ -18,7 +18,7 @@ BRANCHES = [f"b{index}" for index in range(1, 9)]
 SIBLINGS = BRANCHES[2:]  # eight go as two messages: b1 carries b3, b5, b7; b2 the rest
 
 
-def _rows(cluster: Cluster, run_id: str, *, every: bool = False) -> list[Any]:
+def _rows(cluster: Cluster, run_id: str, *, every: bool = False, branch: str = "b") -> list[Any]:
     """Each branch's outbox row, sent or not, beside its execution's start and end (if
     it ran; ``every``: those that did not too)."""
     join = "LEFT JOIN" if every else "JOIN"
@@ -28,8 +28,8 @@ def _rows(cluster: Cluster, run_id: str, *, every: bool = False) -> list[Any]:
             " e.finished_at - make_interval(secs => e.duration_s), e.finished_at"
             f" FROM outbox o {join} node_executions e"
             " ON e.run_id = o.run_id AND e.node = o.payload->>'node' AND e.finished_at IS NOT NULL"
-            " WHERE o.run_id = %s AND o.payload->>'node' LIKE 'b%%' ORDER BY 1",
-            (run_id,),
+            " WHERE o.run_id = %s AND o.payload->>'node' LIKE %s ORDER BY 1",
+            (run_id, f"{branch}%"),
         ).fetchall()
 
 
@@ -62,6 +62,19 @@ def test_a_slow_branch_holds_none_of_its_siblings_back(cluster: Cluster) -> None
     run_id = cluster.submit("fan_merge", {"slow": dict.fromkeys(BRANCHES, 2)})
     assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
     rows = _rows(cluster, run_id)
+    assert len(rows) == len(BRANCHES)
+    assert max(start for _n, _s, start, _e in rows) < min(end for _n, _s, _st, end in rows)
+
+
+def test_async_branches_grouped_where_unknown_are_awaited_together(cluster: Cluster) -> None:
+    """The test's client loads definitions without their code, so it cannot tell the
+    eight branches are async and groups them; the worker — one pool process — publishes
+    each async sibling on its own, and all eight await their two seconds at once on its
+    loop instead of one after another holding the slot."""
+    cluster.consuming(cluster.worker(1))
+    run_id = cluster.submit("fan_ponder", {"ponder_s": 2})
+    assert cluster.wait(run_id).status is RunStatus.SUCCEEDED, cluster.log_tails()
+    rows = _rows(cluster, run_id, branch="p")
     assert len(rows) == len(BRANCHES)
     assert max(start for _n, _s, start, _e in rows) < min(end for _n, _s, _st, end in rows)
 

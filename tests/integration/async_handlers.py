@@ -98,3 +98,11 @@ async def agent_loop(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
             ctx.progress(ctx.turns, turns, "thinking")  # a safe point: automatic checkpoints
     _record(ctx, state, "done")
     return {"turns_taken": ctx.turns, "last_turn": ctx.scratch["last_turn"]}
+
+
+async def ponder(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """A fan-out's async branch: one await of ``state["ponder_s"]`` (a model call's
+    time), its own output key so that branches merge."""
+    _record(ctx, state, "start")
+    await asyncio.sleep(float(state.get("ponder_s", 0.01)))
+    return {ctx.node: ctx.iteration}
