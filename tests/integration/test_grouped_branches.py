@@ -94,7 +94,9 @@ def test_the_lead_runs_its_siblings_after_it_each_with_its_own_commit(
     handled = one.runner.run(first.to_dict(), continued, siblings=siblings_header(first))
     assert str(handled) == "committed"
     assert continued == ["b3#1 committed", "b5#1 committed", "b7#1 committed"]
-    assert str(two.runner.run(second.to_dict(), [], siblings=siblings_header(second)))
+    assert (
+        str(two.runner.run(second.to_dict(), [], siblings=siblings_header(second))) == "committed"
+    )
     view = one.orchestrator.get_run(run_id)
     assert view.status is RunStatus.SUCCEEDED and view.state is not None
     assert {b: view.state.vars[b] for b in BRANCHES} == dict.fromkeys(BRANCHES, 1)
@@ -111,7 +113,10 @@ def test_a_slow_leads_siblings_are_spilled_to_run_elsewhere_meanwhile(
     run_id = one.orchestrator.submit("forked8", {})
     first, _second = _leads(one)
     continued: list[str] = []
-    assert str(one.runner.run(first.to_dict(), continued, siblings=siblings_header(first)))
+    assert (
+        str(one.runner.run(first.to_dict(), continued, siblings=siblings_header(first)))
+        == "committed"
+    )
     assert continued == []  # all three were published while b1 ran
     spilled = taken(one, "b")
     assert sorted(m.node for m in spilled) == ["b3", "b5", "b7"]
@@ -181,7 +186,9 @@ def test_a_lead_whose_queue_is_paused_leaves_its_siblings_held_in_the_outbox(
     )
     orchestrator.pause_book.forget()  # seen at once, not within the view's second
     continued: list[str] = []
-    assert str(one.runner.run(first.to_dict(), continued, siblings=siblings_header(first)))
+    assert (
+        str(one.runner.run(first.to_dict(), continued, siblings=siblings_header(first))) == "paused"
+    )
     assert continued == [] and taken(one, "b") == []  # neither run nor published
     sent = _sent(one, run_id)
     assert [sent[b] for b in ("b3", "b5", "b7")] == [False] * 3  # the relay's on resuming
@@ -196,7 +203,7 @@ def test_siblings_a_worker_never_saw_are_relayed_from_their_rows(
     run_id = one.orchestrator.submit("forked8", {})
     first, second = _leads(one)
     assert str(one.runner.run(first.to_dict(), [])) == "committed"  # header ignored
-    assert str(one.runner.run(second.to_dict(), [], siblings=[["b4", "one", 2]]))
+    assert str(one.runner.run(second.to_dict(), [], siblings=[["b4", "one", 2]])) == "committed"
     relay = Relay(two.orchestrator, two.settings, two.scheduler.metrics, 0.0, two.leases)
     assert relay.relay() == 6
     relayed = taken(two, "b")
