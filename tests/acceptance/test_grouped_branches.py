@@ -34,8 +34,8 @@ def _rows(cluster: Cluster, run_id: str, *, every: bool = False, branch: str = "
 
 
 def test_grouped_branches_run_once_each_across_two_workers(cluster: Cluster) -> None:
-    for _ in range(2):
-        cluster.consuming(cluster.worker())
+    for _ in range(2):  # no spill: a loaded machine may take 50 ms over a group
+        cluster.consuming(cluster.worker(CAIRN_BRANCH_SPILL_AFTER="60"))
     cluster.scheduler()
     run_ids = [cluster.submit("fan_merge") for _ in range(6)]
     cluster.all_succeeded(run_ids, timeout_s=60)
