@@ -86,6 +86,12 @@ def _sent(runtime: Runtime, run_id: str) -> dict[str, bool]:
     return dict(rows)
 
 
+def _deliver(runtime: Runtime, lead: NodeMessage, continued: list[str] | None = None) -> str:
+    """``lead`` run by ``runtime``'s worker as Celery hands it over: its body, and its
+    siblings in their header; how its own step ended."""
+    return str(runtime.runner.run(lead.to_dict(), continued, siblings=siblings_header(lead)))
+
+
 def test_the_lead_runs_its_siblings_after_it_each_with_its_own_commit(
     processes: list[Runtime],
 ) -> None:
@@ -94,12 +100,10 @@ def test_the_lead_runs_its_siblings_after_it_each_with_its_own_commit(
     first, second = _leads(one)
     assert _sent(one, run_id) == {"b1": True, "b2": True, **dict.fromkeys(BRANCHES[2:], False)}
     continued: list[str] = []
-    handled = one.runner.run(first.to_dict(), continued, siblings=siblings_header(first))
+    handled = _deliver(one, first, continued)
     assert str(handled) == "committed"
     assert continued == ["b3#1 committed", "b5#1 committed", "b7#1 committed"]
-    assert (
-        str(two.runner.run(second.to_dict(), [], siblings=siblings_header(second))) == "committed"
-    )
+    assert _deliver(two, second, []) == "committed"
     view = one.orchestrator.get_run(run_id)
     assert view.status is RunStatus.SUCCEEDED and view.state is not None
     assert {b: view.state.vars[b] for b in BRANCHES} == dict.fromkeys(BRANCHES, 1)
@@ -116,10 +120,7 @@ def test_a_slow_leads_siblings_are_spilled_to_run_elsewhere_meanwhile(
     run_id = one.orchestrator.submit("forked8", {})
     first, _second = _leads(one)
     continued: list[str] = []
-    assert (
-        str(one.runner.run(first.to_dict(), continued, siblings=siblings_header(first)))
-        == "committed"
-    )
+    assert _deliver(one, first, continued) == "committed"
     assert continued == []  # all three were published while b1 ran
     spilled = taken(one, "b")
     assert sorted(m.node for m in spilled) == ["b3", "b5", "b7"]
@@ -138,7 +139,7 @@ def test_a_sibling_done_elsewhere_is_skipped_and_the_rest_still_run(
     b3 = next(s.of(first) for s in first.siblings if s.node == "b3")
     assert str(two.runner.run(b3.to_dict())) == "committed"  # relayed, say, and run there
     continued: list[str] = []
-    one.runner.run(first.to_dict(), continued, siblings=siblings_header(first))
+    _deliver(one, first, continued)
     assert continued == ["b3#1 already_done", "b5#1 committed", "b7#1 committed"]
     assert _sent(one, run_id)["b7"] is True
 
@@ -156,7 +157,7 @@ def test_an_async_sibling_is_published_on_its_own_not_run_holding_the_slot(
     b3 = Sibling.from_message(published["b3"])
     as_if_unknown = replace(first, siblings=(b3, *first.siblings))
     continued: list[str] = []
-    one.runner.run(as_if_unknown.to_dict(), continued, siblings=siblings_header(as_if_unknown))
+    _deliver(one, as_if_unknown, continued)
     assert "b3#1" not in " ".join(continued) and len(continued) == len(first.siblings)
     assert [m.node for m in taken(one, "b")] == ["b3"]
 
@@ -189,9 +190,7 @@ def test_a_lead_whose_queue_is_paused_leaves_its_siblings_held_in_the_outbox(
     )
     orchestrator.pause_book.forget()  # seen at once, not within the view's second
     continued: list[str] = []
-    assert (
-        str(one.runner.run(first.to_dict(), continued, siblings=siblings_header(first))) == "paused"
-    )
+    assert _deliver(one, first, continued) == "paused"
     assert continued == [] and taken(one, "b") == []  # neither run nor published
     sent = _sent(one, run_id)
     assert [sent[b] for b in ("b3", "b5", "b7")] == [False] * 3  # the relay's on resuming
