@@ -1,10 +1,12 @@
-"""The database engines: what a process lets go of when it shuts down."""
+"""The database engines: what a process lets go of when it shuts down; how the hot path's
+connections plan their statements."""
 
 from __future__ import annotations
 
 import threading
 
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from cairn.store.backends import store_for
 from cairn.store.database import make_engine
@@ -40,3 +42,31 @@ def test_a_connection_handed_back_after_dispose_is_closed_not_left_open(
     assert not after.closed  # type: ignore[attr-defined]
     store.dispose()
     assert after.closed  # type: ignore[attr-defined]
+
+
+def _plan_cache_mode(store: object, *, statements: bool) -> str:
+    opened = store.statements() if statements else store.reading()  # type: ignore[attr-defined]
+    with opened as tx:
+        return str(tx.connection.execute(text("SHOW plan_cache_mode")).scalar())
+
+
+def test_the_hot_paths_statements_are_planned_once_per_connection(database_url: str) -> None:
+    """A step's statements (Store.statements: prepared, found by key) run the generic plan
+    from their first execution on a connection; transactions plan as PostgreSQL chooses."""
+    store = store_for(make_engine(database_url))
+    try:
+        assert _plan_cache_mode(store, statements=True) == "force_generic_plan"
+        assert _plan_cache_mode(store, statements=False) == "auto"
+    finally:
+        store.dispose()
+
+
+def test_a_urls_own_startup_options_are_kept_beside_generic_plans(database_url: str) -> None:
+    url = make_url(database_url).update_query_dict({"options": "-c application_name=mine"})
+    store = store_for(make_engine(url.render_as_string(hide_password=False)))
+    try:
+        with store.statements() as tx:
+            assert tx.connection.execute(text("SHOW application_name")).scalar() == "mine"
+        assert _plan_cache_mode(store, statements=True) == "force_generic_plan"
+    finally:
+        store.dispose()
