@@ -157,12 +157,16 @@ class NodeRunner:
         continuation = Continuation()
         siblings = self._siblings(message)
         try:
-            handled, following = self.stages(message, continuation, hand_over=hand_over)
+            handled, following = self.stages(
+                message, continuation, hand_over=hand_over, siblings=siblings
+            )
             while (following := self._next(following, siblings, continuation)) is not None:
-                following = self._continue(following, continuation)
+                following = self._continue(following, continuation, siblings)
         finally:  # a lease handed on to a step an error kept from running: let it go
             self._let_go(continuation.take_lease())
             if siblings is not None:  # those it will not run go on their own
+                if (queued := continuation.take_queued()) is not None:
+                    siblings.alone(queued)
                 siblings.spill()
         if continued is not None:
             continued.extend(continuation.steps)
@@ -172,11 +176,20 @@ class NodeRunner:
         self, kept: NodeMessage | None, siblings: Siblings | None, continuation: Continuation
     ) -> NodeMessage | None:
         """What this worker runs next: the step it kept from its last commit, else the next
-        sibling — while the chain is within its bounds and their queue is not paused
-        (those left are spilled: held in the outbox, with their rows, until it resumes)."""
-        if kept is not None or siblings is None:
+        sibling (taken already if the step before handed its lease on to it)."""
+        if kept is not None:
             return kept
-        if not continuation.open() or self.pauses.holds(siblings.lead):
+        if (queued := continuation.take_queued()) is not None:
+            return queued
+        return None if siblings is None else self._sibling(siblings, continuation)
+
+    def _sibling(
+        self, siblings: Siblings, continuation: Continuation, running: int = 0
+    ) -> NodeMessage | None:
+        """The next sibling to run here — while the chain is within its bounds (``running``:
+        a step begun and not yet counted) and their queue is not paused (those left are
+        spilled: held in the outbox, with their rows, until it resumes)."""
+        if not continuation.open(running) or self.pauses.holds(siblings.lead):
             return None
         definition = continuation.definition
         while (sibling := siblings.take()) is not None:
@@ -195,14 +208,18 @@ class NodeRunner:
         SpillTimer.of_process().arm(siblings, self.spill_after)
         return siblings
 
-    def _continue(self, this: NodeMessage, continuation: Continuation) -> NodeMessage | None:
+    def _continue(
+        self, this: NodeMessage, continuation: Continuation, siblings: Siblings | None
+    ) -> NodeMessage | None:
         """A step this worker continues with; the one it continues with next, if any."""
         outcome: Handled | Failed | str
         try:  # it waited in no queue: its lease wait runs from its predecessor's commit
             # What it reports (Sentry, log lines) is tagged with its own node, not with
             # the step of the message the chain began with.
             with delivered(clock.wall()), node_scope(this):
-                outcome, following = self.stages(this, continuation, continuing=True)
+                outcome, following = self.stages(
+                    this, continuation, continuing=True, siblings=siblings
+                )
         except Exception:  # its row is unsent: the relay publishes it, as after a crash
             log.warning("the step continued with, %s, failed", this.key, exc_info=True)
             outcome, following = "error", None
@@ -216,9 +233,11 @@ class NodeRunner:
         *,
         continuing: bool = False,
         hand_over: HandOver | None = None,
+        siblings: Siblings | None = None,
     ) -> tuple[Handled | Failed, NodeMessage | None]:
         """read → admit → hold → execute → commit → release; and the message this worker
-        continues with (kept from the commit, unpublished), if any."""
+        continues with (kept from the commit, unpublished), if any. A sibling to run next
+        (of ``siblings``) is taken as the step lets its lease go, to hand the lease on."""
         # continuing: its lease handed on by the release of the step before
         handed = continuation.take_lease() if continuing else None
         try:
@@ -253,18 +272,26 @@ class NodeRunner:
             if self.continues
             else None
         )
+        then = None
+        if siblings is not None:  # the next of them taken as the lease is let go
+            then = partial(self._queue, siblings, continuation, continuing)
         try:
             ran = execute(self, held)  # the handler, or the cache; fused successors too
             # the lease confirmed, then one transaction (marking its own row sent when
             # continued with: the row is unsent until then, the relay's if this dies)
             completion = commit(self, held, ran, keep=keep, continuing=continuing)
         finally:
-            # heartbeat, lease (or handed on to the kept message's), slots
-            continuation.handed = release(self, held, ran, completion)
+            # heartbeat, lease (or handed on to the kept message's or next sibling's), slots
+            continuation.handed = release(self, held, ran, completion, then=then)
         handled = settle(self, held, ran, completion)  # COMMITTED, DISCARDED, LEASE_LOST
-        if not isinstance(completion, Completion) or completion.kept is None:
-            return handled, None
-        return handled, completion.kept
+        return handled, completion.kept if isinstance(completion, Completion) else None
+
+    def _queue(
+        self, siblings: Siblings, continuation: Continuation, continuing: bool
+    ) -> NodeMessage | None:
+        """The sibling to run next, taken as the step before it lets its lease go."""
+        continuation.queued = self._sibling(siblings, continuation, running=int(continuing))
+        return continuation.queued
 
     def _handed_over(self, held: Held, hand_over: HandOver) -> bool:
         """An async node made ready and handed over to be awaited (True), or not one to

@@ -9,6 +9,7 @@ that raised — is left to the rows: spilled, or relayed."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +25,7 @@ from cairn.model.pauses import PauseKind
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.scheduler.relay import Relay
+from cairn.workers import runner as runner_module
 from cairn.workers.step import siblings as siblings_module
 from tests.support.taking import taken, two_processes
 
@@ -111,6 +113,58 @@ def test_the_lead_runs_its_siblings_after_it_each_with_its_own_commit(
     assert one.runner.leases.claims() == [] and two.runner.leases.claims() == []
 
 
+class CountedLeases:
+    """A worker's leases, each call counted by name."""
+
+    def __init__(self, leases: Any) -> None:
+        self.leases, self.calls = leases, Counter[str]()
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.leases, name)
+        if not callable(found):
+            return found
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return found(*args, **kwargs)
+
+        return counted
+
+
+def test_each_sibling_takes_its_lease_as_the_step_before_it_lets_its_own_go(
+    processes: list[Runtime],
+) -> None:
+    """One round trip between two siblings, not two: the lead's lease handed on to b3,
+    b3's to b5, b5's to b7 — each its own lease (its own key and fence), released last."""
+    one, two = processes
+    one.orchestrator.submit("forked8", {})
+    first, second = _leads(one)
+    counted = CountedLeases(one.runner.leases)
+    one.runner.leases = counted
+    continued: list[str] = []
+    assert _deliver(one, first, continued) == "committed"
+    assert continued == ["b3#1 committed", "b5#1 committed", "b7#1 committed"]
+    assert (counted.calls["acquire"], counted.calls["hand_on"]) == (1, 3)
+    assert counted.calls["release"] == 1  # b7's: no sibling left to hand it to
+    assert _deliver(two, second, []) == "committed"
+    assert counted.leases.claims() == [] and two.runner.leases.claims() == []
+
+
+def test_a_lease_handed_to_a_sibling_done_elsewhere_is_let_go(
+    processes: list[Runtime],
+) -> None:
+    one, two = processes
+    one.orchestrator.submit("forked8", {})
+    first, _second = _leads(one)
+    for node in ("b3", "b5"):  # relayed, say, and run there
+        done = next(s.of(first) for s in first.siblings if s.node == node)
+        assert str(two.runner.run(done.to_dict())) == "committed"
+    continued: list[str] = []
+    _deliver(one, first, continued)
+    assert continued == ["b3#1 already_done", "b5#1 already_done", "b7#1 committed"]
+    assert one.runner.leases.claims() == [] and two.runner.leases.claims() == []
+
+
 def test_a_slow_leads_siblings_are_spilled_to_run_elsewhere_meanwhile(
     processes: list[Runtime],
 ) -> None:
@@ -176,6 +230,25 @@ def test_a_step_that_raises_spills_the_siblings_it_carried(
     with pytest.raises(ConnectionError):
         one.runner.step(first)
     assert sorted(m.node for m in taken(one, "b")) == ["b3", "b5", "b7"]
+
+
+def test_a_sibling_taken_as_its_lease_was_handed_on_is_published_if_not_run(
+    processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lead's result is committed and b3 taken, its lease handed on; then the lead's
+    step raises: b3 goes out on its own beside the siblings never taken, its lease let go."""
+    one, _two = processes
+    one.orchestrator.submit("forked8", {})
+    first, _second = _leads(one)
+
+    def lost(*_args: Any, **_kwargs: Any) -> Any:
+        raise ConnectionError("the database went away")
+
+    monkeypatch.setattr(runner_module, "settle", lost)
+    with pytest.raises(ConnectionError):
+        one.runner.step(first)
+    assert sorted(m.node for m in taken(one, "b")) == ["b3", "b5", "b7"]
+    assert one.runner.leases.claims() == []
 
 
 def test_a_lead_whose_queue_is_paused_leaves_its_siblings_held_in_the_outbox(

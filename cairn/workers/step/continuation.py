@@ -63,15 +63,24 @@ class Continuation:
     handed: Lease | None = None
     # The run's definition, once a step of it has been read (what its siblings are).
     definition: WorkflowDefinition | None = None
+    # The sibling taken to run next as the step before it let its lease go (the lease
+    # handed on to it), when that step's commit kept no message.
+    queued: NodeMessage | None = None
 
     def take_lease(self) -> Lease | None:
         """The lease handed on to the step about to run, once."""
         lease, self.handed = self.handed, None
         return lease
 
-    def open(self) -> bool:
+    def take_queued(self) -> NodeMessage | None:
+        queued, self.queued = self.queued, None
+        return queued
+
+    def open(self, running: int = 0) -> bool:
+        """Whether another step may begin — ``running``: steps begun and not yet counted."""
         return (
-            len(self.steps) < MAX_CONTINUED and time.monotonic() - self.started < CONTINUE_WITHIN_S
+            len(self.steps) + running < MAX_CONTINUED
+            and time.monotonic() - self.started < CONTINUE_WITHIN_S
         )
 
 

@@ -1,18 +1,21 @@
 """Stage 6, release: the heartbeat stopped, the lease let go (token-checked; marked
 finished when the result is recorded), the chain's slots given back — whatever happened
-before; for the message this worker keeps to run next, that execution's lease is claimed
-in the same round trip. Then :func:`settle` says how the message ended: committed (or the
-failure it committed), discarded, or stale."""
+before; for the message this worker runs next — the one its commit kept, or the next
+sibling its message carried — that execution's lease is claimed in the same round trip.
+Then :func:`settle` says how the message ended: committed (or the failure it committed),
+discarded, or stale."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cairn import clock
 from cairn.engine.optimistic import Completion
 from cairn.lease.port import Lease
 from cairn.lease.waits import delivered
+from cairn.model.messages import NodeMessage
 from cairn.workers.cache import invalidate
 from cairn.workers.failed import Failed, failure_of
 from cairn.workers.stale import record_stale
@@ -28,16 +31,24 @@ log = logging.getLogger("cairn.workers.runner")
 
 
 def release(
-    runner: NodeRunner, held: Held, ran: Ran | None, completion: Completion | Handled | None
+    runner: NodeRunner,
+    held: Held,
+    ran: Ran | None,
+    completion: Completion | Handled | None,
+    *,
+    then: Callable[[], NodeMessage | None] | None = None,
 ) -> Lease | None:
-    """The lease the message this worker keeps to run next took as this one's was let go
-    (None: let go alone)."""
+    """The lease the message this worker runs next took as this one's was let go (None:
+    let go alone): the one its commit kept, else — the result recorded — the one ``then``
+    takes (the next sibling its message carried)."""
     runner.heartbeats.drop(held.beat)
     lease = held.admitted.lease
     recorded = isinstance(completion, Completion) and completion.recorded
     kept = completion.kept if isinstance(completion, Completion) else None
     timings = ran.timings if ran is not None else {}
     handed = None
+    if kept is None and recorded and then is not None:
+        kept = _taken(then)
     try:
         if kept is not None and kept.attempt == 1:  # a first claim: no fence on record
             with delivered(clock.wall()):  # its wait starts at this commit
@@ -54,6 +65,14 @@ def release(
         log.warning("releasing %s failed", lease.key, exc_info=True)
     leave(runner, [*held.admitted.pools, *held.chain.pools], held.chain.holder)
     return handed
+
+
+def _taken(then: Callable[[], NodeMessage | None]) -> NodeMessage | None:
+    try:
+        return then()
+    except Exception:  # taken after the release instead, or spilled: it runs either way
+        log.warning("taking the next sibling failed", exc_info=True)
+        return None
 
 
 def leave(runner: NodeRunner, pools: list[Pool], holder: str) -> None:
