@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +79,9 @@ def _sqlite_engine(url: str, pool_size: int) -> Engine:
 
 # The hot path's statements are prepared and found by key (cairn.store.fastpath). On
 # its own, PostgreSQL plans a prepared statement anew at each of its first five runs on
-# a connection, and for good if it guesses the generic plan dearer: measured, a third
-# of a fan-out step's commits spent a millisecond planning at bind.
-GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+# a connection, and for good if it guesses the generic plan dearer: measured, half a
+# fan-out's join steps spent a millisecond or more planning at bind.
+GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
 
 
 def autocommit_twin(engine: Engine) -> Engine:
@@ -99,18 +98,18 @@ def autocommit_twin(engine: Engine) -> Engine:
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_recycle=1800,
-        connect_args={"options": _with_generic_plans(engine.url.query.get("options"))},
     )
+    # Set once a connection is made, not as a startup option: a connection pooler such as
+    # PgBouncer refuses startup options it does not track.
+    event.listen(twin, "connect", _generic_plans)
     close_late_returns(twin)
     return twin
 
 
-def _with_generic_plans(given: object) -> str:
-    """The connections' startup options: those the URL (or else ``PGOPTIONS``) gives,
-    which these replace, and :data:`GENERIC_PLANS`."""
-    if not isinstance(given, str):
-        given = os.environ.get("PGOPTIONS", "")
-    return f"{given} {GENERIC_PLANS}".strip()
+def _generic_plans(dbapi_connection: Any, _record: object) -> None:
+    dbapi_connection.execute(GENERIC_PLANS)
+    if not dbapi_connection.autocommit:  # not yet switched: keep it past its transaction
+        dbapi_connection.commit()
 
 
 def close_late_returns(engine: Engine) -> None:

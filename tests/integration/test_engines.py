@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from cairn.store.backends import store_for
 from cairn.store.database import make_engine
@@ -57,16 +56,5 @@ def test_the_hot_paths_statements_are_planned_once_per_connection(database_url: 
     try:
         assert _plan_cache_mode(store, statements=True) == "force_generic_plan"
         assert _plan_cache_mode(store, statements=False) == "auto"
-    finally:
-        store.dispose()
-
-
-def test_a_urls_own_startup_options_are_kept_beside_generic_plans(database_url: str) -> None:
-    url = make_url(database_url).update_query_dict({"options": "-c application_name=mine"})
-    store = store_for(make_engine(url.render_as_string(hide_password=False)))
-    try:
-        with store.statements() as tx:
-            assert tx.connection.execute(text("SHOW application_name")).scalar() == "mine"
-        assert _plan_cache_mode(store, statements=True) == "force_generic_plan"
     finally:
         store.dispose()
