@@ -302,8 +302,8 @@ def main() -> None:
         action="append",
         default=[],
         metavar="CAIRN_X=V",
-        help="also run cairn with these settings in each round (a row of its own), "
-        "e.g. CAIRN_BRANCHES_PER_MESSAGE=1",
+        help="also run cairn with these settings in each round (a row of its own; the two "
+        "fleets take turns to go first), e.g. CAIRN_BRANCHES_PER_MESSAGE=1",
     )
     args = parser.parse_args()
     compare = dict(item.split("=", 1) for item in args.compare)
@@ -317,8 +317,9 @@ def main() -> None:
             if not compare:
                 results.append((celery, cairn_round(shape, args.runs, args.serial, workdir)))
                 continue
-            # Of two fleets with the same settings, the one run second in a round measured
-            # a serial step a millisecond faster (fanout8, four rounds): they take turns.
+            # Two fleets of the same settings, one after the other, measured serial steps
+            # up to a millisecond apart (fanout8): the two take turns to go first, so that
+            # neither has the same place in every round.
             turns = [None, compare][:: 1 if round_ % 2 == 0 else -1]
             ran = {
                 bool(settings): cairn_round(shape, args.runs, args.serial, workdir, settings)
