@@ -226,6 +226,11 @@ class MemoryLeases:
         with self._lock:
             self._count(name)
 
+    def add(self, counts: Mapping[str, int]) -> None:
+        with self._lock:
+            for name, by in counts.items():
+                self._count(name, by)
+
     def held(self, key: str) -> bool:
         with self._lock:
             return self._live(key) is not None
@@ -245,8 +250,8 @@ class MemoryLeases:
                 self._claims[key] = self._clock() + port.LAPSED_HOLD_S
             return True
 
-    def _count(self, name: str) -> None:
-        self._stats[name] = self._stats.get(name, 0) + 1
+    def _count(self, name: str, by: int = 1) -> None:
+        self._stats[name] = self._stats.get(name, 0) + by
 
     def stats(self) -> dict[str, int]:
         with self._lock:

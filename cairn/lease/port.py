@@ -200,6 +200,10 @@ class Leases(Protocol):
         """Add one to a fleet-wide counter (shown with the lease counters)."""
         ...
 
+    def add(self, counts: Mapping[str, int]) -> None:
+        """Add to fleet-wide counters (shown with the lease counters), in one round trip."""
+        ...
+
     def held(self, key: str) -> bool: ...
 
     def beats(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:

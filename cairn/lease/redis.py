@@ -237,6 +237,12 @@ class RedisLeases:
     def count(self, name: str) -> None:
         self.client.hincrby(STATS_KEY, name, 1)
 
+    def add(self, counts: Mapping[str, int]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for name, by in counts.items():
+            pipe.hincrby(STATS_KEY, name, by)
+        pipe.execute()
+
     def held(self, key: str) -> bool:
         return bool(self.client.exists(key))
 

@@ -197,6 +197,13 @@ class LeasesContract:
         assert leases.hand_on(nxt, KEY, 30, record={"worker": "w"}) is None
         assert not leases.held(following) and leases.renew(other)
 
+    def test_counters_are_added_to_together(self, leases: Leases) -> None:
+        leases.add({"branches_carried": 3, "branches_spilled": 0})
+        leases.add({"branches_carried": 1, "branches_spilled": 2})
+        leases.count("branches_spilled")
+        stats = leases.stats()
+        assert (stats["branches_carried"], stats["branches_spilled"]) == (4, 3)
+
     def test_progress_is_timed_apart_from_beats(self, leases: Leases) -> None:
         lease = leases.acquire(KEY, 30, {"worker": "w"})
         assert lease is not None

@@ -168,6 +168,7 @@ class NodeRunner:
                 if (queued := continuation.take_queued()) is not None:
                     siblings.alone(queued)
                 siblings.spill()
+                self._count(siblings)
         if continued is not None:
             continued.extend(continuation.steps)
         return handled
@@ -199,6 +200,14 @@ class NodeRunner:
             # Awaited on the loop holding no pool slot: a message of its own, not run here.
             siblings.alone(sibling)
         return None
+
+    def _count(self, siblings: Siblings) -> None:
+        """What became of a message's siblings, into the fleet's counters (one round trip
+        a message that carried any)."""
+        try:
+            self.leases.add(siblings.counts())
+        except Exception:  # counters are best effort
+            log.warning("counting the siblings of %s failed", siblings.lead.key, exc_info=True)
 
     def _siblings(self, message: NodeMessage) -> Siblings | None:
         """The siblings ``message`` carries, to be spilled if its group runs too long."""

@@ -146,6 +146,9 @@ def test_each_sibling_takes_its_lease_as_the_step_before_it_lets_its_own_go(
     assert continued == ["b3#1 committed", "b5#1 committed", "b7#1 committed"]
     assert (counted.calls["acquire"], counted.calls["hand_on"]) == (1, 3)
     assert counted.calls["release"] == 1  # b7's: no sibling left to hand it to
+    stats = counted.leases.stats()  # the fleet's counters, added to once for the group
+    assert (stats["branches_carried"], stats["branches_spilled"]) == (3, 0)
+    assert counted.calls["add"] == 1
     assert _deliver(two, second, []) == "committed"
     assert counted.leases.claims() == [] and two.runner.leases.claims() == []
 
@@ -176,6 +179,8 @@ def test_a_slow_leads_siblings_are_spilled_to_run_elsewhere_meanwhile(
     continued: list[str] = []
     assert _deliver(one, first, continued) == "committed"
     assert continued == []  # all three were published while b1 ran
+    stats = one.runner.leases.stats()
+    assert (stats["branches_carried"], stats["branches_spilled"]) == (0, 3)
     spilled = taken(one, "b")
     assert sorted(m.node for m in spilled) == ["b3", "b5", "b7"]
     assert all(not m.siblings and m.outbox_id is not None for m in spilled)

@@ -210,6 +210,18 @@ def test_a_sibling_is_taken_or_spilled_never_both() -> None:
     assert published == [["b7", "b10"]]
     assert siblings.take() is None and siblings.spill() == 0
     assert published == [["b7", "b10"]] and siblings.spilled == 2
+    assert siblings.counts() == {"branches_carried": 1, "branches_spilled": 2}
+
+
+def test_a_sibling_taken_then_published_alone_counts_as_spilled_not_carried() -> None:
+    published: list[list[str]] = []
+    lead = _grouping(_fork())([_message(b) for b in BRANCHES])[0]
+    siblings = Siblings(lead, lambda messages: published.append([m.node for m in messages]))
+    first, second = siblings.take(), siblings.take()
+    assert first is not None and second is not None
+    siblings.alone(first)  # an async one, say: awaited elsewhere
+    assert published == [["b4"]]
+    assert siblings.counts() == {"branches_carried": 1, "branches_spilled": 1}
 
 
 class _Recording:

@@ -50,6 +50,17 @@ COUNTERS: tuple[tuple[str, str, str], ...] = (
         "stale_rejected",
         "Results not committed because their worker had lost its claim.",
     ),
+    (
+        "cairn_branches_carried",
+        "branches_carried",
+        "A fork's branches run by the worker whose message carried them.",
+    ),
+    (
+        "cairn_branches_spilled",
+        "branches_spilled",
+        "Carried branches published on their own instead: not begun within "
+        "CAIRN_BRANCH_SPILL_AFTER, or not to be run by that worker.",
+    ),
 )
 WAIT_METRIC = "cairn_lease_wait_seconds"
 UP_METRIC = "cairn_lease_metrics_up"
