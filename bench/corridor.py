@@ -286,6 +286,8 @@ def report(shape: str, results: list[Round], compared: str = "") -> None:
             f"{figures.fleet_cpu_ms_per_step / max(celery.fleet_cpu_ms_per_step, 1e-9):>8.2f}x"
         )
     print(f"steps/s ratio in each round: {', '.join(f'{r:.2f}x' for r in ratios)}")
+    serial = [r[1].serial_ms_per_step - r[0].serial_ms_per_step for r in results]
+    print(f"serial ms/step - Celery in each round: {', '.join(f'{d:+.2f}' for d in serial)}")
     if compared:
         against = [r[2].steps_per_s / r[0].steps_per_s for r in results]
         print(f"  with {compared}: {', '.join(f'{r:.2f}x' for r in against)}")
