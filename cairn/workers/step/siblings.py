@@ -38,9 +38,8 @@ class Siblings:
         self._waiting = deque(sibling.of(lead) for sibling in lead.siblings)
         self._publish = publish
         self._lock = threading.Lock()
-        self.spilled = 0  # published on their own, never taken
+        self.spilled = 0  # published on their own: never taken, or taken and not run here
         self.ran = 0  # taken and run here
-        self.published_alone = 0  # taken, then published on its own
 
     def take(self) -> NodeMessage | None:
         """The next sibling to run here; None once none is left (run, or spilled)."""
@@ -54,17 +53,14 @@ class Siblings:
         """Publish one sibling taken, not to be run here, on its own."""
         with self._lock:
             self.ran -= 1
-            self.published_alone += 1
+            self.spilled += 1
         self._publish([sibling])
 
     def counts(self) -> dict[str, int]:
         """What became of them, for the fleet's counters: run here (``carried``), or
         published each on its own (``spilled``: not begun in time, or not to run here)."""
         with self._lock:
-            return {
-                "branches_carried": self.ran,
-                "branches_spilled": self.spilled + self.published_alone,
-            }
+            return {"branches_carried": self.ran, "branches_spilled": self.spilled}
 
     def spill(self) -> int:
         """Publish every sibling not taken yet, each a message of its own; how many. A
