@@ -19,9 +19,10 @@ from collections.abc import Sequence
 import redis
 
 from bench.chain import REDIS, admin, fresh_database
-from cairn.engine.slots import SlotGate, holder_of
+from cairn.engine.slots import SlotGate
 from cairn.lease.redis import RedisLeases
 from cairn.lease.redis_slots import RedisSlots
+from cairn.limits.concurrency import holder_of
 from cairn.model.events import Phase
 from cairn.model.messages import NodeMessage
 from cairn.store.backends import store_for

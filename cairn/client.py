@@ -32,8 +32,8 @@ from cairn.engine.schedules import Schedules
 from cairn.errors import CairnError
 from cairn.model.awaiting import Awaiting
 from cairn.model.definition import WorkflowDefinition
-from cairn.model.flow import Debounce, Singleton
 from cairn.model.selection import RunFilter
+from cairn.model.starts import Debounce, Singleton
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.records import ListedRun

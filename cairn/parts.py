@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from cairn import clock, faults
 from cairn.config import Settings
-from cairn.engine.circuits import Circuits
 from cairn.engine.hooks import stopped_leases
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.outbox import Publisher
-from cairn.engine.rates import Rates
 from cairn.engine.registry import Registry
-from cairn.engine.slots import SlotGate, Slots
+from cairn.engine.slots import SlotGate
 from cairn.lease.port import Leases
+from cairn.limits.circuits import Circuits
+from cairn.limits.concurrency import Slots
+from cairn.limits.rates import Rates
 from cairn.store.backends import store_for
 from cairn.store.database import make_engine, require_schema, upgrade, upgrade_if_behind
 from cairn.store.sql import Store
@@ -154,17 +155,17 @@ def _beside_leases(settings: Settings) -> tuple[Leases, Slots, Circuits, Rates]:
     Redis, or in this process's memory (the embedded default). Each kind imported as
     chosen: the embedded default needs no Redis client."""
     if not settings.redis_url:
-        from cairn.lease.circuits import MemoryCircuits  # noqa: PLC0415
         from cairn.lease.memory import MemoryLeases  # noqa: PLC0415
-        from cairn.lease.rates import MemoryRates  # noqa: PLC0415
         from cairn.lease.slots import MemorySlots  # noqa: PLC0415
+        from cairn.limits.circuit_state import MemoryCircuits  # noqa: PLC0415
+        from cairn.limits.rate_buckets import MemoryRates  # noqa: PLC0415
 
         memory = MemoryLeases()
         return memory, MemorySlots(memory), MemoryCircuits(), MemoryRates()
-    from cairn.lease.circuits import RedisCircuits  # noqa: PLC0415
-    from cairn.lease.rates import RedisRates  # noqa: PLC0415
     from cairn.lease.redis import RedisLeases  # noqa: PLC0415
     from cairn.lease.redis_slots import RedisSlots  # noqa: PLC0415
+    from cairn.limits.circuit_state import RedisCircuits  # noqa: PLC0415
+    from cairn.limits.rate_buckets import RedisRates  # noqa: PLC0415
 
     leases = RedisLeases.from_url(settings.redis_url)
     client = leases.client

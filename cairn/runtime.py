@@ -19,14 +19,14 @@ from cairn.config import Settings
 from cairn.definitions.catalog import load_all
 from cairn.effects.adapters import load_adapters
 from cairn.engine.builds import Announcer, build_of, workflow_keys
-from cairn.engine.circuits import Circuits
 from cairn.engine.orchestrator import Orchestrator
 from cairn.engine.outbox import RelayOnly
-from cairn.engine.rates import Rates
 from cairn.engine.recovery import RecoveryPolicy
 from cairn.engine.registry import Registry
-from cairn.engine.slots import Slots
 from cairn.lease.port import Leases
+from cairn.limits.circuits import Circuits
+from cairn.limits.concurrency import Slots
+from cairn.limits.rates import Rates
 from cairn.model.definition import WorkflowDefinition
 from cairn.observe.sentry import init_sentry
 from cairn.parts import Migrate, Parts, celery_publisher
@@ -36,7 +36,7 @@ from cairn.store.backends import store_for
 from cairn.store.database import make_engine, require_schema
 from cairn.store.sql import Store
 from cairn.workers.cache import MemoryResultCache, RedisResultCache, ResultCache
-from cairn.workers.circuits import CircuitWatch
+from cairn.workers.circuit_watch import CircuitWatch
 from cairn.workers.inprocess import InProcessBroker
 from cairn.workers.ports import StepParts
 from cairn.workers.runner import NodeRunner

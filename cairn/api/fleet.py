@@ -17,7 +17,7 @@ from cairn.api.scope import ERRORS
 from cairn.definitions.queues import known_queues
 from cairn.model.principals import Permission
 from cairn.observe import activity
-from cairn.observe.flow import circuit_views, pool_reports
+from cairn.observe.limits import circuit_views, pool_reports
 from cairn.runtime import Runtime
 
 router = APIRouter(prefix="/v1")

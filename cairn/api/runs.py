@@ -39,8 +39,8 @@ from cairn.http.models import (
     Submitted,
 )
 from cairn.model.awaiting import RECOVERY_SIGNALS
-from cairn.model.flow import Debounce, Singleton
 from cairn.model.principals import Permission, Principal
+from cairn.model.starts import Debounce, Singleton
 from cairn.model.workflow_names import WorkflowName
 from cairn.runtime import Runtime
 from cairn.store.records import (

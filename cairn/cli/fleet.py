@@ -14,7 +14,7 @@ from cairn.cli.liveness import age, liveness
 
 if TYPE_CHECKING:
     from cairn.lease.waits import WaitHistogram
-    from cairn.observe.flow import CircuitView, PoolReport
+    from cairn.observe.limits import CircuitView, PoolReport
     from cairn.store.code_faults import CodeFaultRecord
 
 
@@ -59,7 +59,7 @@ def fleet_status(as_json: bool) -> None:
 def read_fleet() -> Fleet:
     from cairn.definitions.queues import known_queues
     from cairn.observe import activity
-    from cairn.observe.flow import circuit_views, is_circuit_pool, pool_reports
+    from cairn.observe.limits import circuit_views, is_circuit_pool, pool_reports
     from cairn.parts import celery_publisher
 
     with deployment() as opened:

@@ -190,7 +190,7 @@ class Submission:
 
     def direct(self, namespace: str) -> str:
         from cairn.client import Client
-        from cairn.model.flow import Debounce, Singleton
+        from cairn.model.starts import Debounce, Singleton
 
         debounced = Debounce.of(self.debounce) if self.debounce is not None else None
         single = Singleton.of(self.singleton) if self.singleton is not None else None

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from cairn.definitions import format as fmt
-from cairn.definitions.flow import read_concurrency, read_dependencies, read_rate
+from cairn.definitions.limits import read_concurrency, read_dependencies, read_rate
 from cairn.definitions.reader import Reader
 from cairn.model.definition import (
     DURABLE,

@@ -12,7 +12,7 @@ from typing import Any
 
 from cairn.definitions import format as fmt
 from cairn.definitions.anomaly_block import read_anomaly
-from cairn.definitions.flow import read_concurrency, read_rate
+from cairn.definitions.limits import read_concurrency, read_rate
 from cairn.definitions.nodes import read_node
 from cairn.definitions.reader import Reader, label
 from cairn.definitions.reducers_block import read_reducers

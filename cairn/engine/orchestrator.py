@@ -1,7 +1,7 @@
 """The orchestrator: the engine's one face to workers, the scheduler, the API and the CLI.
 
 It wires the engine's parts together and hands out their methods — submitting
-(:mod:`~cairn.engine.submit`, with flow control in :mod:`~cairn.engine.flow` and
+(:mod:`~cairn.engine.submit`, with debounce and singleton in :mod:`~cairn.engine.starts` and
 schedules in :mod:`~cairn.engine.schedules`), advancing (:mod:`~cairn.engine.advance`),
 requests from outside (:mod:`~cairn.engine.requests`), migrations between versions
 (:mod:`~cairn.engine.migrations`), reading
@@ -66,7 +66,7 @@ class Orchestrator:
         self.check_input = submissions.check_input
         # Schedules (kept, ticked, backfilled) and debounced runs due to start.
         self.schedules = Schedules(submissions)
-        self.start_debounced = submissions.flow.start_due
+        self.start_debounced = submissions.starts.start_due
         # Pausing a workflow's new starts or a queue, and resuming them.
         self.pauses = Pauses(steps, self.pause_book)
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from cairn.engine.advance import Advanced
 from cairn.engine.batches import MAX_BATCH, SubmitItem
-from cairn.engine.flow import FlowControl
 from cairn.engine.inputs import check_input, new_run
+from cairn.engine.starts import Starts
 from cairn.engine.submit import Submissions
 from cairn.errors import (
     InvalidInput,
@@ -130,7 +130,7 @@ class _Carried:
 class Schedules:
     def __init__(self, submissions: Submissions) -> None:
         self.submissions = submissions
-        self.flow: FlowControl = submissions.flow
+        self.starts: Starts = submissions.starts
         self.steps = submissions.steps
         self.store = submissions.store
         self.registry = submissions.registry
@@ -388,7 +388,7 @@ class Schedules:
                     "last_error": done.error,
                 },
             )
-        self.flow.after_commit(*advanced)
+        self.starts.after_commit(*advanced)
         return Ticked(done.started, done.skipped, buffered=plan.buffered is not None)
 
     def _carry_out(
@@ -414,7 +414,7 @@ class Schedules:
             if decision.action is TickAction.CANCEL_AND_START and done.last_run is not None:
                 reason = f"schedule {name!r}: tick {label} (overlap: cancel_running)"
                 advanced.append(
-                    self.flow.cancel_in(tx, done.last_run, reason, schedule_actor(name))
+                    self.starts.cancel_in(tx, done.last_run, reason, schedule_actor(name))
                 )
             run_id, refused = self._start_tick(tx, row, decision.tick, now, advanced)
             if refused is not None:
@@ -452,6 +452,6 @@ class Schedules:
             request_id=tick_request_id(row.name, tick),
             at=now,
         )
-        run_id, step = self.flow.start_in(tx, definition, values, now, schedule_actor(row.name))
+        run_id, step = self.starts.start_in(tx, definition, values, now, schedule_actor(row.name))
         advanced.append(step)
         return run_id, None

@@ -11,13 +11,13 @@ from typing import Any
 
 from cairn.engine.advance import Steps
 from cairn.engine.batches import MAX_BATCH, SubmitItem, Submitted
-from cairn.engine.flow import FlowControl
 from cairn.engine.inputs import FreshRun, check_input, new_run
 from cairn.engine.notices import WebhookPolicy
 from cairn.engine.outbox import with_outbox_ids
 from cairn.engine.pauses import PauseBook, hold_in
 from cairn.engine.plan import Plan
 from cairn.engine.reads import Restored
+from cairn.engine.starts import Starts
 from cairn.errors import (
     CairnError,
     ConfirmationRequired,
@@ -27,9 +27,9 @@ from cairn.errors import (
 )
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import RunForked, RunStarted
-from cairn.model.flow import Debounce, Singleton
 from cairn.model.messages import NodeMessage
 from cairn.model.priority import check_priority
+from cairn.model.starts import Debounce, Singleton
 from cairn.model.state import RunState
 from cairn.store.records import from_epoch
 from cairn.store.sql import Tx
@@ -47,7 +47,7 @@ class Submissions:
         self.webhooks = webhooks
         self.book = book
         self.limit_bytes = limit_bytes
-        self.flow = FlowControl(steps, webhooks, book, limit_bytes=limit_bytes)
+        self.starts = Starts(steps, webhooks, book, limit_bytes=limit_bytes)
 
     def check_input(self, definition: WorkflowDefinition, run_input: object) -> dict[str, Any]:
         """The input as it will be stored, or :class:`InvalidInput`."""
@@ -131,7 +131,7 @@ class Submissions:
             if request_id is not None:
                 # Many submissions become one run, which can carry one request id only.
                 raise InvalidInput("a debounced submission takes no request id")
-            return self.flow.submit_debounced(
+            return self.starts.submit_debounced(
                 workflow,
                 run_input,
                 debounce,
@@ -142,7 +142,7 @@ class Submissions:
                 actor=actor,
             )
         assert singleton is not None
-        return self.flow.submit_singleton(
+        return self.starts.submit_singleton(
             workflow,
             run_input,
             singleton,

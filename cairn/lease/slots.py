@@ -1,4 +1,4 @@
-"""Concurrency slots (the port: :class:`cairn.engine.slots.Slots`): at most ``limit``
+"""Concurrency slots (the port: :class:`cairn.limits.concurrency.Slots`): at most ``limit``
 node executions at a time hold a slot of a pool (``<namespace>/<key>=<value>``, or
 ``<namespace>/<constant>``), fleet-wide.
 

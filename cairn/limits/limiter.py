@@ -1,4 +1,4 @@
-"""A handler's side of rate limits (see :mod:`cairn.engine.rates`): before a model call
+"""A handler's side of rate limits (see :mod:`cairn.limits.rates`): before a model call
 goes out, its request and tokens are taken from each bucket of its node — asleep in the
 handler meanwhile, its lease kept alive by the heartbeat; once answered, the buckets are
 charged what the provider reported; a 429 pauses the call's buckets fleet-wide for the
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 from cairn.limits.departures import Departure
 
 if TYPE_CHECKING:
-    from cairn.engine.rates import Rates  # the port, handed in by the runner
+    from cairn.limits.rates import Rates  # the port, handed in by the runner
+from cairn.limits.rates import Bucket
 from cairn.model.failures import Cancelled, StaleClaim
-from cairn.model.rates import Bucket
 from cairn.model.usage import usage_counts
 from cairn.reconnect import store_through_outages
 
@@ -94,7 +94,7 @@ class RateLimiter:
 
     def confirm(self, ticket: Ticket) -> None:
         """The call's request leaves now: its units confirmed — or, their time too long
-        past (:func:`cairn.lease.rates.leave_within_ms`), taken anew, waiting its turn."""
+        past (:func:`cairn.limits.rate_buckets.leave_within_ms`), taken anew, waiting its turn."""
         self._turn(ticket.call, ticket.tokens)
 
     async def confirm_async(self, ticket: Ticket) -> None:

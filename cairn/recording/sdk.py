@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from cairn.limits.departures import departing
 from cairn.limits.limiter import RateLimiter, Ticket, retry_after, status_of
+from cairn.limits.rates import reservation
 from cairn.model.failures import BudgetExceeded, PermanentError, TransientError
-from cairn.model.rates import reservation
 from cairn.model.usage import usage_counts
 from cairn.recording.calls import (
     ModelCalls,

@@ -3,7 +3,7 @@ statement the engine, workers and scheduler run, grouped by the tables they touc
 (:mod:`~cairn.store.runs`, :mod:`~cairn.store.executions`,
 :mod:`~cairn.store.messages`, :mod:`~cairn.store.effects`,
 :mod:`~cairn.store.checkpoints`, :mod:`~cairn.store.model_calls`, :mod:`~cairn.store.schedules`,
-:mod:`~cairn.store.flow`, :mod:`~cairn.store.access`, :mod:`~cairn.store.definitions`,
+:mod:`~cairn.store.starts`, :mod:`~cairn.store.access`, :mod:`~cairn.store.definitions`,
 :mod:`~cairn.store.versions`, :mod:`~cairn.store.artifacts`)
 and the write path of a step above them (:mod:`~cairn.store.steps`), written once in
 dialect-neutral SQLAlchemy Core. A backend subclasses both — PostgreSQL with its
@@ -31,12 +31,12 @@ from cairn.store.code_faults import CodeFaultsTx
 from cairn.store.definitions import DefinitionsTx
 from cairn.store.effects import EffectsTx
 from cairn.store.errors import translated
-from cairn.store.flow import FlowTx
 from cairn.store.model_calls import ModelCallsTx
 from cairn.store.pauses import PausesTx
 from cairn.store.schedules import SchedulesTx
 from cairn.store.sessions import SessionsTx
 from cairn.store.slots import SlotsTx
+from cairn.store.starts import StartsTx
 from cairn.store.steps import StepsTx
 from cairn.store.versions import VersionsTx
 
@@ -49,7 +49,7 @@ class Tx(
     ModelCallsTx,
     SlotsTx,
     SchedulesTx,
-    FlowTx,
+    StartsTx,
     AccessTx,
     PausesTx,
     SessionsTx,

@@ -1,4 +1,4 @@
-"""The contract a circuits backend (:class:`~cairn.engine.circuits.Circuits`) keeps:
+"""The contract a circuits backend (:class:`~cairn.limits.circuits.Circuits`) keeps:
 subclass :class:`CircuitsContract` as ``Test...`` beside a ``circuits`` fixture yielding
 a fresh backend (``tests/contract/test_circuits.py`` runs it on memory and Redis). The
 open interval is waited out for real: only a real clock proves the backend's."""
@@ -8,8 +8,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from cairn.engine.circuits import Circuits
-from cairn.model.circuits import Change, CircuitLook
+from cairn.limits.circuits import Change, CircuitLook, Circuits
 from cairn.model.definition import Dependency
 
 OPEN_FOR = 0.4

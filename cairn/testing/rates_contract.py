@@ -1,4 +1,4 @@
-"""The contract a :class:`~cairn.engine.rates.Rates` backend keeps: subclass
+"""The contract a :class:`~cairn.limits.rates.Rates` backend keeps: subclass
 :class:`RatesContract` as ``Test...`` beside a ``rates`` fixture yielding a fresh backend
 (``tests/contract/test_rates.py`` runs it on memory and Redis). Periods are a fraction
 of a second here (a limit's ``Rate`` takes any period), so the suite is quick."""
@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import time
 
-from cairn.engine.rates import Rates
-from cairn.lease.rates import leave_within_ms, period_ms
+from cairn.limits.rate_buckets import leave_within_ms, period_ms
+from cairn.limits.rates import Bucket, Rates
 from cairn.model.definition import Rate
-from cairn.model.rates import Bucket
 
 PERIOD = 0.4
 GUARDED = period_ms(PERIOD) / 1000  # when a unit comes back, its guard included

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
-from cairn.engine.slots import Slots, holder_of
 from cairn.lease.port import Lease, Leases
+from cairn.limits.concurrency import Slots, holder_of
 from cairn.model.keys import lease_key
 
 TTL = 0.4

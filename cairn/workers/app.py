@@ -39,9 +39,9 @@ from cairn.engine.batches import SubmitItem, Submitted
 from cairn.errors import CairnError
 from cairn.lease.waits import delivered
 from cairn.model.builds import build_queue
-from cairn.model.flow import Debounce, Singleton
 from cairn.model.messages import NodeMessage, siblings_header
 from cairn.model.principals import Principal, PrincipalKind, Role
+from cairn.model.starts import Debounce, Singleton
 from cairn.reconnect import is_outage
 from cairn.workers import deadlines
 from cairn.workers.awaiting import AwaitingNodes

@@ -26,19 +26,19 @@ from cairn.config import Settings
 from cairn.engine.code_faults import CodeMissing
 from cairn.engine.grouping import awaited
 from cairn.engine.optimistic import Completion
-from cairn.engine.rates import Rates
 from cairn.engine.recovery import RecoveryPolicy
 from cairn.engine.slots import SlotGate
 from cairn.errors import UnknownNode
 from cairn.lease.heartbeat import Heartbeats
 from cairn.lease.port import Lease, Leases
 from cairn.lease.waits import delivered
+from cairn.limits.rates import Rates
 from cairn.model.definition import ErrorClass, TaskNode
 from cairn.model.messages import InvalidMessage, NodeMessage, siblings_from_header
 from cairn.observe.sentry import node_scope, report_failure
 from cairn.reconnect import is_outage, through_outages
 from cairn.workers.cache import MemoryResultCache, ResultCache
-from cairn.workers.circuits import CircuitWatch
+from cairn.workers.circuit_watch import CircuitWatch
 from cairn.workers.code_faults import CodeFaults
 from cairn.workers.failed import Failed
 from cairn.workers.ports import (

@@ -14,14 +14,15 @@ from cairn.artifacts import Artifacts
 from cairn.config import Settings
 from cairn.decider.budget import allowance
 from cairn.effects.ledger import EffectLedger, effect_scope
-from cairn.engine.circuits import rate_dependency
 from cairn.engine.executions import Executions
-from cairn.engine.rates import Rates, buckets_for
 from cairn.engine.reads import Restored
-from cairn.engine.slots import Pool, SlotGate, pools_for
+from cairn.engine.slots import SlotGate
 from cairn.lease.heartbeat import Beat, Heartbeats
 from cairn.lease.port import Leases
+from cairn.limits.circuits import rate_dependency
+from cairn.limits.concurrency import Pool, pools_for
 from cairn.limits.limiter import RateLimiter
+from cairn.limits.rates import Rates, buckets_for
 from cairn.model.definition import (
     AnyNode,
     Dependency,
@@ -37,7 +38,7 @@ from cairn.observe.logs import retag_node
 from cairn.recording.calls import ModelCalls
 from cairn.store.records import RunRecord
 from cairn.workers.checkpoints import Checkpoints
-from cairn.workers.circuits import CircuitWatch, Guarded
+from cairn.workers.circuit_watch import CircuitWatch, Guarded
 from cairn.workers.context import StepContext
 
 

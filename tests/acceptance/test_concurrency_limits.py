@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cairn.observe.flow import pool_reports
+from cairn.observe.limits import pool_reports
 from cairn.testing.model_server import ModelServer, Reply, Request
 from tests.support.cluster import Cluster, lost_a_claim
 

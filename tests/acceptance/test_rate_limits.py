@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cairn.engine.rates import Rates
-from cairn.lease.rates import RATE_PREFIX, REQUESTS_PREFIX, RedisRates
+from cairn.limits.rate_buckets import RATE_PREFIX, REQUESTS_PREFIX, RedisRates
+from cairn.limits.rates import Rates
 from cairn.model.keys import ExecutionKey
 from cairn.testing.model_server import Fault, ModelServer
 from tests.support.cluster import Cluster

@@ -13,8 +13,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from cairn.model.flow import Debounce, Singleton, SingletonMode
 from cairn.model.schedules import OverlapPolicy, ScheduleSpec
+from cairn.model.starts import Debounce, Singleton, SingletonMode
 from cairn.model.statuses import RunStatus
 from cairn.store.records import to_epoch
 from tests.support.cluster import Cluster

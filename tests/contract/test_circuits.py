@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from cairn.engine.circuits import Circuits
-from cairn.lease.circuits import MemoryCircuits, RedisCircuits
+from cairn.limits.circuit_state import MemoryCircuits, RedisCircuits
+from cairn.limits.circuits import Circuits
 from cairn.testing.circuits_contract import CircuitsContract
 
 

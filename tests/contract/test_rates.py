@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from cairn.engine.rates import Rates
-from cairn.lease.rates import MemoryRates, RedisRates
+from cairn.limits.rate_buckets import MemoryRates, RedisRates
+from cairn.limits.rates import Rates
 from cairn.testing.rates_contract import RatesContract
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import redis
 
-from cairn.engine.slots import Slots
 from cairn.lease.memory import MemoryLeases
 from cairn.lease.port import Leases
 from cairn.lease.redis import RedisLeases
 from cairn.lease.redis_slots import RedisSlots
 from cairn.lease.slots import MemorySlots
+from cairn.limits.concurrency import Slots
 from cairn.testing.slots_contract import SlotsContract
 
 

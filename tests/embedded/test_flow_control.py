@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from cairn.model.flow import Singleton
+from cairn.model.starts import Singleton
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from tests.unit import test_flow_control as unit

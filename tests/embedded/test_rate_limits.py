@@ -20,12 +20,12 @@ from prometheus_client import CollectorRegistry
 
 from cairn.api.app import create_app
 from cairn.config import Settings
-from cairn.lease.rates import MemoryRates
 from cairn.limits.limiter import RateLimiter
+from cairn.limits.rate_buckets import MemoryRates
+from cairn.limits.rates import Bucket
 from cairn.model.definition import Rate
 from cairn.model.failures import Cancelled, TransientError
 from cairn.model.keys import ExecutionKey
-from cairn.model.rates import Bucket
 from cairn.model.statuses import RunStatus
 from cairn.observe.metrics.fleet import FleetCollector
 from cairn.runtime import Runtime

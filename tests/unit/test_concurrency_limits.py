@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from cairn.definitions.loader import load_definition
-from cairn.engine.slots import SlotGate, pools_for
+from cairn.engine.slots import SlotGate
 from cairn.errors import WorkflowDefinitionError
 from cairn.lease.memory import MemoryLeases
 from cairn.lease.slots import MemorySlots
+from cairn.limits.concurrency import pools_for
 from cairn.model.definition import ConcurrencyLimit, TaskNode
 from cairn.model.events import Phase
 from cairn.model.messages import NodeMessage

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cairn.errors import FlowConflict, InvalidInput
-from cairn.model.flow import Debounce, Singleton, SingletonMode
+from cairn.model.starts import Debounce, Singleton, SingletonMode
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.records import DebounceRecord

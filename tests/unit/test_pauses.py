@@ -11,8 +11,8 @@ import pytest
 
 from cairn.engine.batches import SubmitItem
 from cairn.errors import InvalidInput, NotPaused, UnknownWorkflow
-from cairn.model.flow import Debounce, Singleton, SingletonMode
 from cairn.model.pauses import PauseKind
+from cairn.model.starts import Debounce, Singleton, SingletonMode
 from cairn.model.statuses import RunStatus
 from cairn.runtime import Runtime
 from cairn.store.messages import HeldQueues

@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 
 from cairn.definitions.loader import load_definition
-from cairn.engine.rates import buckets_for, reservation
 from cairn.errors import WorkflowDefinitionError
 from cairn.limits.limiter import retry_after
+from cairn.limits.rates import Bucket, BucketReport, buckets_for, reservation
 from cairn.model.definition import Rate, RateLimit, TaskNode
-from cairn.model.rates import Bucket, BucketReport
 
 
 def handler(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:

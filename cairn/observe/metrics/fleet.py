@@ -27,12 +27,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cairn.engine.builds import BuildBook
-from cairn.engine.circuits import Circuits
-from cairn.engine.rates import Rates
-from cairn.engine.slots import Slots
+from cairn.limits.circuits import Circuits
+from cairn.limits.concurrency import Slots
+from cairn.limits.rates import Rates
 from cairn.model.effects import EffectStatus
 from cairn.model.statuses import RunStatus
-from cairn.observe.flow import circuit_views, is_circuit_pool, pool_reports
+from cairn.observe.limits import circuit_views, is_circuit_pool, pool_reports
 from cairn.store.records import FleetGauges
 from cairn.store.sql import Store
 

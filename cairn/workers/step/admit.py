@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
-from cairn.engine.slots import Pool, holder_of
 from cairn.lease.heartbeat import Beat
 from cairn.lease.port import Lease
+from cairn.limits.concurrency import Pool, holder_of
 from cairn.model.definition import TaskNode
 from cairn.model.events import Phase
 from cairn.model.keys import Claim
 from cairn.model.messages import NodeMessage
 from cairn.model.state import RunState
-from cairn.workers.circuits import Guarded
+from cairn.workers.circuit_watch import Guarded
 from cairn.workers.setup import Claimed, Recorders
 from cairn.workers.step.handled import Handled
 from cairn.workers.step.read import Read

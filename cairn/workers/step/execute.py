@@ -25,7 +25,7 @@ from cairn.model.outcomes import NodeOutcome
 from cairn.model.state import RunState
 from cairn.model.statuses import NodeStatus
 from cairn.workers.cache import keep, node_entry
-from cairn.workers.circuits import Guarded
+from cairn.workers.circuit_watch import Guarded
 from cairn.workers.context import StepContext
 from cairn.workers.execute import execute as run_handler
 from cairn.workers.execute import execute_awaited as await_handler

@@ -24,7 +24,7 @@ from cairn.workers.step.handled import Handled
 from cairn.workers.step.hold import Held
 
 if TYPE_CHECKING:
-    from cairn.engine.slots import Pool
+    from cairn.limits.concurrency import Pool
     from cairn.workers.runner import NodeRunner
 
 log = logging.getLogger("cairn.workers.runner")

@@ -1,9 +1,9 @@
-"""Rate buckets (the port: :class:`cairn.engine.rates.Rates`): a sliding window per
+"""Rate buckets (the port: :class:`cairn.limits.rates.Rates`): a sliding window per
 bucket — never more than a limit's amount in any window of its period — of requests and
 of tokens, each reservation held for its call and charged what it used once it is
 answered; and a pause a provider's 429 puts on a bucket.
 
-:class:`RedisRates` (``lease/scripts/take_rate.lua``) is the fleet's, by the Redis
+:class:`RedisRates` (``limits/scripts/take_rate.lua``) is the fleet's, by the Redis
 server's clock; :class:`MemoryRates` the in-process twin, by this process's monotonic
 clock. One contract suite holds them together
 (:class:`cairn.testing.rates_contract.RatesContract`).
@@ -19,7 +19,7 @@ from importlib import resources
 
 import redis
 
-from cairn.model.rates import Bucket, BucketReport
+from cairn.limits.rates import Bucket, BucketReport
 
 RATE_PREFIX = "cairn:rate:"  # the bucket's hash: its pause, its limits as last declared
 REQUESTS_PREFIX = "cairn:rate-r:"  # sorted set: call -> when its request was taken (ms)
@@ -239,7 +239,7 @@ def _report(name: str, values: Sequence[float]) -> BucketReport:
 
 
 def _script(name: str) -> str:
-    return resources.files("cairn.lease").joinpath("scripts").joinpath(name).read_text()
+    return resources.files("cairn.limits").joinpath("scripts").joinpath(name).read_text()
 
 
 PAUSE = """

@@ -1,4 +1,4 @@
-"""A worker's side of circuit breaking (see :mod:`cairn.engine.circuits`): before an
+"""A worker's side of circuit breaking (see :mod:`cairn.limits.circuits`): before an
 execution of a task with dependencies runs, the pools of their circuits that are not
 closed join its concurrency pools; after it, its outcome is reported to each circuit — a
 transient failure counts towards opening it, a success empties the count and closes an
@@ -12,9 +12,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cairn.engine.circuits import Circuits, circuit_pools
-from cairn.engine.slots import Pool
-from cairn.model.circuits import Change
+from cairn.limits.circuits import Change, Circuits, circuit_pools
+from cairn.limits.concurrency import Pool
 from cairn.model.definition import Dependency, ErrorClass
 from cairn.model.events import Phase
 from cairn.model.messages import NodeMessage

@@ -10,7 +10,8 @@ circuit and wakes every waiter, its failure opens it again for another ``open_fo
 The circuit is a concurrency pool (``!circuit/<name>``, fleet-wide, not per namespace)
 whose limit follows its state — none while closed, 0 while open, 1 while half-open — so
 waiting, waking and a dead probe's slot (gone with its lease) are the slots' own (see
-:mod:`cairn.engine.slots`). The state lives in Redis (:mod:`cairn.lease.circuits`);
+:mod:`cairn.engine.slots`). The state lives in Redis or in memory
+(:mod:`cairn.limits.circuit_state`);
 opening and closing are logged, counted, alerted and written to the history of the run
 whose attempt opened or closed it.
 
@@ -22,10 +23,45 @@ thresholds: a provider failing every run's calls opens its key's circuit too.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any, Protocol
 
-from cairn.model.circuits import Change, CircuitLook, CircuitReport
 from cairn.model.definition import Dependency
+
+
+class Change(StrEnum):
+    """What a reported outcome did to its dependency's circuit."""
+
+    OPENED = "opened"  # the failure that made it ``failures`` in a row
+    REOPENED = "reopened"  # the probe failed: open for another ``open_for``
+    CLOSED = "closed"  # a success while it was open: the dependency is back
+
+
+@dataclass(frozen=True)
+class CircuitReport:
+    """A circuit that is not plainly closed: open (until ``open_until``, seconds since
+    the epoch) or half-open (past it, waiting for a probe's outcome), or closed with
+    failures counted towards opening it."""
+
+    dependency: str
+    state: str  # "open", "half_open" or "closed"
+    failures: int  # runs failed in a row (closed), or since it first opened
+    opened_at: float | None = None
+    open_until: float | None = None
+    opens: int = 0  # how many times it opened since it was last closed
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CircuitLook:
+    """A circuit as an execution finds it before it runs."""
+
+    limit: int | None  # its pool's limit: None closed, 0 open, 1 half-open
+    counting: bool  # failures are counted, or it is open: a success has something to undo
+
 
 CIRCUIT_POOL = "!circuit/"  # a circuit's pool: fleet-wide, named as no namespace is
 RATE_DEPENDENCY = "rate:"  # a rate limit's key, guarded like a declared dependency

@@ -24,18 +24,73 @@ A provider's 429 pauses each of the call's buckets fleet-wide until its ``Retry-
 a caller holding units for a time within the pause is given a later time when it
 confirms, and new callers queue after the pause.
 
-The backends: :mod:`cairn.lease.rates` (Redis, Lua; the memory twin). One contract suite
-holds them together (:class:`cairn.testing.rates_contract.RatesContract`).
+The backends: :mod:`cairn.limits.rate_buckets` (Redis, Lua; the memory twin). One
+contract suite holds them together (:class:`cairn.testing.rates_contract.RatesContract`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from cairn.engine.slots import pool_name
-from cairn.model.definition import TaskNode, WorkflowDefinition
-from cairn.model.rates import Bucket, BucketReport, reservation
+from cairn.limits.concurrency import pool_name
+from cairn.model.definition import Rate, TaskNode, WorkflowDefinition
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One rate key's bucket (``<namespace>/<key>[=<value>]``) and its limits."""
+
+    name: str
+    requests: Rate | None = None
+    tokens: Rate | None = None
+
+
+@dataclass(frozen=True)
+class BucketReport:
+    """A bucket as an operator sees it, now: what the window holds and has free."""
+
+    bucket: str
+    requests_limit: int | None
+    requests_period_s: float | None
+    requests_used: int  # taken within the last period
+    tokens_limit: int | None
+    tokens_period_s: float | None
+    tokens_used: int
+    waiting: int  # callers holding units for a time still to come (asleep until then)
+    paused_for_s: float  # a provider's 429 holds the key this much longer (0: not paused)
+
+    @property
+    def requests_available(self) -> int | None:
+        if self.requests_limit is None:
+            return None
+        return max(0, self.requests_limit - self.requests_used)
+
+    @property
+    def tokens_available(self) -> int | None:
+        if self.tokens_limit is None:
+            return None
+        return max(0, self.tokens_limit - self.tokens_used)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "requests_available": self.requests_available,
+            "tokens_available": self.tokens_available,
+        }
+
+
+def reservation(estimated_prompt: int, kwargs: Mapping[str, Any], default_output: int) -> int:
+    """The tokens a call takes before it is sent: its prompt's estimate plus the most it
+    may answer (``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``), or
+    ``default_output`` when it does not say — as providers count a request against a
+    token limit when it arrives."""
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = kwargs.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return estimated_prompt + value
+    return estimated_prompt + default_output
 
 
 class Rates(Protocol):
@@ -46,7 +101,7 @@ class Rates(Protocol):
         call's try). 0: taken, go now. Else the seconds to wait: the units are held for
         ``call`` at that time — take again with the same ``call`` then, to confirm them
         (0), or be given a later time (a pause came meanwhile). Taking again once the
-        units' time is past by more than half their guard (:func:`cairn.lease.rates.
+        units' time is past by more than half their guard (:func:`cairn.limits.rate_buckets.
         leave_within_ms`) is too late to count for then: they are taken anew. A
         reservation over a bucket's whole limit waits for an empty window and takes its
         limit."""
@@ -83,7 +138,7 @@ def buckets_for(
     """The buckets each model call of ``node``'s handler takes from: its own limits, and
     its workflow's (a key both name: the node's limit of each kind, else the workflow's).
     Each bucket is in ``owner``'s namespace, the definition's (None: the run's), as
-    :func:`~cairn.engine.slots.pools_for` says why."""
+    :func:`~cairn.limits.concurrency.pools_for` says why."""
     found: dict[str, Bucket] = {}
     for limit in (*node.rate, *definition.rate):
         name = pool_name(owner or namespace, limit, state, run_input)

@@ -1,4 +1,4 @@
-"""Flow control on submit: debounce and singleton, and the two moves they and schedules
+"""Which submissions start a run: debounce and singleton, and the two moves they and schedules
 make inside a transaction of their own — start a run, cancel one.
 
 **Debounce.** The first submission with a key creates the run at once, ``pending`` with
@@ -31,8 +31,8 @@ from cairn.engine.reads import restore
 from cairn.errors import FlowConflict, StoreError
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import CancelRequested, RunStarted
-from cairn.model.flow import Debounce, Singleton, SingletonMode
 from cairn.model.pauses import HeldStart, PauseKind
+from cairn.model.starts import Debounce, Singleton, SingletonMode
 from cairn.model.state import RunState
 from cairn.model.statuses import RunStatus
 from cairn.store.records import DebounceRecord
@@ -52,7 +52,10 @@ class _Taken(Exception):  # control flow: rolls the transaction back
         self.run_id = run_id
 
 
-class FlowControl:
+class Starts:
+    """Debounced and singleton submissions, and a run started or cancelled inside a
+    caller's transaction (schedules' too)."""
+
     def __init__(
         self, steps: Steps, webhooks: WebhookPolicy, book: PauseBook, *, limit_bytes: int
     ) -> None:

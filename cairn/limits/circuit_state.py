@@ -1,5 +1,5 @@
-"""Circuits' state (the breaker: :mod:`cairn.engine.circuits`), fleet-wide in Redis —
-:class:`RedisCircuits`, by ``lease/scripts/circuit_*.lua`` on the Redis server's clock —
+"""Circuits' state (the breaker: :mod:`cairn.limits.circuits`), fleet-wide in Redis —
+:class:`RedisCircuits`, by ``limits/scripts/circuit_*.lua`` on the Redis server's clock —
 or in this process's memory for the embedded runtime (:class:`MemoryCircuits`). One
 contract suite holds them together (:class:`cairn.testing.circuits_contract.CircuitsContract`).
 
@@ -18,7 +18,7 @@ from importlib import resources
 
 import redis
 
-from cairn.model.circuits import Change, CircuitLook, CircuitReport
+from cairn.limits.circuits import Change, CircuitLook, CircuitReport
 from cairn.model.definition import Dependency
 
 CIRCUIT_PREFIX = "cairn:circuit:"
@@ -33,7 +33,7 @@ return was_open
 
 
 def _script(name: str) -> str:
-    return resources.files("cairn.lease").joinpath("scripts", name).read_text()
+    return resources.files("cairn.limits").joinpath("scripts", name).read_text()
 
 
 def _limit(open_until: float | None, now: float) -> int | None:

@@ -1,4 +1,4 @@
-"""Flow control on submit, as declared: debounce (rapid submissions collapse into one run)
+"""Which submissions start a run, as declared: debounce (rapid submissions collapse into one run)
 and singleton (one unfinished run per key)."""
 
 from __future__ import annotations

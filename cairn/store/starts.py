@@ -1,7 +1,7 @@
-"""Flow control's rows: a debounce key's pending run (``debounces``) and the run a
-singleton key last started (``singletons``). Both are claimed by an insert that does
-nothing on a conflict and then locked, so two submissions never both find a key free —
-the database decides, not a read before the write."""
+"""The rows that say which submissions start a run: a debounce key's pending run
+(``debounces``) and the run a singleton key last started (``singletons``). Both are
+claimed by an insert that does nothing on a conflict and then locked, so two submissions
+never both find a key free — the database decides, not a read before the write."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _singleton(namespace: str, key: str) -> Any:
     return (singletons.c.namespace == namespace) & (singletons.c.key == key)
 
 
-class FlowTx(TxBase):
+class StartsTx(TxBase):
     """Debounce windows and singleton keys."""
 
     # -- debounce ----------------------------------------------------------------------

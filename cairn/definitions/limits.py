@@ -1,4 +1,4 @@
-"""Flow control in a definition: ``concurrency`` and ``rate`` — one limit or a list of
+"""Limits in a definition: ``concurrency`` and ``rate`` — one limit or a list of
 them — on a task or on the whole workflow (for each of its tasks); ``dependency`` — the
 outside systems a task calls, each behind a circuit breaker."""
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cairn.engine.circuits import Circuits, circuit_pool, dependency_of
-from cairn.engine.slots import Slots
-from cairn.model.circuits import CircuitReport
+from cairn.limits.circuits import CircuitReport, Circuits, circuit_pool, dependency_of
+from cairn.limits.concurrency import Slots
 from cairn.store.records import to_epoch
 from cairn.store.sql import Store
 
