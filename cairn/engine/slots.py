@@ -7,7 +7,8 @@ free slots, publishing their messages again; the scheduler does the same each pa
 every pool with waiters, which covers a holder that died (its slot went with its lease).
 
 Slots are held by node leases — a holder is ``<lease key>|<token>`` — and only a live
-lease counts (the backends: :mod:`cairn.lease.slots`). Compensations take no slot: they
+lease counts (the port and the pools: :mod:`cairn.limits.concurrency`; the backends:
+:mod:`cairn.lease.slots`). Compensations take no slot: they
 are how a cancel or a rollback undoes work, and must not wait behind the work they undo.
 """
 
