@@ -15,6 +15,7 @@ from cairn.lease.port import (
     CHUNKS_KEPT,
     CHUNKS_PER_READ,
     FINISHED_FENCE_TTL_MS,
+    Handed,
     Lapsed,
     Lease,
     decoded,
@@ -217,10 +218,10 @@ class MemoryLeases:
         timings: Mapping[str, float] | None = None,
         record: Mapping[str, Any] | None = None,
         attempt: int = 1,
-    ) -> Lease | None:
+    ) -> Handed:
         with self._lock:
             self.release(lease, finished=True, timings=timings)
-            return self.acquire(key, ttl_s, record, attempt=attempt)
+            return Handed(self.acquire(key, ttl_s, record, attempt=attempt))
 
     def count(self, name: str) -> None:
         with self._lock:

@@ -103,6 +103,26 @@ class Lapsed:
     record: dict[str, Any] | None
 
 
+class Handing(Protocol):
+    """A :meth:`Leases.hand_on` on its way: its answer is read when the lease is
+    needed, so that the worker does what comes before meanwhile."""
+
+    def taken(self) -> Lease | None:
+        """The lease claimed (None: it was held), once its answer is read; raises what
+        the call raised. Read once: later calls give the same."""
+        ...
+
+
+@dataclass(frozen=True)
+class Handed:
+    """A hand-on whose answer is known already (a backend without round trips)."""
+
+    lease: Lease | None
+
+    def taken(self) -> Lease | None:
+        return self.lease
+
+
 class Leases(Protocol):
     def acquire(
         self,
@@ -189,11 +209,12 @@ class Leases(Protocol):
         timings: Mapping[str, float] | None = None,
         record: Mapping[str, Any] | None = None,
         attempt: int = 1,
-    ) -> Lease | None:
+    ) -> Handing:
         """:meth:`release` ``lease`` as finished and :meth:`acquire` ``key`` (floor 0:
         a first claim), in one round trip — a worker going on from the step it
         committed to the next, which that commit dispatched. The release happens
-        whether the claim is had or not (None)."""
+        whether the claim is had or not (``taken()`` None). Sent, not waited for: the
+        answer is read by :meth:`Handing.taken`, when the next step needs its lease."""
         ...
 
     def count(self, name: str) -> None:

@@ -25,6 +25,7 @@ from cairn.lease.port import (
     CHUNKS_TTL_S,
     FENCE_TTL_MS,
     FINISHED_FENCE_TTL_MS,
+    Handing,
     Lapsed,
     Lease,
     decoded,
@@ -116,15 +117,45 @@ class RedisLeases:
         timings: Mapping[str, float] | None = None,
         record: Mapping[str, Any] | None = None,
         attempt: int = 1,
-    ) -> Lease | None:
+    ) -> Handing:
         token = f"{attempt}:{secrets.token_hex(16)}"
         released_keys, released_args = _releasing(lease, True, timings)
         keys, args = _acquiring(key, token, ttl_s, record, 0)
         asked = time.monotonic()
-        answer = self._hand_on(
-            keys=[*released_keys, *keys], args=[len(released_args), *released_args, *args]
+        answer = self._sent(
+            self._hand_on,
+            [*released_keys, *keys],
+            [len(released_args), *released_args, *args],
         )
-        return _claimed(key, token, ttl_s, attempt, answer, asked=asked)
+        return _InFlight(lambda: _claimed(key, token, ttl_s, attempt, answer(), asked=asked))
+
+    def _sent(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Callable[[], Any]:
+        """``script`` called on a connection of its own, its answer read by the callable
+        returned (which gives the connection back). A script the server does not have
+        yet — flushed, or restarted — is loaded and run when the answer is read: it
+        did not run."""
+        client: Any = self.client  # the connection-level calls are untyped
+        pool = client.connection_pool
+        connection = pool.get_connection()
+        try:
+            connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except BaseException:
+            connection.disconnect()
+            pool.release(connection)
+            raise
+
+        def answer() -> Any:
+            try:
+                return client.parse_response(connection, "EVALSHA")
+            except redis.exceptions.NoScriptError:
+                return script(keys=keys, args=args)
+            except BaseException:
+                connection.disconnect()  # its answer unread: not to be reused
+                raise
+            finally:
+                pool.release(connection)
+
+        return answer
 
     def renew(self, lease: Lease, record: Mapping[str, Any] | None = None) -> bool:
         return self._touch(lease, ms(lease.ttl_s), record, progressed=False)
@@ -283,6 +314,26 @@ class RedisLeases:
         now_parts, *records = pipe.execute()
         now = now_parts[0] + now_parts[1] / 1_000_000
         return [decoded(record, now) if record else None for record in records]
+
+
+class _InFlight:
+    """A hand-on sent, its answer read once, when first asked for."""
+
+    def __init__(self, answer: Callable[[], Lease | None]) -> None:
+        self._answer: Callable[[], Lease | None] | None = answer
+        self._lease: Lease | None = None
+        self._error: BaseException | None = None
+
+    def taken(self) -> Lease | None:
+        if self._answer is not None:
+            answer, self._answer = self._answer, None
+            try:
+                self._lease = answer()
+            except BaseException as error:
+                self._error = error
+        if self._error is not None:
+            raise self._error
+        return self._lease
 
 
 def _acquiring(

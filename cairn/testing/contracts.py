@@ -180,7 +180,7 @@ class LeasesContract:
         assert lease is not None
         nxt = leases.hand_on(
             lease, following, 30, timings={"commit": 0.002}, record={"worker": "w"}, attempt=1
-        )
+        ).taken()
         assert nxt is not None and nxt.key == following and nxt.attempt == 1
         assert nxt.fence == 1 and not (nxt.took_over or nxt.lapsed or nxt.superseded)
         assert not leases.held(KEY) and leases.held(following)
@@ -194,8 +194,23 @@ class LeasesContract:
         # Held by another already: released all the same, and not claimed.
         other = leases.acquire(KEY, 30, {"worker": "other"})
         assert other is not None
-        assert leases.hand_on(nxt, KEY, 30, record={"worker": "w"}) is None
+        assert leases.hand_on(nxt, KEY, 30, record={"worker": "w"}).taken() is None
         assert not leases.held(following) and leases.renew(other)
+
+    def test_a_hand_on_is_answered_when_asked_and_other_calls_go_on_meanwhile(
+        self, leases: Leases
+    ) -> None:
+        following = lease_key("run-1", "store.page", 1, "run")
+        lease = leases.acquire(KEY, 30, {"worker": "w"})
+        assert lease is not None
+        handing = leases.hand_on(lease, following, 30, record={"worker": "w"})
+        # Calls made before its answer is read are answered as ever.
+        other = leases.acquire("cairn:lease:other", 30, {"worker": "w"})
+        assert other is not None and leases.release(other, finished=True)
+        nxt = handing.taken()
+        assert nxt is not None and nxt.key == following
+        assert handing.taken() == nxt  # read once, the same after
+        assert not leases.held(KEY) and leases.renew(nxt)
 
     def test_counters_are_added_to_together(self, leases: Leases) -> None:
         leases.add({"branches_carried": 3, "branches_spilled": 0})

@@ -30,7 +30,7 @@ from cairn.engine.recovery import RecoveryPolicy
 from cairn.engine.slots import SlotGate
 from cairn.errors import UnknownNode
 from cairn.lease.heartbeat import Heartbeats
-from cairn.lease.port import Lease, Leases
+from cairn.lease.port import Handing, Lease, Leases
 from cairn.lease.waits import delivered
 from cairn.limits.rates import Rates
 from cairn.model.definition import ErrorClass, TaskNode
@@ -50,7 +50,7 @@ from cairn.workers.ports import (
     StepParts,
 )
 from cairn.workers.setup import StepSetup
-from cairn.workers.step.admit import admit, let_go
+from cairn.workers.step.admit import admit, let_go, taken
 from cairn.workers.step.commit import cancel_unstarted, commit
 from cairn.workers.step.continuation import Continuation, next_to_run
 from cairn.workers.step.execute import Awaitable, Ran, awaitable, execute
@@ -336,9 +336,9 @@ class NodeRunner:
             "version": message.version,
         }
 
-    def _let_go(self, lease: Lease | None) -> None:
+    def _let_go(self, handed: Handing | None) -> None:
         """A lease handed on to a step that will not run here after all."""
-        if lease is not None:
+        if handed is not None and (lease := taken(handed)) is not None:
             self._give_up_lease(lease)
 
     def _give_up_lease(self, lease: Lease) -> None:

@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from cairn.lease.heartbeat import Beat
-from cairn.lease.port import Lease
+from cairn.lease.port import Handing, Lease
 from cairn.limits.concurrency import Pool, holder_of
 from cairn.model.definition import TaskNode
 from cairn.model.events import Phase
@@ -65,10 +65,13 @@ class Chain:
     recorders: list[Recorders] = field(default_factory=list)
 
 
-def admit(runner: NodeRunner, read: Read, handed: Lease | None = None) -> Admitted | Handled:
-    """``handed``: its lease, already claimed as the step before it let its own go."""
+def admit(runner: NodeRunner, read: Read, handed: Handing | None = None) -> Admitted | Handled:
+    """``handed``: its lease, claimed as the step before it let its own go (the answer
+    read now: the step was read meanwhile)."""
     message = read.message
-    lease = handed if handed is not None else runner._acquire(message, read.execution.fence)
+    lease = taken(handed) if handed is not None else None
+    if lease is None:
+        lease = runner._acquire(message, read.execution.fence)
     if lease is None:
         return Handled.LEASE_HELD
     if lease.superseded:
@@ -103,6 +106,16 @@ def _flow_controlled(runner: NodeRunner, read: Read, lease: Lease, beat: Beat) -
     if read.irreversible and not enter(runner, admitted, message):
         return None
     return admitted
+
+
+def taken(handed: Handing) -> Lease | None:
+    """The lease handed on, or None if the hand-on failed (the step claims its own:
+    held still by the claim whose answer was lost, it waits for it to expire)."""
+    try:
+        return handed.taken()
+    except Exception:
+        log.warning("handing a lease on failed", exc_info=True)
+        return None
 
 
 def let_go(runner: NodeRunner, lease: Lease, beat: Beat) -> None:

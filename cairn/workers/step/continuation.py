@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cairn.engine.grouping import plain_task
-from cairn.lease.port import Lease
+from cairn.lease.port import Handing
 from cairn.model.builds import Versioning
 from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import Phase
@@ -59,15 +59,16 @@ class Continuation:
 
     started: float = field(default_factory=time.monotonic)
     steps: list[str] = field(default_factory=list)
-    # The kept message's lease, claimed as that step's was let go (one round trip).
-    handed: Lease | None = None
+    # The kept message's lease, claimed as that step's was let go (one round trip, its
+    # answer read when the step is admitted).
+    handed: Handing | None = None
     # The run's definition, once a step of it has been read (what its siblings are).
     definition: WorkflowDefinition | None = None
     # The sibling taken to run next as the step before it let its lease go (the lease
     # handed on to it), when that step's commit kept no message.
     queued: NodeMessage | None = None
 
-    def take_lease(self) -> Lease | None:
+    def take_lease(self) -> Handing | None:
         """The lease handed on to the step about to run, once."""
         lease, self.handed = self.handed, None
         return lease

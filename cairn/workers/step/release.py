@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from cairn import clock
 from cairn.engine.optimistic import Completion
-from cairn.lease.port import Lease
+from cairn.lease.port import Handing
 from cairn.lease.waits import delivered
 from cairn.model.messages import NodeMessage
 from cairn.workers.cache import invalidate
@@ -37,7 +37,7 @@ def release(
     completion: Completion | Handled | None,
     *,
     then: Callable[[], NodeMessage | None] | None = None,
-) -> Lease | None:
+) -> Handing | None:
     """The lease the message this worker runs next took as this one's was let go (None:
     let go alone): the one its commit kept, else — the result recorded — the one ``then``
     takes (the next sibling its message carried)."""
