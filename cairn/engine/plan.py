@@ -6,7 +6,6 @@ the backend's one-statement step, or the locking transaction (:mod:`cairn.engine
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,6 +30,7 @@ from cairn.model.definition import WorkflowDefinition
 from cairn.model.events import Event, RunMigrated, event_to_dict
 from cairn.model.messages import NodeMessage, message_namespace
 from cairn.model.outcomes import NodeOutcome, RunWrite, StepWrites
+from cairn.model.payloads import json_text
 from cairn.model.state import STATE_FORMAT, RunState
 from cairn.model.statuses import RunStatus
 from cairn.store.records import RunRecord, encode_snapshot, from_epoch, to_epoch, utcnow
@@ -135,7 +135,7 @@ class Planner:
         # at every step of a long run to learn so; the next snapshot tells.
         state_json = None
         if snapshot_due or (cached and self.settings.state_cache_bytes > 0):
-            state_json = json.dumps(new.to_dict(), separators=(",", ":"))
+            state_json = json_text(new.to_dict())
         cacheable = state_json is not None and len(state_json) <= self.settings.state_cache_bytes
         run = RunWrite(
             status=new.status,
@@ -156,7 +156,7 @@ class Planner:
         run = plan.run
         if run.state_json is not None or not cached or self.settings.state_cache_bytes <= 0:
             return plan
-        state_json = json.dumps(plan.decision.state.to_dict(), separators=(",", ":"))
+        state_json = json_text(plan.decision.state.to_dict())
         if len(state_json) > self.settings.state_cache_bytes:
             return plan
         return replace(plan, run=replace(run, state_json=state_json))

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from psycopg import Connection
-from psycopg.types.json import Jsonb
 
 from cairn.model.outcomes import BranchMerge, Merged, StepResult
 from cairn.store.fastpath import (
@@ -23,6 +22,7 @@ from cairn.store.fastpath import (
     RECORD_RESULT,
     completion_params,
     in_one_transaction,
+    jsonb,
     one_statement,
     outbox_ids_of,
     result_params,
@@ -153,7 +153,7 @@ def _params(step: StepResult, merge: BranchMerge) -> dict[str, Any]:
         **result_params(step.key.params(), step.attempt, step.fence, step.result),
         **step_params(step.writes),
         "known_seq": step.known_seq,
-        "ops": Jsonb([{**op, "path": _text_array(op["path"])} for op in merge.ops]),
+        "ops": jsonb([{**op, "path": _text_array(op["path"])} for op in merge.ops]),
         "left": list(merge.left),
         "join": merge.join,
         "counted": list(merge.counted),

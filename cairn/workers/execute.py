@@ -32,7 +32,7 @@ from cairn.model.failures import Cancelled, DeadlineExceeded
 from cairn.model.handlers import is_async
 from cairn.model.messages import NodeMessage
 from cairn.model.outcomes import NodeOutcome
-from cairn.model.payloads import storable_json
+from cairn.model.payloads import json_bytes, storable_json
 from cairn.model.statuses import NodeStatus
 from cairn.observe.sentry import report_failure
 from cairn.recording.calls import ModelCalls
@@ -94,8 +94,12 @@ def as_stored(event: NodeSucceeded) -> NodeSucceeded:
     is a list there, an integer key a string) — so that the state this process decides
     on it, and begins the run's next node on (:meth:`cairn.engine.heads.RunHeads.state_at`),
     is the state any other worker restores from the history."""
+    plain = event_to_dict(event)
+    gathered = (event.messages, event.sessions, event.charges, event.artifacts, event.patches)
     try:
-        text = json.dumps(event_to_dict(event), allow_nan=False)
+        # What the context gathered is checked here; the output was (check_output), and
+        # the rest is cairn's own: without the former, the fast encoder will do.
+        text = json.dumps(plain, allow_nan=False) if any(gathered) else json_bytes(plain)
     except (TypeError, ValueError) as exc:  # its sessions: the output was checked
         raise OutputError(f"the step's sessions are not JSON: {exc}") from exc
     stored = event_from_dict(json.loads(text))

@@ -19,7 +19,7 @@ from cairn.engine.inputs import FreshRun
 from cairn.engine.plan import Planner
 from cairn.model.events import NodeSucceeded, RunStarted
 from cairn.model.outcomes import RunWrite
-from cairn.model.payloads import json_copy
+from cairn.model.payloads import json_bytes, json_copy, json_text
 from cairn.model.state import RunState
 
 LIMIT = 2_000
@@ -47,13 +47,13 @@ def planned(
     started = planner.plan(row, definition, RunState("r", "grow", 1), RunStarted(at=1.0))
     at_a = started[0].state
     serialized: list[int] = []
-    dumps = json.dumps
+    dumps = planning.json_text
 
-    def counting(value: Any, **kwargs: Any) -> str:
+    def counting(value: Any) -> str:
         serialized.append(1)
-        return dumps(value, **kwargs)
+        return dumps(value)
 
-    monkeypatch.setattr(planning.json, "dumps", counting)
+    monkeypatch.setattr(planning, "json_text", counting)
     later = FreshRun("r", row.created_at, "default", None, last_seq=seq, snapshot_seq=1,
                      snapshot_at=row.created_at)  # fmt: skip
     event = NodeSucceeded(at=2.0, node="a", output={"note": "x" * note_bytes})
@@ -108,3 +108,20 @@ def test_a_handlers_copy_of_the_state_shares_nothing_with_it() -> None:
     theirs["pair"][1].append(3)
     theirs["kinds"].add(3)
     assert odd == {"pair": (1, [2]), "kinds": {1, 2}}
+
+
+def test_the_state_written_reads_back_as_json_dumps_would_have_written_it() -> None:
+    """The fast encoder a step's state and event go through writes what ``json.dumps``
+    did: integer keys as strings, tuples as lists, text as it is — and an integer past
+    64 bits, which it refuses, through ``json.dumps``."""
+    value = {
+        "n": 3,
+        "f": 2.5,
+        "pair": (1, "b"),
+        "by_id": {7: "seven"},
+        "text": "grüß 🌍",
+        "x": None,
+    }
+    assert json.loads(json_text(value)) == json.loads(json.dumps(value))
+    huge = {"big": 2**70, "list": [1, 2]}
+    assert json.loads(json_bytes(huge)) == huge
