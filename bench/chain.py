@@ -31,6 +31,7 @@ import httpx
 import psycopg
 import redis
 from celery import chain
+from psycopg import sql
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN = os.environ.get("CAIRN_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -174,11 +175,22 @@ def fleet(
 ) -> Iterator[Fleet]:
     """A fresh database and Redis dbs 12 and 13, ``workers`` ``cairn worker`` processes
     (``worker_args``: its options) and a scheduler, logging to ``workdir/<prefix>-*``;
-    everything stopped and the database dropped afterwards."""
+    everything stopped and the database dropped afterwards. A setting named ``PG_<NAME>``
+    is the database's (``ALTER DATABASE ... SET <name>``), for its sessions alone — e.g.
+    ``PG_SYNCHRONOUS_COMMIT=off``, to show what waiting for the disk costs (not durable:
+    a diagnostic, never a way to run cairn)."""
     from cairn.client import Client  # noqa: PLC0415
     from cairn.config import Settings  # noqa: PLC0415
 
     database, url = fresh_database(prefix)
+    for key in [key for key in settings if key.startswith("PG_")]:
+        name, value = key.removeprefix("PG_").lower(), settings.pop(key)
+        with admin() as conn:
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                    sql.Identifier(database), sql.Identifier(name), sql.Literal(value)
+                )
+            )
     env = cairn_env(url, broker_db=12, leases_db=13, **settings)
     processes = [
         spawn(

@@ -305,7 +305,9 @@ def main() -> None:
         default=[],
         metavar="CAIRN_X=V",
         help="also run cairn with these settings in each round (a row of its own; the two "
-        "fleets take turns to go first), e.g. CAIRN_BRANCHES_PER_MESSAGE=1",
+        "fleets take turns to go first), e.g. CAIRN_BRANCHES_PER_MESSAGE=1; PG_<NAME>=V sets "
+        "its database's <name> (PG_SYNCHRONOUS_COMMIT=off: what waiting for the disk costs; "
+        "not durable, a diagnostic)",
     )
     args = parser.parse_args()
     compare = dict(item.split("=", 1) for item in args.compare)
