@@ -137,6 +137,36 @@ def test_a_continued_chain_reads_once_and_each_step_sees_the_one_before(
     assert _ran(one, run_id) == dict.fromkeys(["first", "second", "third"], (1, "succeeded"))
 
 
+class _Lost:
+    """A hand-on whose answer never came back (the connection dropped as it was read)."""
+
+    def taken(self) -> None:
+        raise ConnectionError("the hand-on's answer was lost")
+
+
+def test_a_hand_on_whose_answer_is_lost_leaves_the_next_step_to_claim_its_own_lease(
+    processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, _two = processes
+    leases = one.runner.leases
+
+    def lost(lease: Any, key: str, ttl_s: float, **kwargs: Any) -> _Lost:
+        leases.release(lease, finished=True)  # the release went through; the claim did not
+        return _Lost()
+
+    monkeypatch.setattr(leases, "hand_on", lost)
+    lease_calls = _lease_calls(one, monkeypatch)
+    run_id = one.orchestrator.submit("three", {})
+    (first,) = taken(one, "first")
+    continued: list[str] = []
+    assert str(one.runner.run(first.to_dict(), continued)) == "committed"
+    assert continued == ["second#1 committed", "third#1 committed"]
+    # Each continued step claimed its own lease instead, and nothing was left held.
+    assert lease_calls == ["acquire", "hand_on", "acquire", "hand_on", "acquire", "release"]
+    assert leases.claims() == []
+    assert one.orchestrator.get_run(run_id).status is RunStatus.SUCCEEDED
+
+
 def test_a_cancel_from_another_process_after_the_commit_is_found_by_the_next_commit(
     processes: list[Runtime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
